@@ -1,0 +1,209 @@
+// Host allocator (64-byte aligned) and the CUDA caching allocator.
+//
+// The CUDA cache keeps freed blocks in per-(device, stream) free lists keyed by size and hands the
+// smallest block that fits within 25% (+1 MiB) of the request. Blocks are never split or merged:
+// simple and good enough for the steady-state shapes of inference and training, where the same
+// sizes recur every step. On cudaMalloc failure the cache is emptied and the call retried once.
+#include "hk/allocator.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "hk/error.h"
+#ifdef HK_HAVE_CUDA
+#include "core/cuda_check.h"
+#endif
+
+namespace hk {
+namespace {
+
+constexpr size_t kHostAlignment = 64;
+
+size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+struct HostPool {
+  std::mutex mutex;
+  std::unordered_map<void*, size_t> sizes;
+  MemoryStats stats;
+};
+HostPool& host_pool() {
+  static HostPool pool;
+  return pool;
+}
+
+void note_alloc(MemoryStats& s, size_t bytes) {
+  s.allocated += bytes;
+  s.num_allocs++;
+  if (s.allocated > s.peak_allocated) s.peak_allocated = s.allocated;
+}
+
+#ifdef HK_HAVE_CUDA
+struct CudaBlock {
+  size_t size;
+  void* stream;
+};
+struct CudaPool {
+  std::mutex mutex;
+  std::unordered_map<void*, CudaBlock> live;
+  // free blocks: stream -> (size -> ptr)
+  std::map<void*, std::multimap<size_t, void*>> free_blocks;
+  MemoryStats stats;
+};
+constexpr int kMaxCudaDevices = 64;
+CudaPool& cuda_pool(int device) {
+  static CudaPool pools[kMaxCudaDevices];
+  if (device < 0 || device >= kMaxCudaDevices) throw InvalidArgument("bad CUDA device index");
+  return pools[device];
+}
+size_t cuda_round(size_t bytes) {
+  if (bytes < (1u << 20)) return round_up(bytes ? bytes : 1, 512);
+  return round_up(bytes, 1u << 20);  // ≥1 MiB: whole MiB, so recurring sizes share blocks
+}
+void release_free_blocks(CudaPool& pool) {
+  for (auto& [stream, blocks] : pool.free_blocks) {
+    for (auto& [size, ptr] : blocks) {
+      cudaFree(ptr);
+      pool.stats.reserved -= size;
+    }
+  }
+  pool.free_blocks.clear();
+}
+#endif
+
+}  // namespace
+
+void* device_alloc(Device device, size_t bytes, Stream stream) {
+  if (device.is_cpu()) {
+    const size_t size = round_up(bytes ? bytes : 1, kHostAlignment);
+    void* p = std::aligned_alloc(kHostAlignment, size);
+    if (!p) throw RuntimeFailure("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    auto& pool = host_pool();
+    std::lock_guard lock(pool.mutex);
+    pool.sizes[p] = size;
+    note_alloc(pool.stats, size);
+    pool.stats.reserved = pool.stats.allocated;
+    pool.stats.peak_reserved = pool.stats.peak_allocated;
+    return p;
+  }
+#ifdef HK_HAVE_CUDA
+  if (device.is_cuda()) {
+    const size_t size = cuda_round(bytes);
+    auto& pool = cuda_pool(device.index);
+    std::lock_guard lock(pool.mutex);
+    auto& blocks = pool.free_blocks[stream.handle];
+    auto it = blocks.lower_bound(size);
+    if (it != blocks.end() && it->first <= size + size / 4 + (1u << 20)) {
+      void* p = it->second;
+      const size_t got = it->first;
+      blocks.erase(it);
+      pool.live[p] = {got, stream.handle};
+      note_alloc(pool.stats, got);
+      return p;
+    }
+    int previous = 0;
+    cudaGetDevice(&previous);
+    if (previous != device.index) HK_CUDA_CHECK(cudaSetDevice(device.index));
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, size);
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      // Other streams' cached blocks may be in flight; sync before returning them to the driver.
+      cudaDeviceSynchronize();
+      release_free_blocks(pool);
+      err = cudaMalloc(&p, size);
+    }
+    if (previous != device.index) cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      throw RuntimeFailure("CUDA out of memory allocating " + std::to_string(bytes) + " bytes on " +
+                           device.str() + " (" + std::to_string(pool.stats.allocated) +
+                           " bytes in use); reduce the batch or sequence length");
+    }
+    pool.stats.num_device_mallocs++;
+    pool.stats.reserved += size;
+    if (pool.stats.reserved > pool.stats.peak_reserved) pool.stats.peak_reserved = pool.stats.reserved;
+    pool.live[p] = {size, stream.handle};
+    note_alloc(pool.stats, size);
+    return p;
+  }
+#endif
+  throw Unsupported("no allocator for device " + device.str() +
+                    (device.is_cuda() ? "; hk was built without CUDA" : ""));
+}
+
+void device_free(Device device, void* ptr) {
+  if (!ptr) return;
+  if (device.is_cpu()) {
+    auto& pool = host_pool();
+    {
+      std::lock_guard lock(pool.mutex);
+      auto it = pool.sizes.find(ptr);
+      if (it != pool.sizes.end()) {
+        pool.stats.allocated -= it->second;
+        pool.stats.reserved = pool.stats.allocated;
+        pool.sizes.erase(it);
+      }
+    }
+    std::free(ptr);
+    return;
+  }
+#ifdef HK_HAVE_CUDA
+  if (device.is_cuda()) {
+    auto& pool = cuda_pool(device.index);
+    std::lock_guard lock(pool.mutex);
+    auto it = pool.live.find(ptr);
+    if (it == pool.live.end()) return;  // not ours: ignore rather than corrupt the pool
+    pool.stats.allocated -= it->second.size;
+    pool.free_blocks[it->second.stream].emplace(it->second.size, ptr);
+    pool.live.erase(it);
+  }
+#endif
+}
+
+MemoryStats memory_stats(Device device) {
+  if (device.is_cpu()) {
+    std::lock_guard lock(host_pool().mutex);
+    return host_pool().stats;
+  }
+#ifdef HK_HAVE_CUDA
+  if (device.is_cuda()) {
+    auto& pool = cuda_pool(device.index);
+    std::lock_guard lock(pool.mutex);
+    return pool.stats;
+  }
+#endif
+  return {};
+}
+
+void reset_peak_memory_stats(Device device) {
+  if (device.is_cpu()) {
+    std::lock_guard lock(host_pool().mutex);
+    host_pool().stats.peak_allocated = host_pool().stats.allocated;
+    host_pool().stats.peak_reserved = host_pool().stats.reserved;
+    return;
+  }
+#ifdef HK_HAVE_CUDA
+  if (device.is_cuda()) {
+    auto& pool = cuda_pool(device.index);
+    std::lock_guard lock(pool.mutex);
+    pool.stats.peak_allocated = pool.stats.allocated;
+    pool.stats.peak_reserved = pool.stats.reserved;
+  }
+#endif
+}
+
+void empty_cache(Device device) {
+#ifdef HK_HAVE_CUDA
+  if (device.is_cuda()) {
+    auto& pool = cuda_pool(device.index);
+    std::lock_guard lock(pool.mutex);
+    cudaDeviceSynchronize();
+    release_free_blocks(pool);
+  }
+#endif
+  (void)device;
+}
+
+}  // namespace hk

@@ -1,0 +1,24 @@
+// hk — the command line. Each subcommand lives in its own file (commands.h registers them); this
+// file only parses the top level and turns exceptions into exit status 1 with the message.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "hk/error.h"
+#include "hk/version.h"
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"hk — transformer runtime with hub-loaded, verified kernels"};
+  app.set_version_flag("--version", std::string("hk ") + hk::version_string());
+  app.require_subcommand(1);
+  hk::cli::register_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "hk: error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
