@@ -119,6 +119,10 @@ class Hub {
   // lists what exists or why each variant was rejected), RuntimeFailure (hub unreachable).
   Resolution resolve(std::string_view spec, const Target& target,
                      const ResolveOptions& options = {});
+  // The same steps without fetching and without throwing when no variant fits: `decisions` says
+  // why (what `hk kernels explain` prints). `variant` is empty when none fits.
+  Resolution explain(std::string_view spec, const Target& target,
+                     const ResolveOptions& options = {});
 
   // Checks every file's sha256 against metadata.json (and the lockfile), then loads the library
   // (memoised per library path). Throws IntegrityError naming the file and both digests.

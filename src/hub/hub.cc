@@ -251,21 +251,25 @@ Resolution Hub::Impl::resolve_local(const KernelSpec& spec, const std::string& p
   return res;
 }
 
-Resolution Hub::resolve(std::string_view spec_text, const Target& target,
+Resolution Hub::explain(std::string_view spec_text, const Target& target,
                         const ResolveOptions& options) {
   KernelSpec spec = KernelSpec::parse(spec_text);
+  std::optional<std::string> local_path;
+  std::string repo;
   if (spec.kind == KernelSpec::Kind::Local) {
-    Resolution res = impl_->resolve_local(spec, spec.local_path, "", target);
+    local_path = spec.local_path;
+  } else if (auto it = impl_->config.local_kernels.find(spec.repo());
+             it != impl_->config.local_kernels.end()) {
+    local_path = it->second;
+    repo = spec.repo();
+  }
+  if (local_path) {
+    Resolution res = impl_->resolve_local(spec, *local_path, repo, target);
     res.spec = std::string(spec_text);
+    if (!repo.empty()) res.source = "LOCAL_KERNELS " + repo + "=" + *local_path;
     return res;
   }
-  const std::string repo = spec.repo();
-  if (auto it = impl_->config.local_kernels.find(repo); it != impl_->config.local_kernels.end()) {
-    Resolution res = impl_->resolve_local(spec, it->second, repo, target);
-    res.spec = std::string(spec_text);
-    res.source = "LOCAL_KERNELS " + repo + "=" + it->second;
-    return res;
-  }
+  repo = spec.repo();
   check_trust(repo, impl_->config.trusted_orgs, options.trust_remote_code);
 
   ResolveOptions effective = options;
@@ -292,17 +296,26 @@ Resolution Hub::resolve(std::string_view spec_text, const Target& target,
                           [](const VariantDecision& d) { return d.accepted; });
   }
   res.decisions.insert(res.decisions.end(), broken.begin(), broken.end());
+  if (!res.decisions.empty() && res.decisions.front().accepted) {
+    for (const auto& m : metas)
+      if (m.variant == res.decisions.front().variant) res.metadata = m;
+    res.variant = res.metadata.variant;
+  }
+  return res;
+}
+
+Resolution Hub::resolve(std::string_view spec_text, const Target& target,
+                        const ResolveOptions& options) {
+  Resolution res = explain(spec_text, target, options);
+  if (res.local) return res;  // resolve_local already threw when nothing fits
   if (res.decisions.empty())
-    throw NotFound("kernel repo " + repo + " has no variants at commit " + res.commit + " (" +
+    throw NotFound("kernel repo " + res.repo + " has no variants at commit " + res.commit + " (" +
                    res.revision + ") on the " + res.source);
-  if (!res.decisions.front().accepted)
-    throw NotFound("no variant of " + repo + " (" + res.revision + ", commit " +
+  if (res.variant.empty())
+    throw NotFound("no variant of " + res.repo + " (" + res.revision + ", commit " +
                    res.commit.substr(0, 12) + ") fits " + target.str() + ":" +
                    describe_decisions(res.decisions));
-  for (const auto& m : metas)
-    if (m.variant == res.decisions.front().variant) res.metadata = m;
-  res.variant = res.metadata.variant;
-  if (options.fetch) res.dir = fetch_variant(repo, res.commit, res.metadata);
+  if (options.fetch) res.dir = fetch_variant(res.repo, res.commit, res.metadata);
   return res;
 }
 

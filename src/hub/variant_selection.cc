@@ -17,6 +17,7 @@
 
 #include "hk/error.h"
 #include "hk/hub.h"
+#include "hk_abi/hk_kernel.h"
 
 #ifdef HK_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -128,6 +129,7 @@ Target Target::for_device(const Device& device) {
   Target t;
   t.device = device;
   t.arch = host_arch();
+  t.abi_major = HK_KERNEL_ABI_MAJOR;
 #ifdef HK_HAVE_CUDA
   int version = 0;
   if (device.is_cuda() && cudaRuntimeGetVersion(&version) == cudaSuccess)
