@@ -19,7 +19,9 @@
 # Several versions of one repo may be published into one hub (each call is one version).
 include_guard(GLOBAL)
 
-set(_HK_KERNEL_REPO_MODULE_DIR ${CMAKE_CURRENT_LIST_DIR})
+# include_guard(GLOBAL) runs this file once, in the first directory that includes it: what later
+# calls need from here is kept in the cache (INTERNAL), visible from every directory.
+set(_HK_KERNEL_REPO_MODULE_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "")
 
 # The table dumper used by every publish step (see tools/kernel-dump/main.cc).
 if(NOT TARGET hk_kernel_dump)
@@ -31,14 +33,15 @@ if(NOT TARGET hk_kernel_dump)
 endif()
 
 # Kernel libraries export exactly the table symbol (everything else stays local to the library).
-set(_HK_KERNEL_EXPORTS_MAP ${PROJECT_BINARY_DIR}/CMakeFiles/hk_kernel_exports.map)
+set(_HK_KERNEL_EXPORTS_MAP ${PROJECT_BINARY_DIR}/CMakeFiles/hk_kernel_exports.map CACHE INTERNAL "")
 file(WRITE ${_HK_KERNEL_EXPORTS_MAP} "{\n  global: hk_kernel_library_v*;\n  local: *;\n};\n")
 
 # ABI major of this checkout, read from the C header (the one place it is written).
 file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
      REGEX "^#define HK_KERNEL_ABI_MAJOR [0-9]+")
-string(REGEX REPLACE "^#define HK_KERNEL_ABI_MAJOR ([0-9]+).*" "\\1" HK_KERNEL_ABI_MAJOR_VALUE
+string(REGEX REPLACE "^#define HK_KERNEL_ABI_MAJOR ([0-9]+).*" "\\1" _hk_abi_major
        "${_hk_abi_line}")
+set(HK_KERNEL_ABI_MAJOR_VALUE ${_hk_abi_major} CACHE INTERNAL "")
 
 # Capability range of device code built for `archs` (e.g. "90a;80"): the lowest arch, and the
 # highest when every arch is arch-specific (a/f suffix: no PTX to JIT forward), else 0 (no bound).
