@@ -42,6 +42,11 @@ file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
 string(REGEX REPLACE "^#define HK_KERNEL_ABI_MAJOR ([0-9]+).*" "\\1" _hk_abi_major
        "${_hk_abi_line}")
 set(HK_KERNEL_ABI_MAJOR_VALUE ${_hk_abi_major} CACHE INTERNAL "")
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
+     REGEX "^#define HK_KERNEL_ABI_MINOR [0-9]+")
+string(REGEX REPLACE "^#define HK_KERNEL_ABI_MINOR ([0-9]+).*" "\\1" _hk_abi_minor
+       "${_hk_abi_line}")
+set(HK_KERNEL_ABI_MINOR_VALUE ${_hk_abi_minor} CACHE INTERNAL "")
 
 # Capability range of device code built for `archs` (e.g. "90a;80"): the lowest arch, and the
 # highest when every arch is arch-specific (a/f suffix: no PTX to JIT forward), else 0 (no bound).
@@ -183,6 +188,7 @@ set(VERSION \"${K_VERSION}\")
 set(BRANCH \"${K_BRANCH}\")
 set(TAGS \"v${K_VERSION};${K_TAGS}\")
 set(ABI_MAJOR ${K_ABI_MAJOR})
+set(ABI_MINOR ${HK_KERNEL_ABI_MINOR_VALUE})
 set(NO_TABLE ${K_NO_TABLE})
 set(DUMP \"$<TARGET_FILE:hk_kernel_dump>\")
 set(SOURCE \"${source_label}\")
@@ -195,8 +201,10 @@ set(STAMP \"${work_dir}/published.stamp\")
 set(VARIANTS \"${variants}\")
 ${args}")
 
+  # The version tag is always (re)written by the publish step: listing it as an output makes a
+  # deleted hub tree publish again on the next build.
   add_custom_command(
-    OUTPUT ${work_dir}/published.stamp
+    OUTPUT ${work_dir}/published.stamp ${K_HUB_DIR}/${K_REPO}/refs/tags/v${K_VERSION}
     COMMAND ${CMAKE_COMMAND} -DARGS_FILE=${args_file} -P
             ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake
     DEPENDS ${variant_targets} hk_kernel_dump ${args_file}
