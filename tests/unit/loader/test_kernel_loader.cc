@@ -64,6 +64,20 @@ TEST(KernelLoader, LoadsTheEmbeddedRmsnormAndDescribesItsEntry) {
   expect_refusal<NotFound>([&] { lib->function("Nope"); }, {"no entry 'Nope'", "RMSNorm"});
 }
 
+TEST(KernelLoader, LoadsTheCudaVariantWithoutTouchingAGpu) {
+  // Loading runs no device code: a CUDA build's cuda variant loads and validates on any host.
+  const auto so = library_path(test::embedded_hub(), "kernels-community/rmsnorm", "heads/v1", "-cu",
+                               "librmsnorm.so");
+  if (so.empty()) GTEST_SKIP() << "this build has no cuda variant";
+  auto lib = load_kernel_library(so);
+  ASSERT_EQ(lib->entries().size(), 1u);
+  const KernelEntryInfo& e = lib->entries()[0];
+  EXPECT_EQ(e.device, "cuda");
+  EXPECT_TRUE(e.supports_mode(kKernelModeTraining | kKernelModeCapture));
+  EXPECT_GT(e.min_capability, 0);
+  EXPECT_NE(e.raw->workspace_size, nullptr);
+}
+
 TEST(KernelLoader, RefusesWrongAbiMajor) {
   const auto so =
       library_path(test_hub(), "kernels-community/wrong-abi", "heads/v1", "-cpu-", "librmsnorm.so");
