@@ -3,7 +3,9 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "hk/error.h"
 #include "hk/kernel_loader.h"
@@ -105,6 +107,43 @@ TEST(KernelLoader, RefusesALibraryWithoutTheTableSymbol) {
   ASSERT_FALSE(so.empty());
   expect_refusal<Error>([&] { load_kernel_library(so, "kernels-community/missing-symbol"); },
                         {"hk_kernel_library_v1", so.string(), "not an hk kernel library"});
+}
+
+TEST(KernelLoader, NamesTheAbiOfALibraryFromAnotherMajor) {
+  expect_refusal<Unsupported>(
+      [] { load_kernel_library(HK_TEST_FUTURE_ABI_SO); },
+      {"built for hk kernel ABI 2", "hk_kernel_library_v2", "this hk speaks 1"});
+}
+
+TEST(KernelLoader, LayoutsCrossTheAbiAndTheDump) {
+  auto lib = load_kernel_library(HK_TEST_LAYOUT_SO);
+  const KernelEntryInfo* e = lib->find_entry("FusedMLP");
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->has_layout);
+  const hk_layout& layout = *e->raw->layout;
+  EXPECT_STREQ(layout.name, "FusedMLPLayout");
+  ASSERT_EQ(layout.num_conversions, 2u);
+  EXPECT_EQ(layout.conversions[0].op, HK_CONVERT_CONCAT);
+  EXPECT_STREQ(layout.conversions[0].sources[1], "up_proj.weight");
+
+  const std::string command = std::string(HK_TEST_KERNEL_DUMP) + " " + HK_TEST_LAYOUT_SO;
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, n);
+  ASSERT_EQ(pclose(pipe), 0) << out;
+  const auto dump = nlohmann::json::parse(out);
+  EXPECT_EQ(dump.at("repo"), "test/layout");
+  const auto& entry = dump.at("entries").at(0);
+  EXPECT_EQ(entry.at("interface"), "mlp");
+  EXPECT_EQ(entry.at("backward"), false);
+  EXPECT_EQ(entry.at("layout").at("name"), "FusedMLPLayout");
+  EXPECT_EQ(entry.at("layout").at("parameters"),
+            nlohmann::json::array({"gate_up_proj.weight", "down_proj.weight"}));
+  EXPECT_EQ(entry.at("layout").at("conversions").at(0).at("op"), "concat");
+  EXPECT_EQ(entry.at("layout").at("conversions").at(0).at("sources"),
+            nlohmann::json::array({"gate_proj.weight", "up_proj.weight"}));
 }
 
 TEST(KernelLoader, RefusesMissingFilesAndNonLibraries) {
