@@ -35,7 +35,9 @@ inline fs::path binary_dir() {
   const char* d = std::getenv("HK_BINARY_DIR");
   return d ? fs::path(d) : fs::current_path();
 }
-inline fs::path hk_exe() { return binary_dir() / "bin" / "hk"; }
+inline fs::path hk_exe() {
+  return binary_dir() / "bin" / "hk";
+}
 
 class TempDir {
  public:
@@ -75,7 +77,9 @@ inline std::string random_bytes(size_t n, unsigned seed) {
   return s;
 }
 
-inline std::string commit_id(char c) { return std::string(40, c); }
+inline std::string commit_id(char c) {
+  return std::string(40, c);
+}
 
 // Describes one synthetic variant: its backend and the files it ships (name → bytes).
 struct FakeVariant {
@@ -255,8 +259,8 @@ inline ProcessResult run_hk(const std::vector<std::string>& args,
 class ServerProcess {
  public:
   explicit ServerProcess(const fs::path& root, long throttle = 0) {
-    std::vector<std::string> argv{hk_exe().string(), "hub", "serve", "--root", root.string(),
-                                  "--port", "0"};
+    std::vector<std::string> argv{hk_exe().string(), "hub",    "serve", "--root",
+                                  root.string(),     "--port", "0"};
     if (throttle > 0) {
       argv.push_back("--throttle");
       argv.push_back(std::to_string(throttle));

@@ -41,7 +41,8 @@ class HubHttp : public ::testing::Test {
     tmp_ = new TempDir();
     fs::path root = hub_root();
     // kernels-community/norm: 1.0.0 (a), 1.1.0 (b, branch v1), 2.0.0 (c, branch v2).
-    for (auto [commit, version] : {std::pair{A, "1.0.0"}, std::pair{B, "1.1.0"}, std::pair{C, "2.0.0"}}) {
+    for (auto [commit, version] :
+         {std::pair{A, "1.0.0"}, std::pair{B, "1.1.0"}, std::pair{C, "2.0.0"}}) {
       write_variant(root, kNorm, commit, version, cpu_variant(commit[0]));
       write_variant(root, kNorm, commit, version, cuda_variant(commit[0] + 1));
       write_ref(root, kNorm, "tags", "v" + std::string(version), commit);
@@ -80,7 +81,8 @@ class HubHttp : public ::testing::Test {
     c.stall_timeout_s = 10;
     return c;
   }
-  std::map<std::string, std::string> env(const fs::path& cache, const std::string& endpoint = "") const {
+  std::map<std::string, std::string> env(const fs::path& cache,
+                                         const std::string& endpoint = "") const {
     return {{"HK_ENDPOINT", endpoint.empty() ? url() : endpoint},
             {"HK_KERNELS_CACHE", cache.string()},
             {"HK_HUB_DIR", "/nonexistent-hub-dir"},
@@ -126,8 +128,8 @@ TEST_F(HubHttp, VersionResolution) {
   ResolveOptions v2;
   v2.version = 2;
   EXPECT_EQ(hub.resolve(kNorm, cpu(), v2).commit, C);
-  EXPECT_EQ(hub.resolve(kNorm + "@v1.0.0", cpu()).commit, A);           // tag
-  EXPECT_EQ(hub.resolve(kNorm + "@v2", cpu()).commit, C);               // branch
+  EXPECT_EQ(hub.resolve(kNorm + "@v1.0.0", cpu()).commit, A);             // tag
+  EXPECT_EQ(hub.resolve(kNorm + "@v2", cpu()).commit, C);                 // branch
   EXPECT_EQ(hub.resolve(kNorm + "@" + A + ":RMSNorm", cpu()).commit, A);  // commit
   EXPECT_EQ(hub.resolve(kNorm + "@nightly", cpu()).commit, C);
   Resolution r = hub.resolve(kNorm + "@>=1.0,<2.0", cpu());
@@ -139,7 +141,9 @@ TEST_F(HubHttp, VersionResolution) {
   EXPECT_NO_THROW(hub.verify(r));
 
   std::string none = message_of([&] { hub.resolve(kNorm + "@>=3.0", cpu()); });
-  EXPECT_NE(none.find("no version of kernel repo kernels-community/norm matches >=3.0"), std::string::npos) << none;
+  EXPECT_NE(none.find("no version of kernel repo kernels-community/norm matches >=3.0"),
+            std::string::npos)
+      << none;
   EXPECT_NE(none.find("versions: 1.0.0, 1.1.0, 2.0.0"), std::string::npos) << none;
   std::string bad_rev = message_of([&] { hub.resolve(kNorm + "@v9.9.9", cpu()); });
   EXPECT_NE(bad_rev.find("branches: v1, v2"), std::string::npos) << bad_rev;
@@ -159,18 +163,23 @@ TEST_F(HubHttp, ExplainPrintsEveryVariantWithItsReason) {
                    "--capability", "90", "--cuda-runtime", "13.0"},
                   env(cache_.path()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("chosen    hk1-cu130-x86_64-linux: CUDA 13.0 ≤ runtime 13.0, arch matches sm_90"),
-            std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("chosen    hk1-cu130-x86_64-linux: CUDA 13.0 ≤ runtime 13.0, arch matches sm_90"),
+      std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("rejected  hk1-cpu-x86_64-linux: a cpu build cannot run on a cuda device"),
-            std::string::npos) << r.out;
+            std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("commit  " + B), std::string::npos) << r.out;
 
   r = run_hk({"kernels", "explain", kNorm, "--device", "cuda", "--capability", "80",
               "--cuda-runtime", "12.4"},
              env(cache_.path()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("rejected  hk1-cu130-x86_64-linux: built for CUDA 13.0, the runtime is CUDA 12.4"),
-            std::string::npos) << r.out;
+  EXPECT_NE(
+      r.out.find("rejected  hk1-cu130-x86_64-linux: built for CUDA 13.0, the runtime is CUDA 12.4"),
+      std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("no variant fits"), std::string::npos) << r.out;
 
   r = run_hk({"kernels", "explain", kNorm + "@>=5"}, env(cache_.path()));
@@ -237,8 +246,7 @@ TEST_F(HubHttp, SigkillHalfWayLeavesNoFinalFileAndRerunCompletes) {
   EXPECT_FALSE(fs::exists(variant / "libbig.so"));
   EXPECT_FALSE(fs::exists(variant / "metadata.json"));
   for (const auto& f : files_under(repo_cache))
-    if (f.parent_path().filename() != "tmp")
-      EXPECT_NE(f.extension(), ".so") << f;
+    if (f.parent_path().filename() != "tmp") EXPECT_NE(f.extension(), ".so") << f;
 
   auto rerun = run_hk({"kernels", "download", project.path().string()}, env(cache_.path()));
   ASSERT_EQ(rerun.exit_code, 0) << rerun.err;
@@ -389,9 +397,9 @@ TEST_F(HubHttp, ServerDownOfflineUsesTheCache) {
   std::string msg = message_of([&] { nothing.resolve(kNorm, cpu()); });
   EXPECT_NE(msg.find("offline mode"), std::string::npos) << msg;
   EXPECT_NE(msg.find("has nothing for kernels-community/norm"), std::string::npos) << msg;
-  auto cli = run_hk({"kernels", "verify", kNorm},
-                    {{"HK_ENDPOINT", online.endpoint}, {"HK_KERNELS_CACHE", empty.path().string()},
-                     {"HF_HUB_OFFLINE", "1"}});
+  auto cli = run_hk({"kernels", "verify", kNorm}, {{"HK_ENDPOINT", online.endpoint},
+                                                   {"HK_KERNELS_CACHE", empty.path().string()},
+                                                   {"HF_HUB_OFFLINE", "1"}});
   EXPECT_EQ(cli.exit_code, 1);
   EXPECT_NE(cli.err.find("offline mode"), std::string::npos) << cli.err;
 }

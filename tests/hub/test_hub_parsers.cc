@@ -35,10 +35,10 @@ TEST(KernelSpec, Forms) {
 }
 
 TEST(KernelSpec, RejectsBadInput) {
-  for (const char* bad : {"", "norepo", "/", "a/", "/x:1bad", "org/re po", "org/repo@", "org/repo:",
-                          "org/repo@v1@v2", "org/../x", ".org/x", "org/repo@../../x",
-                          "org/repo@>=abc", "org/repo:Bad-Name", "relative/path/x:E", "~/k:E",
-                          "org/repo@>=1,,<2"}) {
+  for (const char* bad :
+       {"", "norepo", "/", "a/", "/x:1bad", "org/re po", "org/repo@", "org/repo:", "org/repo@v1@v2",
+        "org/../x", ".org/x", "org/repo@../../x", "org/repo@>=abc", "org/repo:Bad-Name",
+        "relative/path/x:E", "~/k:E", "org/repo@>=1,,<2"}) {
     EXPECT_THROW(KernelSpec::parse(bad), InvalidArgument) << bad;
   }
   try {
@@ -102,13 +102,15 @@ TEST(Refs, FilesAndJson) {
 
 std::string good_metadata() {
   return R"({"name": "rmsnorm", "repo": "kernels-community/rmsnorm", "version": "1.2.0",
-    "id": ")" + testing::commit_id('c') + R"(", "variant": "hk1-cu130-x86_64-linux",
+    "id": ")" +
+         testing::commit_id('c') + R"(", "variant": "hk1-cu130-x86_64-linux",
     "abi": {"major": 1, "minor": 0}, "backend": {"type": "cuda", "version": "13.0", "archs": ["90a", "80"]},
     "os": "linux", "arch": "x86_64", "library": "librmsnorm.so",
     "entries": [{"name": "RMSNorm", "interface": "rms_norm", "interface_version": 1,
                  "modes": ["inference", "training"], "device": "cuda", "min_capability": 80,
                  "dtypes": ["bf16"], "backward": true}],
-    "digest": {"sha256": {"librmsnorm.so": ")" + std::string(64, 'e') + R"("}},
+    "digest": {"sha256": {"librmsnorm.so": ")" +
+         std::string(64, 'e') + R"("}},
     "provenance": {"builder": "test"}})";
 }
 
@@ -160,11 +162,11 @@ TEST(Lockfile, RoundTripAndStrictness) {
   EXPECT_EQ(back.repos[0].variants, r.variants);
   EXPECT_EQ(back.find("kernels-community/rmsnorm")->commit, r.commit);
   EXPECT_EQ(back.find("x/y"), nullptr);
-  for (const char* bad :
-       {"{}", "[1]", R"([{"repo": "bad"}])",
-        R"([{"repo": "a/b", "commit": "x", "variants": {}}])",
-        R"([{"repo": "a/b", "commit": "dddddddddddddddddddddddddddddddddddddddd", "variants": {"../v": {}}}])",
-        R"([{"repo": "a/b", "commit": "dddddddddddddddddddddddddddddddddddddddd", "variants": {"v": {"f": "12"}}}])"})
+  for (
+      const char* bad :
+      {"{}", "[1]", R"([{"repo": "bad"}])", R"([{"repo": "a/b", "commit": "x", "variants": {}}])",
+       R"([{"repo": "a/b", "commit": "dddddddddddddddddddddddddddddddddddddddd", "variants": {"../v": {}}}])",
+       R"([{"repo": "a/b", "commit": "dddddddddddddddddddddddddddddddddddddddd", "variants": {"v": {"f": "12"}}}])"})
     EXPECT_THROW(parse_lockfile(bad, "hk.lock"), InvalidArgument) << bad;
   auto deps = parse_project_kernels(R"({"kernels-community/rmsnorm": 1, "org/x": 2})", "p");
   EXPECT_EQ(deps.size(), 2u);

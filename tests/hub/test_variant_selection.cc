@@ -64,8 +64,9 @@ TEST(VariantSelection, CudaRules) {
   EXPECT_TRUE(find(d, "hk1-cu132-90a").accepted == false);
 
   // A newer runtime minor prefers the newest build it can run.
-  d = select_variants({variant("a-130", "cuda", "13.0", {"90a"}), variant("b-132", "cuda", "13.2", {"90a"})},
-                      cuda_target(90, 13020));
+  d = select_variants(
+      {variant("a-130", "cuda", "13.0", {"90a"}), variant("b-132", "cuda", "13.2", {"90a"})},
+      cuda_target(90, 13020));
   EXPECT_EQ(d[0].variant, "b-132");
   EXPECT_TRUE(d[1].accepted);
 
