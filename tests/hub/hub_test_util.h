@@ -258,12 +258,16 @@ inline ProcessResult run_hk(const std::vector<std::string>& args,
 // `hk hub serve --root DIR --port 0` as a child; the URL is read from its first output line.
 class ServerProcess {
  public:
-  explicit ServerProcess(const fs::path& root, long throttle = 0) {
+  explicit ServerProcess(const fs::path& root, long throttle = 0, const std::string& token = "") {
     std::vector<std::string> argv{hk_exe().string(), "hub",    "serve", "--root",
                                   root.string(),     "--port", "0"};
     if (throttle > 0) {
       argv.push_back("--throttle");
       argv.push_back(std::to_string(throttle));
+    }
+    if (!token.empty()) {
+      argv.push_back("--require-token");
+      argv.push_back(token);
     }
     child_ = std::make_unique<Child>(argv, std::map<std::string, std::string>{});
     std::string line = child_->read_line(std::chrono::seconds(10));

@@ -121,6 +121,27 @@ TEST_F(HubHttp, ServerListingsAndPathTraversal) {
   EXPECT_THROW(http.get("/kernels-community/norm/refs/heads/v9"), NotFound);
 }
 
+TEST_F(HubHttp, TokenIsSentAsBearer) {
+  ServerProcess private_hub(hub_root(), 0, "s3cret");
+  HubConfig c = config(cache_.path());
+  c.endpoint = private_hub.url();
+  {
+    Hub anonymous(c);
+    std::string m = message_of([&] { anonymous.list_repos(); });
+    EXPECT_NE(m.find("HTTP 401"), std::string::npos) << m;
+    EXPECT_NE(m.find("HF_TOKEN"), std::string::npos) << m;
+  }
+  c.token = "s3cret";
+  Hub with_token(c);
+  EXPECT_EQ(with_token.resolve(kNorm, cpu()).commit, B);
+  auto cli = run_hk({"kernels", "list"}, [&] {
+    auto e = env(cache_.path(), private_hub.url());
+    e["HF_TOKEN"] = "s3cret";
+    return e;
+  }());
+  EXPECT_EQ(cli.exit_code, 0) << cli.err;
+}
+
 TEST_F(HubHttp, VersionResolution) {
   Hub hub(config(cache_.path()));
   std::string rev;
