@@ -371,6 +371,11 @@ TEST_F(HubHttp, BadLibrariesAreRefusedAndTheProcessLivesOn) {
   std::string symbol = message_of([&] { hub.load(missing); });
   EXPECT_NE(symbol.find("hk_kernel_library_v1"), std::string::npos) << symbol;
 
+  auto cli = run_hk({"kernels", "verify", "--load", "kernels-community/missing-symbol"},
+                    env(cache_.path()));
+  EXPECT_EQ(cli.exit_code, 1);
+  EXPECT_NE(cli.err.find("hk_kernel_library_v1"), std::string::npos) << cli.err;
+
   // Still alive: a good kernel loads, and two versions of one repo coexist.
   auto v1 = hub.load(hub.resolve("kernels-community/rmsnorm@v1.0.0", cpu()));
   auto v2 = hub.load(hub.resolve("kernels-community/rmsnorm@v2.0.0", cpu()));
