@@ -83,10 +83,9 @@ std::string known_dtype_list() {
 }
 
 // Quotes text from the file for an error message: control bytes escaped, long text cut.
-std::string shown(std::string_view text) {
-  constexpr size_t kMax = 120;
+std::string shown(std::string_view text, size_t max_length = 120) {
   std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < kMax; ++i) {
+  for (size_t i = 0; i < text.size() && i < max_length; ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c < 0x20 || c == 0x7f) {
       char buf[8];
@@ -96,7 +95,7 @@ std::string shown(std::string_view text) {
       out += static_cast<char>(c);
     }
   }
-  if (text.size() > kMax) out += "...";
+  if (text.size() > max_length) out += "...";
   return out + "'";
 }
 
@@ -148,7 +147,11 @@ json parse_header_json(const std::string& path, const unsigned char* text, size_
   } catch (const HeaderShapeError& e) {
     fail(path, e.detail);
   } catch (const json::exception& e) {
-    fail(path, "the header is not valid JSON (" + shown(e.what()) + ")");
+    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep the position and reason.
+    std::string_view what = e.what();
+    if (const size_t close = what.find("] "); what.starts_with("[json.") && close != what.npos)
+      what.remove_prefix(close + 2);
+    fail(path, "the header is not valid JSON (" + shown(what, 240) + ")");
   }
 }
 
