@@ -60,12 +60,12 @@ float mean_divisor(const void* labels, IndexDt dt, int64_t stride, int64_t n, in
 }  // namespace
 
 void cross_entropy_fwd(const CrossEntropyArgs& a) {
+  // lse_in is not needed here: the cpu variant recomputes the row's lse (same value).
   const int64_t n = a.logits.rows, vocab = a.logits.cols;
   const float div =
       a.reduction == Reduction::Mean
           ? mean_divisor(a.labels, a.labels_dt, a.labels_stride, n, a.ignore_index, a.mean_divisor)
           : 1.0f;
-  const float gscale = 1.0f / div;
   const CeRowOptions o{a.label_smoothing, a.z_loss_scale, a.softcap};
   std::vector<float> row(static_cast<size_t>(vocab));
   double total = 0, total_z = 0;
@@ -78,21 +78,22 @@ void cross_entropy_fwd(const CrossEntropyArgs& a) {
       if (a.dlogits.data)
         for (int64_t j = 0; j < vocab; ++j) host::put(a.dlogits, i, j, 0.0f);
     } else {
+      const float up = a.dloss ? a.dloss[a.reduction == Reduction::None ? i : 0] : 1.0f;
       for (int64_t j = 0; j < vocab; ++j) row[j] = host::at(a.logits, i, j);
-      r = ce_row(row.data(), vocab, t, o, a.dlogits.data ? row.data() : nullptr, gscale);
+      r = ce_row(row.data(), vocab, t, o, a.dlogits.data ? row.data() : nullptr, up / div);
       if (a.dlogits.data)
         for (int64_t j = 0; j < vocab; ++j) host::put(a.dlogits, i, j, row[j]);
     }
     if (a.lse) a.lse[i] = r.lse;
     if (a.reduction == Reduction::None) {
-      a.loss[i] = r.loss;
+      if (a.loss) a.loss[i] = r.loss;
       if (a.z_loss) a.z_loss[i] = r.z_loss;
     }
     total += r.loss;
     total_z += r.z_loss;
   }
   if (a.reduction != Reduction::None) {
-    a.loss[0] = static_cast<float>(total / div);
+    if (a.loss) a.loss[0] = static_cast<float>(total / div);
     if (a.z_loss) a.z_loss[0] = static_cast<float>(total_z / div);
   }
 }

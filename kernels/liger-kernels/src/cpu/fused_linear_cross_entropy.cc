@@ -45,7 +45,8 @@ void fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a) {
         for (int64_t k = 0; k < h; ++k) acc += x[k] * host::at(a.weight, j, k);
         logits[j] = host::round_to(dt, acc);
       }
-      r = ce_row(logits.data(), vocab, t, o, want_grad ? logits.data() : nullptr, 1.0f / div);
+      const float up = a.dloss ? a.dloss[a.reduction == Reduction::None ? i : 0] : 1.0f;
+      r = ce_row(logits.data(), vocab, t, o, want_grad ? logits.data() : nullptr, up / div);
     }
     if (a.dhidden.data) {
       for (int64_t k = 0; k < h; ++k) {
@@ -63,7 +64,7 @@ void fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a) {
       }
     }
     if (a.reduction == Reduction::None) {
-      a.loss[i] = r.loss;
+      if (a.loss) a.loss[i] = r.loss;
       if (a.z_loss) a.z_loss[i] = r.z_loss;
     }
     total += r.loss;
@@ -77,7 +78,7 @@ void fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a) {
       }
   }
   if (a.reduction != Reduction::None) {
-    a.loss[0] = static_cast<float>(total / div);
+    if (a.loss) a.loss[0] = static_cast<float>(total / div);
     if (a.z_loss) a.z_loss[0] = static_cast<float>(total_z / div);
   }
 }

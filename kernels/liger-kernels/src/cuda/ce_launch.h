@@ -21,7 +21,10 @@ struct CeRowsP {
   float* row_loss;          // [rows]
   float* row_z;             // [rows] or null
   float* lse;               // [rows] or null
+  const float* lse_in;      // [rows] or null: when given, the softmax pass is skipped
   const float* grad_scale;  // device scalar or null (1)
+  const float* dloss;       // device f32 or null (1): scalar, or [rows] when dloss_per_row
+  bool dloss_per_row;
   int64_t ignore_index;
   float label_smoothing, z_loss_scale, softcap;
 };

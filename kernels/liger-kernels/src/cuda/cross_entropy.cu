@@ -44,7 +44,9 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
   const int64_t packs = p.vocab / N;
   const bool smooth = p.label_smoothing > 0;
   float lse = 0;
-  if (!ignored && !bad) {
+  if (p.lse_in) {
+    lse = ignored || bad ? 0.0f : p.lse_in[r];
+  } else if (!ignored && !bad) {
     float m = -INFINITY, s = 0, sz = 0;
     constexpr int kU = 4;  // packs in flight per thread
     for (int64_t base = threadIdx.x; base < packs; base += kU * kCeThreads) {
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
         const float l = m + logf(s);
         const float zt = capped(to_f(x[target]), p.softcap);
         const float eps = p.label_smoothing, zl = p.z_loss_scale * l * l;
-        p.row_loss[r] = (1 - eps) * (l - zt) + eps * (l - sz / p.vocab) + zl;
+        if (p.row_loss) p.row_loss[r] = (1 - eps) * (l - zt) + eps * (l - sz / p.vocab) + zl;
         if (p.row_z) p.row_z[r] = zl;
         if (p.lse) p.lse[r] = l;
         sh_lse = l;
@@ -101,13 +103,14 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
     __syncthreads();
     lse = sh_lse;
   } else if (threadIdx.x == 0) {
-    p.row_loss[r] = bad ? NAN : 0.0f;
+    if (p.row_loss) p.row_loss[r] = bad ? NAN : 0.0f;
     if (p.row_z) p.row_z[r] = 0;
     if (p.lse) p.lse[r] = 0;
   }
   if (!p.grad) return;
   T* g = static_cast<T*>(p.grad) + r * p.grad_stride;
-  const float scale = p.grad_scale ? *p.grad_scale : 1.0f;
+  const float scale =
+      (p.grad_scale ? *p.grad_scale : 1.0f) * (p.dloss ? p.dloss[p.dloss_per_row ? r : 0] : 1.0f);
   const float zfac = 1 + 2 * p.z_loss_scale * lse, unif = p.label_smoothing / p.vocab;
   const float hit = 1 - p.label_smoothing;
   for (int64_t k = threadIdx.x; k < packs; k += kCeThreads) {
@@ -261,14 +264,17 @@ int cross_entropy_fwd(const CrossEntropyArgs& a, void* stream) {
   p.grad = a.dlogits.data, p.grad_stride = a.dlogits.row_stride, p.dt = a.logits.dt;
   p.rows = a.logits.rows, p.vocab = a.logits.cols;
   p.labels = a.labels, p.labels_dt = a.labels_dt, p.labels_stride = a.labels_stride;
-  p.row_loss = none ? a.loss : ws.row_loss;
-  p.row_z = none ? a.z_loss : (a.z_loss ? ws.row_z : nullptr);
-  p.lse = a.lse;
+  const bool loss = a.loss != nullptr && a.lse_in == nullptr;
+  p.row_loss = !loss ? nullptr : none ? a.loss : ws.row_loss;
+  p.row_z = !loss ? nullptr : none ? a.z_loss : (a.z_loss ? ws.row_z : nullptr);
+  p.lse = a.lse_in ? nullptr : a.lse;
+  p.lse_in = a.lse_in;
+  p.dloss = a.dloss, p.dloss_per_row = none;
   p.grad_scale = a.reduction == Reduction::Mean ? ws.inv : nullptr;
   p.ignore_index = a.ignore_index, p.label_smoothing = a.label_smoothing;
   p.z_loss_scale = a.z_loss_scale, p.softcap = a.softcap;
   if (int e = launch_ce_rows(p, stream)) return e;
-  if (none) return 0;
+  if (none || !loss) return 0;
   const float* inv = a.reduction == Reduction::Mean ? ws.inv : nullptr;
   if (int e = launch_sum_scaled(ws.row_loss, a.logits.rows, inv, a.loss, stream)) return e;
   if (a.z_loss) return launch_sum_scaled(ws.row_z, a.logits.rows, inv, a.z_loss, stream);

@@ -207,8 +207,9 @@ int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* s
     p.labels = static_cast<const char*>(a.labels) +
                static_cast<size_t>(r0 * a.labels_stride) * label_bytes;
     p.labels_dt = a.labels_dt, p.labels_stride = a.labels_stride;
-    p.row_loss = (none ? a.loss : ws.row_loss) + r0;
+    p.row_loss = none ? (a.loss ? a.loss + r0 : nullptr) : ws.row_loss + r0;
     p.row_z = none ? (a.z_loss ? a.z_loss + r0 : nullptr) : (a.z_loss ? ws.row_z + r0 : nullptr);
+    p.dloss = a.dloss ? a.dloss + (none ? r0 : 0) : nullptr, p.dloss_per_row = none;
     p.grad_scale = a.reduction == Reduction::Mean ? ws.inv : nullptr;
     p.ignore_index = a.ignore_index, p.label_smoothing = a.label_smoothing;
     p.z_loss_scale = a.z_loss_scale, p.softcap = a.softcap;
@@ -261,7 +262,7 @@ int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* s
             launch_f32_to(dw32, a.dweight.data, wgrad_dt, vocab * h, a.accumulate_dweight, stream))
       return e;
   }
-  if (none) return 0;
+  if (none || !a.loss) return 0;
   const float* inv = a.reduction == Reduction::Mean ? ws.inv : nullptr;
   if (int e = launch_sum_scaled(ws.row_loss, n, inv, a.loss, stream)) return e;
   if (a.z_loss) return launch_sum_scaled(ws.row_z, n, inv, a.z_loss, stream);

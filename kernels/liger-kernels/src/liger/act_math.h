@@ -26,11 +26,11 @@ LIGER_HD float act_fwd(Act act, float x) {
   switch (act) {
     case Act::SiLU:
       return x * sigmoidf(x);
-    case Act::GeluErf:
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-    case Act::GeluTanh: {
-      const float inner = 0.79788456080286536f * (x + 0.044715f * x * x * x);
-      return 0.5f * x * (1.0f + tanhf(inner));
+    case Act::GeluErf:  // erfc keeps the left tail accurate where 1 + erf cancels
+      return 0.5f * x * erfcf(-x * 0.70710678118654752f);
+    case Act::GeluTanh: {  // 0.5(1 + tanh z) = σ(2z), without the cancellation for z ≪ 0
+      const float z = 0.79788456080286536f * (x + 0.044715f * x * x * x);
+      return x * sigmoidf(2.0f * z);
     }
     default:
       return x * sigmoidf(1.702f * x);
@@ -45,14 +45,14 @@ LIGER_HD float act_grad(Act act, float x) {
       return s * (1.0f + x * (1.0f - s));
     }
     case Act::GeluErf: {
-      const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
+      const float cdf = 0.5f * erfcf(-x * 0.70710678118654752f);
       const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
       return cdf + x * pdf;
     }
-    case Act::GeluTanh: {
+    case Act::GeluTanh: {  // d/dx x·σ(2z) = σ + x·2σ(1−σ)·z'
       const float k = 0.79788456080286536f;
-      const float t = tanhf(k * (x + 0.044715f * x * x * x));
-      return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * k * (1.0f + 3.0f * 0.044715f * x * x);
+      const float s = sigmoidf(2.0f * k * (x + 0.044715f * x * x * x));
+      return s + 2.0f * x * s * (1.0f - s) * k * (1.0f + 3.0f * 0.044715f * x * x);
     }
     default: {
       const float s = sigmoidf(1.702f * x);

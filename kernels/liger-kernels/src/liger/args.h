@@ -149,17 +149,23 @@ enum class Reduction : uint8_t { None = 0, Mean = 1, Sum = 2 };
 //   loss  = (1-ε)(lse - z_t) + ε(lse - mean_j z_j) + zloss·lse²
 //   dz_j  = softmax_j·(1 + 2·zloss·lse) - ε/V - (1-ε)[j==t];  dx_j = dz_j · (1 - tanh²) if softcap
 // Mean divides by the number of non-ignored rows (counted on the device; 0 → loss 0, no NaN).
-// Gradients are for an upstream gradient of 1 (times `grad_scale` when given, a device f32
-// scalar); CrossEntropyScale multiplies them by dloss afterwards when it is not 1.
+// One launcher serves forward and backward:
+//  * forward: loss (and lse / z_loss) written; with dlogits given, the gradient too (Liger's
+//    design: the forward leaves d(logits) behind, for an upstream gradient of 1 or of `dloss`);
+//  * backward: lse_in given (from the forward) → the row is read once and only dlogits written;
+//    loss may be null.
+// `dloss` (device f32, a scalar for Mean/Sum, [rows] for None) scales the gradient when given.
 struct CrossEntropyArgs {
   Rows logits;
   const void* labels = nullptr;
   IndexDt labels_dt = IndexDt::I64;
   int64_t labels_stride = 1;
-  Rows dlogits;             // data may be null (forward only); may equal logits (in place)
-  float* loss = nullptr;    // f32: [rows] for None, scalar otherwise
-  float* z_loss = nullptr;  // optional, same shape as loss: the zloss·lse² part
-  float* lse = nullptr;     // optional f32 [rows]
+  Rows dlogits;                   // data may be null (forward only); may equal logits (in place)
+  float* loss = nullptr;          // f32: [rows] for None, scalar otherwise
+  float* z_loss = nullptr;        // optional, same shape as loss: the zloss·lse² part
+  float* lse = nullptr;           // optional f32 [rows]
+  const float* lse_in = nullptr;  // backward: the forward's lse (skips the softmax pass)
+  const float* dloss = nullptr;
   int64_t ignore_index = -100;
   float label_smoothing = 0.0f;
   float z_loss_scale = 0.0f;
@@ -181,8 +187,9 @@ struct CrossEntropyScale {
 // ---- fused linear cross-entropy -----------------------------------------------------------------
 // logits = hidden[N, H] · weight[V, H]^T, then cross-entropy as above, processed in chunks of
 // `chunk_tokens` rows so the full [N, V] logits never exist. Gradients (for an upstream gradient
-// of 1) are produced in the same pass: dhidden [N, H] (hidden's dtype) and dweight [V, H] (f32
-// accumulation; written in dweight's dtype at the end). Either gradient may be null.
+// of 1, or of `dloss` when given) are produced in the same pass: dhidden [N, H] (hidden's dtype)
+// and dweight [V, H] (f32 accumulation; written in dweight's dtype at the end). Either gradient
+// and the loss may be null.
 struct FusedLinearCrossEntropyArgs {
   Rows hidden;  // [N, H]
   Rows weight;  // [V, H]
@@ -194,6 +201,7 @@ struct FusedLinearCrossEntropyArgs {
   bool accumulate_dweight = false;
   float* loss = nullptr;
   float* z_loss = nullptr;
+  const float* dloss = nullptr;  // device f32: scalar (Mean/Sum) or [N] (None)
   int64_t ignore_index = -100;
   float label_smoothing = 0.0f;
   float z_loss_scale = 0.0f;
