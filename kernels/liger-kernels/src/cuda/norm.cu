@@ -128,13 +128,15 @@ __device__ void write_partials(const float (&acc)[V][N], float* out, int64_t col
   }
 }
 
-template <class T, int G, int V>
-__global__ void __launch_bounds__(kThreads) norm_bwd_vec(NormP p) {
+// kLN is a template flag here (not a runtime one as elsewhere) so RMSNorm's backward does not
+// carry LayerNorm's d(bias) accumulators: it keeps the kernel at ≤ 128 registers, 2 blocks/SM.
+template <class T, int G, int V, bool kLN>
+__global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
   constexpr int N = 16 / sizeof(T);
   extern __shared__ float smem[];  // [gpb][cols] when G == 32
   __shared__ float red[32];
   const int gpb = kThreads / G, group = threadIdx.x / G, lane = threadIdx.x % G;
-  float dw[V][N] = {}, db[V][N] = {};
+  float dw[V][N] = {}, db[V][kLN ? N : 1] = {};
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * gpb + group; r < p.rows;
        r += static_cast<int64_t>(gridDim.x) * gpb) {
     // G == 256: the whole block iterates the same rows, so the bound is uniform.
@@ -152,10 +154,10 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_vec(NormP p) {
     float mean = 0, rstd;
     if (p.rstd_in) {
       rstd = p.rstd_in[r];
-      if (p.layer_norm) mean = p.mean_in[r];
+      if (kLN) mean = p.mean_in[r];
     } else {
       float s = 0;
-      if (p.layer_norm) {
+      if (kLN) {
 #pragma unroll
         for (int v = 0; v < V; ++v)
           if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
@@ -182,13 +184,13 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_vec(NormP p) {
       if (c < p.cols)
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float w = (p.layer_norm ? 0.0f : p.offset) + load_dt(p.w, p.w_dt, c + i);
+          const float w = (kLN ? 0.0f : p.offset) + load_dt(p.w, p.w_dt, c + i);
           const float g = to_f(gv[v].e[i]) * w, h = (to_f(xv[v].e[i]) - mean) * rstd;
           s1 += g;
           s2 += g * h;
         }
     }
-    const float c1 = p.layer_norm ? group_sum<G>(s1, red) / p.cols : 0.0f;
+    const float c1 = kLN ? group_sum<G>(s1, red) / p.cols : 0.0f;
     const float c2 = group_sum<G>(s2, red) / p.cols;
     T* dx = static_cast<T*>(p.y) + r * p.y_stride;
 #pragma unroll
@@ -198,18 +200,18 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_vec(NormP p) {
       Pack<T, N> out;
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const float w = (p.layer_norm ? 0.0f : p.offset) + load_dt(p.w, p.w_dt, c + i);
+        const float w = (kLN ? 0.0f : p.offset) + load_dt(p.w, p.w_dt, c + i);
         const float d = to_f(gv[v].e[i]), h = (to_f(xv[v].e[i]) - mean) * rstd;
         out.e[i] = from_f<T>(rstd * (d * w - c1 - h * c2));
         dw[v][i] += d * (p.llama_round ? round_f<T>(h) : h);
-        db[v][i] += d;
+        if constexpr (kLN) db[v][i] += d;
       }
       st<T, N>(dx + c, out);
     }
   }
   if (!p.want_param_grad) return;
   write_partials<G, V, N>(dw, p.partials + static_cast<int64_t>(blockIdx.x) * p.cols, p.cols, smem);
-  if (p.layer_norm)
+  if constexpr (kLN)
     write_partials<G, V, N>(db, p.partials + static_cast<int64_t>(gridDim.x + blockIdx.x) * p.cols,
                             p.cols, smem);
 }
@@ -355,11 +357,17 @@ int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate,
   switch (choose_path<T>(p)) {
     case Path::Warp: {
       const size_t smem = (kThreads / 32) * p.cols * sizeof(float);
-      norm_bwd_vec<T, 32, 4><<<grid, kThreads, smem, s>>>(p);
+      if (p.layer_norm)
+        norm_bwd_vec<T, 32, 4, true><<<grid, kThreads, smem, s>>>(p);
+      else
+        norm_bwd_vec<T, 32, 4, false><<<grid, kThreads, smem, s>>>(p);
       break;
     }
     case Path::Block:
-      norm_bwd_vec<T, kThreads, 4><<<grid, kThreads, 0, s>>>(p);
+      if (p.layer_norm)
+        norm_bwd_vec<T, kThreads, 4, true><<<grid, kThreads, 0, s>>>(p);
+      else
+        norm_bwd_vec<T, kThreads, 4, false><<<grid, kThreads, 0, s>>>(p);
       break;
     default:
       norm_bwd_loop<T><<<grid, kThreads, 0, s>>>(p);
