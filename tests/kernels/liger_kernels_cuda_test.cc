@@ -49,7 +49,8 @@ size_t ce_workspace(int64_t n) {
   return liger::cuda::cross_entropy_workspace_bytes(n);
 }
 size_t flce_workspace(int64_t n, int64_t h, int64_t v, liger::Dt dt, int64_t chunk) {
-  return liger::cuda::fused_linear_cross_entropy_workspace_bytes(n, h, v, dt, chunk);
+  return liger::cuda::fused_linear_cross_entropy_workspace_bytes(n, h, v, liger::Dt::F32, dt,
+                                                                 chunk);
 }
 void rms_norm_fwd(const liger::RmsNormFwd& a) {
   LIGER_CHECKED("rms_norm_fwd", liger::cuda::rms_norm_fwd(a, nullptr));

@@ -476,7 +476,8 @@ size_t flce_ws(const hk_call& call, uint32_t pass) {
   const hk_tensor* dw = hk::sdk::optional_output(call, pass == HK_PASS_BACKWARD ? 1 : 2);
   const Dt wdt = dw ? float_dt(*dw, "dweight") : Dt::F32;
   return liger::cuda::fused_linear_cross_entropy_workspace_bytes(
-      hk::sdk::rows(x), hk::sdk::last_dim(x), w.ndim > 0 ? w.shape[0] : 0, wdt, 0);
+      hk::sdk::rows(x), hk::sdk::last_dim(x), w.ndim > 0 ? w.shape[0] : 0, float_dt(x, "x"), wdt,
+      0);
 #else
   (void)call, (void)pass;
   return 0;

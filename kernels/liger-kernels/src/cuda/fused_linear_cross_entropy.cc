@@ -147,10 +147,10 @@ int64_t chunk_rows(int64_t n, int64_t vocab, int64_t requested) {
 }
 
 size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int64_t vocab,
-                                                  Dt weight_grad_dt, int64_t chunk_tokens) {
+                                                  Dt hidden_dt, Dt weight_grad_dt,
+                                                  int64_t chunk_tokens) {
   size_t total = 0;
-  // The dtype of the logits buffer is at most 4 bytes; size for the worst case (f32 hidden).
-  carve(nullptr, n, hidden, vocab, Dt::F32, weight_grad_dt, chunk_rows(n, vocab, chunk_tokens),
+  carve(nullptr, n, hidden, vocab, hidden_dt, weight_grad_dt, chunk_rows(n, vocab, chunk_tokens),
         &total);
   return total;
 }

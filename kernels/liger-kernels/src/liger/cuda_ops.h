@@ -32,8 +32,11 @@ int cross_entropy_scale(const CrossEntropyScale& a, void* stream);
 // m *= *factor (a device f32 scalar).
 int scale_rows(const Rows& m, const float* factor, void* stream);
 
+// weight_grad_dt: dweight's dtype, or F32 when dweight is f32 or absent (16-bit dweight needs an
+// f32 accumulator in the workspace).
 size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int64_t vocab,
-                                                  Dt weight_grad_dt, int64_t chunk_tokens);
+                                                  Dt hidden_dt, Dt weight_grad_dt,
+                                                  int64_t chunk_tokens);
 int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* stream);
 
 // out[i] = i + 1 < seq ? labels[b, i + 1] : ignore_index  (i64 [batch·seq]): the causal-LM
