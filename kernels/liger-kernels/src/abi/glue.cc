@@ -352,6 +352,83 @@ void silu_call(const hk_call& call, bool backward) {
   }
 }
 
+// ---- mlp@1 --------------------------------------------------------------------------------------
+liger::Act mlp_act(uint32_t a) {
+  if (a == hk::kActivationSiLU) return liger::Act::SiLU;
+  if (a == hk::kActivationGELU) return liger::Act::GeluErf;
+  if (a == hk::kActivationGELUTanh) return liger::Act::GeluTanh;
+  fail(HK_STATUS_UNSUPPORTED, "mlp: unknown activation " + std::to_string(a));
+}
+
+// Fills x and the three weights (inputs first..first+3) and checks their shapes.
+void mlp_common(const hk_call& call, int first, liger::MlpArgs* a) {
+  const auto at = hk::sdk::read_attrs<hk::MlpAttrs>(call);
+  a->act = mlp_act(at.activation);
+  a->accumulate = (at.flags & hk::kAccumulateWeightGrads) != 0;
+  a->x = rows_of(hk::sdk::input(call, first, "x"), "x");
+  a->gate_w = rows_of(hk::sdk::input(call, first + 1, "gate_w"), "gate_w");
+  a->up_w = rows_of(hk::sdk::input(call, first + 2, "up_w"), "up_w");
+  a->down_w = rows_of(hk::sdk::input(call, first + 3, "down_w"), "down_w");
+  const int64_t h = a->x.cols, inter = a->gate_w.rows;
+  if (a->gate_w.cols != h || a->up_w.rows != inter || a->up_w.cols != h || a->down_w.rows != h ||
+      a->down_w.cols != inter)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "mlp: weights must be gate_w/up_w [I, H] and down_w [H, I] for x [..., H]");
+  for (const Rows* w : {&a->gate_w, &a->up_w, &a->down_w})
+    if (w->dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "mlp: weights must have x's dtype");
+}
+
+size_t mlp_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  const bool bwd = pass == HK_PASS_BACKWARD;
+  const hk_tensor& x = hk::sdk::input(call, bwd ? 1 : 0, "x");
+  const hk_tensor& gw = hk::sdk::input(call, bwd ? 2 : 1, "gate_w");
+  return liger::cuda::mlp_workspace_bytes(hk::sdk::rows(x), gw.ndim > 0 ? gw.shape[0] : 0,
+                                          float_dt(x, "x"), bwd);
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void mlp_fwd_call(const hk_call& call) {
+  liger::MlpArgs a;
+  mlp_common(call, 0, &a);
+  const hk_tensor& y = hk::sdk::output(call, 0, "y");
+  same_shape(y, hk::sdk::input(call, 0, "x"), "y", "x");
+  a.y = rows_of(y, "y");
+  if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "mlp: y must have x's dtype");
+  check_workspace(call, mlp_ws(call, HK_PASS_FORWARD), "mlp");
+  a.workspace = call.workspace;
+  LIGER_RUN(mlp_fwd, a, call);
+}
+
+void mlp_bwd_call(const hk_call& call) {
+  liger::MlpArgs a;
+  mlp_common(call, 1, &a);
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+  const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
+  same_shape(dy, x, "dy", "x");
+  same_shape(dx, x, "dx", "x");
+  a.dy = rows_of(dy, "dy"), a.dx = rows_of(dx, "dx");
+  if (a.dy.dt != a.x.dt || a.dx.dt != a.x.dt)
+    fail(HK_STATUS_UNSUPPORTED, "mlp backward: dy, x and dx must share one dtype");
+  const Rows* ws[3] = {&a.gate_w, &a.up_w, &a.down_w};
+  Rows* gs[3] = {&a.dgate_w, &a.dup_w, &a.ddown_w};
+  const char* names[3] = {"dgate_w", "dup_w", "ddown_w"};
+  for (int i = 0; i < 3; ++i)
+    if (const hk_tensor* t = hk::sdk::optional_output(call, 1 + i)) {
+      *gs[i] = rows_of(*t, names[i]);
+      if (gs[i]->rows != ws[i]->rows || gs[i]->cols != ws[i]->cols)
+        fail(HK_STATUS_INVALID_ARGUMENT,
+             std::string("mlp backward: ") + names[i] + " must be shaped like its weight");
+    }
+  check_workspace(call, mlp_ws(call, HK_PASS_BACKWARD), "mlp backward");
+  a.workspace = call.workspace;
+  LIGER_RUN(mlp_bwd, a, call);
+}
+
 // ---- cross_entropy@1 ----------------------------------------------------------------------------
 void ce_attrs(const hk::CrossEntropyAttrs& at, liger::CrossEntropyArgs* a) {
   a->ignore_index = at.ignore_index, a->label_smoothing = at.label_smoothing;
@@ -601,6 +678,15 @@ hk_status silu_forward(const hk_call* c) noexcept {
 }
 hk_status silu_backward(const hk_call* c) noexcept {
   return hk::sdk::guard(c, [&] { silu_call(*c, true); });
+}
+hk_status mlp_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { mlp_fwd_call(*c); });
+}
+hk_status mlp_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { mlp_bwd_call(*c); });
+}
+hk_status mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<mlp_ws>(c, p, b);
 }
 hk_status cross_entropy_forward(const hk_call* c) noexcept {
   return hk::sdk::guard(c, [&] { ce_fwd(*c); });

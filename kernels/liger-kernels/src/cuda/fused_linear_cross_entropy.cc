@@ -10,101 +10,17 @@
 // one chunk of logits + the f32 d(W) when dweight is 16-bit + 32 MiB of cuBLASLt workspace.
 // No host synchronisation; the cuBLASLt handle is created once per device on first use (so this
 // entry does not claim CUDA-graph capture).
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 
-#include <mutex>
-
 #include "cuda/ce_launch.h"
+#include "cuda/gemm.h"
 #include "liger/cuda_ops.h"
 
 namespace liger::cuda {
 namespace {
 
-constexpr size_t kGemmWorkspace = size_t{32} << 20;
-
 size_t align256(size_t v) {
   return (v + 255) / 256 * 256;
-}
-
-cudaDataType_t cuda_type(Dt dt) {
-  return dt == Dt::F32 ? CUDA_R_32F : dt == Dt::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-}
-
-// One handle per device for the life of the process (cuBLASLt handles are thread-safe).
-cublasLtHandle_t lt_handle(int* status) {
-  static std::mutex mu;
-  static cublasLtHandle_t handles[64] = {};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) dev = 0;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!handles[dev]) {
-    cublasStatus_t st = cublasLtCreate(&handles[dev]);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      *status = -static_cast<int>(st);
-      handles[dev] = nullptr;
-    }
-  }
-  return handles[dev];
-}
-
-struct Gemm {
-  bool ta, tb;
-  int64_t m, n, k;
-  const void* a;
-  Dt a_dt;
-  int64_t lda;
-  const void* b;
-  Dt b_dt;
-  int64_t ldb;
-  void* c;
-  Dt c_dt;
-  int64_t ldc;
-  float beta;
-};
-
-// Column-major D = op(A)·op(B) + beta·D with f32 accumulation (the caller maps row-major
-// operands onto this by swapping roles).
-int run_gemm(cublasLtHandle_t h, const Gemm& g, void* ws, cudaStream_t s) {
-  cublasLtMatmulDesc_t op = nullptr;
-  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  cublasStatus_t st = cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F);
-  auto fail = [&](cublasStatus_t e) {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
-    return e == CUBLAS_STATUS_SUCCESS ? 0 : -static_cast<int>(e);
-  };
-  if (st) return fail(st);
-  const cublasOperation_t ta = g.ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                          tb = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
-  cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
-  // Stored shapes: A is m×k (k×m when transposed), B is k×n (n×k when transposed).
-  if ((st = cublasLtMatrixLayoutCreate(&la, cuda_type(g.a_dt), g.ta ? g.k : g.m, g.ta ? g.m : g.k,
-                                       g.lda)))
-    return fail(st);
-  if ((st = cublasLtMatrixLayoutCreate(&lb, cuda_type(g.b_dt), g.tb ? g.n : g.k, g.tb ? g.k : g.n,
-                                       g.ldb)))
-    return fail(st);
-  if ((st = cublasLtMatrixLayoutCreate(&lc, cuda_type(g.c_dt), g.m, g.n, g.ldc))) return fail(st);
-  if ((st = cublasLtMatmulPreferenceCreate(&pref))) return fail(st);
-  size_t ws_bytes = kGemmWorkspace;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                       sizeof(ws_bytes));
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &heur, &found);
-  if (st) return fail(st);
-  if (found == 0) return fail(CUBLAS_STATUS_NOT_SUPPORTED);
-  const float alpha = 1.0f;
-  st = cublasLtMatmul(h, op, &alpha, g.a, la, g.b, lb, &g.beta, g.c, lc, g.c, lc, &heur.algo, ws,
-                      kGemmWorkspace, s);
-  return fail(st);
 }
 
 struct FlceWorkspace {
@@ -156,7 +72,6 @@ size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int
 }
 
 int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* stream) {
-  const auto s = static_cast<cudaStream_t>(stream);
   const int64_t n = a.hidden.rows, h = a.hidden.cols, vocab = a.weight.rows;
   const Dt dt = a.hidden.dt;
   const int64_t chunk = chunk_rows(n, vocab, a.chunk_tokens);
@@ -166,7 +81,7 @@ int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* s
   const bool none = a.reduction == Reduction::None;
   const bool want_grad = a.dhidden.data || a.dweight.data;
   int status = 0;
-  cublasLtHandle_t lt = lt_handle(&status);
+  void* lt = lt_handle(&status);
   if (!lt) return status;
   if (a.reduction == Reduction::Mean) {
     if (int e = launch_inv_divisor(a.labels, a.labels_dt, a.labels_stride, n, a.ignore_index,
@@ -198,7 +113,7 @@ int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* s
             dt,
             vocab,
             0.0f};
-    if (int e = run_gemm(lt, g1, ws.gemm, s)) return e;
+    if (int e = run_gemm(lt, g1, ws.gemm, stream)) return e;
     // (2) loss and d(logits) in place
     CeRowsP p{};
     p.logits = ws.logits, p.logits_stride = vocab, p.dt = dt;
@@ -233,7 +148,7 @@ int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* s
               a.dhidden.dt,
               a.dhidden.row_stride,
               0.0f};
-      if (int e = run_gemm(lt, g2, ws.gemm, s)) return e;
+      if (int e = run_gemm(lt, g2, ws.gemm, stream)) return e;
     }
     // (4) d(W)ᵀ[H, V] (+)= hᵀ[H, rows] · d(logits)[rows, V]   (f32)
     if (dw32) {
@@ -253,7 +168,7 @@ int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* s
               Dt::F32,
               dw32_ld,
               first ? 0.0f : 1.0f};
-      if (int e = run_gemm(lt, g3, ws.gemm, s)) return e;
+      if (int e = run_gemm(lt, g3, ws.gemm, stream)) return e;
     }
   }
   if (dw32 && wgrad_dt != Dt::F32) {

@@ -217,3 +217,25 @@ struct FusedLinearCrossEntropyArgs {
 int64_t default_chunk_tokens(int64_t n, int64_t vocab);
 
 }  // namespace liger
+
+namespace liger {
+
+// ---- gated MLP (SwiGLU / GeGLU with its three projections) --------------------------------------
+// forward : g = x·gate_wᵀ, u = x·up_wᵀ, h = round(act(g))·u, y = h·down_wᵀ
+// backward: recomputes g, u, h; dh = dy·down_w; d(down_w) (+)= dyᵀ·h; (dg, du) from the gated
+//           activation backward; dx = dg·gate_w + du·up_w; d(gate_w) (+)= dgᵀ·x, d(up_w) (+)=
+//           duᵀ·x.
+// All matrices share x's dtype except the weight gradients (their own dtype, f32 accumulation in
+// the GEMM). The cuda variant takes its [rows, I] intermediates from the workspace
+// (mlp_workspace_bytes); the cpu variant allocates them.
+struct MlpArgs {
+  Act act = Act::SiLU;
+  Rows x, gate_w, up_w, down_w;  // [rows, H], [I, H], [I, H], [H, I]
+  Rows y;                        // forward output [rows, H]
+  Rows dy, dx;                   // backward
+  Rows dgate_w, dup_w, ddown_w;  // backward, each optional (data null)
+  bool accumulate = false;
+  void* workspace = nullptr;
+};
+
+}  // namespace liger

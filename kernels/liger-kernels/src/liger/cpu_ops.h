@@ -29,3 +29,8 @@ namespace liger::cpu {
 void shift_labels(const void* labels, IndexDt dt, int64_t batch, int64_t seq, int64_t batch_stride,
                   int64_t ignore_index, int64_t* out);
 }  // namespace liger::cpu
+
+namespace liger::cpu {
+void mlp_fwd(const MlpArgs& a);
+void mlp_bwd(const MlpArgs& a);
+}  // namespace liger::cpu

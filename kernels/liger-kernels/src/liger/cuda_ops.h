@@ -39,6 +39,10 @@ size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int
                                                   int64_t chunk_tokens);
 int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* stream);
 
+size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward);
+int mlp_fwd(const MlpArgs& a, void* stream);
+int mlp_bwd(const MlpArgs& a, void* stream);
+
 // out[i] = i + 1 < seq ? labels[b, i + 1] : ignore_index  (i64 [batch·seq]): the causal-LM
 // shift, so the loss of position t predicts token t + 1.
 int shift_labels(const void* labels, IndexDt dt, int64_t batch, int64_t seq, int64_t batch_stride,
