@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "liger/args.h"
 
@@ -103,6 +104,27 @@ __device__ __forceinline__ float group_sum(float v, float* red) {
 #pragma unroll
     for (int i = 0; i < G / 32; ++i) t += red[i];
     return t;
+  }
+}
+
+template <class T>
+constexpr Dt dt_of() {
+  return sizeof(T) == 4 ? Dt::F32 : (std::is_same<T, __half>::value ? Dt::F16 : Dt::BF16);
+}
+
+// N consecutive elements of a runtime-typed vector (weights, cos/sin) as floats: one 16-byte
+// access when `same` (the vector has the element type T and the caller checked alignment), else
+// N scalar loads. The branch is uniform across the launch.
+template <class T, int N>
+__device__ __forceinline__ void load_run(const void* p, Dt dt, int64_t i, bool same,
+                                         float (&out)[N]) {
+  if (same) {
+    const Pack<T, N> v = ld<T, N>(static_cast<const T*>(p) + i);
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = to_f(v.e[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = load_dt(p, dt, i + k);
   }
 }
 

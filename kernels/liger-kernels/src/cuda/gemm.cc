@@ -4,6 +4,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <mutex>
 
 #include "cuda/gemm.h"
@@ -12,6 +13,13 @@ namespace liger::cuda {
 namespace {
 cudaDataType_t cuda_type(Dt dt) {
   return dt == Dt::F32 ? CUDA_R_32F : dt == Dt::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+// Largest power of two (≤ 256) dividing the address.
+uint32_t alignment(const void* p) {
+  uint32_t a = 256;
+  while (a > 1 && (reinterpret_cast<uintptr_t>(p) % a) != 0) a >>= 1;
+  return a;
 }
 
 }  // namespace
@@ -68,6 +76,17 @@ int run_gemm(void* handle, const Gemm& g, void* ws, void* stream) {
   size_t ws_bytes = kGemmWorkspace;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                        sizeof(ws_bytes));
+  // The heuristic assumes 256-byte aligned operands unless told otherwise; chunk slices of a
+  // padded matrix may be less aligned, so state each pointer's real alignment.
+  const uint32_t align_a = alignment(g.a), align_b = alignment(g.b), align_c = alignment(g.c);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                       sizeof(align_a));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                       sizeof(align_b));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                       sizeof(align_c));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                       sizeof(align_c));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   st = cublasLtMatmulAlgoGetHeuristic(h, op, la, lb, lc, lc, pref, 1, &heur, &found);

@@ -34,7 +34,8 @@ struct NormP {
   const float* rstd_in;
   float eps, offset;
   bool layer_norm, llama_round, want_param_grad;
-  float* partials;  // [gridDim.x][cols] (×2 for LayerNorm: dw then db)
+  bool w_packed, b_packed;  // weight / bias have x's dtype and 16-byte alignment
+  float* partials;          // [gridDim.x][cols] (×2 for LayerNorm: dw then db)
 };
 
 // ---- register-resident kernels ------------------------------------------------------------------
@@ -81,15 +82,18 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
     const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
     if (c >= p.cols) continue;
     Pack<T, N> out;
+    float w[N], bias[N] = {};
+    load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
+    if (p.layer_norm && p.b) load_run<T, N>(p.b, p.b_dt, c, p.b_packed, bias);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       float h = (to_f(xv[v].e[i]) - mean) * rstd;
       float o;
       if (p.layer_norm) {
-        o = h * load_dt(p.w, p.w_dt, c + i) + (p.b ? load_dt(p.b, p.b_dt, c + i) : 0.0f);
+        o = h * w[i] + bias[i];
       } else {
         if (p.llama_round) h = round_f<T>(h);
-        o = h * (p.offset + load_dt(p.w, p.w_dt, c + i));
+        o = h * (p.offset + w[i]);
       }
       out.e[i] = from_f<T>(o);
     }
@@ -181,14 +185,17 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
-      if (c < p.cols)
+      if (c < p.cols) {
+        float w[N];
+        load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float w = (kLN ? 0.0f : p.offset) + load_dt(p.w, p.w_dt, c + i);
-          const float g = to_f(gv[v].e[i]) * w, h = (to_f(xv[v].e[i]) - mean) * rstd;
+          const float g = to_f(gv[v].e[i]) * ((kLN ? 0.0f : p.offset) + w[i]);
+          const float h = (to_f(xv[v].e[i]) - mean) * rstd;
           s1 += g;
           s2 += g * h;
         }
+      }
     }
     const float c1 = kLN ? group_sum<G>(s1, red) / p.cols : 0.0f;
     const float c2 = group_sum<G>(s2, red) / p.cols;
@@ -198,11 +205,12 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
       const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
       if (c >= p.cols) continue;
       Pack<T, N> out;
+      float w[N];
+      load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const float w = (kLN ? 0.0f : p.offset) + load_dt(p.w, p.w_dt, c + i);
         const float d = to_f(gv[v].e[i]), h = (to_f(xv[v].e[i]) - mean) * rstd;
-        out.e[i] = from_f<T>(rstd * (d * w - c1 - h * c2));
+        out.e[i] = from_f<T>(rstd * (d * ((kLN ? 0.0f : p.offset) + w[i]) - c1 - h * c2));
         dw[v][i] += d * (p.llama_round ? round_f<T>(h) : h);
         if constexpr (kLN) db[v][i] += d;
       }
@@ -321,7 +329,7 @@ Path choose_path(const NormP& p) {
   constexpr int N = 16 / sizeof(T);
   const bool vec = aligned16(p.x) && aligned16(p.y) && p.cols % N == 0 && p.x_stride % N == 0 &&
                    p.y_stride % N == 0 && (!p.dy || (aligned16(p.dy) && p.dy_stride % N == 0));
-  if (vec && p.cols <= 32 * 4 * N) return Path::Warp;
+  if (vec && p.cols <= 32 * 4 * N) return Path::Warp;  // (w_packed set by the launchers)
   if (vec && p.cols <= kThreads * 4 * N) return Path::Block;
   return Path::Loop;
 }
@@ -334,8 +342,15 @@ int64_t bwd_grid(int64_t rows, int64_t cols) {
 }
 
 template <class T>
-int launch_fwd(const NormP& p, cudaStream_t s) {
+void set_packed(NormP& p) {
+  p.w_packed = p.w_dt == dt_of<T>() && aligned16(p.w);
+  p.b_packed = p.b != nullptr && p.b_dt == dt_of<T>() && aligned16(p.b);
+}
+
+template <class T>
+int launch_fwd(NormP p, cudaStream_t s) {
   if (p.rows == 0) return 0;
+  set_packed<T>(p);
   switch (choose_path<T>(p)) {
     case Path::Warp:
       norm_fwd_vec<T, 32, 4><<<(p.rows + 7) / 8, kThreads, 0, s>>>(p);
@@ -352,6 +367,7 @@ int launch_fwd(const NormP& p, cudaStream_t s) {
 template <class T>
 int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate, cudaStream_t s) {
   if (p.rows == 0) return 0;
+  set_packed<T>(p);
   const int64_t grid = bwd_grid(p.rows, p.cols);
   p.want_param_grad = dw != nullptr || db != nullptr;
   switch (choose_path<T>(p)) {

@@ -12,7 +12,7 @@ namespace liger::cuda {
 namespace {
 
 template <class T, int N>
-__global__ void rope_kernel(RopeArgs a, int pairs) {
+__global__ void rope_kernel(RopeArgs a, int pairs, bool cos_f32_packed) {
   const int64_t b = blockIdx.x / a.seq, s = blockIdx.x % a.seq;
   const int half = static_cast<int>(a.head_dim / 2);
   const int j = threadIdx.x % pairs, slot = threadIdx.x / pairs, slots = blockDim.x / pairs;
@@ -22,12 +22,33 @@ __global__ void rope_kernel(RopeArgs a, int pairs) {
                   : b * a.cos_batch_stride + s;
   const int c0 = j * N;
   float c1[N], c2[N], s1[N], s2[N];
+  bool loaded = false;
+  if constexpr (N % 4 == 0) {
+    if (cos_f32_packed) {  // f32 tables, 16-byte aligned: N floats as N/4 float4 loads
+      const float* cp = static_cast<const float*>(a.cos) + row * a.head_dim + c0;
+      const float* sp = static_cast<const float*>(a.sin) + row * a.head_dim + c0;
 #pragma unroll
-  for (int i = 0; i < N; ++i) {
-    c1[i] = load_dt(a.cos, a.cos_dt, row * a.head_dim + c0 + i);
-    c2[i] = load_dt(a.cos, a.cos_dt, row * a.head_dim + half + c0 + i);
-    s1[i] = load_dt(a.sin, a.cos_dt, row * a.head_dim + c0 + i);
-    s2[i] = load_dt(a.sin, a.cos_dt, row * a.head_dim + half + c0 + i);
+      for (int i = 0; i < N; i += 4) {
+        const float4 a1 = *reinterpret_cast<const float4*>(cp + i);
+        const float4 a2 = *reinterpret_cast<const float4*>(cp + half + i);
+        const float4 b1 = *reinterpret_cast<const float4*>(sp + i);
+        const float4 b2 = *reinterpret_cast<const float4*>(sp + half + i);
+        c1[i] = a1.x, c1[i + 1] = a1.y, c1[i + 2] = a1.z, c1[i + 3] = a1.w;
+        c2[i] = a2.x, c2[i + 1] = a2.y, c2[i + 2] = a2.z, c2[i + 3] = a2.w;
+        s1[i] = b1.x, s1[i + 1] = b1.y, s1[i + 2] = b1.z, s1[i + 3] = b1.w;
+        s2[i] = b2.x, s2[i + 1] = b2.y, s2[i + 2] = b2.z, s2[i + 3] = b2.w;
+      }
+      loaded = true;
+    }
+  }
+  if (!loaded) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      c1[i] = load_dt(a.cos, a.cos_dt, row * a.head_dim + c0 + i);
+      c2[i] = load_dt(a.cos, a.cos_dt, row * a.head_dim + half + c0 + i);
+      s1[i] = load_dt(a.sin, a.cos_dt, row * a.head_dim + c0 + i);
+      s2[i] = load_dt(a.sin, a.cos_dt, row * a.head_dim + half + c0 + i);
+    }
   }
   if (a.backward) {  // transpose: swap the roles so one formula serves both directions
 #pragma unroll
@@ -72,7 +93,11 @@ int launch(const RopeArgs& a, cudaStream_t s) {
   int threads = static_cast<int>(want < 256 ? (want + 31) / 32 * 32 : 256);
   threads = threads / pairs * pairs;  // whole slots only
   if (threads == 0) threads = pairs;  // pairs > 256 cannot happen below 1024 threads
-  rope_kernel<T, N><<<static_cast<unsigned>(a.batch * a.seq), threads, 0, s>>>(a, pairs);
+  // float4 table loads need N % 4 == 0 and 16-byte aligned rows of f32.
+  const bool cos_f32_packed = N % 4 == 0 && a.cos_dt == Dt::F32 && aligned16(a.cos) &&
+                              aligned16(a.sin) && a.head_dim % 4 == 0;
+  rope_kernel<T, N>
+      <<<static_cast<unsigned>(a.batch * a.seq), threads, 0, s>>>(a, pairs, cos_f32_packed);
   return last_error();
 }
 
