@@ -26,6 +26,9 @@
 
 namespace hk::testing {
 
+// The dtypes every op is tested in (f64 is used for finite differences and exact references).
+inline constexpr DType kTestDtypes[] = {DType::F32, DType::BF16, DType::F16};
+
 // ---- values -------------------------------------------------------------------------------------
 
 // Stores `values` (row-major) into a new contiguous CPU tensor of `dtype`, rounding as the dtype

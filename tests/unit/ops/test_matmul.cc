@@ -11,7 +11,7 @@ namespace {
 
 using namespace hk::testing;
 
-constexpr DType kDtypes[] = {DType::F32, DType::BF16, DType::F16};
+constexpr auto& kDtypes = kTestDtypes;
 
 // C = alpha·op(A)·op(B) + beta·C0 over row-major values, accumulated in Acc (double: the
 // reference; float: the same-dtype naive implementation that bounds the reduction error).
