@@ -23,6 +23,10 @@
 #include "hk/stream.h"
 #include "hk/tensor.h"
 
+namespace hk {
+class KVCache;  // hk/generation.h
+}  // namespace hk
+
 namespace hk::nn {
 
 // Helper base: a module whose forward goes through an `Impl` object of one interface type.
@@ -178,8 +182,6 @@ class AttentionImpl : public LayerImpl {
                        const TensorView& v, const TensorView& out, const AttentionCall& call,
                        Stream stream) const = 0;
 };
-
-class KVCache;  // hk/generation.h
 
 // Everything a decoder layer's attention needs for one forward.
 struct AttentionState {

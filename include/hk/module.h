@@ -88,8 +88,8 @@ class Module {
   // ---- parameters and buffers ----------------------------------------------------------------
   void register_parameter(const std::string& name, Shape shape);
   void register_buffer(const std::string& name, Shape shape, bool persistent = true);
-  // Declares `name` as sharing storage with the parameter at `target_path` (a dotted path from the
-  // root of the tree that `load_state_dict` is called on).
+  // Declares `name` (new, or an already declared parameter of the same shape) as sharing storage
+  // with the parameter at `target_path` (a dotted path from the root of the tree).
   void tie_parameter(const std::string& name, Shape shape, std::string target_path);
   bool has_parameter(const std::string& name) const { return params_.count(name) != 0; }
   // The slot; throws InvalidArgument naming the module and the known names when absent.
@@ -132,14 +132,17 @@ void resolve_ties(Module& root);
 
 // ---- state dicts -----------------------------------------------------------------------------
 
-// A read-only set of named CPU tensors: a checkpoint (one or several safetensors files) or an
+// A read-only set of named tensors: a checkpoint (one or several safetensors files) or an
 // in-memory map in tests.
 class StateDictSource {
  public:
   virtual ~StateDictSource() = default;
   virtual std::vector<std::string> keys() const = 0;
-  // A CPU view of the tensor (valid while the source lives). Throws hk::Error for corrupt data.
-  virtual TensorView get(const std::string& key) const = 0;
+  virtual Shape shape(const std::string& key) const = 0;
+  // An owning copy on `device`, converted to `dtype` when given. Throws hk::Error for corrupt
+  // data or a dtype hk cannot compute with.
+  virtual Tensor load(const std::string& key, Device device, std::optional<DType> dtype,
+                      Stream stream) const = 0;
   // Where the tensors come from, for error messages ("checkpoint DIR").
   virtual std::string describe() const = 0;
 };
@@ -147,13 +150,17 @@ class StateDictSource {
 // An in-memory StateDictSource (tests, converted weights).
 class TensorMapSource : public StateDictSource {
  public:
-  explicit TensorMapSource(std::map<std::string, Tensor> tensors, std::string description = "state dict")
+  explicit TensorMapSource(std::map<std::string, Tensor> tensors,
+                           std::string description = "state dict")
       : tensors_(std::move(tensors)), description_(std::move(description)) {}
   std::vector<std::string> keys() const override;
-  TensorView get(const std::string& key) const override;
+  Shape shape(const std::string& key) const override;
+  Tensor load(const std::string& key, Device device, std::optional<DType> dtype,
+              Stream stream) const override;
   std::string describe() const override { return description_; }
 
  private:
+  const Tensor& at(const std::string& key) const;
   std::map<std::string, Tensor> tensors_;
   std::string description_;
 };
@@ -165,10 +172,11 @@ using KeyMapping = std::function<std::optional<std::string>(const std::string& c
 struct LoadStateOptions {
   KeyMapping key_mapping;               // empty = identity
   Device device = Device::cpu();        // where parameters are placed
-  std::optional<DType> dtype;           // nullopt = keep each checkpoint tensor's dtype
+  std::optional<DType> dtype;  // floating tensors are converted to it; nullopt = keep the checkpoint dtype
   // Checkpoint keys (after mapping) with one of these suffixes are silently ignored when they
   // have no slot in the tree (e.g. `rotary_emb.inv_freq` written by old Transformers versions).
   std::vector<std::string> ignore_unexpected_suffixes;
+  Stream stream;
 };
 
 // Loads every persistent parameter/buffer of `root` from `source`. Throws InvalidArgument listing

@@ -73,7 +73,15 @@ void Module::register_buffer(const std::string& name, Shape shape, bool persiste
 }
 
 void Module::tie_parameter(const std::string& name, Shape shape, std::string target_path) {
-  HK_CHECK(params_.count(name) == 0, type_name_ + " already has a parameter '" + name + "'");
+  auto existing = params_.find(name);
+  if (existing != params_.end()) {  // turn a declared parameter into a tied one
+    HK_CHECK(existing->second.shape == shape,
+             type_name_ + "." + name + ": tied shape " + shape_str(shape) +
+                 " differs from the declared " + shape_str(existing->second.shape));
+    existing->second.tied_to = std::move(target_path);
+    existing->second.value = Tensor();
+    return;
+  }
   Parameter p;
   p.shape = std::move(shape);
   p.tied_to = std::move(target_path);

@@ -19,10 +19,25 @@ std::vector<std::string> TensorMapSource::keys() const {
   return out;
 }
 
-TensorView TensorMapSource::get(const std::string& key) const {
+const Tensor& TensorMapSource::at(const std::string& key) const {
   auto it = tensors_.find(key);
   if (it == tensors_.end()) throw NotFound("tensor '" + key + "' is not in " + description_);
-  return it->second.view();
+  return it->second;
+}
+
+Shape TensorMapSource::shape(const std::string& key) const { return at(key).sizes(); }
+
+Tensor TensorMapSource::load(const std::string& key, Device device, std::optional<DType> dtype,
+                             Stream stream) const {
+  Tensor t = at(key);
+  if (dtype && is_floating(t.dtype()) && *dtype != t.dtype()) {
+    Tensor converted = Tensor::empty(t.sizes(), *dtype, t.device(), stream);
+    ops::cast(t, converted, stream);
+    t = converted;
+  } else {
+    t = t.clone(stream);
+  }
+  return t.device() == device ? t : t.to(device, stream);
 }
 
 namespace {
@@ -80,31 +95,17 @@ void load_state_dict(Module& root, const StateDictSource& source, const LoadStat
                           " do not belong to the model: " + list_names(unexpected) +
                           "; the checkpoint does not match this model's config");
 
-  std::map<std::string, TensorView> views;
   for (const auto& [path, key] : found) {
-    TensorView v = source.get(key);
+    Shape shape = source.shape(key);
     const Parameter& p = *wanted.at(path);
-    if (v.sizes() != p.shape)
+    if (shape != p.shape)
       throw InvalidArgument("tensor '" + key + "' in " + source.describe() + " has shape " +
-                            shape_str(v.sizes()) + " but the model expects " + shape_str(p.shape) +
+                            shape_str(shape) + " but the model expects " + shape_str(p.shape) +
                             " for " + path + "; the checkpoint does not match config.json");
-    views.emplace(path, v);
   }
 
-  for (const auto& [path, v] : views) {
-    DType target = (options.dtype && is_floating(v.dtype)) ? *options.dtype : v.dtype;
-    Tensor loaded;
-    if (target != v.dtype) {
-      loaded = Tensor::empty(v.sizes(), target, Device::cpu());
-      ops::cast(v, loaded);
-      if (!options.device.is_cpu()) loaded = loaded.to(options.device);
-    } else if (options.device.is_cpu()) {
-      loaded = Tensor::wrap(v).clone();
-    } else {
-      loaded = Tensor::wrap(v).to(options.device);
-    }
-    wanted.at(path)->value = loaded;
-  }
+  for (const auto& [path, key] : found)
+    wanted.at(path)->value = source.load(key, options.device, options.dtype, options.stream);
   resolve_ties(root);
 }
 
