@@ -85,6 +85,25 @@ struct MlpAttrs {
   uint32_t flags = 0;  // kAccumulateWeightGrads
 };
 
+// ---- activation@1 (activation layers: SiLU, GELU, GeluTanh, QuickGELU, ...) ---------------------
+// forward   inputs: x       outputs: y (x's shape; may alias x)      y = act(x), act from `kind`
+// backward  inputs: dy, x   outputs: dx
+inline constexpr uint32_t kActivationQuickGELU = 3;  // x·sigmoid(1.702·x)
+struct ActivationAttrs {
+  uint32_t kind = kActivationSiLU;  // kActivation*
+};
+
+// ---- act_and_mul@1 (gated activations: silu_and_mul, gelu_and_mul, Liger SwiGLU / GeGLU) -------
+// forward   inputs:  x [..., 2d] (gate ‖ up), or gate [..., d] followed by up [..., d] (optional
+//                    second input: gate and up as two tensors)
+//           outputs: y [..., d]
+//   y = round_to(y.dtype, act(gate)) · up   (act(gate) rounded first, as Transformers' MLP does)
+// backward  inputs:  dy [..., d], x (or gate), up (optional, as in forward)
+//           outputs: dx (x's shape: dgate ‖ dup, or dgate), dup (when up was given)
+struct ActAndMulAttrs {
+  uint32_t kind = kActivationSiLU;  // kActivation*
+};
+
 // ---- silu@1 (layer SiLU) ------------------------------------------------------------------------
 // forward   inputs: x       outputs: y (x's shape; may alias x)      y = x·sigmoid(x)
 // backward  inputs: dy, x   outputs: dx

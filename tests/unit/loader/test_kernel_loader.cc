@@ -274,9 +274,9 @@ TEST(KernelLoader, RefusesTensorsOnAnotherDeviceBeforeCalling) {
 }
 
 TEST(LayerInterfaces, KnowsEveryDeclaredInterfaceAtVersionOne) {
-  for (const char* name :
-       {"rms_norm", "layer_norm", "rotary_pos_emb", "mlp", "silu", "linear", "attention",
-        "cross_entropy", "fused_linear_cross_entropy", "causal_lm_loss"}) {
+  for (const char* name : {"rms_norm", "layer_norm", "rotary_pos_emb", "mlp", "silu", "linear",
+                           "attention", "cross_entropy", "fused_linear_cross_entropy",
+                           "causal_lm_loss", "activation", "act_and_mul"}) {
     const InterfaceInfo* info = find_interface(name, 1);
     ASSERT_NE(info, nullptr) << name;
     EXPECT_GT(info->attrs_size, 0u);
