@@ -37,8 +37,8 @@ inline constexpr uint32_t kAccumulateWeightGrads = 1u;
 //   gemma casting: y = round_to(y.dtype, x·r·(offset + w))                        (all in f32)
 // backward  inputs:  dy [..., H], x, weight, rstd (optional; recomputed when absent)
 //           outputs: dx [..., H], dweight [H] (optional; f32 or weight dtype, reduced in f32)
-//   with n = x·r (rounded to x.dtype for llama casting), g = dy·(offset + w):
-//   dx = r·(g − n·mean(g·n)) ,  dweight = Σ_rows dy·n
+//   with m = x·r, n = m rounded to x.dtype (llama casting) or m (gemma), g = dy·(offset + w):
+//   dx = r·(g − m·mean(g·m))  (rounding treated as identity),  dweight = Σ_rows dy·n
 inline constexpr uint32_t kRmsNormCastingLlama = 0;
 inline constexpr uint32_t kRmsNormCastingGemma = 1;
 struct RmsNormAttrs {
