@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "hk/kernel_loader.h"
 #include "hub_fixture.h"
@@ -85,6 +87,42 @@ TEST(PublishedHub, RefsPointAtTheirVersions) {
   }
   EXPECT_EQ(commits.size(), 3u);
   EXPECT_EQ(commits.count(test::ref_commit(hub, repo, "tags/v1.0.0")), 1u);
+}
+
+std::string sha1_hex(const std::string& data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha1(), nullptr);
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < len; ++i) {
+    out += hex[digest[i] >> 4];
+    out += hex[digest[i] & 15];
+  }
+  return out;
+}
+
+TEST(PublishedHub, CommitIdsAreDerivedFromContent) {
+  // id = sha1("<repo>\n<version>\n" + sorted lines "<variant> <file> <sha256>" joined by "\n" +
+  // "\n")
+  for (const std::string ref : {"tags/v1.0.0", "tags/v2.0.0"}) {
+    const auto hub = test::test_hub();
+    const std::string repo = "kernels-community/rmsnorm";
+    const std::string commit = test::ref_commit(hub, repo, ref);
+    std::vector<std::string> lines;
+    std::string version;
+    for (const auto& dir : std::filesystem::directory_iterator(hub / repo / commit / "build")) {
+      const auto meta = nlohmann::json::parse(test::read_text(dir.path() / "metadata.json"));
+      version = meta.at("version");
+      for (const auto& [file, digest] : meta.at("digest").at("sha256").items())
+        lines.push_back(dir.path().filename().string() + " " + file + " " +
+                        digest.get<std::string>());
+    }
+    std::sort(lines.begin(), lines.end());
+    std::string text = repo + "\n" + version + "\n";
+    for (size_t i = 0; i < lines.size(); ++i) text += (i ? "\n" : "") + lines[i];
+    EXPECT_EQ(sha1_hex(text + "\n"), commit) << ref;
+  }
 }
 
 TEST(PublishedHub, MetadataEntriesAreTheLibrarysTable) {
