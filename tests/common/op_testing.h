@@ -61,8 +61,10 @@ inline Tensor tensor_from_doubles(const std::vector<double>& values, const Shape
         t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
         break;
       case DType::U8:
-      case DType::Bool:
         t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
+        break;
+      case DType::Bool:
+        t.data_as<uint8_t>()[i] = v != 0;
         break;
     }
   }
