@@ -275,6 +275,18 @@ inline ::testing::AssertionResult all_close(const TensorView& out, const std::ve
   return all_close(out, ref, default_tolerance(out.dtype), extra);
 }
 
+// Fraction of elements where out equals the reference rounded to out's dtype exactly. A 16-bit
+// op that follows the reference's rounding steps matches almost everywhere (only f32-vs-double
+// ties flip), while a missing intermediate rounding (e.g. of act(gate) before ·up) shows up as a
+// large share of one-ulp differences that the ulp-based tolerance alone cannot see.
+inline double exact_fraction(const TensorView& out, const std::vector<double>& ref) {
+  const std::vector<double> got = values(out);
+  if (got.empty()) return 1.0;
+  size_t same = 0;
+  for (size_t i = 0; i < got.size(); ++i) same += got[i] == round_to_dtype(ref[i], out.dtype);
+  return static_cast<double>(same) / static_cast<double>(got.size());
+}
+
 // Extra bound for a reduction, per ARCHITECTURE.md: `k` × the largest error of a same-dtype naive
 // implementation (e.g. the test's reference templated on float instead of double, accumulating in
 // the order written) against the double reference, for every element. Far tighter than the
