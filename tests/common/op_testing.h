@@ -126,9 +126,9 @@ inline const char* layout_name(Layout layout) {
 inline constexpr Layout kAllLayouts[] = {Layout::Contiguous, Layout::Strided, Layout::Transposed,
                                          Layout::PaddedRows};
 
-// An uninitialised tensor of `shape`/`dtype` whose view has the requested layout. Its storage is
-// filled with NaN (floating) or a large sentinel (integers) so elements an op forgets to write show
-// up in comparisons. Transposed needs rank ≥ 2 (falls back to Strided for rank < 2).
+// A tensor of `shape`/`dtype` for an op to write, whose view has the requested layout. All of its
+// storage holds NaN (floating) or 77 (integers), so elements an op forgets to write show up in
+// comparisons. Transposed needs rank ≥ 2 (falls back to Strided for rank < 2).
 inline Tensor empty_with_layout(const Shape& shape, DType dtype, Layout layout) {
   const int nd = static_cast<int>(shape.size());
   if (layout == Layout::Transposed && nd < 2) layout = Layout::Strided;
@@ -170,11 +170,6 @@ inline Tensor with_layout(const Tensor& t, Layout layout) {
   Tensor out = empty_with_layout(t.sizes(), t.dtype(), layout);
   out.copy_from(t.view());
   return out;
-}
-
-// A view of shape `shape` whose dims of size 1 in `t` are broadcast (stride 0), like expand().
-inline Tensor broadcast_to(const Tensor& t, const Shape& shape) {
-  return t.expand(shape);
 }
 
 // ---- rounding and tolerance
