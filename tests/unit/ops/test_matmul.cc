@@ -42,6 +42,22 @@ template <class... Args>
   return all_close(out, ref, naive_bound(ref, ref_gemm<float>(args...)));
 }
 
+TEST(Matmul, EmptyInnerDimensionScalesC) {
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = Tensor::empty({3, 0}, dt), b = Tensor::empty({0, 4}, dt);
+    Tensor c0 = random_tensor({3, 4}, dt, 41);
+    Tensor c = c0.clone();
+    ops::MatmulOptions o;
+    o.beta = 0.5f;
+    ops::matmul(a, b, c, o);
+    std::vector<double> ref = values(c0);
+    for (double& e : ref) e *= 0.5;
+    EXPECT_TRUE(all_close(c, ref));
+    ops::matmul(Tensor::empty({0, 5}, dt), Tensor::empty({5, 4}, dt), Tensor::empty({0, 4}, dt));
+  }
+}
+
 // y = x·wᵀ + bias over [rows, K] values, accumulated in Acc.
 template <class Acc>
 std::vector<double> ref_linear(const std::vector<double>& x, const std::vector<double>& w,
