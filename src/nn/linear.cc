@@ -38,7 +38,9 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
   if (bias) register_parameter("bias", {out_features});
 }
 
-const Tensor* Linear::bias() const { return bias_ ? &param("bias") : nullptr; }
+const Tensor* Linear::bias() const {
+  return bias_ ? &param("bias") : nullptr;
+}
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
     : LayerModule("Embedding", "Embedding", std::make_shared<BuiltinEmbedding>()),

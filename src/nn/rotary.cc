@@ -70,9 +70,10 @@ RotaryEmbedding::RotaryEmbedding(std::string type_name, int64_t head_dim, RopePa
 
 void RotaryEmbedding::tables(const Tensor& positions, Tensor& cos, Tensor& sin,
                              Stream stream) const {
-  HK_CHECK(positions.ndim() == 2, "rotary tables: positions must be [batch, seq], got " +
-                                      positions.view().str());
-  Tensor host_positions = positions.device().is_cpu() ? positions : positions.to(Device::cpu(), stream);
+  HK_CHECK(positions.ndim() == 2,
+           "rotary tables: positions must be [batch, seq], got " + positions.view().str());
+  Tensor host_positions =
+      positions.device().is_cpu() ? positions : positions.to(Device::cpu(), stream);
   std::vector<int64_t> pos = host_positions.to_int64s();
   const int64_t b = positions.size(0), s = positions.size(1), d = head_dim_, half = d / 2;
   Tensor c = Tensor::empty({b, s, d}, DType::F32);
