@@ -159,9 +159,10 @@ class RotaryEmbedding : public Module {
   int64_t head_dim() const { return head_dim_; }
   const RopeParameters& rope() const { return rope_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
-  // positions [B, S] i64 (on `device`'s side or CPU); cos/sin f32 [B, S, D] on the positions'
-  // device (allocated here).
-  void tables(const Tensor& positions, Tensor& cos, Tensor& sin, Stream stream = {}) const;
+  // positions [B, S] i32/i64 on any device (host positions avoid a copy back); cos/sin f32
+  // [B, S, D] allocated here on `device`.
+  void tables(const Tensor& positions, Device device, Tensor& cos, Tensor& sin,
+              Stream stream = {}) const;
 
  private:
   int64_t head_dim_;

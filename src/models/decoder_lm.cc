@@ -144,10 +144,8 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
         positions.ndim() == 2 && positions.size(0) == b && positions.size(1) == s,
         "forward: position_ids must be [batch, seq] like input_ids, got " + positions.view().str());
   }
-  if (positions.device() != device) positions = positions.to(device, stream);
-
   Tensor cos, sin;
-  model->rotary_emb->tables(positions, cos, sin, stream);
+  model->rotary_emb->tables(positions, device, cos, sin, stream);
 
   Tensor h = Tensor::empty({b, s, config.hidden_size}, dtype, device, stream);
   model->embed_tokens->forward(ids, h, stream);

@@ -2,7 +2,7 @@
 // per-attention `rotary_pos_emb` function (`self_attn.rotary_fn`).
 //
 // Inverse frequencies and tables are computed on the host in f32 exactly as Transformers does
-// (default RoPE and Llama 3 scaling), then copied to the positions' device: the tables are small
+// (default RoPE and Llama 3 scaling), then copied to the model's device: the tables are small
 // (B·S·D floats) and this keeps every rope type in one place. Applying the rotation is the layer
 // interface; its built-in implementation is ops::rotary_embedding.
 #include <cmath>
@@ -68,7 +68,7 @@ RotaryEmbedding::RotaryEmbedding(std::string type_name, int64_t head_dim, RopePa
       rope_(std::move(rope)),
       inv_freq_(compute_inv_freq(head_dim, rope_)) {}
 
-void RotaryEmbedding::tables(const Tensor& positions, Tensor& cos, Tensor& sin,
+void RotaryEmbedding::tables(const Tensor& positions, Device device, Tensor& cos, Tensor& sin,
                              Stream stream) const {
   HK_CHECK(positions.ndim() == 2,
            "rotary tables: positions must be [batch, seq], got " + positions.view().str());
@@ -89,12 +89,12 @@ void RotaryEmbedding::tables(const Tensor& positions, Tensor& cos, Tensor& sin,
       sp[r * d + i] = sp[r * d + i + half] = sv;
     }
   }
-  if (positions.device().is_cpu()) {
+  if (device.is_cpu()) {
     cos = c;
     sin = sn;
   } else {
-    cos = c.to(positions.device(), stream);
-    sin = sn.to(positions.device(), stream);
+    cos = c.to(device, stream);
+    sin = sn.to(device, stream);
   }
 }
 
