@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -25,6 +26,9 @@
 
 namespace hk::testing {
 
+// The dtypes every op is tested in (f64 is used for finite differences and exact references).
+inline constexpr DType kTestDtypes[] = {DType::F32, DType::BF16, DType::F16};
+
 // ---- values -------------------------------------------------------------------------------------
 
 // Stores `values` (row-major) into a new contiguous CPU tensor of `dtype`, rounding as the dtype
@@ -38,14 +42,30 @@ inline Tensor tensor_from_doubles(const std::vector<double>& values, const Shape
   for (size_t i = 0; i < values.size(); ++i) {
     const double v = values[i];
     switch (dtype) {
-      case DType::F64: t.data_as<double>()[i] = v; break;
-      case DType::F32: t.data_as<float>()[i] = static_cast<float>(v); break;
-      case DType::BF16: t.data_as<bf16_t>()[i] = float_to_bf16(static_cast<float>(v)); break;
-      case DType::F16: t.data_as<f16_t>()[i] = float_to_f16(static_cast<float>(v)); break;
-      case DType::I32: t.data_as<int32_t>()[i] = static_cast<int32_t>(v); break;
-      case DType::I64: t.data_as<int64_t>()[i] = static_cast<int64_t>(v); break;
+      case DType::F64:
+        t.data_as<double>()[i] = v;
+        break;
+      case DType::F32:
+        t.data_as<float>()[i] = static_cast<float>(v);
+        break;
+      case DType::BF16:
+        t.data_as<bf16_t>()[i] = float_to_bf16(static_cast<float>(v));
+        break;
+      case DType::F16:
+        t.data_as<f16_t>()[i] = float_to_f16(static_cast<float>(v));
+        break;
+      case DType::I32:
+        t.data_as<int32_t>()[i] = static_cast<int32_t>(v);
+        break;
+      case DType::I64:
+        t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
+        break;
       case DType::U8:
-      case DType::Bool: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+        t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
+        break;
+      case DType::Bool:
+        t.data_as<uint8_t>()[i] = v != 0;
+        break;
     }
   }
   return t;
@@ -76,7 +96,9 @@ inline Tensor random_ints(const Shape& shape, DType dtype, int64_t lo, int64_t h
 }
 
 // The elements of any CPU view as doubles, in row-major order of its shape.
-inline std::vector<double> values(const TensorView& v) { return Tensor::wrap(v).to_doubles(); }
+inline std::vector<double> values(const TensorView& v) {
+  return Tensor::wrap(v).to_doubles();
+}
 
 // ---- layouts ------------------------------------------------------------------------------------
 
@@ -89,10 +111,14 @@ enum class Layout {
 
 inline const char* layout_name(Layout layout) {
   switch (layout) {
-    case Layout::Contiguous: return "contiguous";
-    case Layout::Strided: return "strided";
-    case Layout::Transposed: return "transposed";
-    case Layout::PaddedRows: return "padded_rows";
+    case Layout::Contiguous:
+      return "contiguous";
+    case Layout::Strided:
+      return "strided";
+    case Layout::Transposed:
+      return "transposed";
+    case Layout::PaddedRows:
+      return "padded_rows";
   }
   return "?";
 }
@@ -100,30 +126,41 @@ inline const char* layout_name(Layout layout) {
 inline constexpr Layout kAllLayouts[] = {Layout::Contiguous, Layout::Strided, Layout::Transposed,
                                          Layout::PaddedRows};
 
-// An uninitialised tensor of `shape`/`dtype` whose view has the requested layout. Its storage is
-// filled with NaN (floating) or a large sentinel (integers) so elements an op forgets to write show
-// up in comparisons. Transposed needs rank ≥ 2 (falls back to Strided for rank < 2).
+// A tensor of `shape`/`dtype` for an op to write, whose view has the requested layout. All of its
+// storage holds NaN (floating) or 77 (integers), so elements an op forgets to write show up in
+// comparisons. Transposed needs rank ≥ 2 (falls back to Strided for rank < 2).
 inline Tensor empty_with_layout(const Shape& shape, DType dtype, Layout layout) {
   const int nd = static_cast<int>(shape.size());
   if (layout == Layout::Transposed && nd < 2) layout = Layout::Strided;
   Shape alloc = shape;
   if (nd == 0) layout = Layout::Contiguous;
   switch (layout) {
-    case Layout::Contiguous: break;
-    case Layout::Strided: alloc[nd - 1] = 2 * shape[nd - 1]; break;
-    case Layout::Transposed: std::swap(alloc[nd - 1], alloc[nd - 2]); break;
-    case Layout::PaddedRows: alloc[nd - 1] = shape[nd - 1] + 3; break;
+    case Layout::Contiguous:
+      break;
+    case Layout::Strided:
+      alloc[nd - 1] = 2 * shape[nd - 1];
+      break;
+    case Layout::Transposed:
+      std::swap(alloc[nd - 1], alloc[nd - 2]);
+      break;
+    case Layout::PaddedRows:
+      alloc[nd - 1] = shape[nd - 1] + 3;
+      break;
   }
   int64_t n = 1;
   for (int64_t s : alloc) n *= s;
   const double sentinel = is_floating(dtype) ? std::numeric_limits<double>::quiet_NaN() : 77.0;
-  Tensor base = tensor_from_doubles(std::vector<double>(static_cast<size_t>(n), sentinel), alloc,
-                                    dtype);
+  Tensor base =
+      tensor_from_doubles(std::vector<double>(static_cast<size_t>(n), sentinel), alloc, dtype);
   switch (layout) {
-    case Layout::Contiguous: return base;
-    case Layout::Strided: return base.slice(nd - 1, 0, 2 * shape[nd - 1], 2);
-    case Layout::Transposed: return base.transpose(nd - 1, nd - 2);
-    case Layout::PaddedRows: return base.slice(nd - 1, 0, shape[nd - 1]);
+    case Layout::Contiguous:
+      return base;
+    case Layout::Strided:
+      return base.slice(nd - 1, 0, 2 * shape[nd - 1], 2);
+    case Layout::Transposed:
+      return base.transpose(nd - 1, nd - 2);
+    case Layout::PaddedRows:
+      return base.slice(nd - 1, 0, shape[nd - 1]);
   }
   return base;
 }
@@ -135,30 +172,38 @@ inline Tensor with_layout(const Tensor& t, Layout layout) {
   return out;
 }
 
-// A view of shape `shape` whose dims of size 1 in `t` are broadcast (stride 0), like expand().
-inline Tensor broadcast_to(const Tensor& t, const Shape& shape) { return t.expand(shape); }
-
-// ---- rounding and tolerance ----------------------------------------------------------------------
+// ---- rounding and tolerance
+// ----------------------------------------------------------------------
 
 // Rounds a double the way storing it in `dtype` would (f64: identity).
 inline double round_to_dtype(double v, DType dtype) {
   switch (dtype) {
-    case DType::F64: return v;
-    case DType::F32: return static_cast<float>(v);
-    case DType::BF16: return bf16_to_float(float_to_bf16(static_cast<float>(v)));
-    case DType::F16: return f16_to_float(float_to_f16(static_cast<float>(v)));
-    default: return v;
+    case DType::F64:
+      return v;
+    case DType::F32:
+      return static_cast<float>(v);
+    case DType::BF16:
+      return bf16_to_float(float_to_bf16(static_cast<float>(v)));
+    case DType::F16:
+      return f16_to_float(float_to_f16(static_cast<float>(v)));
+    default:
+      return v;
   }
 }
 
 // Unit roundoff of a dtype (half an ulp at 1).
 inline double unit_roundoff(DType dtype) {
   switch (dtype) {
-    case DType::F64: return 0x1p-53;
-    case DType::F32: return 0x1p-24;
-    case DType::BF16: return 0x1p-8;
-    case DType::F16: return 0x1p-11;
-    default: return 0;
+    case DType::F64:
+      return 0x1p-53;
+    case DType::F32:
+      return 0x1p-24;
+    case DType::BF16:
+      return 0x1p-8;
+    case DType::F16:
+      return 0x1p-11;
+    default:
+      return 0;
   }
 }
 
@@ -171,11 +216,16 @@ struct Tolerance {
 // computation may land on the other side of a rounding boundary, so allow two ulps of the dtype.
 inline Tolerance default_tolerance(DType dtype) {
   switch (dtype) {
-    case DType::F64: return {1e-12, 1e-12};
-    case DType::F32: return {1e-6, 1e-5};
-    case DType::BF16: return {1e-5, 4 * unit_roundoff(DType::BF16)};
-    case DType::F16: return {1e-6, 4 * unit_roundoff(DType::F16)};
-    default: return {0, 0};
+    case DType::F64:
+      return {1e-12, 1e-12};
+    case DType::F32:
+      return {1e-6, 1e-5};
+    case DType::BF16:
+      return {1e-5, 4 * unit_roundoff(DType::BF16)};
+    case DType::F16:
+      return {1e-6, 4 * unit_roundoff(DType::F16)};
+    default:
+      return {0, 0};
   }
 }
 
@@ -211,8 +261,8 @@ inline ::testing::AssertionResult all_close(const TensorView& out, const std::ve
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << bad << " of " << got.size() << " elements of " << out.str()
-         << " out of tolerance (atol " << tol.atol << ", rtol " << tol.rtol << "); worst ["
-         << worst << "] got " << got[worst] << " ref " << ref[worst] << first.str();
+         << " out of tolerance (atol " << tol.atol << ", rtol " << tol.rtol << "); worst [" << worst
+         << "] got " << got[worst] << " ref " << ref[worst] << first.str();
 }
 
 inline ::testing::AssertionResult all_close(const TensorView& out, const std::vector<double>& ref,
@@ -220,14 +270,27 @@ inline ::testing::AssertionResult all_close(const TensorView& out, const std::ve
   return all_close(out, ref, default_tolerance(out.dtype), extra);
 }
 
-// Per-element reduction bound: `k`·n·u(acc)·scale[i] (n terms accumulated in a dtype of unit
-// roundoff u, scale[i] = Σ|terms|), the classic error bound of a naive sum, times a safety k.
-inline std::vector<double> reduction_bound(const std::vector<double>& abs_sums, int64_t n,
-                                           DType accumulate = DType::F32, double k = 2.0) {
-  std::vector<double> b(abs_sums.size());
-  for (size_t i = 0; i < b.size(); ++i)
-    b[i] = k * static_cast<double>(n) * unit_roundoff(accumulate) * abs_sums[i];
-  return b;
+// Fraction of elements where out equals the reference rounded to out's dtype exactly. A 16-bit
+// op that follows the reference's rounding steps matches almost everywhere (only f32-vs-double
+// ties flip), while a missing intermediate rounding (e.g. of act(gate) before ·up) shows up as a
+// large share of one-ulp differences that the ulp-based tolerance alone cannot see.
+inline double exact_fraction(const TensorView& out, const std::vector<double>& ref) {
+  const std::vector<double> got = values(out);
+  if (got.empty()) return 1.0;
+  size_t same = 0;
+  for (size_t i = 0; i < got.size(); ++i) same += got[i] == round_to_dtype(ref[i], out.dtype);
+  return static_cast<double>(same) / static_cast<double>(got.size());
+}
+
+// Extra bound for a reduction, per ARCHITECTURE.md: `k` × the largest error of a same-dtype naive
+// implementation (e.g. the test's reference templated on float instead of double, accumulating in
+// the order written) against the double reference, for every element. Far tighter than the
+// worst-case n·u·Σ|terms| bound, yet independent of the summation order the op uses.
+inline std::vector<double> naive_bound(const std::vector<double>& ref,
+                                       const std::vector<double>& naive, double k = 4.0) {
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); ++i) worst = std::max(worst, std::fabs(naive[i] - ref[i]));
+  return std::vector<double>(ref.size(), k * worst);
 }
 
 // ---- finite differences -------------------------------------------------------------------------
@@ -263,18 +326,19 @@ inline double weighted_sum(const TensorView& out, const std::vector<double>& w) 
 
 // ---- errors -------------------------------------------------------------------------------------
 
-// Asserts that `statement` throws hk::InvalidArgument whose message contains `needle` (the op name).
-#define HK_EXPECT_INVALID(statement, needle)                                              \
-  do {                                                                                    \
-    try {                                                                                 \
-      statement;                                                                          \
-      ADD_FAILURE() << "expected hk::InvalidArgument from: " #statement;                 \
-    } catch (const ::hk::InvalidArgument& e) {                                            \
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                   \
-          << "message does not name '" << (needle) << "': " << e.what();                  \
-    } catch (const std::exception& e) {                                                   \
+// Asserts that `statement` throws hk::InvalidArgument whose message contains `needle` (the op
+// name).
+#define HK_EXPECT_INVALID(statement, needle)                                                \
+  do {                                                                                      \
+    try {                                                                                   \
+      statement;                                                                            \
+      ADD_FAILURE() << "expected hk::InvalidArgument from: " #statement;                    \
+    } catch (const ::hk::InvalidArgument& e) {                                              \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                      \
+          << "message does not name '" << (needle) << "': " << e.what();                    \
+    } catch (const std::exception& e) {                                                     \
       ADD_FAILURE() << "expected hk::InvalidArgument, got another exception: " << e.what(); \
-    }                                                                                     \
+    }                                                                                       \
   } while (0)
 
 }  // namespace hk::testing
