@@ -25,10 +25,7 @@
 #include "commands.h"
 #include "hk/error.h"
 #include "hk/models.h"
-#if __has_include("hk/tokenizer.h")
 #include "hk/tokenizer.h"
-#define HK_GENERATE_HAS_TOKENIZER 1
-#endif
 
 namespace {
 
@@ -94,7 +91,6 @@ void run_generate(const GenerateArgs& a) {
     throw hk::NotFound("kernel config " + a.kernel_config + " does not exist");
 
   std::vector<int64_t> prompt_ids;
-#ifdef HK_GENERATE_HAS_TOKENIZER
   std::optional<hk::Tokenizer> tokenizer;
   const std::string tokenizer_path = a.model + "/tokenizer.json";
   if (std::filesystem::exists(tokenizer_path)) tokenizer = hk::Tokenizer::from_file(tokenizer_path);
@@ -106,10 +102,6 @@ void run_generate(const GenerateArgs& a) {
     prompt_ids = tokenizer->encode(a.prompt, /*add_special_tokens=*/true);
     if (prompt_ids.empty()) throw hk::InvalidArgument("--prompt encodes to no tokens");
   }
-#else
-  if (!a.prompt.empty())
-    throw hk::Unsupported("this hk build has no tokenizer; pass token ids with --ids");
-#endif
   if (!a.ids.empty()) prompt_ids = parse_ids(a.ids);
 
   auto t0 = std::chrono::steady_clock::now();
@@ -130,12 +122,10 @@ void run_generate(const GenerateArgs& a) {
 
   std::string text;
   bool have_text = false;
-#ifdef HK_GENERATE_HAS_TOKENIZER
   if (tokenizer) {
     text = tokenizer->decode(ids);
     have_text = true;
   }
-#endif
   if (a.json) {
     nlohmann::json j;
     j["prompt_ids"] = prompt_ids;

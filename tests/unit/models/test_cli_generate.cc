@@ -65,6 +65,31 @@ TEST(CliGenerate, GreedyIdsMatchTheGoldenFixture) {
   EXPECT_EQ(nlohmann::json::parse(r.out)["ids"], expected["greedy"][0]);
 }
 
+TEST(CliGenerate, PromptIsTokenizedWithTheModelsTokenizer) {
+  std::ifstream in(fixture("qwen3-tiny") + "/expected.json");
+  auto expected = nlohmann::json::parse(in);
+  CliRun r =
+      run("generate --model " + fixture("qwen3-tiny") + " --prompt \"" +
+              expected["prompts"][0]["text"].get<std::string>() + "\" --max-new-tokens 8 --json",
+          false);
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], expected["prompts"][0]["ids"]);  // Qwen adds no special tokens
+  EXPECT_EQ(j["ids"], expected["greedy"][0]);
+  EXPECT_FALSE(j["text"].get<std::string>().empty());
+}
+
+TEST(CliGenerate, PromptWithoutTokenizerExitsOne) {
+  fs::path dir = fs::temp_directory_path() / ("hk_cli_notok_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::copy(fixture("qwen3-tiny"), dir, fs::copy_options::recursive);
+  fs::remove(dir / "tokenizer.json");
+  CliRun r = run("generate --model " + dir.string() + " --prompt hi");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("tokenizer.json does not exist"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
 TEST(CliGenerate, SamplingFlagsAreSeeded) {
   std::string args =
       "generate --model " + fixture("qwen3-tiny") +
