@@ -31,6 +31,10 @@ struct LoadOptions {
   bool allow_all_kernels = false;
   // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
   nn::KeyMapping key_mapping;
+  // Called with the built, still unallocated tree right before the checkpoint loads: the place
+  // where kernelize swaps in layouts (set_impl, re-declared parameters) so that the weights load
+  // straight into the kernel's layout. Empty = nothing.
+  std::function<void(nn::Module& root)> before_load;
 };
 
 struct ForwardOptions {

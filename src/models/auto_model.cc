@@ -110,6 +110,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   lm.load_options = options;
   lm.generation_config = GenerationConfig::from_dir(dir);
 
+  if (options.before_load) options.before_load(lm);
   nn::LoadStateOptions load;
   load.key_mapping = options.key_mapping;
   load.device = lm.device;

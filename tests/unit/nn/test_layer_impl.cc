@@ -65,6 +65,21 @@ TEST(LayerImpl, SwappingRMSNormChangesWhatRuns) {
   EXPECT_EQ(last_logits(lm), reference);
 }
 
+TEST(LayerImpl, BeforeLoadHookSeesTheUnallocatedTree) {
+  auto counting = std::make_shared<CountingRMSNorm>(1.0f);
+  bool called = false;
+  LoadOptions options;
+  options.before_load = [&](nn::Module& root) {
+    called = true;
+    EXPECT_FALSE(root.find_module("model.norm")->slot("weight").value.defined());
+    root.find_module("model.norm")->set_impl(counting);
+  };
+  CausalLM lm = AutoModelForCausalLM::from_pretrained(fixture(), options);
+  EXPECT_TRUE(called);
+  last_logits(lm);
+  EXPECT_EQ(counting->calls.load(), 1);
+}
+
 TEST(LayerImpl, WrongInterfaceIsRejected) {
   CausalLM lm = AutoModelForCausalLM::from_config(ModelConfig::from_file(fixture()));
   auto norm_impl = std::make_shared<CountingRMSNorm>(1.0f);
