@@ -31,6 +31,7 @@ TEST_P(GoldenF32, LogitsMatchTransformers) {
     double worst = 0;
     for (size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(got[k] - exp[k]));
     EXPECT_LE(worst, 1e-4) << GetParam() << " prompt " << i << ": max |hk - transformers|";
+    RecordProperty("max_abs_diff_prompt_" + std::to_string(i), std::to_string(worst));
   }
 }
 
