@@ -64,7 +64,8 @@ struct Regex::Code {
 
 Regex::Regex(const std::string& pattern, bool literal) : code_(std::make_unique<Code>()) {
   std::string source = literal ? pattern : widen_space_classes(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits UTF but not UCP (irrelevant to a literal anyway).
+  uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options,
