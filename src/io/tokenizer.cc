@@ -229,6 +229,10 @@ void Loader::load_model(const json& m, Tokenizer::Impl& impl) const {
 
 void Loader::load_added_tokens(const json& a, Tokenizer::Impl& impl) const {
   const std::string part = "added_tokens";
+  impl.raw_matcher =
+      std::make_unique<tok::AddedTokenMatcher>(std::vector<const tok::AddedToken*>{});
+  impl.normalized_matcher =
+      std::make_unique<tok::AddedTokenMatcher>(std::vector<const tok::AddedToken*>{});
   if (a.is_null()) return;
   if (!a.is_array()) fail(part, "expected a list");
   impl.added.reserve(a.size());

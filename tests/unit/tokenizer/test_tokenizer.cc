@@ -260,6 +260,20 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(edited([](auto& j) { j["model"]["vocab"]["dup"] = 5; }).dump(), "share the id");
 }
 
+TEST(Tokenizer, OptionalPartsMayBeAbsent) {
+  // A file without added_tokens, normalizer or post_processor still tokenizes (found by fuzzing:
+  // a missing added_tokens list once left the matcher unset).
+  nlohmann::json j = nlohmann::json::parse(qwen_json());
+  j.erase("added_tokens");
+  j.erase("normalizer");
+  j.erase("post_processor");
+  Tokenizer tok = Tokenizer::from_json(j.dump());
+  std::vector<int64_t> ids = tok.encode("hi <|im_end|>", true);
+  EXPECT_EQ(tok.decode(ids), "hi <|im_end|>");
+  EXPECT_FALSE(tok.token_to_id("<|im_end|>").has_value());
+  EXPECT_EQ(tok.vocab_size(), 3000);
+}
+
 TEST(TokenizerErrors, MissingFileIsNotFound) {
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/tokenizer.json"), NotFound);
   EXPECT_THROW(Tokenizer::from_pretrained("/nonexistent"), NotFound);
