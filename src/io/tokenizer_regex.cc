@@ -8,6 +8,8 @@
 
 #include <stdexcept>
 
+#include "hk/error.h"
+
 #include "io/tokenizer_internal.h"
 
 namespace hk::tok {
@@ -102,8 +104,9 @@ bool Regex::next_match(std::string_view text, size_t start, size_t& begin, size_
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
-      throw std::runtime_error(std::string("regex match failed: ") +
-                               reinterpret_cast<const char*>(message));
+      throw hk::RuntimeFailure(std::string("splitting text with the tokenizer's pattern failed (") +
+                               reinterpret_cast<const char*>(message) +
+                               "); split the input into smaller parts");
     }
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
     begin = ovector[0];
