@@ -354,7 +354,9 @@ void Loader::load(const json& root, Tokenizer::Impl& impl) const {
   load_post_processor(part("post_processor"), impl);
   load_decoder(part("decoder"));
   for (const char* key : {"truncation", "padding"})
-    if (!part(key).is_null()) unsupported(key, std::string("\"") + key + "\" settings");
+    if (!part(key).is_null())
+      fail(key, std::string("hk never truncates or pads; set \"") + key +
+                    "\" to null in the file to use it");
 
   std::unordered_map<std::string, bool> contents;
   for (const auto& [token, id] : impl.bpe->vocab()) contents.emplace(token, true);

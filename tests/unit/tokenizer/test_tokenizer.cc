@@ -258,6 +258,10 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(edited([](auto& j) { j["added_tokens"][0].erase("content"); }).dump(),
                   "added_tokens");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"]["dup"] = 5; }).dump(), "share the id");
+  expect_rejected(edited([](auto& j) {
+                    j["truncation"] = {{"max_length", 8}};
+                  }).dump(),
+                  "truncation");
 }
 
 TEST(Tokenizer, OptionalPartsMayBeAbsent) {
