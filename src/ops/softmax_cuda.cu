@@ -29,8 +29,10 @@ __global__ void softmax_kernel(const void* __restrict__ x, DType xdt, int64_t x_
     st = maxsum_add(st, load_f32(x, xdt, row * x_rs + c));
   st = block_maxsum(st, sm, ss);
   const float inv = 1.0f / st.s;
+  const bool empty = st.m == -INFINITY;  // every input -inf: zeros, like the CPU path (not NaN)
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    store_f32(y, ydt, row * y_rs + c, expf(load_f32(x, xdt, row * x_rs + c) - st.m) * inv);
+    store_f32(y, ydt, row * y_rs + c,
+              empty ? 0.0f : expf(load_f32(x, xdt, row * x_rs + c) - st.m) * inv);
 }
 
 __global__ void softmax_backward_kernel(const void* __restrict__ dy, DType dydt, int64_t dy_rs,
