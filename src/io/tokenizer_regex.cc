@@ -8,6 +8,8 @@
 
 #include <stdexcept>
 
+#include "hk/error.h"
+
 #include "io/tokenizer_internal.h"
 
 namespace hk::tok {
@@ -64,7 +66,8 @@ struct Regex::Code {
 
 Regex::Regex(const std::string& pattern, bool literal) : code_(std::make_unique<Code>()) {
   std::string source = literal ? pattern : widen_space_classes(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits UTF but not UCP (irrelevant to a literal anyway).
+  uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options,
@@ -101,8 +104,9 @@ bool Regex::next_match(std::string_view text, size_t start, size_t& begin, size_
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
-      throw std::runtime_error(std::string("regex match failed: ") +
-                               reinterpret_cast<const char*>(message));
+      throw hk::RuntimeFailure(std::string("splitting text with the tokenizer's pattern failed (") +
+                               reinterpret_cast<const char*>(message) +
+                               "); split the input into smaller parts");
     }
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
     begin = ovector[0];
