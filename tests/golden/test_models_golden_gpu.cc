@@ -24,7 +24,8 @@ TEST_P(GoldenBF16Cuda, LogitsWithinBf16Tolerance) {
   const std::string dir = testing::model_fixture(GetParam());
   auto expected = testing::read_json(dir + "/expected.json");
   auto ref = SafetensorsFile::open(dir + "/expected.safetensors");
-  CausalLM model = AutoModelForCausalLM::from_pretrained(dir, {.device = "cuda", .dtype = DType::BF16});
+  CausalLM model =
+      AutoModelForCausalLM::from_pretrained(dir, {.device = "cuda", .dtype = DType::BF16});
   for (size_t i = 0; i < expected["prompts"].size(); ++i) {
     std::vector<int64_t> ids = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
     Tensor input = Tensor::from_ints(ids, {1, static_cast<int64_t>(ids.size())});
@@ -38,14 +39,16 @@ TEST_P(GoldenBF16Cuda, LogitsWithinBf16Tolerance) {
     double scale = 0;
     for (double w : want) scale = std::max(scale, std::abs(w));
     for (size_t k = 0; k < got.size(); ++k)
-      ASSERT_NEAR(got[k], want[k], 0.02 + 0.02 * scale) << GetParam() << " prompt " << i << " id " << k;
+      ASSERT_NEAR(got[k], want[k], 0.02 + 0.02 * scale)
+          << GetParam() << " prompt " << i << " id " << k;
   }
 }
 
 TEST_P(GoldenBF16Cuda, GreedyIdsMatchTransformers) {
   const std::string dir = testing::model_fixture(GetParam());
   auto expected = testing::read_json(dir + "/expected.json");
-  CausalLM model = AutoModelForCausalLM::from_pretrained(dir, {.device = "cuda", .dtype = DType::BF16});
+  CausalLM model =
+      AutoModelForCausalLM::from_pretrained(dir, {.device = "cuda", .dtype = DType::BF16});
   GenerateOptions options{.max_new_tokens = expected["max_new_tokens"].get<int64_t>()};
   for (size_t i = 0; i < expected["prompts"].size(); ++i) {
     auto ids = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
