@@ -5,7 +5,11 @@
 #                      CPU_SOURCES a.cc ... [CUDA_SOURCES b.cu b_library.cc ...]
 #                      [HUB_DIR dir]          (default ${PROJECT_BINARY_DIR}/hub, the embedded hub)
 #                      [ABI_MAJOR n]          (test repos only: the ABI major the table claims)
-#                      [NO_TABLE])            (test repos only: publish a .so that has no table)
+#                      [NO_TABLE]             (test repos only: publish a .so that has no table)
+#                      [TARGETS_VAR var])     (receives the variant targets, e.g. to link helpers)
+#
+# Variant targets are named hkk_<hub dir name>_<repo>_<version>_<cpu|cuda> passed through
+# string(MAKE_C_IDENTIFIER) — stable, so a repo may link its own static helpers to them.
 #
 # One MODULE library per variant: `hk<abi>-cpu-<arch>-<os>` always (when CPU_SOURCES are given),
 # `hk<abi>-cu<MM><m>-<arch>-<os>` when CUDA is enabled (archs from HK_CUDA_ARCHITECTURES). Kernels
@@ -75,7 +79,7 @@ function(_hk_capability_range archs out_min out_max)
 endfunction()
 
 function(hk_add_kernel_repo)
-  cmake_parse_arguments(K "NO_TABLE" "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR"
+  cmake_parse_arguments(K "NO_TABLE" "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR;TARGETS_VAR"
                         "TAGS;CPU_SOURCES;CUDA_SOURCES" ${ARGN})
   if(K_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "hk_add_kernel_repo: unknown arguments ${K_UNPARSED_ARGUMENTS}")
@@ -173,6 +177,9 @@ function(hk_add_kernel_repo)
     string(APPEND args "set(\"VARIANT_${variant}_ARCHS\" \"${HK_CUDA_ARCHITECTURES}\")\n")
     string(APPEND args "set(\"VARIANT_${variant}_COMPILER\" \"${CMAKE_CXX_COMPILER_ID} "
                        "${CMAKE_CXX_COMPILER_VERSION}, nvcc ${CMAKE_CUDA_COMPILER_VERSION}\")\n")
+  endif()
+  if(K_TARGETS_VAR)
+    set(${K_TARGETS_VAR} ${variant_targets} PARENT_SCOPE)
   endif()
   if(NOT variants)
     return()  # CUDA-only repo in a build without CUDA

@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "hk/error.h"
 #include "hk/kernel_loader.h"
@@ -63,6 +65,9 @@ TEST(KernelLoader, LoadsTheEmbeddedRmsnormAndDescribesItsEntry) {
   EXPECT_TRUE(e.supports_capability(0));
   EXPECT_EQ(kernel_mode_names(e.modes), (std::vector<std::string>{"inference", "training"}));
   EXPECT_EQ(lib->find_entry("Nope"), nullptr);
+  const auto x = Tensor::from_floats({1, 2, 3}, {1, 3});
+  EXPECT_EQ(lib->function("RMSNorm").workspace_size(true, {x, x, x}, {x}, nullptr, 0), 0u)
+      << "the cpu entry declares no workspace";
   expect_refusal<NotFound>([&] { lib->function("Nope"); }, {"no entry 'Nope'", "RMSNorm"});
 }
 
@@ -190,6 +195,34 @@ TEST(KernelLoader, TwoVersionsOfOneRepoLiveSideBySide) {
   EXPECT_TRUE(still_loaded(v2));
 }
 
+TEST(KernelLoader, ConcurrentLoadsAndCallsAgree) {
+  // dlopen/dlclose of two versions from several threads at once, each thread calling its kernel:
+  // every thread sees its own version and the same numbers.
+  const auto x = Tensor::from_floats(test::random_values(64, 5), {4, 16});
+  const auto w = Tensor::from_floats(test::random_values(16, 6), {16});
+  auto expected = Tensor::zeros({4, 16}, DType::F32);
+  load_kernel_library(versions_lib("heads/v2"))
+      ->function("RMSNorm")
+      .forward({x, w}, {expected}, RmsNormAttrs{});
+  std::vector<std::thread> threads;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 20; ++i) {
+        const bool v1 = (t + i) % 2 == 0;
+        auto lib = load_kernel_library(versions_lib(v1 ? "heads/v1" : "heads/v2"));
+        auto y = Tensor::zeros({4, 16}, DType::F32);
+        lib->function("RMSNorm").forward({x, w}, {y}, RmsNormAttrs{});
+        if (lib->version() == (v1 ? "1.1.0" : "2.0.0") && y.to_doubles() == expected.to_doubles())
+          ++good;
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(good.load(), 8 * 20);
+  EXPECT_FALSE(still_loaded(versions_lib("heads/v1")));
+}
+
 TEST(KernelLoader, TagsResolveToTheirOwnVersions) {
   for (const std::string version : {"1.0.0", "1.1.0", "2.0.0"}) {
     auto lib = load_kernel_library(versions_lib("tags/v" + version));
@@ -241,9 +274,9 @@ TEST(KernelLoader, RefusesTensorsOnAnotherDeviceBeforeCalling) {
 }
 
 TEST(LayerInterfaces, KnowsEveryDeclaredInterfaceAtVersionOne) {
-  for (const char* name :
-       {"rms_norm", "layer_norm", "rotary_pos_emb", "mlp", "silu", "linear", "attention",
-        "cross_entropy", "fused_linear_cross_entropy", "causal_lm_loss"}) {
+  for (const char* name : {"rms_norm", "layer_norm", "rotary_pos_emb", "mlp", "silu", "linear",
+                           "attention", "cross_entropy", "fused_linear_cross_entropy",
+                           "causal_lm_loss", "activation", "act_and_mul"}) {
     const InterfaceInfo* info = find_interface(name, 1);
     ASSERT_NE(info, nullptr) << name;
     EXPECT_GT(info->attrs_size, 0u);

@@ -34,6 +34,9 @@ struct Case {
   DType dtype;
   Shape shape;
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << dtype_name(c.dtype) << shape_str(c.shape);
+}
 class RmsNormCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(RmsNormCuda, MatchesTheReference) {

@@ -26,6 +26,9 @@ struct Case {
   DType dtype;
   Shape shape;
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << dtype_name(c.dtype) << shape_str(c.shape);
+}
 
 class RmsNormKernel : public ::testing::TestWithParam<Case> {};
 

@@ -1,0 +1,102 @@
+// hk/models.h — causal language models (Qwen3, Llama) and AutoModelForCausalLM::from_pretrained.
+//
+// A CausalLM is a handle to a module tree (root: `<Arch>ForCausalLM` with children `model` and
+// `lm_head`) plus its configs. `from_pretrained(dir, options)` reads config.json, builds the tree
+// for its `model_type` without allocating, then loads `model.safetensors` or the shards listed in
+// `model.safetensors.index.json` on the requested device and dtype. The kernelize options are
+// carried here so issue 5's kernelize can act on them; this header does not apply them.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hk/generation.h"
+#include "hk/model_config.h"
+#include "hk/module.h"
+#include "hk/tensor.h"
+
+namespace hk {
+
+struct LoadOptions {
+  std::string device = "cpu";  // "cpu", "cuda", "cuda:1"
+  std::optional<DType> dtype;  // nullopt = "auto": config's dtype, else the checkpoint's
+  // kernelize (issue 5) — carried, not applied yet:
+  bool use_kernels = false;
+  std::string kernel_config_file;   // --kernel-config FILE.json (implies use_kernels)
+  std::string attn_implementation;  // "" = "eager"; "sdpa" also built in
+  bool allow_all_kernels = false;
+  // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
+  nn::KeyMapping key_mapping;
+  // Called with the built, still unallocated tree right before the checkpoint loads: the place
+  // where kernelize swaps in layouts (set_impl, re-declared parameters) so that the weights load
+  // straight into the kernel's layout. Empty = nothing.
+  std::function<void(nn::Module& root)> before_load;
+};
+
+struct ForwardOptions {
+  Tensor position_ids;  // [B, S] i64 on any device; undefined = from the cache length and
+                        // key_start (left padding) as generate does
+  Tensor key_start;     // [B] i32/i64 on any device: left padding length per row; undefined = 0
+  KVCache* cache = nullptr;    // null: no cache (attend over this call's tokens)
+  int64_t logits_to_keep = 0;  // 0 = logits for every position, N = the last N positions
+  Tensor labels;               // [B, S] i64 (-100 = ignore); defined -> loss is computed
+  Stream stream;
+};
+
+struct CausalLMOutput {
+  Tensor logits;  // [B, S or logits_to_keep, V] in the model dtype, on the model device
+  Tensor loss;    // f32 [1] when labels were given
+};
+
+class DecoderLM;  // the implementation shared by Qwen3 and Llama (src/models)
+
+class CausalLM {
+ public:
+  CausalLM() = default;
+  explicit CausalLM(std::shared_ptr<DecoderLM> impl);
+
+  const ModelConfig& config() const;
+  const GenerationConfig& generation_config() const;
+  const LoadOptions& load_options() const;
+  nn::Module& module() const;  // the root of the module tree
+  Device device() const;
+  DType dtype() const;
+
+  // input_ids [B, S] i64/i32 (any device).
+  CausalLMOutput forward(const Tensor& input_ids, const ForwardOptions& options = {}) const;
+  CausalLMOutput forward(const Tensor& input_ids, const Tensor& labels) const;
+
+  // One prompt or a batch of prompts of any lengths (left-padded internally).
+  GenerateOutput generate(const std::vector<int64_t>& prompt,
+                          const GenerateOptions& options = {}) const;
+  GenerateOutput generate(const std::vector<std::vector<int64_t>>& prompts,
+                          const GenerateOptions& options = {}) const;
+
+  CausalLM& train(bool on = true);
+  CausalLM& eval() { return train(false); }
+  bool is_training() const;
+  CausalLM& to(Device device, std::optional<DType> dtype = std::nullopt);
+
+  DecoderLM& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<DecoderLM> impl_;
+};
+
+class AutoModelForCausalLM {
+ public:
+  // dir holds config.json, model.safetensors (or model.safetensors.index.json + shards) and
+  // optionally generation_config.json. Throws NotFound / InvalidArgument with the file named;
+  // unknown model_type names itself and the supported ones.
+  static CausalLM from_pretrained(const std::string& dir, const LoadOptions& options = {});
+  // The tree for a config, unallocated (parameters are declared, not materialised).
+  static CausalLM from_config(const ModelConfig& config, const LoadOptions& options = {});
+  // Registered model types ("llama", "qwen3").
+  static std::vector<std::string> supported_model_types();
+};
+
+}  // namespace hk

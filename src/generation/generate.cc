@@ -1,0 +1,141 @@
+// generate(): left-pad the prompts, prefill them in one forward into a static KV cache, then decode
+// one token per step until every row produced a stop id or max_new_tokens tokens.
+//
+// Greedy takes the argmax on the model's device (only B ids cross to the host); sampling copies
+// the last position's logits (f32) to the host and draws with one seeded generator, row by row.
+// A finished row keeps being fed the pad id (its outputs are ignored), as Transformers does.
+#include <algorithm>
+#include <chrono>
+
+#include "../models/decoder_lm.h"
+#include "hk/error.h"
+#include "hk/ops.h"
+
+namespace hk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Next token per row from logits [B, 1, V].
+std::vector<int64_t> pick(const Tensor& logits, const GenerateOptions& options,
+                          std::mt19937_64& rng, Stream stream) {
+  const int64_t b = logits.size(0), v = logits.size(2);
+  Tensor rows = logits.reshape({b, v});
+  if (!options.do_sample) {
+    Tensor ids = Tensor::empty({b}, DType::I64, logits.device(), stream);
+    ops::argmax(rows, ids, stream);
+    return (ids.device().is_cpu() ? ids : ids.to(Device::cpu(), stream)).to_int64s();
+  }
+  Tensor f32 = rows;
+  if (rows.dtype() != DType::F32) {
+    f32 = Tensor::empty({b, v}, DType::F32, rows.device(), stream);
+    ops::cast(rows, f32, stream);
+  }
+  if (!f32.device().is_cpu()) f32 = f32.to(Device::cpu(), stream);
+  SamplingOptions sampling{options.temperature, options.top_k, options.top_p};
+  std::vector<int64_t> out(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r)
+    out[static_cast<size_t>(r)] = sample_token(f32.data_as<float>() + r * v, v, sampling, rng);
+  return out;
+}
+
+}  // namespace
+
+GenerateOutput CausalLM::generate(const std::vector<int64_t>& prompt,
+                                  const GenerateOptions& options) const {
+  return generate(std::vector<std::vector<int64_t>>{prompt}, options);
+}
+
+GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& prompts,
+                                  const GenerateOptions& options) const {
+  const DecoderLM& lm = impl();
+  const ModelConfig& config = lm.config;
+  if (prompts.empty()) throw InvalidArgument("generate: no prompt given");
+  if (options.max_new_tokens < 0) throw InvalidArgument("generate: max_new_tokens must be >= 0");
+  if (options.do_sample) {  // validate once, before any work
+    std::vector<float> probe{0.0f};
+    sampling_distribution(probe.data(), 1, {options.temperature, options.top_k, options.top_p});
+  }
+  const int64_t b = static_cast<int64_t>(prompts.size());
+  int64_t len = 0;
+  for (size_t r = 0; r < prompts.size(); ++r) {
+    if (prompts[r].empty())
+      throw InvalidArgument("generate: prompt " + std::to_string(r) + " is empty");
+    for (int64_t id : prompts[r])
+      if (id < 0 || id >= config.vocab_size)
+        throw InvalidArgument("generate: token id " + std::to_string(id) + " in prompt " +
+                              std::to_string(r) + " is outside the vocabulary [0, " +
+                              std::to_string(config.vocab_size) + ")");
+    len = std::max<int64_t>(len, static_cast<int64_t>(prompts[r].size()));
+  }
+  if (len + options.max_new_tokens > config.max_position_embeddings)
+    throw InvalidArgument(
+        "prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
+        std::to_string(options.max_new_tokens) + " is longer than the model's context of " +
+        std::to_string(config.max_position_embeddings) +
+        " positions (max_position_embeddings); shorten the prompt or generate fewer tokens");
+
+  std::vector<int64_t> eos = options.eos_token_ids.value_or(
+      !lm.generation_config.eos_token_ids.empty() ? lm.generation_config.eos_token_ids
+                                                  : config.eos_token_ids);
+  int64_t pad_id = options.pad_token_id.value_or(lm.generation_config.pad_token_id.value_or(
+      config.pad_token_id.value_or(eos.empty() ? 0 : eos[0])));
+  if (pad_id < 0 || pad_id >= config.vocab_size) pad_id = 0;
+
+  GenerateOutput out;
+  out.sequences.resize(prompts.size());
+  if (options.max_new_tokens == 0) return out;
+
+  std::vector<int64_t> ids(static_cast<size_t>(b * len), pad_id), pad(static_cast<size_t>(b));
+  for (int64_t r = 0; r < b; ++r) {
+    const auto& p = prompts[static_cast<size_t>(r)];
+    pad[static_cast<size_t>(r)] = len - static_cast<int64_t>(p.size());
+    std::copy(p.begin(), p.end(), ids.begin() + r * len + pad[static_cast<size_t>(r)]);
+  }
+  const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; });
+
+  KVCache cache(config.num_hidden_layers, b, len + options.max_new_tokens,
+                config.num_key_value_heads, config.head_dim, lm.dtype, lm.device);
+  std::mt19937_64 rng(options.seed);
+  Stream stream;
+  ForwardOptions fwd;
+  fwd.cache = &cache;
+  fwd.logits_to_keep = 1;
+  fwd.stream = stream;
+  if (padded) fwd.key_start = Tensor::from_ints(pad, {b}, DType::I64);
+
+  auto t0 = Clock::now();
+  CausalLMOutput step = lm.forward(Tensor::from_ints(ids, {b, len}, DType::I64), fwd);
+  std::vector<int64_t> next = pick(step.logits, options, rng, stream);
+  out.timings.prefill_ms = ms_since(t0);
+
+  std::vector<bool> done(static_cast<size_t>(b), false);
+  auto t1 = Clock::now();
+  for (int64_t produced = 1;; ++produced) {
+    bool all_done = true;
+    for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
+      if (done[r]) {
+        next[r] = pad_id;
+        continue;
+      }
+      out.sequences[r].push_back(next[r]);
+      if (std::find(eos.begin(), eos.end(), next[r]) != eos.end()) done[r] = true;
+      all_done = all_done && done[r];
+    }
+    if (all_done || produced >= options.max_new_tokens) break;
+    step = lm.forward(Tensor::from_ints(next, {b, 1}, DType::I64), fwd);
+    next = pick(step.logits, options, rng, stream);
+    ++out.timings.decode_steps;
+  }
+  out.timings.decode_ms = ms_since(t1);
+  if (out.timings.decode_steps > 0 && out.timings.decode_ms > 0)
+    out.timings.decode_tok_s =
+        static_cast<double>(out.timings.decode_steps * b) * 1000.0 / out.timings.decode_ms;
+  return out;
+}
+
+}  // namespace hk

@@ -1,0 +1,207 @@
+// config.json / generation_config.json parsing for decoder-only LLMs (Transformers 4.x and 5.x
+// forms). Every field is type-checked and named in the error; unknown fields are ignored.
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "hk/error.h"
+#include "hk/model_config.h"
+
+namespace hk {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string read_text(const fs::path& path, const char* what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NotFound(std::string(what) + " not found at " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+json parse_object(const std::string& text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw InvalidArgument(source + " is not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) throw InvalidArgument(source + " must hold a JSON object");
+  return j;
+}
+
+struct Fields {
+  const json& j;
+  const std::string& source;
+
+  [[noreturn]] void bad(const std::string& key, const std::string& expected) const {
+    throw InvalidArgument(source + ": field '" + key + "' must be " + expected + ", got " +
+                          j.at(key).dump());
+  }
+  bool present(const std::string& key) const { return j.contains(key) && !j.at(key).is_null(); }
+  int64_t integer(const std::string& key) const {
+    if (!present(key)) throw InvalidArgument(source + ": required field '" + key + "' is missing");
+    return opt_integer(key).value();
+  }
+  std::optional<int64_t> opt_integer(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json& v = j.at(key);
+    if (!v.is_number_integer()) bad(key, "an integer");
+    return v.get<int64_t>();
+  }
+  int64_t positive(const std::string& key) const {
+    int64_t v = integer(key);
+    if (v <= 0) bad(key, "a positive integer");
+    return v;
+  }
+  std::optional<double> opt_number(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json& v = j.at(key);
+    if (!v.is_number()) bad(key, "a number");
+    return v.get<double>();
+  }
+  std::optional<bool> opt_bool(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json& v = j.at(key);
+    if (!v.is_boolean()) bad(key, "true or false");
+    return v.get<bool>();
+  }
+  std::optional<std::string> opt_string(const std::string& key) const {
+    if (!present(key)) return std::nullopt;
+    const json& v = j.at(key);
+    if (!v.is_string()) bad(key, "a string");
+    return v.get<std::string>();
+  }
+  // An id or a list of ids (eos_token_id).
+  std::vector<int64_t> id_list(const std::string& key) const {
+    std::vector<int64_t> out;
+    if (!present(key)) return out;
+    const json& v = j.at(key);
+    if (v.is_number_integer()) return {v.get<int64_t>()};
+    if (!v.is_array()) bad(key, "a token id or a list of token ids");
+    for (const json& e : v) {
+      if (!e.is_number_integer()) bad(key, "a token id or a list of token ids");
+      out.push_back(e.get<int64_t>());
+    }
+    return out;
+  }
+};
+
+void parse_rope_dict(const json& r, const std::string& source, const std::string& key,
+                     nn::RopeParameters& rope) {
+  if (!r.is_object()) throw InvalidArgument(source + ": field '" + key + "' must be an object");
+  Fields f{r, source};
+  if (auto t = f.opt_string("rope_type"))
+    rope.rope_type = *t;
+  else if (auto t2 = f.opt_string("type"))
+    rope.rope_type = *t2;  // 4.x legacy spelling
+  if (auto v = f.opt_number("rope_theta")) rope.rope_theta = *v;
+  if (auto v = f.opt_number("factor")) rope.factor = *v;
+  if (auto v = f.opt_number("low_freq_factor")) rope.low_freq_factor = *v;
+  if (auto v = f.opt_number("high_freq_factor")) rope.high_freq_factor = *v;
+  if (auto v = f.opt_integer("original_max_position_embeddings"))
+    rope.original_max_position_embeddings = *v;
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
+  json j = parse_object(text, source);
+  Fields f{j, source};
+  ModelConfig c;
+  auto model_type = f.opt_string("model_type");
+  if (!model_type) throw InvalidArgument(source + ": required field 'model_type' is missing");
+  c.model_type = *model_type;
+  if (f.present("architectures")) {
+    if (!j["architectures"].is_array()) f.bad("architectures", "a list of strings");
+    for (const json& a : j["architectures"]) {
+      if (!a.is_string()) f.bad("architectures", "a list of strings");
+      c.architectures.push_back(a.get<std::string>());
+    }
+  }
+  c.vocab_size = f.positive("vocab_size");
+  c.hidden_size = f.positive("hidden_size");
+  c.intermediate_size = f.positive("intermediate_size");
+  c.num_hidden_layers = f.positive("num_hidden_layers");
+  c.num_attention_heads = f.positive("num_attention_heads");
+  c.num_key_value_heads = f.opt_integer("num_key_value_heads").value_or(c.num_attention_heads);
+  if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
+    throw InvalidArgument(
+        source + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+        ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
+  if (auto hd = f.opt_integer("head_dim")) {
+    if (*hd <= 0) f.bad("head_dim", "a positive integer");
+    c.head_dim = *hd;
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      throw InvalidArgument(source +
+                            ": hidden_size must be divisible by num_attention_heads when "
+                            "head_dim is not given");
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  c.max_position_embeddings = f.opt_integer("max_position_embeddings").value_or(2048);
+  if (c.max_position_embeddings <= 0) f.bad("max_position_embeddings", "a positive integer");
+  c.rms_norm_eps = f.opt_number("rms_norm_eps").value_or(1e-6);
+  c.tie_word_embeddings = f.opt_bool("tie_word_embeddings").value_or(false);
+  c.attention_bias = f.opt_bool("attention_bias").value_or(false);
+  c.mlp_bias = f.opt_bool("mlp_bias").value_or(false);
+  c.hidden_act = f.opt_string("hidden_act").value_or("silu");
+  if (f.opt_bool("use_sliding_window").value_or(false))
+    throw Unsupported(source + ": use_sliding_window=true is not supported by hk yet");
+
+  // RoPE: 5.x `rope_parameters`, else 4.x `rope_theta` + `rope_scaling`.
+  if (auto theta = f.opt_number("rope_theta")) c.rope.rope_theta = *theta;
+  if (f.present("rope_scaling")) parse_rope_dict(j["rope_scaling"], source, "rope_scaling", c.rope);
+  if (f.present("rope_parameters"))
+    parse_rope_dict(j["rope_parameters"], source, "rope_parameters", c.rope);
+  if (c.rope.rope_theta <= 0) throw InvalidArgument(source + ": rope_theta must be positive");
+
+  // dtype: 5.x `dtype`, 4.x `torch_dtype`.
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    if (auto d = f.opt_string(key)) {
+      if (*d == "auto") continue;
+      try {
+        c.dtype = parse_dtype(*d);
+      } catch (const Error&) {
+        throw InvalidArgument(source + ": field '" + key + "' names an unknown dtype '" + *d + "'");
+      }
+      break;
+    }
+  }
+  c.eos_token_ids = f.id_list("eos_token_id");
+  c.bos_token_id = f.opt_integer("bos_token_id");
+  c.pad_token_id = f.opt_integer("pad_token_id");
+  return c;
+}
+
+ModelConfig ModelConfig::from_file(const std::string& path) {
+  fs::path p(path);
+  if (fs::is_directory(p)) p /= "config.json";
+  return from_json(read_text(p, "config.json"), p.string());
+}
+
+GenerationConfig GenerationConfig::from_json(const std::string& text, const std::string& source) {
+  json j = parse_object(text, source);
+  Fields f{j, source};
+  GenerationConfig g;
+  g.eos_token_ids = f.id_list("eos_token_id");
+  g.bos_token_id = f.opt_integer("bos_token_id");
+  g.pad_token_id = f.opt_integer("pad_token_id");
+  g.do_sample = f.opt_bool("do_sample");
+  g.temperature = f.opt_number("temperature");
+  g.top_k = f.opt_integer("top_k");
+  g.top_p = f.opt_number("top_p");
+  g.max_new_tokens = f.opt_integer("max_new_tokens");
+  return g;
+}
+
+GenerationConfig GenerationConfig::from_dir(const std::string& dir) {
+  fs::path p = fs::path(dir) / "generation_config.json";
+  if (!fs::exists(p)) return {};
+  return from_json(read_text(p, "generation_config.json"), p.string());
+}
+
+}  // namespace hk

@@ -1,0 +1,182 @@
+// AutoModelForCausalLM (model_type registry, from_config, from_pretrained) and the CausalLM handle.
+//
+// from_pretrained: config.json → tree (unallocated) → checkpoint opened and validated by
+// hk::Checkpoint → load_state_dict through the key mapping (all checks before any copy) → configs,
+// attention implementation, eval mode. The kernelize options are stored for issue 5; they are not
+// applied here.
+#include <filesystem>
+#include <map>
+#include <mutex>
+
+#include "decoder_lm.h"
+#include "hk/checkpoint.h"
+#include "hk/error.h"
+
+namespace hk {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::map<std::string, ModelBuilder>& builders() {
+  static std::map<std::string, ModelBuilder> b;
+  return b;
+}
+
+// hk::Checkpoint as a StateDictSource.
+class CheckpointSource final : public nn::StateDictSource {
+ public:
+  explicit CheckpointSource(Checkpoint checkpoint) : checkpoint_(std::move(checkpoint)) {}
+  std::vector<std::string> keys() const override { return checkpoint_.names(); }
+  Shape shape(const std::string& key) const override { return checkpoint_.info(key).shape; }
+  Tensor load(const std::string& key, Device device, std::optional<DType> dtype,
+              Stream stream) const override {
+    const TensorInfo& info = checkpoint_.info(key);
+    if (!info.dtype)
+      throw Unsupported("tensor '" + key + "' in checkpoint " + checkpoint_.path() + " has dtype " +
+                        info.dtype_name + ", which hk cannot compute with");
+    if (!is_floating(*info.dtype)) dtype.reset();
+    return checkpoint_.load(key, device, dtype, stream);
+  }
+  std::string describe() const override { return "checkpoint " + checkpoint_.path(); }
+  const Checkpoint& checkpoint() const { return checkpoint_; }
+
+ private:
+  Checkpoint checkpoint_;
+};
+
+std::string supported_list() {
+  std::string out;
+  for (const auto& [name, b] : builders()) out += (out.empty() ? "" : ", ") + name;
+  return out;
+}
+
+}  // namespace
+
+bool register_model_type(const std::string& model_type, ModelBuilder builder) {
+  builders()[model_type] = std::move(builder);
+  return true;
+}
+
+std::vector<std::string> AutoModelForCausalLM::supported_model_types() {
+  std::vector<std::string> out;
+  for (const auto& [name, b] : builders()) out.push_back(name);
+  return out;
+}
+
+CausalLM AutoModelForCausalLM::from_config(const ModelConfig& config, const LoadOptions& options) {
+  auto it = builders().find(config.model_type);
+  if (it == builders().end())
+    throw InvalidArgument("model_type '" + config.model_type +
+                          "' is not supported; supported model types: " + supported_list());
+  std::shared_ptr<DecoderLM> lm = it->second(config);
+  lm->load_options = options;
+  lm->device = Device::parse(options.device);
+  lm->dtype = options.dtype.value_or(config.dtype.value_or(DType::F32));
+  if (!is_floating(lm->dtype))
+    throw InvalidArgument(std::string("dtype ") + dtype_name(lm->dtype) +
+                          " cannot hold model weights; use f32, bf16 or f16");
+  lm->set_attn_implementation(options.attn_implementation.empty() ? "eager"
+                                                                  : options.attn_implementation);
+  lm->eval();
+  return CausalLM(lm);
+}
+
+CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const LoadOptions& options) {
+  if (!fs::is_directory(dir))
+    throw NotFound("model directory " + dir +
+                   " does not exist (it should hold config.json and "
+                   "model.safetensors)");
+  ModelConfig config = ModelConfig::from_file(dir);
+  if (!builders().count(config.model_type))
+    throw InvalidArgument(dir + "/config.json: model_type '" + config.model_type +
+                          "' is not supported; supported model types: " + supported_list());
+  CheckpointSource source(Checkpoint::open(dir));
+
+  LoadOptions resolved = options;
+  if (!resolved.dtype) {
+    resolved.dtype = config.dtype;
+    if (!resolved.dtype) {  // "auto" without a config dtype: the checkpoint's floating dtype
+      for (const auto& name : source.keys()) {
+        const auto& d = source.checkpoint().info(name).dtype;
+        if (d && is_floating(*d)) {
+          resolved.dtype = *d;
+          break;
+        }
+      }
+    }
+  }
+  CausalLM model = from_config(config, resolved);
+  DecoderLM& lm = model.impl();
+  lm.load_options = options;
+  lm.generation_config = GenerationConfig::from_dir(dir);
+
+  if (options.before_load) options.before_load(lm);
+  nn::LoadStateOptions load;
+  load.key_mapping = options.key_mapping;
+  load.device = lm.device;
+  load.dtype = lm.dtype;
+  load.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
+  nn::load_state_dict(lm, source, load);
+  return model;
+}
+
+// ---- CausalLM --------------------------------------------------------------------------------
+
+CausalLM::CausalLM(std::shared_ptr<DecoderLM> impl) : impl_(std::move(impl)) {}
+
+namespace {
+DecoderLM& need(const std::shared_ptr<DecoderLM>& impl) {
+  if (!impl)
+    throw InvalidArgument(
+        "CausalLM is empty; create it with AutoModelForCausalLM::from_pretrained");
+  return *impl;
+}
+}  // namespace
+
+const ModelConfig& CausalLM::config() const {
+  return need(impl_).config;
+}
+const GenerationConfig& CausalLM::generation_config() const {
+  return need(impl_).generation_config;
+}
+const LoadOptions& CausalLM::load_options() const {
+  return need(impl_).load_options;
+}
+nn::Module& CausalLM::module() const {
+  return need(impl_);
+}
+Device CausalLM::device() const {
+  return need(impl_).device;
+}
+DType CausalLM::dtype() const {
+  return need(impl_).dtype;
+}
+
+CausalLMOutput CausalLM::forward(const Tensor& input_ids, const ForwardOptions& options) const {
+  return need(impl_).forward(input_ids, options);
+}
+
+CausalLMOutput CausalLM::forward(const Tensor& input_ids, const Tensor& labels) const {
+  ForwardOptions options;
+  options.labels = labels;
+  return need(impl_).forward(input_ids, options);
+}
+
+CausalLM& CausalLM::train(bool on) {
+  need(impl_).train(on);
+  return *this;
+}
+
+bool CausalLM::is_training() const {
+  return need(impl_).is_training();
+}
+
+CausalLM& CausalLM::to(Device device, std::optional<DType> dtype) {
+  DecoderLM& lm = need(impl_);
+  lm.Module::to(device, dtype);
+  lm.device = device;
+  if (dtype) lm.dtype = *dtype;
+  return *this;
+}
+
+}  // namespace hk

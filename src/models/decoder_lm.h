@@ -1,0 +1,70 @@
+// The decoder-only causal LM shared by Qwen3 and Llama (private to src/models and
+// src/generation): the module tree
+//   <Arch>ForCausalLM
+//     model: embed_tokens, layers.N {input_layernorm, self_attn, post_attention_layernorm, mlp},
+//            norm, rotary_emb
+//     lm_head (weight tied to model.embed_tokens.weight when tie_word_embeddings)
+//     loss_function (ForCausalLMLoss, no parameters)
+// and its forward. Architectures differ only in an ArchitectureSpec (class-name prefix, q/k norm).
+// Deliberately no sliding-window or MoE layers here.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hk/layers.h"
+#include "hk/models.h"
+
+namespace hk {
+
+struct ArchitectureSpec {
+  std::string prefix;    // "Qwen3", "Llama": class names are <prefix>RMSNorm, <prefix>MLP, ...
+  bool qk_norm = false;  // Qwen3: RMSNorm over head_dim on q and k before rotary
+};
+
+class DecoderLayer : public nn::Module {
+ public:
+  DecoderLayer(const ModelConfig& config, const ArchitectureSpec& spec);
+  // h [B, S, H] updated in place (residual stream); scratch buffers are allocated per call.
+  void forward(const Tensor& h, const nn::AttentionState& state, Stream stream) const;
+
+  std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<nn::Attention> self_attn;
+  std::shared_ptr<nn::MLP> mlp;
+};
+
+class DecoderModel : public nn::Module {
+ public:
+  DecoderModel(const ModelConfig& config, const ArchitectureSpec& spec);
+  std::shared_ptr<nn::Embedding> embed_tokens;
+  std::vector<std::shared_ptr<DecoderLayer>> layers;
+  std::shared_ptr<nn::RMSNorm> norm;
+  std::shared_ptr<nn::RotaryEmbedding> rotary_emb;
+};
+
+class DecoderLM : public nn::Module {
+ public:
+  DecoderLM(const ModelConfig& config, const ArchitectureSpec& spec);
+
+  CausalLMOutput forward(const Tensor& input_ids, const ForwardOptions& options) const;
+  // Points every attention layer at a registered attention function ("eager", "sdpa", ...).
+  void set_attn_implementation(const std::string& name);
+
+  ModelConfig config;
+  GenerationConfig generation_config;
+  LoadOptions load_options;
+  Device device = Device::cpu();
+  DType dtype = DType::F32;
+
+  std::shared_ptr<DecoderModel> model;
+  std::shared_ptr<nn::Linear> lm_head;
+  std::shared_ptr<nn::CausalLMLoss> loss_function;
+};
+
+// model_type -> tree builder. Each family registers itself from its own folder.
+using ModelBuilder = std::function<std::shared_ptr<DecoderLM>(const ModelConfig&)>;
+bool register_model_type(const std::string& model_type, ModelBuilder builder);
+
+}  // namespace hk
