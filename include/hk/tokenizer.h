@@ -9,12 +9,14 @@
 //   model           BPE with vocab + merges ("a b" strings or [a, b] pairs), ignore_merges,
 //                   byte_fallback false, no continuing_subword_prefix / end_of_word_suffix
 //   added_tokens    matched first (leftmost-longest), honouring lstrip / rstrip / single_word /
-//                   normalized, mapped straight to their ids
+//                   normalized, mapped straight to their ids (assigned as the reference assigns
+//                   them, which for Qwen/Llama files are the ids written in the file)
 //   post_processor  ByteLevel, TemplateProcessing (single template), Bert/Roberta, Sequence
 //   decoder         ByteLevel (invalid UTF-8 becomes U+FFFD, as in the reference)
 // Anything else is rejected at load time with hk::InvalidArgument naming the file and the part,
-// rather than tokenizing differently from the reference. It deliberately does not do truncation,
-// padding, pair encodings, offsets or training.
+// rather than tokenizing differently from the reference (a file with "truncation" or "padding"
+// settings too: hk never truncates or pads). It deliberately does not do pair encodings, offsets
+// or training.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,7 @@ class Tokenizer {
   static Tokenizer from_pretrained(const std::string& dir);
 
   // Text → ids. `add_special_tokens` applies the post-processor's template (e.g. Llama 3's BOS).
-  // Throws Unsupported only for text the NFC normalizer cannot handle (see tokenizer_nfc.cc).
+  // Text must be valid UTF-8 (InvalidArgument otherwise).
   std::vector<int64_t> encode(std::string_view text, bool add_special_tokens = false) const;
   // Ids → text. Unknown ids throw InvalidArgument.
   std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;

@@ -229,26 +229,46 @@ void Loader::load_model(const json& m, Tokenizer::Impl& impl) const {
 
 void Loader::load_added_tokens(const json& a, Tokenizer::Impl& impl) const {
   const std::string part = "added_tokens";
+  impl.raw_matcher =
+      std::make_unique<tok::AddedTokenMatcher>(std::vector<const tok::AddedToken*>{});
+  impl.normalized_matcher =
+      std::make_unique<tok::AddedTokenMatcher>(std::vector<const tok::AddedToken*>{});
   if (a.is_null()) return;
   if (!a.is_array()) fail(part, "expected a list");
   impl.added.reserve(a.size());
+  // Ids are assigned like the reference's AddedVocabulary::add_tokens, which ignores the "id"
+  // written in the file: a token of the vocabulary keeps its vocabulary id, any other takes the
+  // next id after the vocabulary and the added tokens so far. For consistent files (Qwen, Llama)
+  // this is the written id; for others it is what the reference uses.
+  const auto& vocab = impl.bpe->vocab();
+  const auto model_size = static_cast<int64_t>(vocab.size());
+  std::optional<int64_t> max_added;
   for (const json& entry : a) {
     tok::AddedToken t;
-    t.id = id_value(member(entry, "id", part), part);
+    int64_t written_id = id_value(member(entry, "id", part), part);
     t.content = string_member(entry, "content", part);
-    if (t.content.empty()) fail(part, "token " + std::to_string(t.id) + " has empty content");
+    if (t.content.empty()) fail(part, "token " + std::to_string(written_id) + " has empty content");
     if (tok::find_invalid_utf8(t.content) != std::string::npos)
-      fail(part, "token " + std::to_string(t.id) + " is not valid UTF-8");
+      fail(part, "token " + std::to_string(written_id) + " is not valid UTF-8");
     t.special = bool_member(entry, "special", false, part);
     t.single_word = bool_member(entry, "single_word", false, part);
     t.lstrip = bool_member(entry, "lstrip", false, part);
     t.rstrip = bool_member(entry, "rstrip", false, part);
     t.normalized = bool_member(entry, "normalized", !t.special, part);
+    if (impl.added_by_content.count(t.content)) continue;  // a repeated token keeps its first entry
+    auto in_vocab = vocab.find(t.content);
+    if (in_vocab != vocab.end())
+      t.id = in_vocab->second;
+    else if (!max_added)
+      t.id = model_size;
+    else
+      t.id = (*max_added >= model_size || model_size == 0) ? *max_added + 1 : model_size;
+    max_added = std::max(max_added.value_or(t.id), t.id);
+    impl.added_by_content[t.content] = t.id;
     impl.added.push_back(std::move(t));
   }
   std::vector<const tok::AddedToken*> raw, normalized;
   for (const tok::AddedToken& t : impl.added) {
-    impl.added_by_content[t.content] = t.id;
     impl.added_by_id[t.id] = &t;
     (t.normalized ? normalized : raw).push_back(&t);
   }
@@ -334,7 +354,9 @@ void Loader::load(const json& root, Tokenizer::Impl& impl) const {
   load_post_processor(part("post_processor"), impl);
   load_decoder(part("decoder"));
   for (const char* key : {"truncation", "padding"})
-    if (!part(key).is_null()) unsupported(key, std::string("\"") + key + "\" settings");
+    if (!part(key).is_null())
+      fail(key, std::string("hk never truncates or pads; set \"") + key +
+                    "\" to null in the file to use it");
 
   std::unordered_map<std::string, bool> contents;
   for (const auto& [token, id] : impl.bpe->vocab()) contents.emplace(token, true);

@@ -2,7 +2,9 @@
 // runs, like the reference's AddedVocabulary::find_matches. Matches are leftmost-longest and
 // non-overlapping; a single_word token that touches a word character on either side is skipped
 // (and the scan resumes after it, as the reference's non-overlapping match iterator does);
-// lstrip/rstrip absorb the white space around a match into the token.
+// lstrip/rstrip absorb the white space around a match into the token — without moving the scan,
+// so an added token made of white space right after an rstrip token is emitted as well, exactly
+// as the reference does.
 #include <algorithm>
 #include <cstring>
 
@@ -77,7 +79,7 @@ std::vector<Segment> AddedTokenMatcher::split(std::string_view text) const {
     }
     if (found->lstrip) {
       size_t s = start;
-      while (s > consumed) {
+      while (s > 0) {
         size_t b = s - 1;
         while (b > 0 && (static_cast<unsigned char>(text[b]) & 0xC0) == 0x80) --b;
         size_t j = b;
@@ -85,7 +87,8 @@ std::vector<Segment> AddedTokenMatcher::split(std::string_view text) const {
         if (!next_code_point(text, j, cp) || !is_white_space(cp)) break;
         s = b;
       }
-      start = s;
+      // White space an earlier match already took stays with it.
+      start = std::max(s, consumed);
     }
     if (found->rstrip) {
       size_t j = stop;
@@ -95,9 +98,11 @@ std::vector<Segment> AddedTokenMatcher::split(std::string_view text) const {
         if (!next_code_point(text, k, cp) || !is_white_space(cp)) break;
         j = k;
       }
+      // The scan still resumes at the token's own end: like the reference, a later added token
+      // inside the stripped white space is matched too (the two then overlap).
       stop = j;
-      pos = stop;
     }
+    start = std::min(start, stop);
     if (consumed < start) segments.push_back({consumed, start, -1});
     segments.push_back({start, stop, found->id});
     consumed = stop;

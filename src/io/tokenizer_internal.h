@@ -48,17 +48,30 @@ class Regex {
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
-  // Calls on_match(begin, end) for successive non-overlapping, non-empty matches in valid UTF-8.
+  // Calls on_match(begin, end) for successive non-overlapping matches in valid UTF-8, with the
+  // reference's (Rust onig crate's) rule for empty matches: allowed, except one that ends where
+  // the previous match ended, which makes the search resume one character later.
   template <class F>
   void for_each_match(std::string_view text, F&& on_match) const {
-    size_t start = 0, b = 0, e = 0;
-    while (next_match(text, start, b, e)) {
+    size_t search_from = 0, b = 0, e = 0;
+    bool have_previous = false;
+    size_t previous_end = 0;
+    while (search_from <= text.size() && next_match(text, search_from, b, e)) {
+      if (b == e && have_previous && previous_end == e) {
+        search_from += 1;
+        while (search_from < text.size() &&
+               (static_cast<unsigned char>(text[search_from]) & 0xC0) == 0x80)
+          ++search_from;
+        continue;
+      }
+      search_from = previous_end = e;
+      have_previous = true;
       on_match(b, e);
-      start = e;
     }
   }
 
  private:
+  // The first match at or after `start` (possibly empty); false when there is none.
   bool next_match(std::string_view text, size_t start, size_t& begin, size_t& end) const;
   struct Code;
   std::unique_ptr<Code> code_;

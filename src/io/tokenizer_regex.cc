@@ -8,6 +8,8 @@
 
 #include <stdexcept>
 
+#include "hk/error.h"
+
 #include "io/tokenizer_internal.h"
 
 namespace hk::tok {
@@ -64,7 +66,8 @@ struct Regex::Code {
 
 Regex::Regex(const std::string& pattern, bool literal) : code_(std::make_unique<Code>()) {
   std::string source = literal ? pattern : widen_space_classes(pattern);
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0);
+  // PCRE2_LITERAL admits UTF but not UCP (irrelevant to a literal anyway).
+  uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
   PCRE2_SIZE offset = 0;
   code_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(), options,
@@ -90,30 +93,26 @@ bool Regex::next_match(std::string_view text, size_t start, size_t& begin, size_
   } md{pcre2_match_data_create(1, nullptr)};
   if (!md.data) throw std::bad_alloc();
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  while (start <= text.size()) {
-    // The caller validated the UTF-8 once; skipping PCRE2's check keeps matching linear.
-    uint32_t options = PCRE2_NO_UTF_CHECK;
-    int rc = pcre2_match(code_->code, subject, text.size(), start, options, md.data, nullptr);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code_->code, subject, text.size(), start, options | PCRE2_NO_JIT, md.data,
-                       nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) return false;
-    if (rc < 0) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(rc, message, sizeof(message));
-      throw std::runtime_error(std::string("regex match failed: ") +
-                               reinterpret_cast<const char*>(message));
-    }
-    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
-    begin = ovector[0];
-    end = ovector[1];
-    if (end > begin) return true;
-    // An empty match yields no piece (the reference drops empty splits): retry one character on.
-    if (begin >= text.size()) return false;
-    start = begin + 1;
-    while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+  // The caller validated the UTF-8 once; skipping PCRE2's check keeps matching linear.
+  uint32_t options = PCRE2_NO_UTF_CHECK;
+  int rc = pcre2_match(code_->code, subject, text.size(), start, options, md.data, nullptr);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    rc = pcre2_match(code_->code, subject, text.size(), start, options | PCRE2_NO_JIT, md.data,
+                     nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof(message));
+    throw hk::RuntimeFailure(std::string("splitting text with the tokenizer's pattern failed (") +
+                             reinterpret_cast<const char*>(message) +
+                             "); split the input into smaller parts");
   }
-  return false;
+  PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
+  begin = ovector[0];
+  end = ovector[1];
+  // \K in a look-behind can report an end before the start; treat that as an empty match.
+  if (end < begin) end = begin;
+  return true;
 }
 
 const std::string& gpt2_pattern() {

@@ -226,7 +226,8 @@ Mask mask_of(const AttentionOptions& options, Tensor& keep, Stream stream) {
 }
 
 float scale_of(const AttentionOptions& options, int64_t head_dim) {
-  return options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return options.scale != 0.0f ? options.scale
+                              : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
 void launch_scores(const TensorView& a, const TensorView& km, const Dims& dims, const Mask& mask,

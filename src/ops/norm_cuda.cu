@@ -24,6 +24,7 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, int64_t x_rs, const TW*
   TY* yr = y + row * y_rs;
   const int64_t nv = cols / VEC;
   float ss = 0.0f;
+#pragma unroll 4
   for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
     const Vec<T, VEC> xv = reinterpret_cast<const Vec<T, VEC>*>(xr)[v];
 #pragma unroll
@@ -46,6 +47,13 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, int64_t x_rs, const TW*
   }
 }
 
+// Threads for a row of `vecs` vector accesses: about four per thread, so a block keeps several
+// independent loads in flight and an SM holds many rows at once (memory-level parallelism).
+int vector_row_threads(int64_t vecs) {
+  const int64_t t = ((vecs + 3) / 4 + 31) / 32 * 32;
+  return static_cast<int>(std::max<int64_t>(32, std::min<int64_t>(t, 1024)));
+}
+
 int row_threads(int64_t work) {
   const int64_t t = (work + 31) / 32 * 32;
   return static_cast<int>(std::max<int64_t>(32, std::min<int64_t>(t, 512)));
@@ -63,11 +71,11 @@ void launch_rms_norm(const Rows& rx, const TensorView& w, const Rows& ry, float*
                     aligned_to(w.ptr(), sizeof(TW) * VEC);
   const unsigned grid = checked_grid_x(rx.rows, "rms_norm");
   if (wide) {
-    rms_norm_kernel<T, TW, TY, VEC><<<grid, row_threads(rx.cols / VEC), 0, s>>>(
+    rms_norm_kernel<T, TW, TY, VEC><<<grid, vector_row_threads(rx.cols / VEC), 0, s>>>(
         static_cast<const T*>(rx.ptr), rx.row_stride, static_cast<const TW*>(w.ptr()),
         static_cast<TY*>(ry.ptr), ry.row_stride, rstd, rx.cols, eps);
   } else {
-    rms_norm_kernel<T, TW, TY, 1><<<grid, row_threads(rx.cols), 0, s>>>(
+    rms_norm_kernel<T, TW, TY, 1><<<grid, vector_row_threads(rx.cols), 0, s>>>(
         static_cast<const T*>(rx.ptr), rx.row_stride, static_cast<const TW*>(w.ptr()),
         static_cast<TY*>(ry.ptr), ry.row_stride, rstd, rx.cols, eps);
   }

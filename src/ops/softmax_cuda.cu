@@ -7,6 +7,9 @@
 // by the device-side count of non-ignored labels, and 0 targets give 0. Backward reads dloss and
 // the count on the device too, so nothing here synchronises the host.
 // Not here: label smoothing, z-loss, softcapping (Liger's fused loss in kernels/ covers those).
+#include <initializer_list>
+#include <type_traits>
+
 #include "ops/cuda_common.cuh"
 #include "ops/cuda_ops.h"
 
@@ -15,6 +18,7 @@ namespace {
 using namespace detail;
 
 constexpr int kRowThreads = 256;
+constexpr int kCeThreads = 512;  // long rows (vocabularies): more loads in flight per row
 
 __global__ void softmax_kernel(const void* __restrict__ x, DType xdt, int64_t x_rs,
                                void* __restrict__ y, DType ydt, int64_t y_rs, int64_t cols) {
@@ -25,8 +29,10 @@ __global__ void softmax_kernel(const void* __restrict__ x, DType xdt, int64_t x_
     st = maxsum_add(st, load_f32(x, xdt, row * x_rs + c));
   st = block_maxsum(st, sm, ss);
   const float inv = 1.0f / st.s;
+  const bool empty = st.m == -INFINITY;  // every input -inf: zeros, like the CPU path (not NaN)
   for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    store_f32(y, ydt, row * y_rs + c, expf(load_f32(x, xdt, row * x_rs + c) - st.m) * inv);
+    store_f32(y, ydt, row * y_rs + c,
+              empty ? 0.0f : expf(load_f32(x, xdt, row * x_rs + c) - st.m) * inv);
 }
 
 __global__ void softmax_backward_kernel(const void* __restrict__ dy, DType dydt, int64_t dy_rs,
@@ -45,31 +51,55 @@ __global__ void softmax_backward_kernel(const void* __restrict__ dy, DType dydt,
   }
 }
 
-__device__ __forceinline__ float row_lse(const void* x, DType xdt, int64_t base, int64_t cols,
-                                         float* sm, float* ss) {
+// Per-thread (max, Σexp) over a row of T, VEC elements per 16-byte load: one rescale per vector,
+// one exp per element. The caller merges threads with block_maxsum.
+template <class T, int VEC>
+__device__ __forceinline__ MaxSum row_maxsum(const T* __restrict__ row, int64_t cols) {
   MaxSum st{-INFINITY, 0.0f};
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    st = maxsum_add(st, load_f32(x, xdt, base + c));
-  st = block_maxsum(st, sm, ss);
-  return st.m + logf(st.s);
+  const int64_t nv = cols / VEC;
+#pragma unroll 2
+  for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+    const Vec<T, VEC> x = reinterpret_cast<const Vec<T, VEC>*>(row)[v];
+    float f[VEC];
+    float m = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      f[k] = to_f32(x.v[k]);
+      m = fmaxf(m, f[k]);
+    }
+    if (m > st.m) {
+      st.s *= expf(st.m - m);
+      st.m = m;
+    }
+    if (st.m != -INFINITY) {
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) st.s += expf(f[k] - st.m);
+    }
+  }
+  for (int64_t c = nv * VEC + threadIdx.x; c < cols; c += blockDim.x)
+    st = maxsum_add(st, to_f32(row[c]));
+  return st;
 }
 
 // Per row: lse (optional), loss (0 when ignored), valid flag (1/0).
-__global__ void cross_entropy_rows_kernel(const void* __restrict__ logits, DType ldt, int64_t l_rs,
-                                          int64_t cols, const void* __restrict__ labels,
-                                          bool labels_i64, int64_t labels_stride,
-                                          int64_t ignore_index, float* __restrict__ loss,
-                                          float* __restrict__ valid, float* __restrict__ lse_out) {
+template <class T, int VEC>
+__global__ void cross_entropy_rows_kernel(const T* __restrict__ logits, int64_t l_rs, int64_t cols,
+                                          const void* __restrict__ labels, bool labels_i64,
+                                          int64_t labels_stride, int64_t ignore_index,
+                                          float* __restrict__ loss, float* __restrict__ valid,
+                                          float* __restrict__ lse_out) {
   __shared__ float sm[32], ss[32];
   const int64_t row = blockIdx.x;
-  const float lse = row_lse(logits, ldt, row * l_rs, cols, sm, ss);
+  const T* r = logits + row * l_rs;
+  const MaxSum st = block_maxsum(row_maxsum<T, VEC>(r, cols), sm, ss);
+  const float lse = st.m + logf(st.s);
   if (threadIdx.x != 0) return;
   if (lse_out) lse_out[row] = lse;
   const int64_t label = load_index(labels, labels_i64, row * labels_stride);
   float l = 0.0f, v = 0.0f;
   if (label != ignore_index) {
     v = 1.0f;
-    l = (label < 0 || label >= cols) ? NAN : lse - load_f32(logits, ldt, row * l_rs + label);
+    l = (label < 0 || label >= cols) ? NAN : lse - to_f32(r[label]);
   }
   loss[row] = l;
   if (valid) valid[row] = v;
@@ -102,33 +132,71 @@ __global__ void count_valid_kernel(const void* __restrict__ labels, bool labels_
 }
 
 // dlogits = g·(softmax − onehot), g = dloss[row] (None), dloss[0] (Sum) or dloss[0]/count (Mean).
+template <class T, int VEC>
 __global__ void cross_entropy_backward_kernel(
-    const float* __restrict__ dloss, int64_t dloss_stride, int mode /*0 none, 1 sum, 2 mean*/,
-    const float* __restrict__ count, const void* __restrict__ logits, DType ldt, int64_t l_rs,
-    int64_t cols, const void* __restrict__ labels, bool labels_i64, int64_t labels_stride,
-    int64_t ignore_index, const float* __restrict__ lse_in, void* __restrict__ dlogits, DType ddt,
-    int64_t d_rs) {
+    const float* __restrict__ dloss, int mode /*0 none, 1 sum, 2 mean*/,
+    const float* __restrict__ count, const T* __restrict__ logits, int64_t l_rs, int64_t cols,
+    const void* __restrict__ labels, bool labels_i64, int64_t labels_stride, int64_t ignore_index,
+    const float* __restrict__ lse_in, T* __restrict__ dlogits, int64_t d_rs) {
   __shared__ float sm[32], ss[32];
   const int64_t row = blockIdx.x;
+  const T* r = logits + row * l_rs;
+  T* d = dlogits + row * d_rs;
+  const int64_t nv = cols / VEC;
   const int64_t label = load_index(labels, labels_i64, row * labels_stride);
-  if (label == ignore_index) {
-    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-      store_f32(dlogits, ddt, row * d_rs + c, 0.0f);
+  if (label == ignore_index) {  // uniform over the block
+    Vec<T, VEC> zero;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) zero.v[k] = from_f32<T>(0.0f);
+    for (int64_t v = threadIdx.x; v < nv; v += blockDim.x)
+      reinterpret_cast<Vec<T, VEC>*>(d)[v] = zero;
+    for (int64_t c = nv * VEC + threadIdx.x; c < cols; c += blockDim.x) d[c] = from_f32<T>(0.0f);
     return;
   }
   float g;
   if (mode == 0)
-    g = dloss[row * dloss_stride];
+    g = dloss[row];
   else if (mode == 1)
     g = dloss[0];
   else
     g = count[0] > 0.0f ? dloss[0] / count[0] : 0.0f;
   if (label < 0 || label >= cols) g = NAN;
-  const float lse = lse_in ? lse_in[row] : row_lse(logits, ldt, row * l_rs, cols, sm, ss);
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    const float p = expf(load_f32(logits, ldt, row * l_rs + c) - lse);
-    store_f32(dlogits, ddt, row * d_rs + c, g * (p - (c == label ? 1.0f : 0.0f)));
+  float lse;
+  if (lse_in) {
+    lse = lse_in[row];
+  } else {
+    const MaxSum st = block_maxsum(row_maxsum<T, VEC>(r, cols), sm, ss);
+    lse = st.m + logf(st.s);
   }
+#pragma unroll 2
+  for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+    const Vec<T, VEC> x = reinterpret_cast<const Vec<T, VEC>*>(r)[v];
+    Vec<T, VEC> o;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const float p = expf(to_f32(x.v[k]) - lse);
+      o.v[k] = from_f32<T>(g * (p - (v * VEC + k == label ? 1.0f : 0.0f)));
+    }
+    reinterpret_cast<Vec<T, VEC>*>(d)[v] = o;
+  }
+  for (int64_t c = nv * VEC + threadIdx.x; c < cols; c += blockDim.x)
+    d[c] = from_f32<T>(g * (expf(to_f32(r[c]) - lse) - (c == label ? 1.0f : 0.0f)));
+}
+
+// Calls f(T{}, std::integral_constant<int, VEC>{}) with VEC = 16/sizeof(T) when every row of the
+// given dense-row views starts 16-byte aligned, else VEC = 1.
+template <class F>
+void dispatch_rows_vec(DType dt, const char* op, std::initializer_list<Rows> rows, F&& f) {
+  dispatch_float(dt, op, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int VEC = static_cast<int>(16 / sizeof(T));
+    bool wide = true;
+    for (const Rows& r : rows) wide = wide && r.row_stride % VEC == 0 && aligned_to(r.ptr, 16);
+    if (wide)
+      f(tag, std::integral_constant<int, VEC>{});
+    else
+      f(tag, std::integral_constant<int, 1>{});
+  });
 }
 
 const float* f32_contiguous(const TensorView& v, Tensor& keep, Stream stream) {
@@ -212,10 +280,14 @@ void cross_entropy(const TensorView& logits, const TensorView& labels, const Ten
       lse_ptr = lse_tmp.data_as<float>();
     }
   }
-  cross_entropy_rows_kernel<<<checked_grid_x(N, "cross_entropy"), kRowThreads, 0, s>>>(
-      rl.ptr, logits.dtype, rl.row_stride, rl.cols, labels.ptr(), labels.dtype == DType::I64,
-      labels_stride, options.ignore_index, loss_ptr, reduce ? valid.data_as<float>() : nullptr,
-      lse_ptr);
+  dispatch_rows_vec(logits.dtype, "cross_entropy", {rl}, [&](auto tag, auto vec) {
+    using T = decltype(tag);
+    cross_entropy_rows_kernel<T, decltype(vec)::value>
+        <<<checked_grid_x(N, "cross_entropy"), kCeThreads, 0, s>>>(
+            static_cast<const T*>(rl.ptr), rl.row_stride, rl.cols, labels.ptr(),
+            labels.dtype == DType::I64, labels_stride, options.ignore_index, loss_ptr,
+            reduce ? valid.data_as<float>() : nullptr, lse_ptr);
+  });
   HK_CUDA_CHECK_LAUNCH();
   if (reduce) {
     WritableOutput scalar(loss, true, false, stream);
@@ -227,7 +299,7 @@ void cross_entropy(const TensorView& logits, const TensorView& labels, const Ten
   } else {
     none_out.finish(stream);
   }
-  if (lse_tmp.defined()) copy_view(*lse, lse_tmp.view().reshape(lse->sizes()), stream);
+  if (lse_tmp.defined()) cast(lse_tmp.view().reshape(lse->sizes()), *lse, stream);
 }
 
 void cross_entropy_backward(const TensorView& dloss, const TensorView& logits,
@@ -259,13 +331,26 @@ void cross_entropy_backward(const TensorView& dloss, const TensorView& logits,
     HK_CUDA_CHECK_LAUNCH();
   }
   const float* lse_ptr = lse ? f32_contiguous(*lse, keep_lse, stream) : nullptr;
+  // Gradients in the logits' dtype (the usual case); any other dtype via a temporary and a cast.
   WritableOutput out(dlogits, false, false, stream);
-  const Rows rd = rows_of(out.view());
-  cross_entropy_backward_kernel<<<checked_grid_x(N, "cross_entropy_backward"), kRowThreads, 0, s>>>(
-      dloss_ptr, 1, mode, mode == 2 ? count.data_as<float>() : nullptr, rl.ptr, logits.dtype,
-      rl.row_stride, rl.cols, labels.ptr(), labels.dtype == DType::I64, labels_stride,
-      options.ignore_index, lse_ptr, rd.ptr, dlogits.dtype, rd.row_stride);
+  Tensor d_tmp;
+  TensorView dv = out.view();
+  if (dlogits.dtype != logits.dtype) {
+    d_tmp = Tensor::empty(dlogits.sizes(), logits.dtype, dlogits.device, stream);
+    dv = d_tmp.view();
+  }
+  const Rows rd = rows_of(dv);
+  dispatch_rows_vec(logits.dtype, "cross_entropy_backward", {rl, rd}, [&](auto tag, auto vec) {
+    using T = decltype(tag);
+    cross_entropy_backward_kernel<T, decltype(vec)::value>
+        <<<checked_grid_x(N, "cross_entropy_backward"), kCeThreads, 0, s>>>(
+            dloss_ptr, mode, mode == 2 ? count.data_as<float>() : nullptr,
+            static_cast<const T*>(rl.ptr), rl.row_stride, rl.cols, labels.ptr(),
+            labels.dtype == DType::I64, labels_stride, options.ignore_index, lse_ptr,
+            static_cast<T*>(rd.ptr), rd.row_stride);
+  });
   HK_CUDA_CHECK_LAUNCH();
+  if (d_tmp.defined()) cast(d_tmp.view(), out.view(), stream);
   out.finish(stream);
 }
 

@@ -1,11 +1,14 @@
 // tests/common/op_testing.h — shared helpers for testing ops and kernels against references.
 //
 // Random tensors with a fixed seed, the same values laid out in non-contiguous ways (strided,
-// transposed, padded rows, broadcast), the project tolerance rule (atol + rtol·|ref| with the
-// double reference first rounded to the output dtype, plus an optional per-element bound for
-// reductions) and central finite differences for backward checks. Header-only, CPU only: GPU tests
-// copy their results to the CPU first. It deliberately holds no reference implementations; every
-// test writes its own naive double-precision reference.
+// transposed, padded rows; use Tensor::expand for broadcast), the project tolerance rule
+// (atol + rtol·|ref| with the double reference first rounded to the output dtype, plus a
+// per-element bound for reductions from a same-dtype naive implementation), the exact-match share
+// for 16-bit outputs, central finite differences for backward checks and HK_EXPECT_INVALID.
+// Header-only, CPU only: GPU tests copy their results to the CPU first. It deliberately holds no
+// reference implementations; every test writes its own naive double-precision reference. The
+// namespace is hk::test (not hk::testing, which would hide GoogleTest's ::testing inside namespace
+// hk).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,7 +27,7 @@
 #include "hk/error.h"
 #include "hk/tensor.h"
 
-namespace hk::testing {
+namespace hk::test {
 
 // The dtypes every op is tested in (f64 is used for finite differences and exact references).
 inline constexpr DType kTestDtypes[] = {DType::F32, DType::BF16, DType::F16};
@@ -341,4 +344,4 @@ inline double weighted_sum(const TensorView& out, const std::vector<double>& w) 
     }                                                                                       \
   } while (0)
 
-}  // namespace hk::testing
+}  // namespace hk::test

@@ -25,13 +25,30 @@
 
 namespace hk::gpu_testing {
 
+inline bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
 inline bool gpu_required() {
-  const char* v = std::getenv("HK_REQUIRE_GPU");
-  return v && std::string(v) == "1";
+  return env_is("HK_REQUIRE_GPU", "1");
+}
+// Harness self-check without a GPU: HK_GPU_TESTS_ON_CPU=1 runs the op tests with the "GPU" side on
+// the CPU too, which checks that every call the tests make is accepted by the dispatchers and that
+// the comparisons pass for identical paths. It says nothing about the CUDA kernels.
+inline bool harness_on_cpu() {
+  return env_is("HK_GPU_TESTS_ON_CPU", "1");
 }
 
-// Use at the top of every test: skips (or fails, when required) without a CUDA device.
-#define HK_REQUIRE_CUDA()                                                        \
+// At the top of every op test: skips (or fails, when required) without a CUDA device.
+#define HK_REQUIRE_CUDA()                                                         \
+  do {                                                                            \
+    if (!::hk::gpu_testing::harness_on_cpu() && ::hk::cuda_device_count() == 0) { \
+      if (::hk::gpu_testing::gpu_required()) FAIL() << "no CUDA device visible";  \
+      GTEST_SKIP() << "no CUDA device";                                           \
+    }                                                                             \
+  } while (0)
+// At the top of tests of the CUDA runtime itself (never run on the CPU).
+#define HK_REQUIRE_REAL_CUDA()                                                   \
   do {                                                                           \
     if (::hk::cuda_device_count() == 0) {                                        \
       if (::hk::gpu_testing::gpu_required()) FAIL() << "no CUDA device visible"; \
@@ -40,7 +57,7 @@ inline bool gpu_required() {
   } while (0)
 
 inline Device gpu() {
-  return Device::cuda(0);
+  return harness_on_cpu() ? Device::cpu() : Device::cuda(0);
 }
 
 inline const std::vector<DType>& float_dtypes() {

@@ -14,7 +14,7 @@ namespace {
 using namespace gpu_testing;
 
 TEST(GpuCore, DeviceReportsCapability) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   const Device d = gpu();
   EXPECT_TRUE(d.is_cuda());
   EXPECT_GE(d.capability, 50);
@@ -22,7 +22,7 @@ TEST(GpuCore, DeviceReportsCapability) {
 }
 
 TEST(GpuCore, AllocatorStatsTrackAllocatedReservedPeak) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   const Device d = gpu();
   OwnedStream stream(d);
   synchronize_device(d);
@@ -44,7 +44,7 @@ TEST(GpuCore, AllocatorStatsTrackAllocatedReservedPeak) {
 }
 
 TEST(GpuCore, FreedBlockIsReusedOnTheSameStream) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   const Device d = gpu();
   OwnedStream stream(d);
   void* first = nullptr;
@@ -59,7 +59,7 @@ TEST(GpuCore, FreedBlockIsReusedOnTheSameStream) {
 }
 
 TEST(GpuCore, EmptyCacheReturnsReservedMemory) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   const Device d = gpu();
   { Tensor t = Tensor::empty({int64_t(8) << 20}, DType::F32, d); }
   const size_t reserved = memory_stats(d).reserved;
@@ -68,7 +68,7 @@ TEST(GpuCore, EmptyCacheReturnsReservedMemory) {
 }
 
 TEST(GpuCore, ToRoundTripsEveryDtype) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::F64}) {
     Tensor cpu = random_cpu({3, 17, 5}, dt, 7);
     Tensor back = to_cpu(cpu.to(gpu()));
@@ -82,7 +82,7 @@ TEST(GpuCore, ToRoundTripsEveryDtype) {
 }
 
 TEST(GpuCore, StridedCopyKernelMaterialisesTransposedViews) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   for (DType dt : {DType::F32, DType::BF16, DType::F64, DType::U8}) {
     Tensor cpu =
         is_floating(dt) ? random_cpu({5, 7, 3}, dt, 11) : random_ints({5, 7, 3}, 0, 250, 11, dt);
@@ -103,7 +103,7 @@ TEST(GpuCore, StridedCopyKernelMaterialisesTransposedViews) {
 }
 
 TEST(GpuCore, BroadcastViewsCopy) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   Tensor row = random_cpu({1, 9}, DType::F32, 5);
   Tensor g = row.to(gpu()).expand({4, 9}).contiguous();
   std::vector<double> expect;
@@ -113,7 +113,7 @@ TEST(GpuCore, BroadcastViewsCopy) {
 }
 
 TEST(GpuCore, StreamOrderingAndEvents) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   const Device d = gpu();
   OwnedStream stream(d);
   Tensor cpu = random_cpu({1 << 16}, DType::F32, 9);
@@ -127,7 +127,7 @@ TEST(GpuCore, StreamOrderingAndEvents) {
 }
 
 TEST(GpuCore, ZerosAreZero) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();
   Tensor z = Tensor::zeros({3, 1001}, DType::BF16, gpu());
   for (double v : to_cpu(z).to_doubles()) ASSERT_EQ(v, 0.0);
 }

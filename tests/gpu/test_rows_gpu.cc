@@ -226,7 +226,7 @@ TEST(GpuRows, EmbeddingForwardBackward) {
 }
 
 TEST(GpuRows, EmbeddingOutOfRangeIdsGiveZeros) {
-  HK_REQUIRE_CUDA();
+  HK_REQUIRE_REAL_CUDA();  // the CPU path throws on such ids instead
   Tensor w = random_cpu({10, 16}, DType::F32, 3);
   Tensor ids = Tensor::from_ints({1, -1, 10, 3}, {4});
   Tensor out = gpu_output({4, 16}, DType::F32);

@@ -43,7 +43,10 @@ struct Options {
 };
 
 void run(const Options& o, CLI::App* text_option_owner) {
-  Tokenizer tokenizer = Tokenizer::from_pretrained(o.model);
+  // A tokenizer.json given directly is accepted too.
+  bool is_json_file = o.model.size() >= 5 && o.model.compare(o.model.size() - 5, 5, ".json") == 0;
+  Tokenizer tokenizer =
+      is_json_file ? Tokenizer::from_file(o.model) : Tokenizer::from_pretrained(o.model);
   bool from_text = text_option_owner->count("--text") > 0;
   std::vector<int64_t> ids =
       from_text ? tokenizer.encode(o.text, o.add_special_tokens) : parse_ids(o.ids);
@@ -65,7 +68,8 @@ void add_tokenize(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd =
       app.add_subcommand("tokenize", "Encode text or decode ids with a model's tokenizer");
-  cmd->add_option("--model", options->model, "Model directory containing tokenizer.json")
+  cmd->add_option("--model", options->model,
+                  "Model directory containing tokenizer.json (or the tokenizer.json itself)")
       ->required();
   auto* text = cmd->add_option("--text", options->text, "Text to encode");
   auto* ids = cmd->add_option("--ids", options->ids, "Comma-separated ids to decode");

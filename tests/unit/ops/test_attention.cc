@@ -12,7 +12,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 struct Geometry {
   int64_t b, s, t, hq, hkv, d;

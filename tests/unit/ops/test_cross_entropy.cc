@@ -11,7 +11,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 using ops::Reduction;
 
 constexpr Reduction kReductions[] = {Reduction::None, Reduction::Mean, Reduction::Sum};

@@ -11,7 +11,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 using ops::Activation;
 
 constexpr Activation kActs[] = {Activation::SiLU, Activation::GELU, Activation::GELUTanh};

@@ -11,7 +11,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 constexpr float kEps = 1e-6f;
 

@@ -9,7 +9,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 TensorView on(DeviceType type, const Tensor& t) {
   TensorView v = t.view();

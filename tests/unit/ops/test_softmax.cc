@@ -10,7 +10,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 template <class Acc>
 std::vector<double> ref_softmax(const std::vector<double>& x, int64_t rows, int64_t n) {

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "hk/error.h"
 #include "hk/tokenizer.h"
@@ -77,7 +78,45 @@ TEST_P(Reference, RepeatedEncodingUsesTheCacheConsistently) {
   }
 }
 
+TEST_P(Reference, ConcurrentEncodingGivesTheSameIds) {
+  // One tokenizer shared by several threads: the word cache is the only mutable state.
+  Tokenizer tok = Tokenizer::from_file(fixture_dir() + "/" + GetParam() + "/tokenizer.json");
+  const nlohmann::json exp = expected(GetParam());
+  std::vector<std::pair<std::string, std::vector<int64_t>>> cases;
+  for (const auto& c : exp["cases"]) cases.emplace_back(c["text"], ids_of(c["ids"]));
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (size_t i = t; i < cases.size() + t; ++i) {
+          const auto& [text, ids] = cases[i % cases.size()];
+          if (tok.encode(text) != ids) ++failures[t];
+        }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Reference, ::testing::Values("qwen2", "llama3", "gpt2"));
+
+TEST(Tokenizer, VariantsMatchTokenizersLibrary) {
+  // Small tokenizers for the rarer parts of the format (split behaviours, added-token flags,
+  // Bert/Roberta templates, reassigned added-token ids), with the reference's ids.
+  auto variants = nlohmann::json::parse(read_text(fixture_dir() + "/variants.json"));
+  ASSERT_GE(variants.size(), 6u);
+  for (const auto& v : variants) {
+    Tokenizer tok = Tokenizer::from_json(v["tokenizer"].dump(), v["name"].get<std::string>());
+    for (const auto& c : v["cases"]) {
+      std::string text = c["text"];
+      std::vector<int64_t> ids = ids_of(c["ids"]);
+      EXPECT_EQ(tok.encode(text), ids) << v["name"] << ": " << text;
+      EXPECT_EQ(tok.encode(text, true), ids_of(c["ids_with_special_tokens"]))
+          << v["name"] << ": " << text;
+      EXPECT_EQ(tok.decode(ids), c["decoded"].get<std::string>()) << v["name"] << ": " << text;
+    }
+  }
+}
 
 TEST(Tokenizer, SpecialTokensQwen) {
   Tokenizer tok = Tokenizer::from_pretrained(fixture_dir() + "/qwen2");
@@ -240,6 +279,24 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(edited([](auto& j) { j["added_tokens"][0].erase("content"); }).dump(),
                   "added_tokens");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"]["dup"] = 5; }).dump(), "share the id");
+  expect_rejected(edited([](auto& j) {
+                    j["truncation"] = {{"max_length", 8}};
+                  }).dump(),
+                  "truncation");
+}
+
+TEST(Tokenizer, OptionalPartsMayBeAbsent) {
+  // A file without added_tokens, normalizer or post_processor still tokenizes (found by fuzzing:
+  // a missing added_tokens list once left the matcher unset).
+  nlohmann::json j = nlohmann::json::parse(qwen_json());
+  j.erase("added_tokens");
+  j.erase("normalizer");
+  j.erase("post_processor");
+  Tokenizer tok = Tokenizer::from_json(j.dump());
+  std::vector<int64_t> ids = tok.encode("hi <|im_end|>", true);
+  EXPECT_EQ(tok.decode(ids), "hi <|im_end|>");
+  EXPECT_FALSE(tok.token_to_id("<|im_end|>").has_value());
+  EXPECT_EQ(tok.vocab_size(), 3000);
 }
 
 TEST(TokenizerErrors, MissingFileIsNotFound) {

@@ -1,0 +1,199 @@
+// hk/layer_interfaces.h — the layer interfaces: the one contract shared by models, built-in ops
+// and hub kernels.
+//
+// A layer interface is a name and a version (`rms_norm@1`). It fixes, once: the order, shapes and
+// dtypes of the tensors a kernel receives in `hk_call.inputs` / `outputs` for forward and for
+// backward, and the POD attribute struct passed as `hk_call.attrs`. A kernel entry declares the
+// interface it implements; the loader refuses entries whose interface or version hk does not know,
+// so signature drift is caught at load, never at call time. Any change to tensors or to the
+// meaning of a field makes a new version; appending a field with a default keeps the version
+// (callers pass `attrs_size`, kernels read the prefix they know — see hk::sdk::read_attrs).
+//
+// Conventions for every interface: "rows" = all leading dims flattened, the op works along the
+// last dim; tensors may be strided (kernels may return HK_STATUS_UNSUPPORTED for layouts they do
+// not handle, and callers then make them contiguous or fall back); math is f32 unless stated;
+// optional tensors may be absent (see hk_abi/hk_kernel.h). Backward outputs are written unless
+// the attrs' accumulate flag is set, in which case weight gradients are added to.
+//
+// The attribute structs are plain, header-only and safe to include from kernel code (kernels do
+// not link libhk). The registry functions at the bottom are implemented in libhk, for the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hk {
+
+// Shared flag: weight gradients (dweight, dbias, ...) are accumulated into instead of written.
+inline constexpr uint32_t kAccumulateWeightGrads = 1u;
+
+// ---- rms_norm@1 (layer RMSNorm) -----------------------------------------------------------------
+// forward   inputs:  x [..., H] (f32|bf16|f16), weight [H]
+//           outputs: y [..., H] (x's shape), rstd [rows] f32 (optional; saved for backward)
+//   r = rsqrt(mean(x²) + eps) in f32.
+//   llama casting: y = round_to(y.dtype, round_to(x.dtype, x·r) · (offset + w))  (Transformers)
+//   gemma casting: y = round_to(y.dtype, x·r·(offset + w))                        (all in f32)
+// backward  inputs:  dy [..., H], x, weight, rstd (optional; recomputed when absent)
+//           outputs: dx [..., H], dweight [H] (optional; f32 or weight dtype, reduced in f32)
+//   with m = x·r, n = m rounded to x.dtype (llama casting) or m (gemma), g = dy·(offset + w):
+//   dx = r·(g − m·mean(g·m))  (rounding treated as identity),  dweight = Σ_rows dy·n
+inline constexpr uint32_t kRmsNormCastingLlama = 0;
+inline constexpr uint32_t kRmsNormCastingGemma = 1;
+struct RmsNormAttrs {
+  float eps = 1e-6f;
+  float offset = 0.0f;  // added to the weight (Gemma uses 1)
+  uint32_t casting_mode = kRmsNormCastingLlama;
+  uint32_t flags = 0;  // kAccumulateWeightGrads
+};
+
+// ---- layer_norm@1 (layer LayerNorm) -------------------------------------------------------------
+// forward   inputs:  x [..., H], weight [H], bias [H] (optional)
+//           outputs: y [..., H], mean [rows] f32 (optional), rstd [rows] f32 (optional)
+//   y = (x − mean)·rstd·w + b, rstd = rsqrt(var + eps) (biased variance)
+// backward  inputs:  dy, x, weight, mean (optional), rstd (optional)
+//           outputs: dx, dweight (optional), dbias (optional)
+struct LayerNormAttrs {
+  float eps = 1e-5f;
+  uint32_t flags = 0;  // kAccumulateWeightGrads
+};
+
+// ---- rotary_pos_emb@1 (function rotary_pos_emb) -------------------------------------------------
+// forward   inputs:  q [B, S, Hq, D], k [B, S, Hk, D], cos [B|1, S, D] f32, sin [B|1, S, D] f32
+//           outputs: q_out, k_out (shapes of q, k; may alias q, k)
+//   x_out = x·cos + rotate_half(x)·sin over the first `rotary_dim` of D (rest copied),
+//   rotate_half(x) = [−x2, x1] (Transformers layout: frequencies duplicated on both halves)
+// backward  inputs:  dq_out, dk_out, cos, sin
+//           outputs: dq, dk (may alias dq_out, dk_out)
+struct RotaryAttrs {
+  int32_t rotary_dim = 0;  // 0 = the whole head_dim
+};
+
+// ---- mlp@1 (layer MLP: gated MLP, SwiGLU / GeGLU) -----------------------------------------------
+// forward   inputs:  x [..., H], gate_w [I, H], up_w [I, H], down_w [H, I]
+//           outputs: y [..., H]
+//   y = (act(x·gate_wᵀ) ⊙ (x·up_wᵀ)) · down_wᵀ, act(gate) rounded to x.dtype before the product
+// backward  inputs:  dy, x, gate_w, up_w, down_w
+//           outputs: dx, dgate_w (optional), dup_w (optional), ddown_w (optional)
+//   (intermediates are recomputed; the kernel's workspace_size says what it needs)
+inline constexpr uint32_t kActivationSiLU = 0;
+inline constexpr uint32_t kActivationGELU = 1;      // erf form
+inline constexpr uint32_t kActivationGELUTanh = 2;  // tanh approximation
+struct MlpAttrs {
+  uint32_t activation = kActivationSiLU;
+  uint32_t flags = 0;  // kAccumulateWeightGrads
+};
+
+// ---- activation@1 (activation layers: SiLU, GELU, GeluTanh, QuickGELU, ...) ---------------------
+// forward   inputs: x       outputs: y (x's shape; may alias x)      y = act(x), act from `kind`
+// backward  inputs: dy, x   outputs: dx
+inline constexpr uint32_t kActivationQuickGELU = 3;  // x·sigmoid(1.702·x)
+struct ActivationAttrs {
+  uint32_t kind = kActivationSiLU;  // kActivation*
+};
+
+// ---- act_and_mul@1 (gated activations: silu_and_mul, gelu_and_mul, Liger SwiGLU / GeGLU) -------
+// forward   inputs:  x [..., 2d] (gate ‖ up), or gate [..., d] followed by up [..., d] (optional
+//                    second input: gate and up as two tensors)
+//           outputs: y [..., d]
+//   y = round_to(y.dtype, act(gate)) · up   (act(gate) rounded first, as Transformers' MLP does)
+// backward  inputs:  dy [..., d], x (or gate), up (optional, as in forward)
+//           outputs: dx (x's shape: dgate ‖ dup, or dgate), dup (when up was given)
+struct ActAndMulAttrs {
+  uint32_t kind = kActivationSiLU;  // kActivation*
+};
+
+// ---- silu@1 (layer SiLU) ------------------------------------------------------------------------
+// forward   inputs: x       outputs: y (x's shape; may alias x)      y = x·sigmoid(x)
+// backward  inputs: dy, x   outputs: dx
+struct SiluAttrs {
+  uint32_t reserved = 0;
+};
+
+// ---- linear@1 (layer Linear) --------------------------------------------------------------------
+// forward   inputs:  x [..., K], weight [N, K], bias [N] (optional)
+//           outputs: y [..., N]                       y = x·weightᵀ + bias (f32 accumulation)
+// backward  inputs:  dy [..., N], x, weight
+//           outputs: dx (optional), dweight (optional), dbias (optional)
+struct LinearAttrs {
+  uint32_t flags = 0;  // kAccumulateWeightGrads
+};
+
+// ---- attention@1 (attention functions: attn_implementation) -------------------------------------
+// forward   inputs:  q [B, S, Hq, D], k [B, T, Hkv, D], v [B, T, Hkv, D] (Hq % Hkv == 0),
+//                    key_start [B] i32 (optional: keys before it are masked — left padding)
+//           outputs: out [B, S, Hq, D], lse [B, Hq, S] f32 (optional; saved for backward)
+//   causal: query i (of S) sees keys ≤ T − S + i. A fully masked row gives zeros.
+// backward  inputs:  dout, q, k, v, out, lse, key_start (optional)
+//           outputs: dq, dk, dv (dk/dv summed over each kv group)
+struct AttentionAttrs {
+  float scale = 0.0f;  // 0 → 1/sqrt(D)
+  uint32_t causal = 1;
+  float softcap = 0.0f;      // 0 = none; else scores = softcap·tanh(scores/softcap)
+  int32_t window_left = -1;  // sliding window: keys more than this far left are masked; -1 = ∞
+};
+
+// ---- cross_entropy@1 (Liger cross_entropy) ------------------------------------------------------
+// forward   inputs:  logits [N, V] (any float dtype, f32 math), labels [N] i32|i64
+//           outputs: loss (f32 [N] for reduction none, else f32 [] or [1]),
+//                    lse [N] f32 (optional), z_loss (optional, same shape as loss)
+//   loss = (1−ε)·(lse − z_label) + ε·(lse − mean(z)) + lse_square_scale·lse², z = softcap'd
+//   logits; ignored labels contribute 0; mean divides by the number of non-ignored labels
+//   (0 → loss 0).
+// backward  inputs:  dloss (shape of loss), logits, labels, lse (optional)
+//           outputs: dlogits [N, V]
+inline constexpr uint32_t kReductionNone = 0;
+inline constexpr uint32_t kReductionMean = 1;
+inline constexpr uint32_t kReductionSum = 2;
+struct CrossEntropyAttrs {
+  int64_t ignore_index = -100;
+  float label_smoothing = 0.0f;
+  float lse_square_scale = 0.0f;  // z-loss weight
+  float softcap = 0.0f;           // 0 = none
+  uint32_t reduction = kReductionMean;
+};
+
+// ---- fused_linear_cross_entropy@1 (Liger fused_linear_cross_entropy) ----------------------------
+// forward   inputs:  x [N, H], weight [V, H], labels [N] i32|i64, bias [V] (optional)
+//           outputs: loss (as cross_entropy@1)
+//   loss = cross_entropy(x·weightᵀ + bias, labels) without materialising the [N, V] logits.
+// backward  inputs:  dloss, x, weight, labels, bias (optional)
+//           outputs: dx [N, H], dweight [V, H] (optional), dbias [V] (optional)
+struct FusedLinearCrossEntropyAttrs {
+  CrossEntropyAttrs ce;
+  uint32_t flags = 0;  // kAccumulateWeightGrads
+};
+
+// ---- causal_lm_loss@1 (layer ForCausalLMLoss) ---------------------------------------------------
+// forward   inputs:  logits [B, T, V], labels [B, T] i32|i64 (unshifted, as Transformers takes
+//                    them: position t predicts labels[t+1]; the last position is ignored)
+//           outputs: loss f32 [] or [1]
+//   mean over non-ignored shifted labels, or sum / num_items_in_batch when that is > 0.
+// backward  inputs:  dloss, logits, labels
+//           outputs: dlogits [B, T, V]
+struct CausalLmLossAttrs {
+  int64_t ignore_index = -100;
+  int64_t num_items_in_batch = 0;  // 0 = mean over non-ignored labels
+};
+
+// ---- registry (host side, implemented in libhk) -------------------------------------------------
+struct InterfaceInfo {
+  const char* name;     // "rms_norm"
+  uint32_t version;     // 1
+  const char* layer;    // the layer / function name it serves: "RMSNorm", "rotary_pos_emb", ...
+  const char* inputs;   // forward tensors, in order ("x, weight")
+  const char* outputs;  // "y, rstd?" (? = optional)
+  const char* backward_inputs;  // "" when the interface has no backward
+  const char* backward_outputs;
+  size_t attrs_size;  // sizeof the attribute struct in this hk
+};
+
+// All interfaces hk knows, sorted by name then version.
+const std::vector<InterfaceInfo>& known_interfaces();
+// The interface `name@version`, or nullptr when hk does not know it.
+const InterfaceInfo* find_interface(const std::string& name, uint32_t version);
+// Versions hk knows of `name` (empty when the name is unknown), ascending.
+std::vector<uint32_t> known_interface_versions(const std::string& name);
+
+}  // namespace hk

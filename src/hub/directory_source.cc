@@ -1,0 +1,157 @@
+// A hub tree read from a local directory: the embedded hub, or the root `hk hub serve` serves.
+//
+// Also holds the small tree-walking helpers the server and the cache share. Every name read from
+// disk is checked to be a plain path component before use, so a strange tree cannot redirect
+// reads outside the root.
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "hk/error.h"
+#include "hk/hub_spec.h"
+#include "hub/hub_source.h"
+
+namespace fs = std::filesystem;
+
+namespace hk::hub {
+
+std::string read_text_file(const fs::path& path, size_t max_bytes) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw NotFound(path.string() + " does not exist");
+  if (fs::file_size(path, ec) > max_bytes)
+    throw InvalidArgument(path.string() + " is larger than " + std::to_string(max_bytes) +
+                          " bytes");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw NotFound("cannot read " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+RefTable read_refs_dir(const fs::path& repo_dir) {
+  RefTable refs;
+  for (auto [kind, table] : {std::pair{"heads", &refs.branches}, std::pair{"tags", &refs.tags}}) {
+    fs::path dir = repo_dir / "refs" / kind;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) continue;
+    for (const auto& item : fs::directory_iterator(dir, ec)) {
+      std::string name = item.path().filename().string();
+      if (!item.is_regular_file() || name.empty() || name.front() == '.') continue;
+      try {
+        check_revision_name(name);
+        (*table)[name] = parse_ref_file(read_text_file(item.path(), 4096), item.path().string());
+      } catch (const InvalidArgument&) {
+        // A malformed ref is not a version; skip it rather than break the whole repo.
+      }
+    }
+  }
+  return refs;
+}
+
+std::vector<std::string> list_repo_dirs(const fs::path& root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return out;
+  for (const auto& org : fs::directory_iterator(root, ec)) {
+    if (!org.is_directory()) continue;
+    for (const auto& repo : fs::directory_iterator(org.path(), ec)) {
+      if (!repo.is_directory()) continue;
+      std::string id = org.path().filename().string() + "/" + repo.path().filename().string();
+      try {
+        parse_repo_name(id);
+      } catch (const InvalidArgument&) {
+        continue;
+      }
+      if (fs::is_directory(repo.path() / "refs") || fs::exists(repo.path() / "refs.json") ||
+          fs::is_directory(repo.path() / "snapshots"))
+        out.push_back(id);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> list_variant_dirs(const fs::path& commit_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path build = commit_dir / "build";
+  if (!fs::is_directory(build, ec)) return out;
+  for (const auto& v : fs::directory_iterator(build, ec)) {
+    std::string name = v.path().filename().string();
+    if (v.is_directory() && name.front() != '.' && fs::is_regular_file(v.path() / "metadata.json"))
+      out.push_back(name);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+namespace {
+
+class DirectorySource : public HubSource {
+ public:
+  explicit DirectorySource(fs::path root) : root_(std::move(root)) {}
+  std::string describe() const override { return "hub directory " + root_.string(); }
+  bool is_remote() const override { return false; }
+
+  std::vector<std::string> list_repos() override {
+    if (!fs::is_directory(root_))
+      throw NotFound("the hub directory " + root_.string() +
+                     " does not exist; build hk (it writes <build>/hub), set HK_HUB_DIR, or set "
+                     "HK_ENDPOINT to a remote hub");
+    return list_repo_dirs(root_);
+  }
+
+  RefTable refs(const std::string& repo) override {
+    fs::path dir = repo_dir(repo);
+    if (!fs::is_directory(dir / "refs"))
+      throw NotFound("kernel repo " + repo + " is not in the " + describe() + existing());
+    return read_refs_dir(dir);
+  }
+
+  std::vector<std::string> variant_names(const std::string& repo,
+                                         const std::string& commit) override {
+    if (!is_commit_id(commit)) throw InvalidArgument("'" + commit + "' is not a commit id");
+    fs::path dir = repo_dir(repo) / commit;
+    if (!fs::is_directory(dir))
+      throw NotFound("kernel repo " + repo + " has no commit " + commit + " in the " + describe());
+    return list_variant_dirs(dir);
+  }
+
+  std::string read_metadata(const std::string& repo, const std::string& commit,
+                            const std::string& variant) override {
+    return read_text_file(variant_dir(repo, commit, variant) / "metadata.json", 1 << 20);
+  }
+
+  fs::path variant_dir(const std::string& repo, const std::string& commit,
+                       const std::string& variant) override {
+    if (!is_commit_id(commit) || !is_safe_file_name(variant))
+      throw InvalidArgument("bad variant " + repo + "@" + commit + "/" + variant);
+    return repo_dir(repo) / commit / "build" / variant;
+  }
+
+  void download(const std::string&, const std::string&, const std::string&, const std::string&,
+                FILE*) override {
+    throw Unsupported("a hub directory is read in place, not downloaded");
+  }
+
+ private:
+  fs::path repo_dir(const std::string& repo) const {
+    auto [org, name] = parse_repo_name(repo);
+    return root_ / org / name;
+  }
+  std::string existing() const {
+    auto repos = list_repo_dirs(root_);
+    std::string s;
+    for (const auto& r : repos) s += (s.empty() ? "" : ", ") + r;
+    return repos.empty() ? " (it holds no repos)" : " (it has: " + s + ")";
+  }
+  fs::path root_;
+};
+
+}  // namespace
+
+std::unique_ptr<HubSource> make_directory_source(const fs::path& root) {
+  return std::make_unique<DirectorySource>(root);
+}
+
+}  // namespace hk::hub

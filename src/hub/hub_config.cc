@@ -1,0 +1,78 @@
+// HubConfig from the environment and the default embedded hub directory.
+//
+// Environment: HK_ENDPOINT, HK_HUB_DIR, HK_KERNELS_CACHE, HF_HUB_OFFLINE / HK_HUB_OFFLINE,
+// HK_TRUSTED_ORGS (comma-separated, added to kernels-community), HF_TOKEN, LOCAL_KERNELS.
+// Nothing here touches the network or the file system.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include "hk/error.h"
+#include "hk/hub.h"
+
+namespace hk::hub {
+namespace {
+
+std::mutex g_default_mutex;
+std::filesystem::path g_default_hub_dir;
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+bool env_true(const char* name) {
+  std::string v = env(name);
+  for (auto& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return v == "1" || v == "on" || v == "yes" || v == "true";
+}
+
+}  // namespace
+
+std::filesystem::path default_hub_dir() {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  if (!g_default_hub_dir.empty()) return g_default_hub_dir;
+  // The build puts libhk.so and the embedded hub side by side: <build>/libhk.so, <build>/hub.
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&default_hub_dir), &info) != 0 && info.dli_fname)
+    return std::filesystem::path(info.dli_fname).parent_path() / "hub";
+  return "hub";
+}
+
+void set_default_hub_dir(const std::filesystem::path& dir) {
+  std::lock_guard<std::mutex> lock(g_default_mutex);
+  g_default_hub_dir = dir;
+}
+
+HubConfig HubConfig::from_environment() {
+  HubConfig c;
+  c.endpoint = env("HK_ENDPOINT");
+  c.hub_dir =
+      env("HK_HUB_DIR").empty() ? default_hub_dir() : std::filesystem::path(env("HK_HUB_DIR"));
+  if (!env("HK_KERNELS_CACHE").empty()) {
+    c.cache_dir = env("HK_KERNELS_CACHE");
+  } else if (!env("XDG_CACHE_HOME").empty()) {
+    c.cache_dir = std::filesystem::path(env("XDG_CACHE_HOME")) / "hk" / "kernels";
+  } else if (!env("HOME").empty()) {
+    c.cache_dir = std::filesystem::path(env("HOME")) / ".cache" / "hk" / "kernels";
+  } else {
+    c.cache_dir = std::filesystem::temp_directory_path() / "hk-kernels-cache";
+  }
+  c.offline = env_true("HF_HUB_OFFLINE") || env_true("HK_HUB_OFFLINE");
+  std::string orgs = env("HK_TRUSTED_ORGS");
+  size_t start = 0;
+  while (start < orgs.size()) {
+    size_t comma = orgs.find(',', start);
+    std::string org =
+        orgs.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!org.empty()) c.trusted_orgs.push_back(org);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  c.token = env("HF_TOKEN");
+  c.local_kernels = parse_local_kernels(env("LOCAL_KERNELS"));
+  return c;
+}
+
+}  // namespace hk::hub
