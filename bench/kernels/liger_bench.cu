@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
         time_ms([&](int) { LK(liger::cuda::fused_linear_cross_entropy_fwd(a, nullptr)); }, 2, 10);
     const double flops = 3 * 2.0 * TF * H * V;
     Result r{"flce_fwd_with_grads", t, 0, flops, static_cast<double>(ws_bytes)};
-    r.note = "chunk " + std::to_string(liger::default_chunk_tokens(TF, V)) +
+    r.note = "chunk " + std::to_string(liger::default_chunk_tokens(TF, V, H, 2, true)) +
              " tokens; first call allocated " +
              std::to_string((static_cast<double>(free0) - static_cast<double>(free1)) / 1e6) +
              " MB outside the workspace";

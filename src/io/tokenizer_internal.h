@@ -39,8 +39,9 @@ void append_token_bytes(std::string& out, std::string_view token);
 
 // ---- regex (tokenizer_regex.cc) ----------------------------------------------------------------
 
-// A compiled PCRE2 pattern in UTF + UCP mode, translated so that \s, \S and [:space:] agree with
-// Oniguruma (the reference's engine), which also counts U+0085 as white space.
+// A compiled PCRE2 pattern in UTF + UCP mode, translated so that \s, \S, \p{L} and \p{N} class
+// every code point like Oniguruma (the reference's engine): \s is exactly White_Space (PCRE2 adds
+// U+180E and lacks U+0085) and \p{L} / \p{N} gain the letters and numbers of newer Unicode.
 class Regex {
  public:
   // `literal` matches the pattern text verbatim. Throws std::invalid_argument with PCRE2's message.
@@ -76,6 +77,16 @@ class Regex {
   struct Code;
   std::unique_ptr<Code> code_;
 };
+
+// Code points the reference's regex engine (a newer Unicode) counts as \p{L} / \p{N} that are
+// unassigned in PCRE2's Unicode 14; generated into tokenizer_regex_tables.cc.
+struct CodePointRange {
+  uint32_t first, last;
+};
+extern const CodePointRange kNewerLetters[];
+extern const size_t kNewerLettersCount;
+extern const CodePointRange kNewerNumbers[];
+extern const size_t kNewerNumbersCount;
 
 // ---- pre-tokenizer (tokenizer_pretokenize.cc) --------------------------------------------------
 

@@ -57,25 +57,26 @@ FlceWorkspace carve(void* ws, int64_t n, int64_t h, int64_t vocab, Dt dt, Dt wgr
 
 }  // namespace
 
-int64_t chunk_rows(int64_t n, int64_t vocab, int64_t requested) {
+int64_t chunk_rows(int64_t n, int64_t vocab, int64_t hidden, Dt dt, Dt wgrad_dt,
+                   int64_t requested) {
   if (requested > 0) return requested < n ? requested : (n > 0 ? n : 1);
-  return default_chunk_tokens(n, vocab);
+  return default_chunk_tokens(n, vocab, hidden, dt_size(dt), wgrad_dt != Dt::F32);
 }
 
 size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int64_t vocab,
                                                   Dt hidden_dt, Dt weight_grad_dt,
                                                   int64_t chunk_tokens) {
   size_t total = 0;
-  carve(nullptr, n, hidden, vocab, hidden_dt, weight_grad_dt, chunk_rows(n, vocab, chunk_tokens),
-        &total);
+  carve(nullptr, n, hidden, vocab, hidden_dt, weight_grad_dt,
+        chunk_rows(n, vocab, hidden, hidden_dt, weight_grad_dt, chunk_tokens), &total);
   return total;
 }
 
 int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* stream) {
   const int64_t n = a.hidden.rows, h = a.hidden.cols, vocab = a.weight.rows;
   const Dt dt = a.hidden.dt;
-  const int64_t chunk = chunk_rows(n, vocab, a.chunk_tokens);
   const Dt wgrad_dt = a.dweight.data ? a.dweight.dt : Dt::F32;
+  const int64_t chunk = chunk_rows(n, vocab, h, dt, wgrad_dt, a.chunk_tokens);
   size_t total = 0;
   const FlceWorkspace ws = carve(a.workspace, n, h, vocab, dt, wgrad_dt, chunk, &total);
   const bool none = a.reduction == Reduction::None;

@@ -311,15 +311,24 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_loop(NormP p) {
   }
 }
 
-// out[c] (+)= Σ_b partials[b][c], b in order.
-__global__ void sum_partials(const float* partials, int64_t nparts, int64_t cols, void* out,
-                             Dt out_dt, bool accumulate) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+// out[c] (+)= Σ_b partials[b][c]. A 32×32 block owns 32 columns: thread (x, y) sums the rows
+// b ≡ y (mod 32) of column x (coalesced 128-byte rows), then row y = 0 adds the 32 partial sums in
+// order — deterministic, and the ~2·SM partial rows are read by cols/32 blocks in parallel.
+__global__ void __launch_bounds__(1024)
+    sum_partials(const float* partials, int64_t nparts, int64_t cols, void* out, Dt out_dt,
+                 bool accumulate) {
+  __shared__ float acc[32][33];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float t = 0;
-  for (int64_t b = 0; b < nparts; ++b) t += partials[b * cols + c];
-  if (accumulate) t += load_dt(out, out_dt, c);
-  store_dt(out, out_dt, c, t);
+  if (c < cols)
+    for (int64_t b = threadIdx.y; b < nparts; b += 32) t += partials[b * cols + c];
+  acc[threadIdx.y][threadIdx.x] = t;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= cols) return;
+  float sum = 0;
+  for (int y = 0; y < 32; ++y) sum += acc[y][threadIdx.x];
+  if (accumulate) sum += load_dt(out, out_dt, c);
+  store_dt(out, out_dt, c, sum);
 }
 
 enum class Path { Warp, Block, Loop };
@@ -389,11 +398,12 @@ int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate,
       norm_bwd_loop<T><<<grid, kThreads, 0, s>>>(p);
   }
   if (int e = last_error()) return e;
-  const int blocks = static_cast<int>((p.cols + 255) / 256);
-  if (dw) sum_partials<<<blocks, 256, 0, s>>>(p.partials, grid, p.cols, dw, dw_dt, accumulate);
+  const unsigned blocks = static_cast<unsigned>((p.cols + 31) / 32);
+  const dim3 threads(32, 32);
+  if (dw) sum_partials<<<blocks, threads, 0, s>>>(p.partials, grid, p.cols, dw, dw_dt, accumulate);
   if (db)
-    sum_partials<<<blocks, 256, 0, s>>>(p.partials + grid * p.cols, grid, p.cols, db, db_dt,
-                                        accumulate);
+    sum_partials<<<blocks, threads, 0, s>>>(p.partials + grid * p.cols, grid, p.cols, db, db_dt,
+                                            accumulate);
   return last_error();
 }
 

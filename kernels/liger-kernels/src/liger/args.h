@@ -208,13 +208,16 @@ struct FusedLinearCrossEntropyArgs {
   float softcap = 0.0f;
   Reduction reduction = Reduction::Mean;
   float mean_divisor = 0.0f;
-  int64_t chunk_tokens = 0;  // 0 → default_chunk_tokens(N, V)
+  int64_t chunk_tokens = 0;  // 0 → default_chunk_tokens(...)
   void* workspace = nullptr;
 };
 
-// Rows per chunk: as many as keep one chunk of bf16 logits near 256 MiB, a multiple of 128, in
-// [128, 4096], never more than N rounded up to 128.
-int64_t default_chunk_tokens(int64_t n, int64_t vocab);
+// Rows per chunk. Fewer, larger chunks cost less (each chunk's d(weight) GEMM reads and writes
+// the whole f32 accumulator), so the chunk takes what is left of a 1.2 GB budget for the extra
+// memory after the f32 d(weight) accumulator (when dweight is 16-bit) and the GEMM workspace;
+// then the chunks are evened out. A multiple of 128 in [128, 8192] (128 even when over budget).
+int64_t default_chunk_tokens(int64_t n, int64_t vocab, int64_t hidden, size_t logit_bytes,
+                             bool f32_dweight_buffer);
 
 }  // namespace liger
 
