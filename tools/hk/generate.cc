@@ -3,10 +3,10 @@
 //   [--use-kernels] [--kernel-config FILE.json] [--attn-implementation NAME] [--allow-all-kernels]`
 //
 // Loads the model with AutoModelForCausalLM::from_pretrained and generates. Greedy unless one of
-// --temperature (> 0), --top-k or --top-p is given. --prompt needs DIR/tokenizer.json. When any of
-// --use-kernels, --kernel-config (implies --use-kernels, with a note), --attn-implementation or
-// --allow-all-kernels is given, the loaded model goes through hk::kernelize (Mode::Inference) and
-// the JSON output carries its per-layer report under "kernelize".
+// --temperature (> 0), --top-k or --top-p is given. --prompt needs DIR/tokenizer.json. The
+// kernelize flags go into LoadOptions: with --use-kernels, --kernel-config (implies
+// --use-kernels, with a note) or a non-built-in --attn-implementation the model is kernelized
+// (Inference) and the JSON output carries the per-layer report under "kernelize".
 //
 // Text output: the generated text (or the ids when there is no tokenizer).
 // --json output (stable; extra keys may be added):
@@ -25,8 +25,6 @@
 
 #include "commands.h"
 #include "hk/error.h"
-#include "hk/kernel_config.h"
-#include "hk/kernelize.h"
 #include "hk/models.h"
 #include "hk/tokenizer.h"
 
@@ -83,17 +81,10 @@ void run_generate(const GenerateArgs& a) {
   hk::LoadOptions load;
   load.device = a.device;
   if (a.dtype != "auto") load.dtype = hk::parse_dtype(a.dtype);
-  load.use_kernels = a.use_kernels || !a.kernel_config.empty();
+  load.use_kernels = a.use_kernels;
   load.kernel_config_file = a.kernel_config;
+  load.attn_implementation = a.attn_implementation;
   load.allow_all_kernels = a.allow_all_kernels;
-  // The attention choice (built-in name or hub id) is resolved by kernelize, not by the loader.
-  const bool kernelize_requested =
-      load.use_kernels || a.allow_all_kernels || !a.attn_implementation.empty();
-  if (!a.kernel_config.empty() && !a.use_kernels)
-    std::cerr << "hk: note: --kernel-config implies --use-kernels\n";
-  hk::KernelizeOptions kernelize_options;
-  if (!a.kernel_config.empty())
-    kernelize_options.config = hk::KernelConfig::from_file(a.kernel_config);
 
   std::vector<int64_t> prompt_ids;
   std::optional<hk::Tokenizer> tokenizer;
@@ -111,15 +102,7 @@ void run_generate(const GenerateArgs& a) {
 
   auto t0 = std::chrono::steady_clock::now();
   hk::CausalLM model = hk::AutoModelForCausalLM::from_pretrained(a.model, load);
-  std::optional<hk::KernelizeReport> report;
-  if (kernelize_requested) {
-    kernelize_options.device = model.device();
-    kernelize_options.dtype = model.dtype();
-    kernelize_options.use_kernels = load.use_kernels;
-    kernelize_options.attn_implementation = a.attn_implementation;
-    kernelize_options.allow_all_kernels = a.allow_all_kernels;
-    report = hk::kernelize(model.module(), hk::Mode::Inference, kernelize_options);
-  }
+  const hk::KernelizeReport* report = model.kernelize_report();
   const double load_ms = ms_since(t0);
 
   hk::GenerateOptions options;
