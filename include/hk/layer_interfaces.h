@@ -177,6 +177,17 @@ struct CausalLmLossAttrs {
   int64_t num_items_in_batch = 0;  // 0 = mean over non-ignored labels
 };
 
+// ---- rms_norm_mlp@1 (fusion RMSNorm → gated MLP, e.g. post_attention_layernorm + mlp) ----------
+// A stateful fusion kernel: its <Kernel>Layout declares the parameters (after the activation, in
+// layout order — typically norm weight [H], gate_up [2I, H] (gate rows first), down [I→H: H, I])
+// and how they are made from the replaced modules' checkpoint tensors.
+// forward   inputs:  x [..., H] (the un-normalised input of the RMSNorm), then the layout parameters
+//           outputs: y [..., H] = MLP(RMSNorm(x))   (same roundings as the two layers unfused)
+struct RmsNormMlpAttrs {
+  float eps = 1e-6f;
+  uint32_t activation = kActivationSiLU;
+};
+
 // ---- registry (host side, implemented in libhk) -------------------------------------------------
 struct InterfaceInfo {
   const char* name;     // "rms_norm"

@@ -33,6 +33,8 @@ const std::vector<InterfaceInfo>& known_interfaces() {
         {"fused_linear_cross_entropy", 1, "fused_linear_cross_entropy", "x, weight, labels, bias?",
          "loss", "dloss, x, weight, labels, bias?", "dx, dweight?, dbias?",
          sizeof(FusedLinearCrossEntropyAttrs)},
+        {"rms_norm_mlp", 1, "RMSNorm+MLP", "x, <layout parameters>", "y", "", "",
+         sizeof(RmsNormMlpAttrs)},
         {"causal_lm_loss", 1, "ForCausalLMLoss", "logits, labels", "loss", "dloss, logits, labels",
          "dlogits", sizeof(CausalLmLossAttrs)},
     };

@@ -20,9 +20,26 @@ namespace hk::kernel_binding {
 // "ForCausalLMLoss"); attention goes through attention functions instead.
 bool has_adapter(const std::string& layer);
 // An implementation of `module`'s layer calling `fn`; throws InvalidArgument when the layer has
-// no adapter or the module is not of the layer's class.
+// no adapter or the module is not of the layer's class. `layout_params` (from
+// materialize_layout) replace the module's own parameters in the call for stateful kernels;
+// only RMSNorm adapters take them.
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
-                                            KernelFunction fn, const std::string& display_name);
+                                            KernelFunction fn, const std::string& display_name,
+                                            std::vector<Tensor> layout_params = {});
+// The parameters a kernel layout declares, in layout order, made from the parameters of the
+// module(s) under `scope` (names relative to it, e.g. "mlp.gate_proj.weight"): plain copies by
+// name, or the layout's conversions (rename, concatenate along a dim, transpose). Converted
+// tensors are new (the originals stay with their modules). Throws InvalidArgument naming the
+// layout and the missing source.
+std::vector<Tensor> materialize_layout(const hk_layout& layout, nn::Module& scope);
+
+// The fusion RMSNorm → MLP (rms_norm_mlp@1): the norm becomes an identity and the MLP runs the
+// fused kernel on the norm's input.
+struct FusedPair {
+  std::shared_ptr<nn::LayerImpl> first, second;
+};
+FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
+                                  const std::string& display_name, std::vector<Tensor> params);
 // An attention function (hk/attention_functions.h signature) calling an attention@1 entry.
 nn::AttentionFunction make_attention_function(KernelFunction fn);
 

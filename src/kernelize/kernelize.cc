@@ -246,6 +246,129 @@ void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options
   }
 }
 
+std::string report_layer_name(const std::vector<std::pair<std::string, nn::Module*>>& modules,
+                              const std::string& path) {
+  for (auto& [p, m] : modules)
+    if (p == path) return m->layer_interface();
+  return "";
+}
+
+// `*` matches exactly one dotted segment.
+bool path_matches(const std::string& path, const std::string& pattern) {
+  size_t p = 0, q = 0;
+  while (p < path.size() && q < pattern.size()) {
+    if (pattern[q] == '*') {
+      const size_t end = path.find('.', p);
+      p = end == std::string::npos ? path.size() : end;
+      ++q;
+    } else if (pattern[q] == path[p]) {
+      ++p;
+      ++q;
+    } else {
+      return false;
+    }
+  }
+  return p == path.size() && q == pattern.size();
+}
+
+std::string parent_of(const std::string& path) {
+  const auto dot = path.rfind('.');
+  return dot == std::string::npos ? "" : path.substr(0, dot);
+}
+
+// Binds every KernelConfig fusion; returns the paths it replaced. hk fuses RMSNorm → MLP
+// (rms_norm_mlp@1); the kernel must ship a <Kernel>Layout, whose parameters are made from the
+// replaced modules' loaded parameters.
+std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& options,
+                                   Binder& binder, KernelizeReport& report) {
+  std::set<std::string> fused;
+  if (!options.use_kernels) return fused;
+  auto modules = root.named_modules();
+  for (size_t f = 0; f < options.config.fusions.size(); ++f) {
+    const FusionRule& rule = options.config.fusions[f];
+    const std::string where = "fusion " + std::to_string(f) + " (" + rule.kernel.spec + ")";
+    const std::string parent_pattern = parent_of(rule.modules.front().second);
+    for (const auto& [cls, pattern] : rule.modules)
+      if (parent_of(pattern) != parent_pattern)
+        throw InvalidArgument(where + ": fused modules must share one parent, but '" +
+                              rule.modules.front().second + "' and '" + pattern +
+                              "' are under different parents");
+    if (rule.modules.size() != 2 || rule.modules[0].first != "RMSNorm" ||
+        rule.modules[1].first != "MLP")
+      throw InvalidArgument(where + ": hk fuses [RMSNorm, MLP] (interface rms_norm_mlp@1) only");
+    // parent path → the matched module for each pattern
+    std::map<std::string, std::vector<nn::Module*>> groups;
+    for (size_t k = 0; k < rule.modules.size(); ++k) {
+      const auto& [cls, pattern] = rule.modules[k];
+      size_t matches = 0;
+      for (auto& [path, module] : modules) {
+        if (!path_matches(path, pattern)) continue;
+        if (module->layer_interface() != cls && module->type_name() != cls) continue;
+        auto& group = groups[parent_of(path)];
+        group.resize(rule.modules.size(), nullptr);
+        group[k] = module;
+        ++matches;
+      }
+      if (matches == 0)
+        throw InvalidArgument(where + ": the pattern '" + pattern + "' (class " + cls +
+                              ") matches no module of this model");
+    }
+    const hub::KernelSpec parsed = hub::KernelSpec::parse(rule.kernel.spec);
+    const LoadOutcome& outcome =
+        binder.load(rule.kernel, /*explicit_request=*/true, options.allow_all_kernels);
+    std::string why;
+    const KernelEntryInfo* entry =
+        outcome.library ? binder.pick_entry(*outcome.library, parsed.entry, "RMSNorm+MLP", why)
+                        : nullptr;
+    if (outcome.library && entry && !entry->has_layout)
+      throw InvalidArgument(where + ": kernel entry " + entry->name + " has no " + entry->name +
+                            "Layout; a fusion needs the kernel's layout "
+                            "to know the fused parameters");
+    for (auto& [parent, group] : groups) {
+      std::vector<std::string> paths;
+      for (auto* m : group) {
+        if (!m) continue;
+        for (auto& [path, module] : modules)
+          if (module == m) paths.push_back(path);
+      }
+      if (group[0] == nullptr || group[1] == nullptr) {
+        for (const auto& path : paths)
+          report.layers.push_back({path, report_layer_name(modules, path), "", "", "",
+                                   where + ": no complete group under " + parent + ": built-in"});
+        for (const auto& path : paths) fused.insert(path);
+        continue;
+      }
+      if (!entry) {
+        const std::string reason =
+            where + " unusable: " + (outcome.library ? why : outcome.failure) + "; built-in";
+        for (const auto& path : paths) {
+          report.layers.push_back({path, report_layer_name(modules, path), "", "", "", reason});
+          fused.insert(path);
+        }
+        continue;
+      }
+      nn::Module* scope = root.find_module(parent);
+      auto params = kernel_binding::materialize_layout(*entry->raw->layout, *scope);
+      const std::string name = display_name(outcome.resolution, *entry);
+      auto pair = kernel_binding::make_rmsnorm_mlp_fusion(
+          dynamic_cast<const nn::RMSNorm&>(*group[0]), dynamic_cast<const nn::MLP&>(*group[1]),
+          outcome.library->function(entry->name), name, std::move(params));
+      group[0]->set_impl(pair.first);
+      group[1]->set_impl(pair.second);
+      for (const auto& path : paths) {
+        report.layers.push_back({path, report_layer_name(modules, path), name,
+                                 outcome.resolution.commit, outcome.resolution.variant,
+                                 "fused by kernel_config fusion (" +
+                                     std::string(entry->raw->layout->name) +
+                                     ", parameters converted from the "
+                                     "loaded checkpoint)"});
+        fused.insert(path);
+      }
+    }
+  }
+  return fused;
+}
+
 }  // namespace
 
 bool hub_kernels_enabled() {
@@ -283,11 +406,15 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
                             join(std::vector<std::string>(registered.begin(), registered.end())));
   }
 
+  for (auto& [path, module] : modules)
+    if (!module->layer_interface().empty() && module->layer_interface() != "attention")
+      module->reset_impl();
+  const std::set<std::string> fused = bind_fusions(root, options, binder, report);
+
   const auto rules = kernel_binding::effective_rules(options.config);
   for (auto& [path, module] : modules) {
     const std::string& layer = module->layer_interface();
-    if (layer.empty() || layer == "attention") continue;
-    module->reset_impl();
+    if (layer.empty() || layer == "attention" || fused.count(path)) continue;
     LayerDecision d{path, layer, "", "", "", ""};
     auto choice = kernel_binding::choose_rule(rules, layer, binder.device_type(),
                                               options.device.capability, mode);
@@ -322,8 +449,15 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
           d.reason = "mapped by " + choice->rule.source + " (" + mode_name(choice->matched_mode) +
                      " entry); " + outcome.resolution.repo + "@" + outcome.resolution.revision +
                      ", version " + outcome.library->version();
-          module->set_impl(kernel_binding::make_adapter(
-              *module, layer, outcome.library->function(entry->name), d.kernel));
+          std::vector<Tensor> layout_params;
+          if (entry->has_layout)
+            layout_params = kernel_binding::materialize_layout(*entry->raw->layout, *module);
+          module->set_impl(kernel_binding::make_adapter(*module, layer,
+                                                        outcome.library->function(entry->name),
+                                                        d.kernel, std::move(layout_params)));
+          if (entry->has_layout)
+            d.reason += "; layout " + std::string(entry->raw->layout->name) +
+                        " made from the loaded parameters";
         }
       }
     }

@@ -237,3 +237,71 @@ TEST_F(Kernelize, RocmIsDetectedAndRoutedToRocmEntries) {
 
 }  // namespace
 }  // namespace hk
+
+namespace hk {
+namespace {
+
+FusionRule norm_mlp_fusion(const std::string& kernel) {
+  FusionRule rule;
+  rule.modules = {{"RMSNorm", "model.layers.*.post_attention_layernorm"},
+                  {"MLP", "model.layers.*.mlp"}};
+  rule.kernel.spec = kernel;
+  return rule;
+}
+
+TEST_F(Kernelize, FusionLoadsTheOriginalCheckpointAndKeepsLogits) {
+  const auto reference = logits();
+  KernelConfig config;
+  config.inherit_mapping = false;
+  config.fusions.push_back(norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLP"));
+  auto report = kernelize(model_.module(), Mode::Inference, options(config));
+  for (const char* path :
+       {"model.layers.0.post_attention_layernorm", "model.layers.0.mlp", "model.layers.1.mlp"}) {
+    const LayerDecision* d = report.find(path);
+    ASSERT_NE(d, nullptr) << path;
+    EXPECT_EQ(d->kernel, "kernels-community/fused-rmsnorm-mlp:RMSNormMLP") << d->reason;
+    EXPECT_NE(d->reason.find("RMSNormMLPLayout"), std::string::npos) << d->reason;
+  }
+  const auto fused = logits();
+  for (size_t i = 0; i < reference.size(); ++i)
+    ASSERT_NEAR(fused[i], reference[i], 1e-4 + 1e-4 * std::fabs(reference[i])) << i;
+  // back to built-in: the original parameters were never changed
+  kernelize(model_.module(), Mode::Inference, options(KernelConfig{}));
+  const auto again = logits();
+  for (size_t i = 0; i < reference.size(); ++i) ASSERT_NEAR(again[i], reference[i], 1e-5) << i;
+}
+
+TEST_F(Kernelize, StatefulKernelLayoutRenamesItsParameter) {
+  const auto reference = logits();
+  KernelConfig config{{{"RMSNorm", "kernels-community/fused-rmsnorm-mlp:ScaledRMSNorm"}}};
+  auto report = kernelize(model_.module(), Mode::Inference, options(config));
+  const LayerDecision* d = report.find(kNorm);
+  EXPECT_EQ(d->kernel, "kernels-community/fused-rmsnorm-mlp:ScaledRMSNorm") << d->reason;
+  EXPECT_NE(d->reason.find("ScaledRMSNormLayout"), std::string::npos) << d->reason;
+  const auto out = logits();
+  for (size_t i = 0; i < reference.size(); ++i)
+    ASSERT_NEAR(out[i], reference[i], 1e-4 + 1e-4 * std::fabs(reference[i])) << i;
+}
+
+TEST_F(Kernelize, FusionErrors) {
+  auto expect_error = [&](const FusionRule& rule, const std::string& needle) {
+    KernelConfig config;
+    config.fusions.push_back(rule);
+    try {
+      kernelize(model_.module(), Mode::Inference, options(config));
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLPNoLayout"), "Layout");
+  FusionRule different = norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLP");
+  different.modules[1].second = "model.norm_mlp.*";
+  expect_error(different, "different parents");
+  FusionRule nothing = norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLP");
+  nothing.modules[1].second = "model.layers.*.feed_forward";
+  expect_error(nothing, "matches no module");
+}
+
+}  // namespace
+}  // namespace hk
