@@ -5,7 +5,11 @@
 #                      CPU_SOURCES a.cc ... [CUDA_SOURCES b.cu b_library.cc ...]
 #                      [HUB_DIR dir]          (default ${PROJECT_BINARY_DIR}/hub, the embedded hub)
 #                      [ABI_MAJOR n]          (test repos only: the ABI major the table claims)
-#                      [NO_TABLE])            (test repos only: publish a .so that has no table)
+#                      [NO_TABLE]             (test repos only: publish a .so that has no table)
+#                      [TARGETS_VAR var])     (receives the variant targets, e.g. to link helpers)
+#
+# Variant targets are named hkk_<hub dir name>_<repo>_<version>_<cpu|cuda> passed through
+# string(MAKE_C_IDENTIFIER) — stable, so a repo may link its own static helpers to them.
 #
 # One MODULE library per variant: `hk<abi>-cpu-<arch>-<os>` always (when CPU_SOURCES are given),
 # `hk<abi>-cu<MM><m>-<arch>-<os>` when CUDA is enabled (archs from HK_CUDA_ARCHITECTURES). Kernels
@@ -42,6 +46,11 @@ file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
 string(REGEX REPLACE "^#define HK_KERNEL_ABI_MAJOR ([0-9]+).*" "\\1" _hk_abi_major
        "${_hk_abi_line}")
 set(HK_KERNEL_ABI_MAJOR_VALUE ${_hk_abi_major} CACHE INTERNAL "")
+file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
+     REGEX "^#define HK_KERNEL_ABI_MINOR [0-9]+")
+string(REGEX REPLACE "^#define HK_KERNEL_ABI_MINOR ([0-9]+).*" "\\1" _hk_abi_minor
+       "${_hk_abi_line}")
+set(HK_KERNEL_ABI_MINOR_VALUE ${_hk_abi_minor} CACHE INTERNAL "")
 
 # Capability range of device code built for `archs` (e.g. "90a;80"): the lowest arch, and the
 # highest when every arch is arch-specific (a/f suffix: no PTX to JIT forward), else 0 (no bound).
@@ -70,7 +79,7 @@ function(_hk_capability_range archs out_min out_max)
 endfunction()
 
 function(hk_add_kernel_repo)
-  cmake_parse_arguments(K "NO_TABLE" "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR"
+  cmake_parse_arguments(K "NO_TABLE" "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR;TARGETS_VAR"
                         "TAGS;CPU_SOURCES;CUDA_SOURCES" ${ARGN})
   if(K_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "hk_add_kernel_repo: unknown arguments ${K_UNPARSED_ARGUMENTS}")
@@ -169,6 +178,9 @@ function(hk_add_kernel_repo)
     string(APPEND args "set(\"VARIANT_${variant}_COMPILER\" \"${CMAKE_CXX_COMPILER_ID} "
                        "${CMAKE_CXX_COMPILER_VERSION}, nvcc ${CMAKE_CUDA_COMPILER_VERSION}\")\n")
   endif()
+  if(K_TARGETS_VAR)
+    set(${K_TARGETS_VAR} ${variant_targets} PARENT_SCOPE)
+  endif()
   if(NOT variants)
     return()  # CUDA-only repo in a build without CUDA
   endif()
@@ -183,6 +195,7 @@ set(VERSION \"${K_VERSION}\")
 set(BRANCH \"${K_BRANCH}\")
 set(TAGS \"v${K_VERSION};${K_TAGS}\")
 set(ABI_MAJOR ${K_ABI_MAJOR})
+set(ABI_MINOR ${HK_KERNEL_ABI_MINOR_VALUE})
 set(NO_TABLE ${K_NO_TABLE})
 set(DUMP \"$<TARGET_FILE:hk_kernel_dump>\")
 set(SOURCE \"${source_label}\")
@@ -195,8 +208,10 @@ set(STAMP \"${work_dir}/published.stamp\")
 set(VARIANTS \"${variants}\")
 ${args}")
 
+  # The version tag is always (re)written by the publish step: listing it as an output makes a
+  # deleted hub tree publish again on the next build.
   add_custom_command(
-    OUTPUT ${work_dir}/published.stamp
+    OUTPUT ${work_dir}/published.stamp ${K_HUB_DIR}/${K_REPO}/refs/tags/v${K_VERSION}
     COMMAND ${CMAKE_COMMAND} -DARGS_FILE=${args_file} -P
             ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake
     DEPENDS ${variant_targets} hk_kernel_dump ${args_file}

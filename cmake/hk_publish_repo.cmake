@@ -2,8 +2,9 @@
 #
 # Run by the target hk_add_kernel_repo creates:  cmake -DARGS_FILE=<publish_args.cmake> -P this
 # The args file (generated at configure time) sets HUB_DIR, REPO, NAME, VERSION, BRANCH, TAGS,
-# ABI_MAJOR, NO_TABLE, DUMP, SOURCE, BUILDER, BUILD_TYPE, OS, ARCH, LOCK_FILE, STAMP, VARIANTS and
-# per variant VARIANT_<v>_FILE / _BACKEND / _BACKEND_VERSION / _ARCHS / _COMPILER.
+# ABI_MAJOR, ABI_MINOR (this checkout's; a table's own minor wins), NO_TABLE, DUMP, SOURCE,
+# BUILDER, BUILD_TYPE, OS, ARCH, LOCK_FILE, STAMP, VARIANTS and per variant
+# VARIANT_<v>_FILE / _BACKEND / _BACKEND_VERSION / _ARCHS / _COMPILER.
 #
 # Steps: dump each library's table (the entries in metadata.json come from the .so itself) and
 # check it names this repo, version and ABI; commit id = sha1 over repo, version and the sorted
@@ -69,6 +70,7 @@ foreach(variant ${VARIANTS})
 
   execute_process(COMMAND "${DUMP}" "${file}" OUTPUT_VARIABLE dump ERROR_VARIABLE dump_err
                   RESULT_VARIABLE dump_rc)
+  set(abi_minor_${variant} ${ABI_MINOR})
   if(NOT dump_rc EQUAL 0)
     if(NO_TABLE AND dump_rc EQUAL 3)
       set(entries_${variant} "[]")
@@ -89,6 +91,7 @@ foreach(variant ${VARIANTS})
                         "HK_KERNEL_LIBRARY so its table matches the CMake call")
   endif()
   string(JSON entries_${variant} GET "${dump}" entries)
+  string(JSON abi_minor_${variant} GET "${dump}" abi minor)
 endforeach()
 
 list(SORT digest_lines)
@@ -137,7 +140,7 @@ foreach(variant ${VARIANTS})
   string(JSON meta SET "${meta}" version "${q_version}")
   string(JSON meta SET "${meta}" id "${q_commit}")
   string(JSON meta SET "${meta}" variant "${q_variant}")
-  string(JSON meta SET "${meta}" abi "{\"major\": ${ABI_MAJOR}, \"minor\": 0}")
+  string(JSON meta SET "${meta}" abi "{\"major\": ${ABI_MAJOR}, \"minor\": ${abi_minor_${variant}}}")
   string(JSON meta SET "${meta}" backend "${backend_json}")
   string(JSON meta SET "${meta}" os "${q_os}")
   string(JSON meta SET "${meta}" arch "${q_arch}")

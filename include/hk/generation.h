@@ -73,8 +73,8 @@ struct GenerateOptions {
 struct GenerateTimings {
   double prefill_ms = 0;
   double decode_ms = 0;
-  int64_t decode_steps = 0;   // forwards after prefill
-  double decode_tok_s = 0;    // decode_steps * batch / decode seconds (0 when no decode step)
+  int64_t decode_steps = 0;  // forwards after prefill
+  double decode_tok_s = 0;   // decode_steps * batch / decode seconds (0 when no decode step)
 };
 
 struct GenerateOutput {

@@ -4,7 +4,7 @@
 //   GET /api/repos, GET /api/<org>/<repo>/refs, GET /api/<org>/<repo>/<commit>/variants.
 // Paths are validated component by component and must stay under the root (no "..", no dot
 // files, symlinks leaving the root refused). It is a development / test server: no TLS, no auth
-// (a bearer token is accepted and ignored), no uploads.
+// (optionally one shared bearer token), no uploads.
 #pragma once
 
 #include <filesystem>
@@ -17,8 +17,10 @@ struct HubServerOptions {
   std::filesystem::path root;
   std::string host = "127.0.0.1";
   int port = 0;  // 0 = an ephemeral port chosen by the OS
-  long throttle_bytes_per_s =
-      0;  // > 0: send files at most this fast (tests of interrupted downloads)
+  // > 0: send files at most this fast (tests of interrupted downloads).
+  long throttle_bytes_per_s = 0;
+  // Non-empty: every request needs "Authorization: Bearer <require_token>" (else HTTP 401).
+  std::string require_token;
 };
 
 class HubServer {

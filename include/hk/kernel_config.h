@@ -29,7 +29,7 @@ struct KernelOptions {
   bool trust_remote_code = false;       // allow repos outside the trusted orgs
 };
 
-struct KernelSpec {
+struct MappedKernel {
   std::string spec;  // "org/repo[@rev][:Entry]" or "/abs/path:Entry"; "" = disabled
   KernelOptions options;
   bool disabled() const { return spec.empty(); }
@@ -39,28 +39,28 @@ class KernelMappingValue {
  public:
   KernelMappingValue() = default;
   KernelMappingValue(const char* spec)
-      : all_{KernelSpec{spec, {}}} {}  // NOLINT: implicit on purpose
-  KernelMappingValue(std::string spec) : all_{KernelSpec{std::move(spec), {}}} {}  // NOLINT
+      : all_{MappedKernel{spec, {}}} {}  // NOLINT: implicit on purpose
+  KernelMappingValue(std::string spec) : all_{MappedKernel{std::move(spec), {}}} {}  // NOLINT
   KernelMappingValue(std::string spec, KernelOptions options)
-      : all_{KernelSpec{std::move(spec), std::move(options)}} {}
+      : all_{MappedKernel{std::move(spec), std::move(options)}} {}
   // Per device type ("cuda", "rocm", "xpu", "cpu", ...).
-  static KernelMappingValue devices(std::map<std::string, KernelSpec> per_device);
+  static KernelMappingValue devices(std::map<std::string, MappedKernel> per_device);
 
   // The spec for a device type: the per-device entry, or the all-device one. nullopt = this
   // value says nothing about that device.
-  std::optional<KernelSpec> for_device(const std::string& device_type) const;
+  std::optional<MappedKernel> for_device(const std::string& device_type) const;
   bool is_per_device() const { return !per_device_.empty(); }
-  const std::map<std::string, KernelSpec>& per_device() const { return per_device_; }
+  const std::map<std::string, MappedKernel>& per_device() const { return per_device_; }
 
  private:
-  std::optional<KernelSpec> all_;
-  std::map<std::string, KernelSpec> per_device_;
+  std::optional<MappedKernel> all_;
+  std::map<std::string, MappedKernel> per_device_;
 };
 
 // One fusion: modules (class name, path pattern) under one parent replaced by one kernel.
 struct FusionRule {
   std::vector<std::pair<std::string, std::string>> modules;
-  KernelSpec kernel;
+  MappedKernel kernel;
 };
 
 struct KernelConfig {

@@ -37,8 +37,8 @@ inline constexpr uint32_t kAccumulateWeightGrads = 1u;
 //   gemma casting: y = round_to(y.dtype, x·r·(offset + w))                        (all in f32)
 // backward  inputs:  dy [..., H], x, weight, rstd (optional; recomputed when absent)
 //           outputs: dx [..., H], dweight [H] (optional; f32 or weight dtype, reduced in f32)
-//   with n = x·r (rounded to x.dtype for llama casting), g = dy·(offset + w):
-//   dx = r·(g − n·mean(g·n)) ,  dweight = Σ_rows dy·n
+//   with m = x·r, n = m rounded to x.dtype (llama casting) or m (gemma), g = dy·(offset + w):
+//   dx = r·(g − m·mean(g·m))  (rounding treated as identity),  dweight = Σ_rows dy·n
 inline constexpr uint32_t kRmsNormCastingLlama = 0;
 inline constexpr uint32_t kRmsNormCastingGemma = 1;
 struct RmsNormAttrs {
@@ -83,6 +83,25 @@ inline constexpr uint32_t kActivationGELUTanh = 2;  // tanh approximation
 struct MlpAttrs {
   uint32_t activation = kActivationSiLU;
   uint32_t flags = 0;  // kAccumulateWeightGrads
+};
+
+// ---- activation@1 (activation layers: SiLU, GELU, GeluTanh, QuickGELU, ...) ---------------------
+// forward   inputs: x       outputs: y (x's shape; may alias x)      y = act(x), act from `kind`
+// backward  inputs: dy, x   outputs: dx
+inline constexpr uint32_t kActivationQuickGELU = 3;  // x·sigmoid(1.702·x)
+struct ActivationAttrs {
+  uint32_t kind = kActivationSiLU;  // kActivation*
+};
+
+// ---- act_and_mul@1 (gated activations: silu_and_mul, gelu_and_mul, Liger SwiGLU / GeGLU) -------
+// forward   inputs:  x [..., 2d] (gate ‖ up), or gate [..., d] followed by up [..., d] (optional
+//                    second input: gate and up as two tensors)
+//           outputs: y [..., d]
+//   y = round_to(y.dtype, act(gate)) · up   (act(gate) rounded first, as Transformers' MLP does)
+// backward  inputs:  dy [..., d], x (or gate), up (optional, as in forward)
+//           outputs: dx (x's shape: dgate ‖ dup, or dgate), dup (when up was given)
+struct ActAndMulAttrs {
+  uint32_t kind = kActivationSiLU;  // kActivation*
 };
 
 // ---- silu@1 (layer SiLU) ------------------------------------------------------------------------

@@ -51,7 +51,8 @@ class LayerModule : public Module {
   std::shared_ptr<Impl> impl_;
 };
 
-// ---- Linear: y[..., out] = x[..., in] · W^T (+ b) ------------------------------------------------
+// ---- Linear: y[..., out] = x[..., in] · W^T (+ b)
+// ------------------------------------------------
 class Linear;
 class LinearImpl : public LayerImpl {
  public:
@@ -75,7 +76,8 @@ class Linear : public LayerModule<LinearImpl> {
   bool bias_;
 };
 
-// ---- Embedding: out[..., H] = weight[ids[...]] ----------------------------------------------------
+// ---- Embedding: out[..., H] = weight[ids[...]]
+// ----------------------------------------------------
 class Embedding;
 class EmbeddingImpl : public LayerImpl {
  public:
@@ -157,9 +159,10 @@ class RotaryEmbedding : public Module {
   int64_t head_dim() const { return head_dim_; }
   const RopeParameters& rope() const { return rope_; }
   const std::vector<float>& inv_freq() const { return inv_freq_; }
-  // positions [B, S] i64 (on `device`'s side or CPU); cos/sin f32 [B, S, D] on the positions'
-  // device (allocated here).
-  void tables(const Tensor& positions, Tensor& cos, Tensor& sin, Stream stream = {}) const;
+  // positions [B, S] i32/i64 on any device (host positions avoid a copy back); cos/sin f32
+  // [B, S, D] allocated here on `device`.
+  void tables(const Tensor& positions, Device device, Tensor& cos, Tensor& sin,
+              Stream stream = {}) const;
 
  private:
   int64_t head_dim_;
@@ -170,14 +173,15 @@ class RotaryEmbedding : public Module {
 // ---- attention ---------------------------------------------------------------------------------
 // What the attention core gets besides q/k/v.
 struct AttentionCall {
-  float scale = 0.0f;                  // 0 -> 1/sqrt(head_dim)
+  float scale = 0.0f;  // 0 -> 1/sqrt(head_dim)
   bool causal = true;
   const TensorView* key_start = nullptr;  // i32 [B] on the device, left padding; null = none
 };
 class Attention;
 class AttentionImpl : public LayerImpl {
  public:
-  // q [B, S, Hq, D], k/v [B, T, Hkv, D] (T ≥ S; queries are the last S positions), out [B, S, Hq, D].
+  // q [B, S, Hq, D], k/v [B, T, Hkv, D] (T ≥ S; queries are the last S positions), out [B, S, Hq,
+  // D].
   virtual void forward(const Attention& layer, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const AttentionCall& call,
                        Stream stream) const = 0;

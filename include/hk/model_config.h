@@ -18,7 +18,7 @@
 namespace hk {
 
 struct ModelConfig {
-  std::string model_type;                // "qwen3", "llama"
+  std::string model_type;                  // "qwen3", "llama"
   std::vector<std::string> architectures;  // e.g. {"Qwen3ForCausalLM"}
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;

@@ -22,8 +22,8 @@
 namespace hk {
 
 struct LoadOptions {
-  std::string device = "cpu";   // "cpu", "cuda", "cuda:1"
-  std::optional<DType> dtype;   // nullopt = "auto": config's dtype, else the checkpoint's
+  std::string device = "cpu";  // "cpu", "cuda", "cuda:1"
+  std::optional<DType> dtype;  // nullopt = "auto": config's dtype, else the checkpoint's
   // kernelize (issue 5) — carried, not applied yet:
   bool use_kernels = false;
   std::string kernel_config_file;   // --kernel-config FILE.json (implies use_kernels)
@@ -31,15 +31,19 @@ struct LoadOptions {
   bool allow_all_kernels = false;
   // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
   nn::KeyMapping key_mapping;
+  // Called with the built, still unallocated tree right before the checkpoint loads: the place
+  // where kernelize swaps in layouts (set_impl, re-declared parameters) so that the weights load
+  // straight into the kernel's layout. Empty = nothing.
+  std::function<void(nn::Module& root)> before_load;
 };
 
 struct ForwardOptions {
-  Tensor position_ids;      // [B, S] i64 on any device; undefined = from the cache length and
-                            // key_start (left padding) as generate does
-  Tensor key_start;         // [B] i32/i64 on any device: left padding length per row; undefined = 0
-  KVCache* cache = nullptr;  // null: no cache (attend over this call's tokens)
+  Tensor position_ids;  // [B, S] i64 on any device; undefined = from the cache length and
+                        // key_start (left padding) as generate does
+  Tensor key_start;     // [B] i32/i64 on any device: left padding length per row; undefined = 0
+  KVCache* cache = nullptr;    // null: no cache (attend over this call's tokens)
   int64_t logits_to_keep = 0;  // 0 = logits for every position, N = the last N positions
-  Tensor labels;            // [B, S] i64 (-100 = ignore); defined -> loss is computed
+  Tensor labels;               // [B, S] i64 (-100 = ignore); defined -> loss is computed
   Stream stream;
 };
 

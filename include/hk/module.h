@@ -40,8 +40,8 @@ class LayerImpl {
 
 // One parameter or buffer slot of a module.
 struct Parameter {
-  Shape shape;         // declared shape (from the config); checked against the checkpoint
-  Tensor value;        // undefined until loaded / materialised
+  Shape shape;   // declared shape (from the config); checked against the checkpoint
+  Tensor value;  // undefined until loaded / materialised
   bool is_buffer = false;
   bool persistent = true;  // false: computed, never read from a checkpoint
   // Non-empty: this parameter shares storage with the parameter at this dotted path (tied
@@ -170,9 +170,10 @@ class TensorMapSource : public StateDictSource {
 using KeyMapping = std::function<std::optional<std::string>(const std::string& checkpoint_key)>;
 
 struct LoadStateOptions {
-  KeyMapping key_mapping;               // empty = identity
-  Device device = Device::cpu();        // where parameters are placed
-  std::optional<DType> dtype;  // floating tensors are converted to it; nullopt = keep the checkpoint dtype
+  KeyMapping key_mapping;         // empty = identity
+  Device device = Device::cpu();  // where parameters are placed
+  std::optional<DType>
+      dtype;  // floating tensors are converted to it; nullopt = keep the checkpoint dtype
   // Checkpoint keys (after mapping) with one of these suffixes are silently ignored when they
   // have no slot in the tree (e.g. `rotary_emb.inv_freq` written by old Transformers versions).
   std::vector<std::string> ignore_unexpected_suffixes;

@@ -38,7 +38,8 @@ std::vector<int64_t> pick(const Tensor& logits, const GenerateOptions& options,
   if (!f32.device().is_cpu()) f32 = f32.to(Device::cpu(), stream);
   SamplingOptions sampling{options.temperature, options.top_k, options.top_p};
   std::vector<int64_t> out(static_cast<size_t>(b));
-  for (int64_t r = 0; r < b; ++r) out[static_cast<size_t>(r)] = sample_token(f32.data_as<float>() + r * v, v, sampling, rng);
+  for (int64_t r = 0; r < b; ++r)
+    out[static_cast<size_t>(r)] = sample_token(f32.data_as<float>() + r * v, v, sampling, rng);
   return out;
 }
 
@@ -62,7 +63,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   const int64_t b = static_cast<int64_t>(prompts.size());
   int64_t len = 0;
   for (size_t r = 0; r < prompts.size(); ++r) {
-    if (prompts[r].empty()) throw InvalidArgument("generate: prompt " + std::to_string(r) + " is empty");
+    if (prompts[r].empty())
+      throw InvalidArgument("generate: prompt " + std::to_string(r) + " is empty");
     for (int64_t id : prompts[r])
       if (id < 0 || id >= config.vocab_size)
         throw InvalidArgument("generate: token id " + std::to_string(id) + " in prompt " +
@@ -71,17 +73,17 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
     len = std::max<int64_t>(len, static_cast<int64_t>(prompts[r].size()));
   }
   if (len + options.max_new_tokens > config.max_position_embeddings)
-    throw InvalidArgument("prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
-                          std::to_string(options.max_new_tokens) +
-                          " is longer than the model's context of " +
-                          std::to_string(config.max_position_embeddings) +
-                          " positions (max_position_embeddings); shorten the prompt or generate fewer tokens");
+    throw InvalidArgument(
+        "prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
+        std::to_string(options.max_new_tokens) + " is longer than the model's context of " +
+        std::to_string(config.max_position_embeddings) +
+        " positions (max_position_embeddings); shorten the prompt or generate fewer tokens");
 
   std::vector<int64_t> eos = options.eos_token_ids.value_or(
       !lm.generation_config.eos_token_ids.empty() ? lm.generation_config.eos_token_ids
                                                   : config.eos_token_ids);
-  int64_t pad_id = options.pad_token_id.value_or(
-      lm.generation_config.pad_token_id.value_or(config.pad_token_id.value_or(eos.empty() ? 0 : eos[0])));
+  int64_t pad_id = options.pad_token_id.value_or(lm.generation_config.pad_token_id.value_or(
+      config.pad_token_id.value_or(eos.empty() ? 0 : eos[0])));
   if (pad_id < 0 || pad_id >= config.vocab_size) pad_id = 0;
 
   GenerateOutput out;
@@ -96,8 +98,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   }
   const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; });
 
-  KVCache cache(config.num_hidden_layers, b, len + options.max_new_tokens, config.num_key_value_heads,
-                config.head_dim, lm.dtype, lm.device);
+  KVCache cache(config.num_hidden_layers, b, len + options.max_new_tokens,
+                config.num_key_value_heads, config.head_dim, lm.dtype, lm.device);
   std::mt19937_64 rng(options.seed);
   Stream stream;
   ForwardOptions fwd;
@@ -131,7 +133,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   }
   out.timings.decode_ms = ms_since(t1);
   if (out.timings.decode_steps > 0 && out.timings.decode_ms > 0)
-    out.timings.decode_tok_s = static_cast<double>(out.timings.decode_steps * b) * 1000.0 / out.timings.decode_ms;
+    out.timings.decode_tok_s =
+        static_cast<double>(out.timings.decode_steps * b) * 1000.0 / out.timings.decode_ms;
   return out;
 }
 

@@ -78,7 +78,13 @@ RefTable Hub::refs(const std::string& repo) {
   parse_repo_name(repo);
   RefTable refs = impl_->source->refs(repo);
   // Remember what the remote said so offline mode can resolve the same names later.
-  if (impl_->source->is_remote()) impl_->cache.save_refs(repo, refs);
+  // Best effort: an unwritable cache must not break an online resolution.
+  if (impl_->source->is_remote()) {
+    try {
+      impl_->cache.save_refs(repo, refs);
+    } catch (const Error&) {
+    }
+  }
   return refs;
 }
 

@@ -95,6 +95,14 @@ HubServer::HubServer(HubServerOptions options) : impl_(std::make_unique<Impl>())
   if (ec || !fs::is_directory(s.root))
     throw NotFound("hub root " + s.options.root.string() + " is not a directory");
   s.server.new_task_queue = [] { return new httplib::ThreadPool(16); };
+  if (!s.options.require_token.empty()) {
+    s.server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (req.get_header_value("Authorization") == "Bearer " + impl_->options.require_token)
+        return httplib::Server::HandlerResponse::Unhandled;
+      send_error(res, 401, "a bearer token is required");
+      return httplib::Server::HandlerResponse::Handled;
+    });
+  }
 
   s.server.Get("/api/repos", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(nlohmann::json{{"repos", list_repo_dirs(impl_->root)}}.dump() + "\n",

@@ -94,8 +94,10 @@ void parse_rope_dict(const json& r, const std::string& source, const std::string
                      nn::RopeParameters& rope) {
   if (!r.is_object()) throw InvalidArgument(source + ": field '" + key + "' must be an object");
   Fields f{r, source};
-  if (auto t = f.opt_string("rope_type")) rope.rope_type = *t;
-  else if (auto t2 = f.opt_string("type")) rope.rope_type = *t2;  // 4.x legacy spelling
+  if (auto t = f.opt_string("rope_type"))
+    rope.rope_type = *t;
+  else if (auto t2 = f.opt_string("type"))
+    rope.rope_type = *t2;  // 4.x legacy spelling
   if (auto v = f.opt_number("rope_theta")) rope.rope_theta = *v;
   if (auto v = f.opt_number("factor")) rope.factor = *v;
   if (auto v = f.opt_number("low_freq_factor")) rope.low_freq_factor = *v;
@@ -127,15 +129,16 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   c.num_attention_heads = f.positive("num_attention_heads");
   c.num_key_value_heads = f.opt_integer("num_key_value_heads").value_or(c.num_attention_heads);
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
-    throw InvalidArgument(source + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
-                          ") must divide num_attention_heads (" +
-                          std::to_string(c.num_attention_heads) + ")");
+    throw InvalidArgument(
+        source + ": num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+        ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
   if (auto hd = f.opt_integer("head_dim")) {
     if (*hd <= 0) f.bad("head_dim", "a positive integer");
     c.head_dim = *hd;
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)
-      throw InvalidArgument(source + ": hidden_size must be divisible by num_attention_heads when "
+      throw InvalidArgument(source +
+                            ": hidden_size must be divisible by num_attention_heads when "
                             "head_dim is not given");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }

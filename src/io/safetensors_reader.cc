@@ -99,6 +99,14 @@ std::string shown(std::string_view text, size_t max_length = 120) {
   return out + "'";
 }
 
+// A shape for an error message; a header may hold millions of dims, the message shows a few.
+std::string shape_text(const Shape& shape) {
+  constexpr size_t kShown = 8;
+  if (shape.size() <= kShown) return shape_str(shape);
+  const std::string head = shape_str(Shape(shape.begin(), shape.begin() + kShown));
+  return head.substr(0, head.size() - 1) + ", ... (rank " + std::to_string(shape.size()) + ")]";
+}
+
 [[noreturn]] void fail(const std::string& path, const std::string& detail) {
   throw InvalidArgument("'" + path + "' is not a valid safetensors file: " + detail +
                         "; re-export or re-download it");
@@ -183,11 +191,12 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
     fail_tensor(path, name, "has no \"shape\" array");
   for (const json& dim : *shape_it) {
     if (dim.is_number_integer() && !dim.is_number_unsigned())
-      fail_tensor(path, name, "has a negative dimension in its shape " + dim.dump());
+      fail_tensor(path, name, "has a negative dimension in its shape: " + shown(dim.dump()));
     const auto d = as_unsigned(dim);
-    if (!d) fail_tensor(path, name, "has a shape entry that is not an integer: " + dim.dump());
+    if (!d)
+      fail_tensor(path, name, "has a shape entry that is not an integer: " + shown(dim.dump()));
     if (*d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail_tensor(path, name, "has a dimension too large for int64: " + dim.dump());
+      fail_tensor(path, name, "has a dimension too large for int64: " + shown(dim.dump()));
     info.shape.push_back(static_cast<int64_t>(*d));
   }
   // The element count, and the count with empty dims read as 1 (what strides are computed
@@ -196,11 +205,11 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
   for (int64_t d : info.shape)
     if (__builtin_mul_overflow(strided, std::max<int64_t>(d, 1), &strided))
       fail_tensor(path, name,
-                  "has a shape " + shape_str(info.shape) + " whose size overflows int64");
+                  "has a shape " + shape_text(info.shape) + " whose size overflows int64");
   const int64_t numel = info.numel();
   int64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype->size), &nbytes))
-    fail_tensor(path, name, "has a shape " + shape_str(info.shape) + " whose byte size overflows");
+    fail_tensor(path, name, "has a shape " + shape_text(info.shape) + " whose byte size overflows");
 
   const auto offsets_it = entry.find("data_offsets");
   const json* offsets = offsets_it == entry.end() ? nullptr : &*offsets_it;
@@ -213,14 +222,14 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const j
     fail_tensor(
         path, name,
         "needs \"data_offsets\" as two increasing non-negative integers [begin, end], got " +
-            (offsets ? offsets->dump() : std::string("nothing")));
+            (offsets ? shown(offsets->dump()) : std::string("nothing")));
   info.data_begin = *begin;
   info.data_end = *end;
   if (info.nbytes() != static_cast<uint64_t>(nbytes))
     fail_tensor(path, name,
                 "has data_offsets [" + std::to_string(*begin) + ", " + std::to_string(*end) +
                     "] spanning " + std::to_string(info.nbytes()) + " bytes, but dtype " +
-                    info.dtype_name + " and shape " + shape_str(info.shape) + " need " +
+                    info.dtype_name + " and shape " + shape_text(info.shape) + " need " +
                     std::to_string(nbytes) + " bytes");
   return info;
 }
@@ -231,8 +240,8 @@ void parse_metadata(const std::string& path, const json& value,
     fail(path, "\"__metadata__\" must be a JSON object of strings, got " + shown(value.dump()));
   for (const auto& [key, item] : value.items()) {
     if (!item.is_string())
-      fail(path, "\"__metadata__\" entry " + shown(key) + " must be a string, got " +
-                     shown(item.dump()));
+      fail(path,
+           "\"__metadata__\" entry " + shown(key) + " must be a string, got " + shown(item.dump()));
     out[key] = item.get<std::string>();
   }
 }

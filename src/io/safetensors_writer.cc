@@ -38,8 +38,11 @@ class TempFile {
     namespace fs = std::filesystem;
     const fs::path target(final_path);
     dir_ = target.has_parent_path() ? target.parent_path().string() : ".";
-    std::string pattern =
-        (fs::path(dir_) / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+    // Hidden, next to the target (same file system, so the rename is atomic).
+    std::string name = ".";
+    name += target.filename().string();
+    name += ".tmp.XXXXXX";
+    std::string pattern = (fs::path(dir_) / name).string();
     fd_ = ::mkostemp(pattern.data(), O_CLOEXEC);
     if (fd_ < 0)
       throw RuntimeFailure("cannot create a temporary file in '" + dir_ + "' to write '" +

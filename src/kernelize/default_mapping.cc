@@ -4,7 +4,7 @@
 // used. Versions follow the table of MISSION.md (liger-kernels is version 3).
 #include "kernelize/mapping.h"
 
-namespace hk::kernelize {
+namespace hk::kernel_binding {
 namespace {
 
 MappingRule rule(const char* layer, const char* device, const char* spec, int version) {
@@ -59,4 +59,4 @@ const std::vector<MappingRule>& default_mapping() {
   return table;
 }
 
-}  // namespace hk::kernelize
+}  // namespace hk::kernel_binding

@@ -44,13 +44,13 @@ KernelOptions parse_options(const json& j, const std::string& source, const std:
   return o;
 }
 
-KernelSpec parse_spec(const json& j, const std::string& source, const std::string& where) {
-  if (j.is_string()) return KernelSpec{j.get<std::string>(), {}};
-  if (j.is_null()) return KernelSpec{};
+MappedKernel parse_spec(const json& j, const std::string& source, const std::string& where) {
+  if (j.is_string()) return MappedKernel{j.get<std::string>(), {}};
+  if (j.is_null()) return MappedKernel{};
   if (j.is_array()) {
     if (j.size() != 2 || !j[0].is_string())
       fail(source, where, "a pair must be [\"org/repo:Entry\", {options}]");
-    return KernelSpec{j[0].get<std::string>(), parse_options(j[1], source, where)};
+    return MappedKernel{j[0].get<std::string>(), parse_options(j[1], source, where)};
   }
   fail(source, where,
        "expected \"org/repo[:Entry]\", [\"org/repo:Entry\", {options}] or a "
@@ -59,13 +59,13 @@ KernelSpec parse_spec(const json& j, const std::string& source, const std::strin
 
 }  // namespace
 
-KernelMappingValue KernelMappingValue::devices(std::map<std::string, KernelSpec> per_device) {
+KernelMappingValue KernelMappingValue::devices(std::map<std::string, MappedKernel> per_device) {
   KernelMappingValue v;
   v.per_device_ = std::move(per_device);
   return v;
 }
 
-std::optional<KernelSpec> KernelMappingValue::for_device(const std::string& device_type) const {
+std::optional<MappedKernel> KernelMappingValue::for_device(const std::string& device_type) const {
   if (auto it = per_device_.find(device_type); it != per_device_.end()) return it->second;
   return all_;
 }
@@ -87,7 +87,7 @@ KernelConfig KernelConfig::from_json(const std::string& text, const std::string&
         const std::string where = "kernel_mapping." + layer;
         if (layer.empty()) fail(source, where, "empty layer name");
         if (v.is_object()) {
-          std::map<std::string, KernelSpec> per_device;
+          std::map<std::string, MappedKernel> per_device;
           for (auto& [device, s] : v.items()) {
             bool known = false;
             for (auto* d : kDevices) known |= device == d;
@@ -98,7 +98,7 @@ KernelConfig KernelConfig::from_json(const std::string& text, const std::string&
           }
           config.kernel_mapping[layer] = KernelMappingValue::devices(std::move(per_device));
         } else {
-          KernelSpec s = parse_spec(v, source, where);
+          MappedKernel s = parse_spec(v, source, where);
           config.kernel_mapping[layer] = KernelMappingValue(s.spec, s.options);
         }
       }

@@ -3,7 +3,7 @@
 
 #include <set>
 
-namespace hk::kernelize {
+namespace hk::kernel_binding {
 
 std::vector<MappingRule> effective_rules(const KernelConfig& config) {
   static const char* kDeviceTypes[] = {"cpu", "cuda", "rocm", "xpu", "mps", "npu"};
@@ -53,4 +53,4 @@ std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
   return std::nullopt;
 }
 
-}  // namespace hk::kernelize
+}  // namespace hk::kernel_binding

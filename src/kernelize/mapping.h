@@ -16,7 +16,7 @@
 #include "hk/kernel_config.h"
 #include "hk/mode.h"
 
-namespace hk::kernelize {
+namespace hk::kernel_binding {
 
 struct MappingRule {
   std::string layer;   // layer interface name registered by the model, e.g. "RMSNorm"
@@ -24,7 +24,7 @@ struct MappingRule {
   int min_capability = 0;
   int max_capability = INT_MAX;
   Mode mode = Mode::Fallback;  // mode key of this rule
-  KernelSpec kernel;           // disabled() = use the built-in implementation
+  MappedKernel kernel;         // disabled() = use the built-in implementation
   std::string source;          // "default table" or "kernel_config" (for the report)
 };
 
@@ -44,4 +44,4 @@ std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
                                          const std::string& layer, const std::string& device,
                                          int capability, Mode mode);
 
-}  // namespace hk::kernelize
+}  // namespace hk::kernel_binding

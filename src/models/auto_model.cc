@@ -83,7 +83,8 @@ CausalLM AutoModelForCausalLM::from_config(const ModelConfig& config, const Load
 
 CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const LoadOptions& options) {
   if (!fs::is_directory(dir))
-    throw NotFound("model directory " + dir + " does not exist (it should hold config.json and "
+    throw NotFound("model directory " + dir +
+                   " does not exist (it should hold config.json and "
                    "model.safetensors)");
   ModelConfig config = ModelConfig::from_file(dir);
   if (!builders().count(config.model_type))
@@ -109,6 +110,7 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   lm.load_options = options;
   lm.generation_config = GenerationConfig::from_dir(dir);
 
+  if (options.before_load) options.before_load(lm);
   nn::LoadStateOptions load;
   load.key_mapping = options.key_mapping;
   load.device = lm.device;
@@ -124,17 +126,31 @@ CausalLM::CausalLM(std::shared_ptr<DecoderLM> impl) : impl_(std::move(impl)) {}
 
 namespace {
 DecoderLM& need(const std::shared_ptr<DecoderLM>& impl) {
-  if (!impl) throw InvalidArgument("CausalLM is empty; create it with AutoModelForCausalLM::from_pretrained");
+  if (!impl)
+    throw InvalidArgument(
+        "CausalLM is empty; create it with AutoModelForCausalLM::from_pretrained");
   return *impl;
 }
 }  // namespace
 
-const ModelConfig& CausalLM::config() const { return need(impl_).config; }
-const GenerationConfig& CausalLM::generation_config() const { return need(impl_).generation_config; }
-const LoadOptions& CausalLM::load_options() const { return need(impl_).load_options; }
-nn::Module& CausalLM::module() const { return need(impl_); }
-Device CausalLM::device() const { return need(impl_).device; }
-DType CausalLM::dtype() const { return need(impl_).dtype; }
+const ModelConfig& CausalLM::config() const {
+  return need(impl_).config;
+}
+const GenerationConfig& CausalLM::generation_config() const {
+  return need(impl_).generation_config;
+}
+const LoadOptions& CausalLM::load_options() const {
+  return need(impl_).load_options;
+}
+nn::Module& CausalLM::module() const {
+  return need(impl_);
+}
+Device CausalLM::device() const {
+  return need(impl_).device;
+}
+DType CausalLM::dtype() const {
+  return need(impl_).dtype;
+}
 
 CausalLMOutput CausalLM::forward(const Tensor& input_ids, const ForwardOptions& options) const {
   return need(impl_).forward(input_ids, options);
@@ -151,7 +167,9 @@ CausalLM& CausalLM::train(bool on) {
   return *this;
 }
 
-bool CausalLM::is_training() const { return need(impl_).is_training(); }
+bool CausalLM::is_training() const {
+  return need(impl_).is_training();
+}
 
 CausalLM& CausalLM::to(Device device, std::optional<DType> dtype) {
   DecoderLM& lm = need(impl_);

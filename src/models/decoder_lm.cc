@@ -42,20 +42,21 @@ std::vector<int64_t> host_ints(const Tensor& t, Stream stream) {
 DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec)
     : Module(spec.prefix + "DecoderLayer") {
   self_attn = register_module(
-      "self_attn", std::make_shared<nn::Attention>(spec.prefix + "Attention", attention_shape(c, spec)));
-  mlp = register_module("mlp", std::make_shared<nn::MLP>(spec.prefix + "MLP", c.hidden_size,
-                                                         c.intermediate_size, c.mlp_bias,
-                                                         c.hidden_act));
+      "self_attn",
+      std::make_shared<nn::Attention>(spec.prefix + "Attention", attention_shape(c, spec)));
+  mlp = register_module(
+      "mlp", std::make_shared<nn::MLP>(spec.prefix + "MLP", c.hidden_size, c.intermediate_size,
+                                       c.mlp_bias, c.hidden_act));
   input_layernorm = register_module(
-      "input_layernorm", std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
+      "input_layernorm",
+      std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
   post_attention_layernorm = register_module(
       "post_attention_layernorm",
       std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
 }
 
-void DecoderLayer::forward(const Tensor& h, const nn::AttentionState& state, Stream stream) const {
-  Tensor normed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
-  Tensor delta = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
+void DecoderLayer::forward(const Tensor& h, const Tensor& normed, const Tensor& delta,
+                           const nn::AttentionState& state, Stream stream) const {
   input_layernorm->forward(h, normed, stream);
   self_attn->forward(normed, delta, state, stream);
   ops::add(h, delta, h, 1.0f, stream);
@@ -66,20 +67,24 @@ void DecoderLayer::forward(const Tensor& h, const nn::AttentionState& state, Str
 
 DecoderModel::DecoderModel(const ModelConfig& c, const ArchitectureSpec& spec)
     : Module(spec.prefix + "Model") {
-  embed_tokens = register_module("embed_tokens", std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size));
+  embed_tokens =
+      register_module("embed_tokens", std::make_shared<nn::Embedding>(c.vocab_size, c.hidden_size));
   auto list = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
-    layers.push_back(list->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c, spec)));
-  norm = register_module("norm", std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size,
-                                                               c.rms_norm_eps));
+    layers.push_back(
+        list->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c, spec)));
+  norm = register_module("norm", std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm",
+                                                               c.hidden_size, c.rms_norm_eps));
   rotary_emb = register_module(
-      "rotary_emb", std::make_shared<nn::RotaryEmbedding>(spec.prefix + "RotaryEmbedding", c.head_dim, c.rope));
+      "rotary_emb",
+      std::make_shared<nn::RotaryEmbedding>(spec.prefix + "RotaryEmbedding", c.head_dim, c.rope));
 }
 
 DecoderLM::DecoderLM(const ModelConfig& c, const ArchitectureSpec& spec)
     : Module(spec.prefix + "ForCausalLM"), config(c) {
   model = register_module("model", std::make_shared<DecoderModel>(c, spec));
-  lm_head = register_module("lm_head", std::make_shared<nn::Linear>(c.hidden_size, c.vocab_size, false));
+  lm_head =
+      register_module("lm_head", std::make_shared<nn::Linear>(c.hidden_size, c.vocab_size, false));
   if (c.tie_word_embeddings)
     lm_head->tie_parameter("weight", {c.vocab_size, c.hidden_size}, "model.embed_tokens.weight");
   loss_function = register_module("loss_function", std::make_shared<nn::CausalLMLoss>());
@@ -91,22 +96,26 @@ void DecoderLM::set_attn_implementation(const std::string& name) {
 
 CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions& options) const {
   Stream stream = options.stream;
-  HK_CHECK(input_ids.ndim() == 2 && input_ids.size(0) > 0 && input_ids.size(1) > 0,
-           "forward: input_ids must be a non-empty [batch, seq] tensor, got " + input_ids.view().str());
-  HK_CHECK(input_ids.dtype() == DType::I64 || input_ids.dtype() == DType::I32,
-           "forward: input_ids must be i32 or i64, got " + std::string(dtype_name(input_ids.dtype())));
+  HK_CHECK(
+      input_ids.ndim() == 2 && input_ids.size(0) > 0 && input_ids.size(1) > 0,
+      "forward: input_ids must be a non-empty [batch, seq] tensor, got " + input_ids.view().str());
+  HK_CHECK(
+      input_ids.dtype() == DType::I64 || input_ids.dtype() == DType::I32,
+      "forward: input_ids must be i32 or i64, got " + std::string(dtype_name(input_ids.dtype())));
   const int64_t b = input_ids.size(0), s = input_ids.size(1);
   KVCache* cache = options.cache;
   const int64_t past = cache ? cache->length() : 0;
   if (cache) {
     HK_CHECK(cache->batch() == b, "forward: KV cache batch " + std::to_string(cache->batch()) +
                                       " does not match input batch " + std::to_string(b));
-    HK_CHECK(cache->num_layers() == config.num_hidden_layers, "forward: KV cache has the wrong layer count");
+    HK_CHECK(cache->num_layers() == config.num_hidden_layers,
+             "forward: KV cache has the wrong layer count");
   }
   if (past + s > config.max_position_embeddings)
-    throw InvalidArgument("sequence of " + std::to_string(past + s) +
-                          " positions is longer than the model's context (max_position_embeddings = " +
-                          std::to_string(config.max_position_embeddings) + ")");
+    throw InvalidArgument(
+        "sequence of " + std::to_string(past + s) +
+        " positions is longer than the model's context (max_position_embeddings = " +
+        std::to_string(config.max_position_embeddings) + ")");
 
   Tensor ids = input_ids.device() == device ? input_ids : input_ids.to(device, stream);
 
@@ -126,16 +135,16 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
     std::vector<int64_t> pos(static_cast<size_t>(b * s));
     for (int64_t r = 0; r < b; ++r)
       for (int64_t t = 0; t < s; ++t)
-        pos[static_cast<size_t>(r * s + t)] = std::max<int64_t>(0, past + t - pad[static_cast<size_t>(r)]);
+        pos[static_cast<size_t>(r * s + t)] =
+            std::max<int64_t>(0, past + t - pad[static_cast<size_t>(r)]);
     positions = Tensor::from_ints(pos, {b, s}, DType::I64);
   } else {
-    HK_CHECK(positions.ndim() == 2 && positions.size(0) == b && positions.size(1) == s,
-             "forward: position_ids must be [batch, seq] like input_ids, got " + positions.view().str());
+    HK_CHECK(
+        positions.ndim() == 2 && positions.size(0) == b && positions.size(1) == s,
+        "forward: position_ids must be [batch, seq] like input_ids, got " + positions.view().str());
   }
-  if (positions.device() != device) positions = positions.to(device, stream);
-
   Tensor cos, sin;
-  model->rotary_emb->tables(positions, cos, sin, stream);
+  model->rotary_emb->tables(positions, device, cos, sin, stream);
 
   Tensor h = Tensor::empty({b, s, config.hidden_size}, dtype, device, stream);
   model->embed_tokens->forward(ids, h, stream);
@@ -144,9 +153,11 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
   state.sin = &sin.view();
   state.key_start = key_start.defined() ? &key_start.view() : nullptr;
   state.cache = cache;
+  Tensor scratch_normed = Tensor::empty(h.sizes(), dtype, device, stream);
+  Tensor scratch_delta = Tensor::empty(h.sizes(), dtype, device, stream);
   for (size_t i = 0; i < model->layers.size(); ++i) {
     state.layer_index = static_cast<int64_t>(i);
-    model->layers[i]->forward(h, state, stream);
+    model->layers[i]->forward(h, scratch_normed, scratch_delta, state, stream);
   }
   if (cache) cache->advance(s);
 
@@ -160,9 +171,11 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
 
   if (options.labels.defined()) {
     HK_CHECK(keep == s, "forward: labels need logits for every position (logits_to_keep = 0)");
-    HK_CHECK(options.labels.ndim() == 2 && options.labels.size(0) == b && options.labels.size(1) == s,
-             "forward: labels must be [batch, seq] like input_ids, got " + options.labels.view().str());
-    Tensor labels = options.labels.device() == device ? options.labels : options.labels.to(device, stream);
+    HK_CHECK(
+        options.labels.ndim() == 2 && options.labels.size(0) == b && options.labels.size(1) == s,
+        "forward: labels must be [batch, seq] like input_ids, got " + options.labels.view().str());
+    Tensor labels =
+        options.labels.device() == device ? options.labels : options.labels.to(device, stream);
     out.loss = Tensor::empty({1}, DType::F32, device, stream);
     loss_function->forward(out.logits, labels, out.loss, stream);
   }

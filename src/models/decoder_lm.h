@@ -27,8 +27,10 @@ struct ArchitectureSpec {
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const ModelConfig& config, const ArchitectureSpec& spec);
-  // h [B, S, H] updated in place (residual stream); scratch buffers are allocated per call.
-  void forward(const Tensor& h, const nn::AttentionState& state, Stream stream) const;
+  // h [B, S, H] updated in place (residual stream); `normed` and `delta` are scratch tensors of
+  // h's shape, shared by all layers of one forward.
+  void forward(const Tensor& h, const Tensor& normed, const Tensor& delta,
+               const nn::AttentionState& state, Stream stream) const;
 
   std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::Attention> self_attn;

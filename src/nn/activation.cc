@@ -28,9 +28,12 @@ ops::Activation parse_act(const std::string& name) {
 
 const char* interface_for(ops::Activation act) {
   switch (act) {
-    case ops::Activation::SiLU: return "SiLU";
-    case ops::Activation::GELU: return "GELU";
-    case ops::Activation::GELUTanh: return "GELUTanh";
+    case ops::Activation::SiLU:
+      return "SiLU";
+    case ops::Activation::GELU:
+      return "GELU";
+    case ops::Activation::GELUTanh:
+      return "GELUTanh";
   }
   return "SiLU";
 }

@@ -30,18 +30,23 @@ class BuiltinAttention final : public AttentionImpl {
 Attention::Attention(std::string type_name, const AttentionShape& shape)
     : LayerModule(std::move(type_name), "attention", std::make_shared<BuiltinAttention>()),
       shape_(shape) {
-  HK_CHECK(shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
-           "attention: num_attention_heads (" + std::to_string(shape.num_heads) +
-               ") must be a positive multiple of num_key_value_heads (" +
-               std::to_string(shape.num_kv_heads) + ")");
+  HK_CHECK(
+      shape.num_heads > 0 && shape.num_kv_heads > 0 && shape.num_heads % shape.num_kv_heads == 0,
+      "attention: num_attention_heads (" + std::to_string(shape.num_heads) +
+          ") must be a positive multiple of num_key_value_heads (" +
+          std::to_string(shape.num_kv_heads) + ")");
   const int64_t h = shape.hidden_size, d = shape.head_dim;
   q_proj = register_module("q_proj", std::make_shared<Linear>(h, shape.num_heads * d, shape.bias));
-  k_proj = register_module("k_proj", std::make_shared<Linear>(h, shape.num_kv_heads * d, shape.bias));
-  v_proj = register_module("v_proj", std::make_shared<Linear>(h, shape.num_kv_heads * d, shape.bias));
+  k_proj =
+      register_module("k_proj", std::make_shared<Linear>(h, shape.num_kv_heads * d, shape.bias));
+  v_proj =
+      register_module("v_proj", std::make_shared<Linear>(h, shape.num_kv_heads * d, shape.bias));
   o_proj = register_module("o_proj", std::make_shared<Linear>(shape.num_heads * d, h, shape.bias));
   if (shape.qk_norm) {
-    q_norm = register_module("q_norm", std::make_shared<RMSNorm>(shape.norm_type_name, d, shape.rms_norm_eps));
-    k_norm = register_module("k_norm", std::make_shared<RMSNorm>(shape.norm_type_name, d, shape.rms_norm_eps));
+    q_norm = register_module(
+        "q_norm", std::make_shared<RMSNorm>(shape.norm_type_name, d, shape.rms_norm_eps));
+    k_norm = register_module(
+        "k_norm", std::make_shared<RMSNorm>(shape.norm_type_name, d, shape.rms_norm_eps));
   }
   rotary_fn = register_module("rotary_fn", std::make_shared<RotaryApply>());
 }

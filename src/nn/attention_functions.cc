@@ -22,7 +22,7 @@ void eager_attention(const TensorView& q, const TensorView& k, const TensorView&
 struct Registry {
   std::mutex mutex;
   std::map<std::string, AttentionFunction> functions{{"eager", eager_attention},
-                                                    {"sdpa", eager_attention}};
+                                                     {"sdpa", eager_attention}};
 };
 
 Registry& registry() {

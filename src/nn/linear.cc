@@ -1,4 +1,4 @@
-// Linear and Embedding layers and their built-in implementations (hk::ops::linear / embedding).
+// The Linear layer and its built-in implementation (hk::ops::linear, f32 accumulation).
 #include "hk/error.h"
 #include "hk/layers.h"
 
@@ -12,15 +12,6 @@ class BuiltinLinear final : public LinearImpl {
                Stream stream) const override {
     const Tensor* bias = layer.bias();
     ops::linear(x, layer.weight(), bias ? &bias->view() : nullptr, y, stream);
-  }
-};
-
-class BuiltinEmbedding final : public EmbeddingImpl {
- public:
-  std::string name() const override { return "builtin"; }
-  void forward(const Embedding& layer, const TensorView& ids, const TensorView& out,
-               Stream stream) const override {
-    ops::embedding(layer.weight(), ids, out, stream);
   }
 };
 
@@ -38,14 +29,8 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
   if (bias) register_parameter("bias", {out_features});
 }
 
-const Tensor* Linear::bias() const { return bias_ ? &param("bias") : nullptr; }
-
-Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim)
-    : LayerModule("Embedding", "Embedding", std::make_shared<BuiltinEmbedding>()),
-      num_(num_embeddings),
-      dim_(embedding_dim) {
-  HK_CHECK(num_embeddings > 0 && embedding_dim > 0, "Embedding: sizes must be positive");
-  register_parameter("weight", {num_embeddings, embedding_dim});
+const Tensor* Linear::bias() const {
+  return bias_ ? &param("bias") : nullptr;
 }
 
 }  // namespace hk::nn

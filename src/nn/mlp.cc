@@ -30,9 +30,12 @@ MLP::MLP(std::string type_name, int64_t hidden_size, int64_t intermediate_size, 
     : LayerModule(std::move(type_name), "MLP", std::make_shared<BuiltinMLP>()),
       hidden_(hidden_size),
       intermediate_(intermediate_size) {
-  gate_proj = register_module("gate_proj", std::make_shared<Linear>(hidden_size, intermediate_size, bias));
-  up_proj = register_module("up_proj", std::make_shared<Linear>(hidden_size, intermediate_size, bias));
-  down_proj = register_module("down_proj", std::make_shared<Linear>(intermediate_size, hidden_size, bias));
+  gate_proj =
+      register_module("gate_proj", std::make_shared<Linear>(hidden_size, intermediate_size, bias));
+  up_proj =
+      register_module("up_proj", std::make_shared<Linear>(hidden_size, intermediate_size, bias));
+  down_proj =
+      register_module("down_proj", std::make_shared<Linear>(intermediate_size, hidden_size, bias));
   act_fn = register_module("act_fn", std::make_shared<Activation>(hidden_act));
 }
 

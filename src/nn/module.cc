@@ -75,9 +75,9 @@ void Module::register_buffer(const std::string& name, Shape shape, bool persiste
 void Module::tie_parameter(const std::string& name, Shape shape, std::string target_path) {
   auto existing = params_.find(name);
   if (existing != params_.end()) {  // turn a declared parameter into a tied one
-    HK_CHECK(existing->second.shape == shape,
-             type_name_ + "." + name + ": tied shape " + shape_str(shape) +
-                 " differs from the declared " + shape_str(existing->second.shape));
+    HK_CHECK(existing->second.shape == shape, type_name_ + "." + name + ": tied shape " +
+                                                  shape_str(shape) + " differs from the declared " +
+                                                  shape_str(existing->second.shape));
     existing->second.tied_to = std::move(target_path);
     existing->second.value = Tensor();
     return;
@@ -97,8 +97,8 @@ const Parameter& Module::slot(const std::string& name) const {
   if (it == params_.end()) {
     std::string known;
     for (const auto& [n, p] : params_) known += (known.empty() ? "" : ", ") + n;
-    throw InvalidArgument("module " + type_name_ + " has no parameter '" + name + "' (it has: " +
-                          (known.empty() ? "none" : known) + ")");
+    throw InvalidArgument("module " + type_name_ + " has no parameter '" + name +
+                          "' (it has: " + (known.empty() ? "none" : known) + ")");
   }
   return it->second;
 }

@@ -1,10 +1,10 @@
 // Rotary position embedding: the model-level cos/sin tables (`model.rotary_emb`) and the
 // per-attention `rotary_pos_emb` function (`self_attn.rotary_fn`).
 //
-// Inverse frequencies and tables are computed on the host in f32 exactly as Transformers does
-// (default RoPE and Llama 3 scaling), then copied to the positions' device: the tables are small
-// (B·S·D floats) and this keeps every rope type in one place. Applying the rotation is the layer
-// interface; its built-in implementation is ops::rotary_embedding.
+// Default RoPE tables come from ops::rotary_tables on the model's device (f32, Transformers'
+// formula). Scaled rope types (Llama 3) get their inverse frequencies and tables computed on the
+// host in f32 exactly as Transformers does, then copied to the device. Applying the rotation is the
+// layer interface; its built-in implementation is ops::rotary_embedding.
 #include <cmath>
 
 #include "hk/error.h"
@@ -68,11 +68,22 @@ RotaryEmbedding::RotaryEmbedding(std::string type_name, int64_t head_dim, RopePa
       rope_(std::move(rope)),
       inv_freq_(compute_inv_freq(head_dim, rope_)) {}
 
-void RotaryEmbedding::tables(const Tensor& positions, Tensor& cos, Tensor& sin,
+void RotaryEmbedding::tables(const Tensor& positions, Device device, Tensor& cos, Tensor& sin,
                              Stream stream) const {
-  HK_CHECK(positions.ndim() == 2, "rotary tables: positions must be [batch, seq], got " +
-                                      positions.view().str());
-  Tensor host_positions = positions.device().is_cpu() ? positions : positions.to(Device::cpu(), stream);
+  HK_CHECK(positions.ndim() == 2,
+           "rotary tables: positions must be [batch, seq], got " + positions.view().str());
+  if (rope_.rope_type == "default") {
+    // The built-in op computes the same f32 tables on the device: no host work for long prefills.
+    Tensor on_device = positions.device() == device ? positions : positions.to(device, stream);
+    cos = Tensor::empty({positions.size(0), positions.size(1), head_dim_}, DType::F32, device,
+                        stream);
+    sin = Tensor::empty({positions.size(0), positions.size(1), head_dim_}, DType::F32, device,
+                        stream);
+    ops::rotary_tables(on_device, head_dim_, rope_.rope_theta, 1.0f, cos, sin, stream);
+    return;
+  }
+  Tensor host_positions =
+      positions.device().is_cpu() ? positions : positions.to(Device::cpu(), stream);
   std::vector<int64_t> pos = host_positions.to_int64s();
   const int64_t b = positions.size(0), s = positions.size(1), d = head_dim_, half = d / 2;
   Tensor c = Tensor::empty({b, s, d}, DType::F32);
@@ -88,12 +99,12 @@ void RotaryEmbedding::tables(const Tensor& positions, Tensor& cos, Tensor& sin,
       sp[r * d + i] = sp[r * d + i + half] = sv;
     }
   }
-  if (positions.device().is_cpu()) {
+  if (device.is_cpu()) {
     cos = c;
     sin = sn;
   } else {
-    cos = c.to(positions.device(), stream);
-    sin = sn.to(positions.device(), stream);
+    cos = c.to(device, stream);
+    sin = sn.to(device, stream);
   }
 }
 

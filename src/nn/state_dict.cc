@@ -25,7 +25,9 @@ const Tensor& TensorMapSource::at(const std::string& key) const {
   return it->second;
 }
 
-Shape TensorMapSource::shape(const std::string& key) const { return at(key).sizes(); }
+Shape TensorMapSource::shape(const std::string& key) const {
+  return at(key).sizes();
+}
 
 Tensor TensorMapSource::load(const std::string& key, Device device, std::optional<DType> dtype,
                              Stream stream) const {
@@ -50,7 +52,8 @@ std::string list_names(const std::vector<std::string>& names, size_t first = 5) 
 }
 
 bool has_suffix(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -87,8 +90,9 @@ void load_state_dict(Module& root, const StateDictSource& source, const LoadStat
   for (const auto& [path, p] : wanted)
     if (!found.count(path)) missing.push_back(path);
   if (!missing.empty())
-    throw InvalidArgument(std::to_string(missing.size()) + " tensor(s) the model needs are missing from " +
-                          source.describe() + ": " + list_names(missing) +
+    throw InvalidArgument(std::to_string(missing.size()) +
+                          " tensor(s) the model needs are missing from " + source.describe() +
+                          ": " + list_names(missing) +
                           "; the checkpoint does not match this model's config");
   if (!unexpected.empty())
     throw InvalidArgument(std::to_string(unexpected.size()) + " tensor(s) in " + source.describe() +

@@ -1,11 +1,14 @@
 // tests/common/op_testing.h — shared helpers for testing ops and kernels against references.
 //
 // Random tensors with a fixed seed, the same values laid out in non-contiguous ways (strided,
-// transposed, padded rows, broadcast), the project tolerance rule (atol + rtol·|ref| with the
-// double reference first rounded to the output dtype, plus an optional per-element bound for
-// reductions) and central finite differences for backward checks. Header-only, CPU only: GPU tests
-// copy their results to the CPU first. It deliberately holds no reference implementations; every
-// test writes its own naive double-precision reference.
+// transposed, padded rows; use Tensor::expand for broadcast), the project tolerance rule
+// (atol + rtol·|ref| with the double reference first rounded to the output dtype, plus a
+// per-element bound for reductions from a same-dtype naive implementation), the exact-match share
+// for 16-bit outputs, central finite differences for backward checks and HK_EXPECT_INVALID.
+// Header-only, CPU only: GPU tests copy their results to the CPU first. It deliberately holds no
+// reference implementations; every test writes its own naive double-precision reference. The
+// namespace is hk::test (not hk::testing, which would hide GoogleTest's ::testing inside namespace
+// hk).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -24,7 +27,7 @@
 #include "hk/error.h"
 #include "hk/tensor.h"
 
-namespace hk::testing {
+namespace hk::test {
 
 // The dtypes every op is tested in (f64 is used for finite differences and exact references).
 inline constexpr DType kTestDtypes[] = {DType::F32, DType::BF16, DType::F16};
@@ -61,8 +64,10 @@ inline Tensor tensor_from_doubles(const std::vector<double>& values, const Shape
         t.data_as<int64_t>()[i] = static_cast<int64_t>(v);
         break;
       case DType::U8:
-      case DType::Bool:
         t.data_as<uint8_t>()[i] = static_cast<uint8_t>(v);
+        break;
+      case DType::Bool:
+        t.data_as<uint8_t>()[i] = v != 0;
         break;
     }
   }
@@ -124,9 +129,9 @@ inline const char* layout_name(Layout layout) {
 inline constexpr Layout kAllLayouts[] = {Layout::Contiguous, Layout::Strided, Layout::Transposed,
                                          Layout::PaddedRows};
 
-// An uninitialised tensor of `shape`/`dtype` whose view has the requested layout. Its storage is
-// filled with NaN (floating) or a large sentinel (integers) so elements an op forgets to write show
-// up in comparisons. Transposed needs rank ≥ 2 (falls back to Strided for rank < 2).
+// A tensor of `shape`/`dtype` for an op to write, whose view has the requested layout. All of its
+// storage holds NaN (floating) or 77 (integers), so elements an op forgets to write show up in
+// comparisons. Transposed needs rank ≥ 2 (falls back to Strided for rank < 2).
 inline Tensor empty_with_layout(const Shape& shape, DType dtype, Layout layout) {
   const int nd = static_cast<int>(shape.size());
   if (layout == Layout::Transposed && nd < 2) layout = Layout::Strided;
@@ -168,11 +173,6 @@ inline Tensor with_layout(const Tensor& t, Layout layout) {
   Tensor out = empty_with_layout(t.sizes(), t.dtype(), layout);
   out.copy_from(t.view());
   return out;
-}
-
-// A view of shape `shape` whose dims of size 1 in `t` are broadcast (stride 0), like expand().
-inline Tensor broadcast_to(const Tensor& t, const Shape& shape) {
-  return t.expand(shape);
 }
 
 // ---- rounding and tolerance
@@ -273,6 +273,18 @@ inline ::testing::AssertionResult all_close(const TensorView& out, const std::ve
   return all_close(out, ref, default_tolerance(out.dtype), extra);
 }
 
+// Fraction of elements where out equals the reference rounded to out's dtype exactly. A 16-bit
+// op that follows the reference's rounding steps matches almost everywhere (only f32-vs-double
+// ties flip), while a missing intermediate rounding (e.g. of act(gate) before ·up) shows up as a
+// large share of one-ulp differences that the ulp-based tolerance alone cannot see.
+inline double exact_fraction(const TensorView& out, const std::vector<double>& ref) {
+  const std::vector<double> got = values(out);
+  if (got.empty()) return 1.0;
+  size_t same = 0;
+  for (size_t i = 0; i < got.size(); ++i) same += got[i] == round_to_dtype(ref[i], out.dtype);
+  return static_cast<double>(same) / static_cast<double>(got.size());
+}
+
 // Extra bound for a reduction, per ARCHITECTURE.md: `k` × the largest error of a same-dtype naive
 // implementation (e.g. the test's reference templated on float instead of double, accumulating in
 // the order written) against the double reference, for every element. Far tighter than the
@@ -332,4 +344,4 @@ inline double weighted_sum(const TensorView& out, const std::vector<double>& w) 
     }                                                                                       \
   } while (0)
 
-}  // namespace hk::testing
+}  // namespace hk::test

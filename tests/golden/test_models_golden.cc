@@ -17,7 +17,8 @@ TEST_P(GoldenF32, LogitsMatchTransformers) {
   const std::string dir = testing::model_fixture(GetParam());
   auto expected = testing::read_json(dir + "/expected.json");
   auto ref = SafetensorsFile::open(dir + "/expected.safetensors");
-  CausalLM model = AutoModelForCausalLM::from_pretrained(dir, {.device = "cpu", .dtype = DType::F32});
+  CausalLM model =
+      AutoModelForCausalLM::from_pretrained(dir, {.device = "cpu", .dtype = DType::F32});
   ASSERT_EQ(model.dtype(), DType::F32);
   const int64_t keep = expected["logits_positions"].get<int64_t>();
   for (size_t i = 0; i < expected["prompts"].size(); ++i) {
@@ -30,6 +31,7 @@ TEST_P(GoldenF32, LogitsMatchTransformers) {
     double worst = 0;
     for (size_t k = 0; k < got.size(); ++k) worst = std::max(worst, std::abs(got[k] - exp[k]));
     EXPECT_LE(worst, 1e-4) << GetParam() << " prompt " << i << ": max |hk - transformers|";
+    RecordProperty("max_abs_diff_prompt_" + std::to_string(i), std::to_string(worst));
   }
 }
 

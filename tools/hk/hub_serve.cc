@@ -45,6 +45,9 @@ void add_hub(CLI::App& app) {
   serve_cmd->add_option("--port", options.port, "port (default 0: chosen by the OS)");
   serve_cmd->add_option("--throttle", options.throttle_bytes_per_s,
                         "send files at most this many bytes per second (testing)");
+  serve_cmd->add_option(
+      "--require-token", options.require_token,
+      "refuse requests without \"Authorization: Bearer TOKEN\" (clients: HF_TOKEN)");
   serve_cmd->callback([] { serve(options); });
 }
 

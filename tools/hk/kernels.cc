@@ -16,6 +16,7 @@
 #include "hk/error.h"
 #include "hk/hub.h"
 #include "hk/hub_lockfile.h"
+#include "hk/kernel_loader.h"
 
 namespace fs = std::filesystem;
 
@@ -183,7 +184,7 @@ void cmd_explain(const std::string& spec, const std::string& revision, int versi
   }
 }
 
-void cmd_verify(const std::string& spec, const TargetFlags& flags) {
+void cmd_verify(const std::string& spec, const TargetFlags& flags, bool load) {
   Hub hub(config_from_environment());
   hub::ResolveOptions options;
   options.trust_remote_code = flags.trust_remote_code;
@@ -191,6 +192,12 @@ void cmd_verify(const std::string& spec, const TargetFlags& flags) {
   hub.verify(res);  // throws IntegrityError → exit 1
   std::cout << "ok  " << res.repo << " " << res.variant << " (" << res.metadata.sha256.size()
             << " files verified) in " << res.dir.string() << "\n";
+  if (load) {
+    // Also dlopen it: ABI major, interfaces and symbols are checked by the loader.
+    auto library = hub.load(res);
+    std::cout << "loaded  " << library->entries().size() << " entries, ABI " << library->abi_major()
+              << "." << library->abi_minor() << "\n";
+  }
 }
 
 void cmd_lock(const fs::path& dir) {
@@ -299,7 +306,9 @@ void add_kernels(CLI::App& app) {
   auto* verify = kernels->add_subcommand("verify", "check the sha256 of every file of a kernel");
   verify->add_option("REPO", repo, "org/repo[@revision][:Entry] or /abs/path[:Entry]")->required();
   add_target_flags(verify, flags);
-  verify->callback([] { cmd_verify(repo, flags); });
+  static bool load = false;
+  verify->add_flag("--load", load, "also load the library (checks ABI, interfaces, symbols)");
+  verify->callback([] { cmd_verify(repo, flags, load); });
 
   static std::string dir;
   auto* lock = kernels->add_subcommand("lock", "write DIR/hk.lock from DIR/hk-kernels.json");

@@ -8,7 +8,7 @@
 //   hk-kernel-dump LIB.so      → {"abi": {"major", "minor"}, "repo", "version", "build_id",
 //                                 "entries": [{"name", "interface", "interface_version", "modes",
 //                                 "device", "min_capability", "max_capability", "dtypes",
-//                                 "backward", "workspace", ["layout"]}]}
+//                                 "backward", ["layout"]}]}   (exactly metadata.json's entries)
 // Exit status: 0 on success, 2 when the library cannot be opened, 3 when it exports no table.
 #include <dlfcn.h>
 
@@ -86,8 +86,7 @@ int main(int argc, char** argv) {
                               {"min_capability", e.min_capability},
                               {"max_capability", e.max_capability},
                               {"dtypes", dtypes},
-                              {"backward", e.backward != nullptr},
-                              {"workspace", e.workspace_size != nullptr}};
+                              {"backward", e.backward != nullptr}};
       if (e.layout != nullptr) entry["layout"] = layout_json(*e.layout);
       out["entries"].push_back(entry);
     }

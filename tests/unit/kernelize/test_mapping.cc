@@ -3,7 +3,7 @@
 
 #include "kernelize/mapping.h"
 
-namespace hk::kernelize {
+namespace hk::kernel_binding {
 
 TEST(Mapping, DefaultTableIsDeviceAware) {
   auto rules = effective_rules(KernelConfig{});
@@ -77,4 +77,4 @@ TEST(Mapping, SmallestCapabilityRangeThenModeChain) {
             "wide/any");
 }
 
-}  // namespace hk::kernelize
+}  // namespace hk::kernel_binding

@@ -9,7 +9,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 TEST(Embedding, GathersRowsExactly) {
   uint64_t seed = 1;

@@ -9,7 +9,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 constexpr auto& kDtypes = kTestDtypes;
 
@@ -40,6 +40,22 @@ template <class... Args>
 ::testing::AssertionResult gemm_close(const TensorView& out, Args... args) {
   const auto ref = ref_gemm<double>(args...);
   return all_close(out, ref, naive_bound(ref, ref_gemm<float>(args...)));
+}
+
+TEST(Matmul, EmptyInnerDimensionScalesC) {
+  for (DType dt : kDtypes) {
+    SCOPED_TRACE(dtype_name(dt));
+    Tensor a = Tensor::empty({3, 0}, dt), b = Tensor::empty({0, 4}, dt);
+    Tensor c0 = random_tensor({3, 4}, dt, 41);
+    Tensor c = c0.clone();
+    ops::MatmulOptions o;
+    o.beta = 0.5f;
+    ops::matmul(a, b, c, o);
+    std::vector<double> ref = values(c0);
+    for (double& e : ref) e *= 0.5;
+    EXPECT_TRUE(all_close(c, ref));
+    ops::matmul(Tensor::empty({0, 5}, dt), Tensor::empty({5, 4}, dt), Tensor::empty({0, 4}, dt));
+  }
 }
 
 // y = x·wᵀ + bias over [rows, K] values, accumulated in Acc.

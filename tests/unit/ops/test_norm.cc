@@ -11,7 +11,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 constexpr float kEps = 1e-6f;
 
@@ -52,7 +52,9 @@ TEST(RmsNorm, MatchesReferenceOverDtypesSizesAndLayouts) {
         Tensor rstd = Tensor::empty({2, 5}, DType::F32);
         ops::rms_norm(x, w, kEps, y, &rstd.view());
         const auto xv = values(x);
-        EXPECT_TRUE(all_close(y, ref_rms_norm(xv, values(w), rows, h, dt)));
+        const auto ref = ref_rms_norm(xv, values(w), rows, h, dt);
+        EXPECT_TRUE(all_close(y, ref));
+        if (dt != DType::F32 && rows * h > 30) EXPECT_GE(exact_fraction(y, ref), 0.97);
         const auto r = ref_rstd<double>(xv, rows, h, kEps);
         EXPECT_TRUE(all_close(rstd, r, naive_bound(r, ref_rstd<float>(xv, rows, h, kEps))));
       }

@@ -10,7 +10,7 @@
 namespace hk {
 namespace {
 
-using namespace hk::testing;
+using namespace hk::test;
 
 TEST(RotaryTables, MatchesDoubleReferenceWithinF32AngleError) {
   for (int64_t d : {2, 10, 64})

@@ -1,0 +1,719 @@
+// abi/glue.cc — hk_call → liger argument structs, for one variant (see abi/glue.h). Compiled
+// with LIGER_CUDA=0 into liger_core_cpu and LIGER_CUDA=1 into liger_core_cuda.
+//
+// Validation is complete before any work is queued: device type, dtypes, shapes, the row layout
+// (last dim contiguous, one row stride — anything else is HK_STATUS_UNSUPPORTED so the caller
+// makes it contiguous or falls back), and the workspace size. Errors name the entry's interface and
+// the offending tensor.
+#include <string>
+#include <vector>
+
+#include "abi/glue.h"
+#include "hk/kernel_sdk.h"
+#include "hk/layer_interfaces.h"
+#include "liger/args.h"
+
+#if LIGER_CUDA
+#include "liger/cuda_ops.h"
+#define LIGER_NS cuda
+#else
+#include "liger/cpu_ops.h"
+#define LIGER_NS cpu
+#endif
+
+namespace liger_abi::LIGER_NS {
+namespace {
+
+using hk::sdk::fail;
+using liger::Dt;
+using liger::IndexDt;
+using liger::Rows;
+
+#if LIGER_CUDA
+constexpr int32_t kDevice = HK_DEVICE_CUDA;
+constexpr const char* kDeviceName = "cuda";
+#else
+constexpr int32_t kDevice = HK_DEVICE_CPU;
+constexpr const char* kDeviceName = "cpu";
+#endif
+
+std::string shape_of(const hk_tensor& t) {
+  std::string s = "[";
+  for (int i = 0; i < t.ndim; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + "]";
+}
+
+void check_device(const hk_tensor& t, const char* what) {
+  if (t.device_type != kDevice)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " is not on a " + kDeviceName +
+                                         " device; this variant only runs " + kDeviceName +
+                                         " tensors");
+}
+
+Dt float_dt(const hk_tensor& t, const char* what) {
+  if (t.dtype == HK_DTYPE_F32) return Dt::F32;
+  if (t.dtype == HK_DTYPE_BF16) return Dt::BF16;
+  if (t.dtype == HK_DTYPE_F16) return Dt::F16;
+  fail(HK_STATUS_UNSUPPORTED,
+       std::string(what) + " has dtype " +
+           (hk::sdk::dtype_code_name(t.dtype) ? hk::sdk::dtype_code_name(t.dtype) : "?") +
+           "; liger kernels compute in f32, bf16 or f16");
+}
+
+void* base(const hk_tensor& t) {
+  return static_cast<char*>(t.data) + t.byte_offset;
+}
+
+// A matrix view of t: leading dims flattened, last dim contiguous, one row stride.
+Rows rows_of(const hk_tensor& t, const char* what) {
+  check_device(t, what);
+  Rows r;
+  r.dt = float_dt(t, what);
+  r.cols = hk::sdk::last_dim(t);
+  r.rows = hk::sdk::rows(t);
+  if (!hk::sdk::rows_dense(t, &r.row_stride))
+    fail(HK_STATUS_UNSUPPORTED, std::string(what) + " " + shape_of(t) +
+                                    " is not laid out as rows with a contiguous last dimension; "
+                                    "make it contiguous first");
+  r.data = base(t);
+  return r;
+}
+
+liger::Vec vec_of(const hk_tensor& t, int64_t n, const char* what) {
+  check_device(t, what);
+  if (hk::sdk::numel(t) != n || (t.ndim > 0 && n > 1 && t.strides[t.ndim - 1] != 1) || t.ndim > 1)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " must be a contiguous vector of " +
+                                         std::to_string(n) + " elements, got " + shape_of(t));
+  return liger::Vec{base(t), float_dt(t, what)};
+}
+
+float* f32_of(const hk_tensor* t, int64_t n, const char* what) {
+  if (!t) return nullptr;
+  check_device(*t, what);
+  if (t->dtype != HK_DTYPE_F32 || hk::sdk::numel(*t) != n)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " must be f32 with " + std::to_string(n) +
+                                         " elements, got " + shape_of(*t));
+  if (n > 1 && t->ndim > 0 && t->strides[t->ndim - 1] != 1)
+    fail(HK_STATUS_UNSUPPORTED, std::string(what) + " must be contiguous");
+  return static_cast<float*>(base(*t));
+}
+
+struct Labels {
+  const void* data;
+  IndexDt dt;
+  int64_t stride;
+};
+Labels labels_of(const hk_tensor& t, int64_t n, const char* what) {
+  check_device(t, what);
+  if (t.dtype != HK_DTYPE_I32 && t.dtype != HK_DTYPE_I64)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " must be i32 or i64");
+  if (hk::sdk::numel(t) != n)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " " + shape_of(t) + " must have " +
+                                         std::to_string(n) + " elements (one per row)");
+  // One dimension of size n (others 1): its stride is the label stride.
+  int64_t stride = 1;
+  for (int i = t.ndim - 1; i >= 0; --i)
+    if (t.shape[i] != 1) {
+      stride = t.strides[i];
+      break;
+    }
+  for (int i = 0, seen = 0; i < t.ndim; ++i)
+    if (t.shape[i] != 1 && ++seen > 1)
+      fail(HK_STATUS_UNSUPPORTED, std::string(what) + " must be one-dimensional (or [1, n])");
+  return {base(t), t.dtype == HK_DTYPE_I32 ? IndexDt::I32 : IndexDt::I64, stride};
+}
+
+void same_shape(const hk_tensor& a, const hk_tensor& b, const char* an, const char* bn) {
+  if (!hk::sdk::same_shape(a, b))
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(an) + " " + shape_of(a) + " and " + bn + " " +
+                                         shape_of(b) + " must have the same shape");
+}
+
+void check_workspace(const hk_call& call, size_t need, const char* op) {
+  if (need > 0 && (call.workspace == nullptr || call.workspace_size < need))
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(op) + " needs " + std::to_string(need) +
+                                         " bytes of workspace (see workspace_size), got " +
+                                         std::to_string(call.workspace_size));
+}
+
+#if LIGER_CUDA
+void run(int rc, const char* op) {
+  if (rc > 0) fail(HK_STATUS_DEVICE_ERROR, std::string(op) + ": CUDA error " + std::to_string(rc));
+  if (rc < 0)
+    fail(HK_STATUS_DEVICE_ERROR, std::string(op) + ": cuBLASLt status " + std::to_string(-rc));
+}
+#define LIGER_RUN(fn, args, call) run(liger::cuda::fn(args, (call).stream), #fn)
+#else
+#define LIGER_RUN(fn, args, call) liger::cpu::fn(args)
+#endif
+
+liger::Reduction reduction_of(uint32_t r) {
+  if (r > hk::kReductionSum)
+    fail(HK_STATUS_INVALID_ARGUMENT, "unknown reduction " + std::to_string(r));
+  return r == hk::kReductionNone  ? liger::Reduction::None
+         : r == hk::kReductionSum ? liger::Reduction::Sum
+                                  : liger::Reduction::Mean;
+}
+
+// ---- rms_norm@1 ---------------------------------------------------------------------------------
+liger::CastMode cast_mode(uint32_t m) {
+  if (m > 2)
+    fail(HK_STATUS_INVALID_ARGUMENT, "rms_norm: unknown casting_mode " + std::to_string(m));
+  return static_cast<liger::CastMode>(m);
+}
+
+void rms_fwd(const hk_call& call) {
+  const auto at = hk::sdk::read_attrs<hk::RmsNormAttrs>(call);
+  const hk_tensor& x = hk::sdk::input(call, 0, "x");
+  const hk_tensor& y = hk::sdk::output(call, 0, "y");
+  same_shape(x, y, "x", "y");
+  liger::RmsNormFwd a;
+  a.x = rows_of(x, "x"), a.y = rows_of(y, "y");
+  if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "rms_norm: y must have x's dtype");
+  a.w = vec_of(hk::sdk::input(call, 1, "weight"), a.x.cols, "weight");
+  a.rstd = f32_of(hk::sdk::optional_output(call, 1), a.x.rows, "rstd");
+  a.eps = at.eps, a.offset = at.offset, a.mode = cast_mode(at.casting_mode);
+  if (a.x.rows * a.x.cols == 0) return;
+  LIGER_RUN(rms_norm_fwd, a, call);
+}
+
+size_t rms_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  if (pass != HK_PASS_BACKWARD) return 0;
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  return liger::cuda::rms_norm_bwd_workspace_bytes(hk::sdk::rows(x), hk::sdk::last_dim(x));
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void rms_bwd(const hk_call& call) {
+  const auto at = hk::sdk::read_attrs<hk::RmsNormAttrs>(call);
+  const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
+  same_shape(dy, x, "dy", "x");
+  same_shape(dx, x, "dx", "x");
+  liger::RmsNormBwd a;
+  a.dy = rows_of(dy, "dy"), a.x = rows_of(x, "x"), a.dx = rows_of(dx, "dx");
+  if (a.dy.dt != a.x.dt || a.dx.dt != a.x.dt)
+    fail(HK_STATUS_UNSUPPORTED, "rms_norm backward: dy, x and dx must share one dtype");
+  a.w = vec_of(hk::sdk::input(call, 2, "weight"), a.x.cols, "weight");
+  a.rstd = f32_of(hk::sdk::optional_input(call, 3), a.x.rows, "rstd");
+  if (const hk_tensor* dw = hk::sdk::optional_output(call, 1))
+    a.dw = vec_of(*dw, a.x.cols, "dweight");
+  a.accumulate_dw = (at.flags & hk::kAccumulateWeightGrads) != 0;
+  a.eps = at.eps, a.offset = at.offset, a.mode = cast_mode(at.casting_mode);
+  check_workspace(call, rms_ws(call, HK_PASS_BACKWARD), "rms_norm backward");
+  a.workspace = call.workspace;
+  if (a.x.cols == 0) return;
+  LIGER_RUN(rms_norm_bwd, a, call);
+}
+
+// ---- layer_norm@1 -------------------------------------------------------------------------------
+void ln_fwd(const hk_call& call) {
+  const auto at = hk::sdk::read_attrs<hk::LayerNormAttrs>(call);
+  const hk_tensor& x = hk::sdk::input(call, 0, "x");
+  const hk_tensor& y = hk::sdk::output(call, 0, "y");
+  same_shape(x, y, "x", "y");
+  liger::LayerNormFwd a;
+  a.x = rows_of(x, "x"), a.y = rows_of(y, "y");
+  if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "layer_norm: y must have x's dtype");
+  a.w = vec_of(hk::sdk::input(call, 1, "weight"), a.x.cols, "weight");
+  if (const hk_tensor* b = hk::sdk::optional_input(call, 2)) a.b = vec_of(*b, a.x.cols, "bias");
+  a.mean = f32_of(hk::sdk::optional_output(call, 1), a.x.rows, "mean");
+  a.rstd = f32_of(hk::sdk::optional_output(call, 2), a.x.rows, "rstd");
+  a.eps = at.eps;
+  if (a.x.rows * a.x.cols == 0) return;
+  LIGER_RUN(layer_norm_fwd, a, call);
+}
+
+size_t ln_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  if (pass != HK_PASS_BACKWARD) return 0;
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  return liger::cuda::layer_norm_bwd_workspace_bytes(hk::sdk::rows(x), hk::sdk::last_dim(x));
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void ln_bwd(const hk_call& call) {
+  const auto at = hk::sdk::read_attrs<hk::LayerNormAttrs>(call);
+  const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
+  same_shape(dy, x, "dy", "x");
+  same_shape(dx, x, "dx", "x");
+  liger::LayerNormBwd a;
+  a.dy = rows_of(dy, "dy"), a.x = rows_of(x, "x"), a.dx = rows_of(dx, "dx");
+  if (a.dy.dt != a.x.dt || a.dx.dt != a.x.dt)
+    fail(HK_STATUS_UNSUPPORTED, "layer_norm backward: dy, x and dx must share one dtype");
+  a.w = vec_of(hk::sdk::input(call, 2, "weight"), a.x.cols, "weight");
+  a.mean = f32_of(hk::sdk::optional_input(call, 3), a.x.rows, "mean");
+  a.rstd = f32_of(hk::sdk::optional_input(call, 4), a.x.rows, "rstd");
+  if (const hk_tensor* t = hk::sdk::optional_output(call, 1))
+    a.dw = vec_of(*t, a.x.cols, "dweight");
+  if (const hk_tensor* t = hk::sdk::optional_output(call, 2)) a.db = vec_of(*t, a.x.cols, "dbias");
+  a.accumulate = (at.flags & hk::kAccumulateWeightGrads) != 0;
+  a.eps = at.eps;
+  check_workspace(call, ln_ws(call, HK_PASS_BACKWARD), "layer_norm backward");
+  a.workspace = call.workspace;
+  if (a.x.cols == 0) return;
+  LIGER_RUN(layer_norm_bwd, a, call);
+}
+
+// ---- rotary_pos_emb@1 ---------------------------------------------------------------------------
+void rope_tensor(const hk_tensor& in, const hk_tensor& out, const char* name, int64_t b, int64_t s,
+                 int64_t d, Dt dt, liger::RopeTensor* t) {
+  check_device(in, name);
+  check_device(out, name);
+  if (in.ndim != 4 || in.shape[0] != b || in.shape[1] != s || in.shape[3] != d)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string("rotary_pos_emb: ") + name + " " + shape_of(in) +
+                                         " must be [B, S, heads, D] with B, S, D of q");
+  same_shape(in, out, name, "its output");
+  if (float_dt(in, name) != dt || float_dt(out, name) != dt)
+    fail(HK_STATUS_UNSUPPORTED, "rotary_pos_emb: q, k and outputs must share one dtype");
+  if ((d > 1 && (in.strides[3] != 1 || out.strides[3] != 1)))
+    fail(HK_STATUS_UNSUPPORTED,
+         std::string("rotary_pos_emb: ") + name + " must have a contiguous head dimension");
+  t->x = base(in), t->y = base(out), t->heads = in.shape[2];
+  for (int i = 0; i < 3; ++i) t->x_strides[i] = in.strides[i], t->y_strides[i] = out.strides[i];
+}
+
+// forward: (q, k, cos, sin) → (q_out, k_out); backward: (dq_out, dk_out, cos, sin) → (dq, dk).
+void rope_call(const hk_call& call, bool backward) {
+  const auto at = hk::sdk::read_attrs<hk::RotaryAttrs>(call);
+  const hk_tensor& q = hk::sdk::input(call, 0, "q");
+  const hk_tensor* k = hk::sdk::optional_input(call, 1);
+  const hk_tensor& cs = hk::sdk::input(call, 2, "cos");
+  const hk_tensor& sn = hk::sdk::input(call, 3, "sin");
+  if (q.ndim != 4)
+    fail(HK_STATUS_INVALID_ARGUMENT, "rotary_pos_emb: q must be [B, S, Hq, D], got " + shape_of(q));
+  liger::RopeArgs a;
+  a.batch = q.shape[0], a.seq = q.shape[1], a.head_dim = q.shape[3];
+  a.dt = float_dt(q, "q");
+  if (at.rotary_dim != 0 && at.rotary_dim != a.head_dim)
+    fail(HK_STATUS_UNSUPPORTED, "rotary_pos_emb: partial rotary (rotary_dim " +
+                                    std::to_string(at.rotary_dim) + " of " +
+                                    std::to_string(a.head_dim) + ") is not implemented here");
+  if (a.head_dim % 2 != 0)
+    fail(HK_STATUS_INVALID_ARGUMENT, "rotary_pos_emb: head_dim must be even");
+  rope_tensor(q, hk::sdk::output(call, 0, "q_out"), "q", a.batch, a.seq, a.head_dim, a.dt, &a.q);
+  if (k)
+    rope_tensor(*k, hk::sdk::output(call, 1, "k_out"), "k", a.batch, a.seq, a.head_dim, a.dt, &a.k);
+  // cos/sin [B|1, S, D]: rows of D contiguous, S rows per batch, batch stride in rows.
+  check_device(cs, "cos");
+  check_device(sn, "sin");
+  same_shape(cs, sn, "cos", "sin");
+  const int64_t cb = cs.ndim == 3 ? cs.shape[0] : 1;
+  if (cs.ndim < 2 || cs.ndim > 3 || cs.shape[cs.ndim - 1] != a.head_dim ||
+      cs.shape[cs.ndim - 2] != a.seq || (cb != 1 && cb != a.batch))
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "rotary_pos_emb: cos " + shape_of(cs) + " must be [B|1, S, D]");
+  for (const hk_tensor* t : {&cs, &sn})
+    if (t->strides[t->ndim - 1] != 1 || t->strides[t->ndim - 2] != a.head_dim ||
+        (t->ndim == 3 && cb > 1 && t->strides[0] % a.head_dim != 0) ||
+        t->strides[0] != cs.strides[0])
+      fail(HK_STATUS_UNSUPPORTED, "rotary_pos_emb: cos/sin must be contiguous [B|1, S, D]");
+  a.cos_dt = float_dt(cs, "cos");
+  if (float_dt(sn, "sin") != a.cos_dt || (a.cos_dt != Dt::F32 && a.cos_dt != a.dt))
+    fail(HK_STATUS_UNSUPPORTED, "rotary_pos_emb: cos/sin must be f32 or q's dtype");
+  a.cos = base(cs), a.sin = base(sn);
+  a.cos_batch_stride = cs.ndim == 3 && cb > 1 ? cs.strides[0] / a.head_dim : 0;
+  a.backward = backward;
+  LIGER_RUN(rope, a, call);
+}
+
+// ---- silu@1
+// ---------------------------------------------------------------------------------------
+void silu_call(const hk_call& call, bool backward) {
+  liger::UnaryAct a;
+  a.act = liger::Act::SiLU;
+  if (!backward) {
+    const hk_tensor& x = hk::sdk::input(call, 0, "x");
+    const hk_tensor& y = hk::sdk::output(call, 0, "y");
+    same_shape(x, y, "x", "y");
+    a.x = rows_of(x, "x"), a.y = rows_of(y, "y");
+    if (a.x.dt != a.y.dt) fail(HK_STATUS_UNSUPPORTED, "silu: y must have x's dtype");
+    LIGER_RUN(unary_act_fwd, a, call);
+  } else {
+    const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+    const hk_tensor& x = hk::sdk::input(call, 1, "x");
+    const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
+    same_shape(dy, x, "dy", "x");
+    same_shape(dx, x, "dx", "x");
+    a.dy = rows_of(dy, "dy"), a.x = rows_of(x, "x"), a.dx = rows_of(dx, "dx");
+    if (a.x.dt != a.dy.dt || a.x.dt != a.dx.dt)
+      fail(HK_STATUS_UNSUPPORTED, "silu backward: dy, x and dx must share one dtype");
+    LIGER_RUN(unary_act_bwd, a, call);
+  }
+}
+
+// ---- mlp@1 --------------------------------------------------------------------------------------
+liger::Act mlp_act(uint32_t a) {
+  if (a == hk::kActivationSiLU) return liger::Act::SiLU;
+  if (a == hk::kActivationGELU) return liger::Act::GeluErf;
+  if (a == hk::kActivationGELUTanh) return liger::Act::GeluTanh;
+  fail(HK_STATUS_UNSUPPORTED, "mlp: unknown activation " + std::to_string(a));
+}
+
+// Fills x and the three weights (inputs first..first+3) and checks their shapes.
+void mlp_common(const hk_call& call, int first, liger::MlpArgs* a) {
+  const auto at = hk::sdk::read_attrs<hk::MlpAttrs>(call);
+  a->act = mlp_act(at.activation);
+  a->accumulate = (at.flags & hk::kAccumulateWeightGrads) != 0;
+  a->x = rows_of(hk::sdk::input(call, first, "x"), "x");
+  a->gate_w = rows_of(hk::sdk::input(call, first + 1, "gate_w"), "gate_w");
+  a->up_w = rows_of(hk::sdk::input(call, first + 2, "up_w"), "up_w");
+  a->down_w = rows_of(hk::sdk::input(call, first + 3, "down_w"), "down_w");
+  const int64_t h = a->x.cols, inter = a->gate_w.rows;
+  if (a->gate_w.cols != h || a->up_w.rows != inter || a->up_w.cols != h || a->down_w.rows != h ||
+      a->down_w.cols != inter)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "mlp: weights must be gate_w/up_w [I, H] and down_w [H, I] for x [..., H]");
+  for (const Rows* w : {&a->gate_w, &a->up_w, &a->down_w})
+    if (w->dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "mlp: weights must have x's dtype");
+}
+
+size_t mlp_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  const bool bwd = pass == HK_PASS_BACKWARD;
+  const hk_tensor& x = hk::sdk::input(call, bwd ? 1 : 0, "x");
+  const hk_tensor& gw = hk::sdk::input(call, bwd ? 2 : 1, "gate_w");
+  return liger::cuda::mlp_workspace_bytes(hk::sdk::rows(x), gw.ndim > 0 ? gw.shape[0] : 0,
+                                          float_dt(x, "x"), bwd);
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void mlp_fwd_call(const hk_call& call) {
+  liger::MlpArgs a;
+  mlp_common(call, 0, &a);
+  const hk_tensor& y = hk::sdk::output(call, 0, "y");
+  same_shape(y, hk::sdk::input(call, 0, "x"), "y", "x");
+  a.y = rows_of(y, "y");
+  if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "mlp: y must have x's dtype");
+  check_workspace(call, mlp_ws(call, HK_PASS_FORWARD), "mlp");
+  a.workspace = call.workspace;
+  LIGER_RUN(mlp_fwd, a, call);
+}
+
+void mlp_bwd_call(const hk_call& call) {
+  liger::MlpArgs a;
+  mlp_common(call, 1, &a);
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+  const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
+  same_shape(dy, x, "dy", "x");
+  same_shape(dx, x, "dx", "x");
+  a.dy = rows_of(dy, "dy"), a.dx = rows_of(dx, "dx");
+  if (a.dy.dt != a.x.dt || a.dx.dt != a.x.dt)
+    fail(HK_STATUS_UNSUPPORTED, "mlp backward: dy, x and dx must share one dtype");
+  const Rows* ws[3] = {&a.gate_w, &a.up_w, &a.down_w};
+  Rows* gs[3] = {&a.dgate_w, &a.dup_w, &a.ddown_w};
+  const char* names[3] = {"dgate_w", "dup_w", "ddown_w"};
+  for (int i = 0; i < 3; ++i)
+    if (const hk_tensor* t = hk::sdk::optional_output(call, 1 + i)) {
+      *gs[i] = rows_of(*t, names[i]);
+      if (gs[i]->rows != ws[i]->rows || gs[i]->cols != ws[i]->cols)
+        fail(HK_STATUS_INVALID_ARGUMENT,
+             std::string("mlp backward: ") + names[i] + " must be shaped like its weight");
+    }
+  check_workspace(call, mlp_ws(call, HK_PASS_BACKWARD), "mlp backward");
+  a.workspace = call.workspace;
+  LIGER_RUN(mlp_bwd, a, call);
+}
+
+// ---- cross_entropy@1 ----------------------------------------------------------------------------
+void ce_attrs(const hk::CrossEntropyAttrs& at, liger::CrossEntropyArgs* a) {
+  a->ignore_index = at.ignore_index, a->label_smoothing = at.label_smoothing;
+  a->z_loss_scale = at.lse_square_scale, a->softcap = at.softcap;
+  a->reduction = reduction_of(at.reduction);
+  if (!(at.label_smoothing >= 0 && at.label_smoothing <= 1))
+    fail(HK_STATUS_INVALID_ARGUMENT, "cross_entropy: label_smoothing must be in [0, 1]");
+  if (at.softcap < 0) fail(HK_STATUS_INVALID_ARGUMENT, "cross_entropy: softcap must be ≥ 0");
+}
+
+size_t ce_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  const hk_tensor& logits = hk::sdk::input(call, pass == HK_PASS_BACKWARD ? 1 : 0, "logits");
+  return liger::cuda::cross_entropy_workspace_bytes(hk::sdk::rows(logits));
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void ce_common(const hk_call& call, const hk_tensor& logits, const hk_tensor& labels,
+               liger::CrossEntropyArgs* a) {
+  ce_attrs(hk::sdk::read_attrs<hk::CrossEntropyAttrs>(call), a);
+  if (logits.ndim != 2)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "cross_entropy: logits must be [N, V], got " + shape_of(logits));
+  a->logits = rows_of(logits, "logits");
+  const Labels l = labels_of(labels, a->logits.rows, "labels");
+  a->labels = l.data, a->labels_dt = l.dt, a->labels_stride = l.stride;
+}
+
+float* loss_out(const hk_tensor* t, liger::Reduction red, int64_t n, const char* what) {
+  return f32_of(t, red == liger::Reduction::None ? n : 1, what);
+}
+
+void ce_fwd(const hk_call& call) {
+  liger::CrossEntropyArgs a;
+  ce_common(call, hk::sdk::input(call, 0, "logits"), hk::sdk::input(call, 1, "labels"), &a);
+  const int64_t n = a.logits.rows;
+  a.loss = loss_out(&hk::sdk::output(call, 0, "loss"), a.reduction, n, "loss");
+  a.lse = f32_of(hk::sdk::optional_output(call, 1), n, "lse");
+  a.z_loss = loss_out(hk::sdk::optional_output(call, 2), a.reduction, n, "z_loss");
+  if (const hk_tensor* g = hk::sdk::optional_output(call, 3)) {  // extension: in-forward grad
+    same_shape(*g, hk::sdk::input(call, 0, "logits"), "dlogits", "logits");
+    a.dlogits = rows_of(*g, "dlogits");
+    if (a.dlogits.dt != a.logits.dt)
+      fail(HK_STATUS_UNSUPPORTED, "cross_entropy: dlogits must have logits' dtype");
+  }
+  check_workspace(call, ce_ws(call, HK_PASS_FORWARD), "cross_entropy");
+  a.workspace = call.workspace;
+  LIGER_RUN(cross_entropy_fwd, a, call);
+}
+
+void ce_bwd(const hk_call& call) {
+  liger::CrossEntropyArgs a;
+  const hk_tensor& logits = hk::sdk::input(call, 1, "logits");
+  ce_common(call, logits, hk::sdk::input(call, 2, "labels"), &a);
+  const int64_t n = a.logits.rows;
+  a.dloss = loss_out(&hk::sdk::input(call, 0, "dloss"), a.reduction, n, "dloss");
+  a.lse_in = f32_of(hk::sdk::optional_input(call, 3), n, "lse");
+  const hk_tensor& g = hk::sdk::output(call, 0, "dlogits");
+  same_shape(g, logits, "dlogits", "logits");
+  a.dlogits = rows_of(g, "dlogits");
+  if (a.dlogits.dt != a.logits.dt)
+    fail(HK_STATUS_UNSUPPORTED, "cross_entropy: dlogits must have logits' dtype");
+  check_workspace(call, ce_ws(call, HK_PASS_BACKWARD), "cross_entropy backward");
+  a.workspace = call.workspace;
+  LIGER_RUN(cross_entropy_fwd, a, call);
+}
+
+// ---- fused_linear_cross_entropy@1 ---------------------------------------------------------------
+// forward (x, weight, labels, bias?) → (loss, [dx, dweight] extension); backward (dloss, x,
+// weight, labels, bias?) → (dx, dweight?, dbias?) recomputes the chunks with the upstream dloss.
+void flce_args(const hk_call& call, int first, liger::FusedLinearCrossEntropyArgs* a) {
+  const auto at = hk::sdk::read_attrs<hk::FusedLinearCrossEntropyAttrs>(call);
+  const hk_tensor& x = hk::sdk::input(call, first, "x");
+  const hk_tensor& w = hk::sdk::input(call, first + 1, "weight");
+  if (hk::sdk::optional_input(call, first + 3))
+    fail(HK_STATUS_UNSUPPORTED, "fused_linear_cross_entropy: a bias is not implemented here");
+  if (x.ndim != 2 || w.ndim != 2 || x.shape[1] != w.shape[1])
+    fail(HK_STATUS_INVALID_ARGUMENT, "fused_linear_cross_entropy: x " + shape_of(x) +
+                                         " and weight " + shape_of(w) +
+                                         " must be [N, H] and [V, H]");
+  a->hidden = rows_of(x, "x"), a->weight = rows_of(w, "weight");
+  if (a->hidden.dt != a->weight.dt)
+    fail(HK_STATUS_UNSUPPORTED, "fused_linear_cross_entropy: x and weight must share one dtype");
+  const Labels l = labels_of(hk::sdk::input(call, first + 2, "labels"), a->hidden.rows, "labels");
+  a->labels = l.data, a->labels_dt = l.dt, a->labels_stride = l.stride;
+  liger::CrossEntropyArgs ce;
+  ce_attrs(at.ce, &ce);
+  a->ignore_index = ce.ignore_index, a->label_smoothing = ce.label_smoothing;
+  a->z_loss_scale = ce.z_loss_scale, a->softcap = ce.softcap, a->reduction = ce.reduction;
+  a->accumulate_dweight = (at.flags & hk::kAccumulateWeightGrads) != 0;
+}
+
+void flce_grads(const hk_call& call, int dx_index, liger::FusedLinearCrossEntropyArgs* a) {
+  if (const hk_tensor* dx = hk::sdk::optional_output(call, dx_index)) {
+    if (dx->ndim != 2 || dx->shape[0] != a->hidden.rows || dx->shape[1] != a->hidden.cols)
+      fail(HK_STATUS_INVALID_ARGUMENT, "fused_linear_cross_entropy: dx must be shaped like x");
+    a->dhidden = rows_of(*dx, "dx");
+    if (a->dhidden.dt != a->hidden.dt)
+      fail(HK_STATUS_UNSUPPORTED, "fused_linear_cross_entropy: dx must have x's dtype");
+  }
+  if (const hk_tensor* dw = hk::sdk::optional_output(call, dx_index + 1)) {
+    if (dw->ndim != 2 || dw->shape[0] != a->weight.rows || dw->shape[1] != a->weight.cols)
+      fail(HK_STATUS_INVALID_ARGUMENT,
+           "fused_linear_cross_entropy: dweight must be shaped like weight");
+    a->dweight = rows_of(*dw, "dweight");
+    if (a->dweight.dt != Dt::F32 && a->dweight.row_stride != a->dweight.cols)
+      fail(HK_STATUS_UNSUPPORTED,
+           "fused_linear_cross_entropy: a 16-bit dweight must be contiguous");
+  }
+  if (hk::sdk::optional_output(call, dx_index + 2))
+    fail(HK_STATUS_UNSUPPORTED, "fused_linear_cross_entropy: dbias is not implemented here");
+}
+
+size_t flce_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  const int first = pass == HK_PASS_BACKWARD ? 1 : 0;
+  const hk_tensor& x = hk::sdk::input(call, first, "x");
+  const hk_tensor& w = hk::sdk::input(call, first + 1, "weight");
+  const hk_tensor* dw = hk::sdk::optional_output(call, pass == HK_PASS_BACKWARD ? 1 : 2);
+  const Dt wdt = dw ? float_dt(*dw, "dweight") : Dt::F32;
+  return liger::cuda::fused_linear_cross_entropy_workspace_bytes(
+      hk::sdk::rows(x), hk::sdk::last_dim(x), w.ndim > 0 ? w.shape[0] : 0, float_dt(x, "x"), wdt,
+      0);
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void flce_fwd(const hk_call& call) {
+  liger::FusedLinearCrossEntropyArgs a;
+  flce_args(call, 0, &a);
+  a.loss = loss_out(&hk::sdk::output(call, 0, "loss"), a.reduction, a.hidden.rows, "loss");
+  flce_grads(call, 1, &a);
+  check_workspace(call, flce_ws(call, HK_PASS_FORWARD), "fused_linear_cross_entropy");
+  a.workspace = call.workspace;
+  LIGER_RUN(fused_linear_cross_entropy_fwd, a, call);
+}
+
+void flce_bwd(const hk_call& call) {
+  liger::FusedLinearCrossEntropyArgs a;
+  flce_args(call, 1, &a);
+  a.dloss = loss_out(&hk::sdk::input(call, 0, "dloss"), a.reduction, a.hidden.rows, "dloss");
+  flce_grads(call, 0, &a);
+  if (!a.dhidden.data)
+    fail(HK_STATUS_INVALID_ARGUMENT, "fused_linear_cross_entropy backward: missing output dx");
+  check_workspace(call, flce_ws(call, HK_PASS_BACKWARD), "fused_linear_cross_entropy backward");
+  a.workspace = call.workspace;
+  LIGER_RUN(fused_linear_cross_entropy_fwd, a, call);
+}
+
+// ---- causal_lm_loss@1 ---------------------------------------------------------------------------
+// Shift the labels (into the workspace on cuda), then cross-entropy over [B·T, V] with Mean, or
+// Sum / num_items_in_batch.
+size_t causal_ws(const hk_call& call, uint32_t pass) {
+  const hk_tensor& logits = hk::sdk::input(call, pass == HK_PASS_BACKWARD ? 1 : 0, "logits");
+  const int64_t n = hk::sdk::rows(logits);
+#if LIGER_CUDA
+  return 256 + static_cast<size_t>(n) * 8 + liger::cuda::cross_entropy_workspace_bytes(n);
+#else
+  (void)n;
+  return 0;
+#endif
+}
+
+void causal_call(const hk_call& call, bool backward) {
+  const auto at = hk::sdk::read_attrs<hk::CausalLmLossAttrs>(call);
+  const int first = backward ? 1 : 0;
+  const hk_tensor& logits = hk::sdk::input(call, first, "logits");
+  const hk_tensor& labels = hk::sdk::input(call, first + 1, "labels");
+  if (logits.ndim != 3 || labels.ndim != 2 || labels.shape[0] != logits.shape[0] ||
+      labels.shape[1] != logits.shape[1])
+    fail(HK_STATUS_INVALID_ARGUMENT, "causal_lm_loss: logits " + shape_of(logits) + " and labels " +
+                                         shape_of(labels) + " must be [B, T, V] and [B, T]");
+  check_device(labels, "labels");
+  if (labels.dtype != HK_DTYPE_I32 && labels.dtype != HK_DTYPE_I64)
+    fail(HK_STATUS_INVALID_ARGUMENT, "causal_lm_loss: labels must be i32 or i64");
+  if (labels.shape[1] > 1 && labels.strides[1] != 1)
+    fail(HK_STATUS_UNSUPPORTED, "causal_lm_loss: labels rows must be contiguous");
+  const int64_t B = labels.shape[0], T = labels.shape[1], n = B * T;
+  const IndexDt ldt = labels.dtype == HK_DTYPE_I32 ? IndexDt::I32 : IndexDt::I64;
+  liger::CrossEntropyArgs a;
+  a.logits = rows_of(logits, "logits");
+  a.ignore_index = at.ignore_index;
+  a.reduction = liger::Reduction::Mean;
+  a.mean_divisor = at.num_items_in_batch > 0 ? static_cast<float>(at.num_items_in_batch) : 0.0f;
+  check_workspace(call, causal_ws(call, backward ? HK_PASS_BACKWARD : HK_PASS_FORWARD),
+                  "causal_lm_loss");
+#if LIGER_CUDA
+  int64_t* shifted = reinterpret_cast<int64_t*>(static_cast<char*>(call.workspace) + 256);
+  run(liger::cuda::shift_labels(base(labels), ldt, B, T,
+                                labels.shape[0] > 1 ? labels.strides[0] : T, at.ignore_index,
+                                shifted, call.stream),
+      "shift_labels");
+  a.workspace = reinterpret_cast<char*>(shifted) + ((n * 8 + 255) / 256) * 256;
+#else
+  std::vector<int64_t> shifted_v(static_cast<size_t>(n > 0 ? n : 1));
+  int64_t* shifted = shifted_v.data();
+  liger::cpu::shift_labels(base(labels), ldt, B, T, labels.shape[0] > 1 ? labels.strides[0] : T,
+                           at.ignore_index, shifted);
+#endif
+  a.labels = shifted, a.labels_dt = IndexDt::I64, a.labels_stride = 1;
+  if (!backward) {
+    a.loss = f32_of(&hk::sdk::output(call, 0, "loss"), 1, "loss");
+  } else {
+    a.dloss = f32_of(&hk::sdk::input(call, 0, "dloss"), 1, "dloss");
+    const hk_tensor& g = hk::sdk::output(call, 0, "dlogits");
+    same_shape(g, logits, "dlogits", "logits");
+    a.dlogits = rows_of(g, "dlogits");
+    if (a.dlogits.dt != a.logits.dt)
+      fail(HK_STATUS_UNSUPPORTED, "causal_lm_loss: dlogits must have logits' dtype");
+  }
+  LIGER_RUN(cross_entropy_fwd, a, call);
+}
+
+}  // namespace
+
+hk_status rms_norm_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { rms_fwd(*c); });
+}
+hk_status rms_norm_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { rms_bwd(*c); });
+}
+hk_status rms_norm_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<rms_ws>(c, p, b);
+}
+hk_status layer_norm_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { ln_fwd(*c); });
+}
+hk_status layer_norm_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { ln_bwd(*c); });
+}
+hk_status layer_norm_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<ln_ws>(c, p, b);
+}
+hk_status rotary_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { rope_call(*c, false); });
+}
+hk_status rotary_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { rope_call(*c, true); });
+}
+hk_status silu_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { silu_call(*c, false); });
+}
+hk_status silu_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { silu_call(*c, true); });
+}
+hk_status mlp_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { mlp_fwd_call(*c); });
+}
+hk_status mlp_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { mlp_bwd_call(*c); });
+}
+hk_status mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<mlp_ws>(c, p, b);
+}
+hk_status cross_entropy_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { ce_fwd(*c); });
+}
+hk_status cross_entropy_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { ce_bwd(*c); });
+}
+hk_status cross_entropy_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<ce_ws>(c, p, b);
+}
+hk_status flce_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { flce_fwd(*c); });
+}
+hk_status flce_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { flce_bwd(*c); });
+}
+hk_status flce_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<flce_ws>(c, p, b);
+}
+hk_status causal_lm_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { causal_call(*c, false); });
+}
+hk_status causal_lm_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { causal_call(*c, true); });
+}
+hk_status causal_lm_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<causal_ws>(c, p, b);
+}
+
+}  // namespace liger_abi::LIGER_NS

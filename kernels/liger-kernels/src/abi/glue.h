@@ -1,0 +1,49 @@
+// abi/glue.h — the C ABI side of the liger kernels: each function reads an hk_call laid out as its
+// layer interface says (hk/layer_interfaces.h), validates it, fills the argument structs of
+// liger/args.h and runs the cpu or cuda implementation. One source (abi/glue.cc) is compiled twice,
+// into namespace liger_abi::cpu (liger_core_cpu) and liger_abi::cuda (liger_core_cuda); the entry
+// tables of the three repos built from this code (liger-kernels, rotary, activation) pick from
+// these.
+//
+// Extensions beyond the interfaces as written today (reported to the interface owner):
+//  * rms_norm@1 casting_mode 2 = "none" (f32 math, one rounding);
+//  * cross_entropy@1 forward: optional 4th output dlogits [N, V] — when present the forward also
+//    writes d(logits) for dloss = 1 (Liger's in-forward gradient; may alias logits);
+//  * fused_linear_cross_entropy@1 forward: optional outputs 1 and 2, dx [N, H] and dweight
+//    [V, H] — when present the forward also writes the gradients for dloss = 1 (Liger's design:
+//    no second pass over the vocabulary; the backward call is then not needed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "hk_abi/hk_kernel.h"
+
+#define LIGER_ABI_DECLARE(ns)                                                                \
+  namespace liger_abi::ns {                                                                  \
+  hk_status rms_norm_forward(const hk_call* call) noexcept;                                  \
+  hk_status rms_norm_backward(const hk_call* call) noexcept;                                 \
+  hk_status rms_norm_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;      \
+  hk_status layer_norm_forward(const hk_call* call) noexcept;                                \
+  hk_status layer_norm_backward(const hk_call* call) noexcept;                               \
+  hk_status layer_norm_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;    \
+  hk_status rotary_forward(const hk_call* call) noexcept;                                    \
+  hk_status rotary_backward(const hk_call* call) noexcept;                                   \
+  hk_status silu_forward(const hk_call* call) noexcept;                                      \
+  hk_status silu_backward(const hk_call* call) noexcept;                                     \
+  hk_status mlp_forward(const hk_call* call) noexcept;                                       \
+  hk_status mlp_backward(const hk_call* call) noexcept;                                      \
+  hk_status mlp_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;           \
+  hk_status cross_entropy_forward(const hk_call* call) noexcept;                             \
+  hk_status cross_entropy_backward(const hk_call* call) noexcept;                            \
+  hk_status cross_entropy_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept; \
+  hk_status flce_forward(const hk_call* call) noexcept;                                      \
+  hk_status flce_backward(const hk_call* call) noexcept;                                     \
+  hk_status flce_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;          \
+  hk_status causal_lm_forward(const hk_call* call) noexcept;                                 \
+  hk_status causal_lm_backward(const hk_call* call) noexcept;                                \
+  hk_status causal_lm_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;     \
+  }
+
+LIGER_ABI_DECLARE(cpu)
+LIGER_ABI_DECLARE(cuda)

@@ -1,0 +1,336 @@
+// kernelize(): walk the module tree, decide each layer (mapping → hub → entry checks), bind an
+// adapter or fall back to the built-in implementation, and record why. See hk/kernelize.h.
+//
+// Resolution and loading are memoised per (spec, options) within one call, so a model with 28
+// RMSNorm layers resolves and verifies the library once. Errors are split on purpose: anything
+// that makes a kernel unusable *here* (no variant for this device, wrong ABI, digest mismatch,
+// untrusted repo in a mapping, entry lacking backward for training, ...) is a recorded fallback;
+// a request the user made explicitly that cannot be met as written (a pinned version, revision
+// or range that does not exist, a layer name the model does not register, an attention repo
+// that needs allow_all_kernels) is an exception, because silently running something else is
+// what "never load a kernel you did not mean to" forbids.
+#include "hk/kernelize.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <set>
+
+#include "hk/attention_functions.h"
+#include "hk/error.h"
+#include "hk/hub.h"
+#include "hk/kernel_loader.h"
+#include "hk/layer_interfaces.h"
+#include "hk/layers.h"
+#include "hk/module.h"
+#include "kernelize/adapters.h"
+#include "kernelize/mapping.h"
+
+namespace hk {
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+uint32_t mode_bits(Mode mode) {
+  uint32_t bits = 0;
+  if (has(mode, Mode::Inference)) bits |= kKernelModeInference;
+  if (has(mode, Mode::Training)) bits |= kKernelModeTraining;
+  if (has(mode, Mode::Capture)) bits |= kKernelModeCapture;
+  return bits;
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep = ", ") {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+// Which layer an entry's interface serves ("rms_norm@1" → "RMSNorm").
+std::string layer_of(const KernelEntryInfo& entry) {
+  const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);
+  return info ? info->layer : "";
+}
+
+// The result of resolving + loading one (spec, options) pair.
+struct LoadOutcome {
+  std::shared_ptr<const KernelLibrary> library;
+  hub::Resolution resolution;
+  std::string failure;  // non-empty: why it cannot be used (the fallback reason)
+};
+
+class Binder {
+ public:
+  Binder(Mode mode, const KernelizeOptions& options)
+      : mode_(mode), options_(options), device_type_(mapping_device_type(options.device)) {
+    Device target_device = options.device;
+    if (device_type_ == "rocm") target_device.type = DeviceType::ROCM;
+    target_ = hub::Target::for_device(target_device);
+  }
+
+  const std::string& device_type() const { return device_type_; }
+
+  hub::Hub& hub() {
+    if (!hub_) hub_ = options_.hub ? options_.hub : std::make_shared<hub::Hub>();
+    return *hub_;
+  }
+
+  // Resolves and loads a spec (memoised). Throws only for explicit requests that cannot be met.
+  const LoadOutcome& load(const MappedKernel& kernel, bool explicit_request, bool allow_untrusted) {
+    const auto& o = kernel.options;
+    const std::string key = kernel.spec + "|" + (o.version ? std::to_string(*o.version) : "") +
+                            "|" + o.revision.value_or("") + "|" +
+                            (o.trust_remote_code || allow_untrusted ? "t" : "");
+    if (auto it = memo_.find(key); it != memo_.end()) return it->second;
+    LoadOutcome outcome;
+    const hub::KernelSpec parsed = hub::KernelSpec::parse(kernel.spec);  // bad text: throws
+    hub::ResolveOptions ro;
+    ro.version = o.version;
+    ro.revision = o.revision;
+    ro.trust_remote_code = o.trust_remote_code || allow_untrusted;
+    const bool pinned = o.version || o.revision || parsed.revision || parsed.version_range;
+    if (parsed.kind == hub::KernelSpec::Kind::Hub && !hub_kernels_enabled()) {
+      outcome.failure = "USE_HUB_KERNELS disables hub kernels";
+    } else {
+      // A pinned version that does not exist is an error, not a fallback: resolve it outside
+      // the try so its NotFound (listing the versions that exist) reaches the caller.
+      if (parsed.kind == hub::KernelSpec::Kind::Hub && explicit_request && pinned &&
+          hub_kernels_enabled()) {
+        hub::ResolveOptions pin = ro;
+        if (parsed.revision) pin.revision = parsed.revision;
+        hub().resolve_commit(parsed.repo(), pin, parsed.version_range);
+      }
+      try {
+        outcome.resolution = hub().resolve(kernel.spec, target_, ro);
+        outcome.library = hub().load(outcome.resolution);
+      } catch (const Error& e) {
+        outcome.failure = e.what();
+      }
+    }
+    return memo_.emplace(key, std::move(outcome)).first->second;
+  }
+
+  // Picks and checks the entry of `library` for `layer`; returns it, or sets `why`.
+  const KernelEntryInfo* pick_entry(const KernelLibrary& library, const std::string& wanted,
+                                    const std::string& layer, std::string& why) const {
+    const KernelEntryInfo* entry = nullptr;
+    if (!wanted.empty()) {
+      entry = library.find_entry(wanted);
+      if (!entry) {
+        std::vector<std::string> names;
+        for (const auto& e : library.entries()) names.push_back(e.name);
+        why = library.repo() + " " + library.version() + " has no entry " + wanted +
+              " (entries: " + join(names) + ")";
+        return nullptr;
+      }
+    } else {
+      for (const auto& e : library.entries())
+        if (layer_of(e) == layer && e.device == device_type_) {
+          entry = &e;
+          break;
+        }
+      if (!entry) {
+        why = library.repo() + " " + library.version() + " has no entry for layer " + layer +
+              " on " + device_type_;
+        return nullptr;
+      }
+    }
+    if (layer_of(*entry) != layer) {
+      why =
+          "entry " + entry->name + " implements " + entry->interface_id() + ", not layer " + layer;
+      return nullptr;
+    }
+    if (entry->device != device_type_) {
+      why = "entry " + entry->name + " runs on " + entry->device + ", not " + device_type_;
+      return nullptr;
+    }
+    if (!entry->supports_capability(options_.device.capability)) {
+      why = "entry " + entry->name + " does not support capability " +
+            std::to_string(options_.device.capability);
+      return nullptr;
+    }
+    if (!entry->supports_dtype(options_.dtype)) {
+      why = "entry " + entry->name + " does not compute in " + dtype_name(options_.dtype) +
+            " (it supports " + join(kernel_dtype_names(entry->dtypes)) + ")";
+      return nullptr;
+    }
+    const uint32_t need = mode_bits(mode_);
+    if (has(mode_, Mode::Training) && !entry->has_backward) {
+      why = "entry " + entry->name + " has no backward, which training mode needs";
+      return nullptr;
+    }
+    if (!entry->supports_mode(need)) {
+      why = "entry " + entry->name + " supports modes " + join(kernel_mode_names(entry->modes)) +
+            ", not " + mode_name(mode_);
+      return nullptr;
+    }
+    return entry;
+  }
+
+  const hub::Target& target() const { return target_; }
+
+ private:
+  Mode mode_;
+  const KernelizeOptions& options_;
+  std::string device_type_;
+  hub::Target target_;
+  std::shared_ptr<hub::Hub> hub_;
+  std::map<std::string, LoadOutcome> memo_;
+};
+
+std::string display_name(const hub::Resolution& res, const KernelEntryInfo& entry) {
+  return (res.local ? res.dir.string() : res.repo) + ":" + entry.name;
+}
+
+// attn_implementation: built-in names, flash_attention_N → hub repos, or a hub id.
+void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options, Binder& binder,
+                    KernelizeReport& report) {
+  std::vector<std::pair<std::string, nn::Attention*>> layers;
+  for (auto& [path, module] : root.named_modules())
+    if (auto* attn = dynamic_cast<nn::Attention*>(module)) layers.emplace_back(path, attn);
+  if (layers.empty()) return;
+
+  std::string name = options.attn_implementation.empty() ? "eager" : options.attn_implementation;
+  std::string reason;
+  std::string kernel, revision, variant;
+  if (name == "eager" || name == "sdpa") {
+    reason = "attn_implementation=" + name + ": built-in attention";
+  } else {
+    std::string spec = name;
+    if (name == "flash_attention_2" || name == "flash_attention_3" || name == "flash_attention_4") {
+      // hk has no built-in flash attention for any device: use the hub kernel, as Transformers
+      // does when the compiled package is absent.
+      spec = "kernels-community/flash-attn" + name.substr(name.size() - 1);
+    }
+    const hub::KernelSpec parsed = hub::KernelSpec::parse(spec);
+    if (parsed.kind == hub::KernelSpec::Kind::Hub && !binder.hub().is_trusted(parsed.repo()) &&
+        !options.allow_all_kernels)
+      throw InvalidArgument("attn_implementation " + name + ": repo " + parsed.repo() +
+                            " is outside the trusted orgs, and loading a kernel runs its code on "
+                            "this machine; pass allow_all_kernels=true (--allow-all-kernels) if "
+                            "you trust it");
+    if (parsed.kind == hub::KernelSpec::Kind::Hub && !hub_kernels_enabled()) {
+      name = "eager";
+      reason = "USE_HUB_KERNELS disables hub kernels: attn_implementation " + spec +
+               " replaced by built-in eager attention";
+    } else {
+      MappedKernel mk{spec, {}};
+      const LoadOutcome& outcome =
+          binder.load(mk, /*explicit_request=*/true, options.allow_all_kernels);
+      if (!outcome.library)
+        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
+                       ": " + outcome.failure);
+      std::string why;
+      const KernelEntryInfo* entry =
+          binder.pick_entry(*outcome.library, parsed.entry, "attention", why);
+      if (!entry)
+        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
+                       ": " + why);
+      kernel = display_name(outcome.resolution, *entry);
+      revision = outcome.resolution.commit;
+      variant = outcome.resolution.variant;
+      nn::register_attention_function(
+          spec, kernel_binding::make_attention_function(outcome.library->function(entry->name)));
+      reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ")";
+      name = spec;
+    }
+  }
+  (void)mode;
+  for (auto& [path, attn] : layers) {
+    attn->set_attn_implementation(name);
+    report.layers.push_back({path, "attention", kernel, revision, variant, reason});
+  }
+}
+
+}  // namespace
+
+bool hub_kernels_enabled() {
+  const char* v = std::getenv("USE_HUB_KERNELS");
+  if (!v) return true;
+  const std::string s = lower(v);
+  return !(s == "0" || s == "off" || s == "no" || s == "false");
+}
+
+std::string mapping_device_type(const Device& device) {
+  if (device.type == DeviceType::CUDA) {
+    const char* backend = std::getenv("HK_DEVICE_BACKEND");
+    if (backend && lower(backend) == "rocm") return "rocm";
+  }
+  return device_type_name(device.type);
+}
+
+KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& options) {
+  validate_mode(mode);
+  Binder binder(mode, options);
+  KernelizeReport report;
+  report.device = binder.device_type() == "rocm" ? "rocm:" + std::to_string(options.device.index)
+                                                 : options.device.str();
+  report.mode = mode;
+
+  auto modules = root.named_modules();
+  std::set<std::string> registered;
+  for (auto& [path, module] : modules)
+    if (!module->layer_interface().empty()) registered.insert(module->layer_interface());
+  for (const auto& [layer, value] : options.config.kernel_mapping) {
+    (void)value;
+    if (!registered.count(layer))
+      throw InvalidArgument("kernel_config maps layer '" + layer +
+                            "', which this model does not register; registered layers: " +
+                            join(std::vector<std::string>(registered.begin(), registered.end())));
+  }
+
+  const auto rules = kernel_binding::effective_rules(options.config);
+  for (auto& [path, module] : modules) {
+    const std::string& layer = module->layer_interface();
+    if (layer.empty() || layer == "attention") continue;
+    module->reset_impl();
+    LayerDecision d{path, layer, "", "", "", ""};
+    auto choice = kernel_binding::choose_rule(rules, layer, binder.device_type(),
+                                              options.device.capability, mode);
+    if (!options.use_kernels) {
+      d.reason = "use_kernels is off: built-in";
+    } else if (!choice) {
+      d.reason = "no kernel mapped for " + layer + " on " + binder.device_type() + " in " +
+                 mode_name(mode) + " mode: built-in";
+    } else if (choice->rule.kernel.disabled()) {
+      d.reason = "disabled by kernel_config (empty value): built-in";
+    } else if (!kernel_binding::has_adapter(layer)) {
+      d.reason = "hk has no kernel adapter for layer " + layer + ": built-in";
+    } else {
+      const MappedKernel& mk = choice->rule.kernel;
+      if (mk.spec[0] == '/' && !options.config.use_local_kernel)
+        throw InvalidArgument("kernel_config maps " + layer + " to the local path " + mk.spec +
+                              "; set use_local_kernel=true to load kernels from local paths");
+      const bool explicit_request = choice->rule.source == "kernel_config";
+      const LoadOutcome& outcome = binder.load(mk, explicit_request, options.allow_all_kernels);
+      if (!outcome.library) {
+        d.reason = mk.spec + " unusable: " + outcome.failure + "; built-in";
+      } else {
+        std::string why;
+        const KernelEntryInfo* entry =
+            binder.pick_entry(*outcome.library, hub::KernelSpec::parse(mk.spec).entry, layer, why);
+        if (!entry) {
+          d.reason = mk.spec + " unusable: " + why + "; built-in";
+        } else {
+          d.kernel = display_name(outcome.resolution, *entry);
+          d.revision = outcome.resolution.commit;
+          d.variant = outcome.resolution.variant;
+          d.reason = "mapped by " + choice->rule.source + " (" + mode_name(choice->matched_mode) +
+                     " entry); " + outcome.resolution.repo + "@" + outcome.resolution.revision +
+                     ", version " + outcome.library->version();
+          module->set_impl(kernel_binding::make_adapter(
+              *module, layer, outcome.library->function(entry->name), d.kernel));
+        }
+      }
+    }
+    report.layers.push_back(std::move(d));
+  }
+  bind_attention(root, mode, options, binder, report);
+  return report;
+}
+
+}  // namespace hk

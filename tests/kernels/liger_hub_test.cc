@@ -1,0 +1,337 @@
+// tests/kernels/liger_hub_test.cc — the liger kernels as users get them: loaded from the embedded
+// hub (<build>/hub, published by the build) through hk::load_kernel_library and called through
+// the C ABI with hk tensors, per layer interface. Compiled twice: the cpu variant (CI) and, with
+// LIGER_HUB_CUDA, the cuda variant (label gpu). Numbers are checked against the double references;
+// the exhaustive dtype × shape sweeps live in liger_cases.inc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+
+#include "hk/error.h"
+#include "hk/kernel_loader.h"
+#include "hk/layer_interfaces.h"
+#include "hk/tensor.h"
+#include "liger_reference.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using hk::DType;
+using hk::Tensor;
+using liger_test::ref::M;
+
+#ifdef LIGER_HUB_CUDA
+const char* kBackendTag = "-cu";
+hk::Device dev() {
+  return hk::Device::cuda(0);
+}
+#else
+const char* kBackendTag = "-cpu-";
+hk::Device dev() {
+  return hk::Device::cpu();
+}
+#endif
+
+// <hub>/<repo>/<commit of refs/heads/branch>/build/<variant with kBackendTag>/lib*.so
+fs::path library_path(const std::string& repo, const std::string& branch) {
+  const char* bin = std::getenv("HK_BINARY_DIR");
+  const fs::path hub = fs::path(bin ? bin : ".") / "hub";
+  std::ifstream ref(hub / repo / "refs" / "heads" / branch);
+  std::string commit;
+  ref >> commit;
+  const fs::path build = hub / repo / commit / "build";
+  if (fs::is_directory(build))
+    for (const auto& v : fs::directory_iterator(build))
+      if (v.path().filename().string().find(kBackendTag) != std::string::npos)
+        for (const auto& f : fs::directory_iterator(v.path()))
+          if (f.path().extension() == ".so") return f.path();
+  ADD_FAILURE() << "no " << kBackendTag << " build of " << repo << "@" << branch << " in " << hub;
+  return {};
+}
+
+hk::KernelFunction entry(const std::string& repo, const std::string& branch,
+                         const std::string& name) {
+  static std::map<std::string, std::shared_ptr<const hk::KernelLibrary>> loaded;
+  auto& lib = loaded[repo];
+  if (!lib) lib = hk::load_kernel_library(library_path(repo, branch), repo + "@" + branch);
+  const std::string device = dev().is_cuda() ? "cuda" : "cpu";
+  for (const auto& e : lib->entries())
+    if (e.name == name && e.device == device) return hk::KernelFunction(lib, &e);
+  ADD_FAILURE() << name << " not found in " << repo;
+  return {};
+}
+hk::KernelFunction liger(const std::string& name) {
+  return entry("kernels-community/liger-kernels", "v3", name);
+}
+
+std::mt19937& rng() {
+  static std::mt19937 g(7);
+  return g;
+}
+// A random tensor in `dt` on the device, and its values (rounded to dt) as doubles.
+Tensor randn(const hk::Shape& shape, DType dt, M* values, float scale = 1.0f, float mean = 0.0f) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::normal_distribution<float> d(mean, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng());
+  Tensor t = Tensor::from_floats(v, shape, dt);
+  if (values) *values = t.to_doubles();
+  return t.to(dev());
+}
+Tensor empty(const hk::Shape& shape, DType dt) {
+  return Tensor::empty(shape, dt, dev());
+}
+std::vector<double> host(const Tensor& t) {
+  return t.to(hk::Device::cpu()).to_doubles();
+}
+Tensor workspace(size_t bytes) {
+  return Tensor::empty({static_cast<int64_t>(bytes > 0 ? bytes : 1)}, DType::U8, dev());
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double atol,
+                  double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i])) && bad++ < 3)
+      ADD_FAILURE() << what << "[" << i << "] got " << got[i] << " want " << want[i];
+}
+
+TEST(LigerHub, TablesDeclareInterfacesAndHonestModes) {
+  const auto path = library_path("kernels-community/liger-kernels", "v3");
+  auto lib = hk::load_kernel_library(path, "kernels-community/liger-kernels@v3");
+  EXPECT_EQ(lib->repo(), "kernels-community/liger-kernels");
+  EXPECT_EQ(lib->version().substr(0, 2), "3.");
+  const std::map<std::string, std::string> want = {
+      {"LigerRMSNorm", "rms_norm@1"},
+      {"LigerLayerNorm", "layer_norm@1"},
+      {"LigerRope", "rotary_pos_emb@1"},
+      {"LigerCrossEntropyLoss", "cross_entropy@1"},
+      {"LigerFusedLinearCrossEntropyLoss", "fused_linear_cross_entropy@1"},
+      {"LigerForCausalLMLoss", "causal_lm_loss@1"},
+      {"LigerSwiGLUMLP", "mlp@1"},
+      {"LigerGEGLUMLP", "mlp@1"}};
+  for (const auto& [name, iface] : want) {
+    const auto* e = lib->find_entry(name);
+    ASSERT_NE(e, nullptr) << name;
+    EXPECT_EQ(e->interface_id(), iface);
+    EXPECT_TRUE(e->supports_mode(hk::kKernelModeTraining)) << name;
+    EXPECT_TRUE(e->has_backward) << name;
+    const bool capture = e->supports_mode(hk::kKernelModeCapture);
+    // Capture only on cuda, and never for the entries that create a cuBLASLt handle.
+    const bool gemm =
+        name == "LigerFusedLinearCrossEntropyLoss" || name.find("MLP") != std::string::npos;
+    EXPECT_EQ(capture, dev().is_cuda() && !gemm) << name;
+  }
+}
+
+TEST(LigerHub, RmsNormForwardBackwardThroughTheAbi) {
+  const int64_t b = 3, s = 5, h = 129, rows = b * s;
+  M xv, wv, dyv;
+  Tensor x = randn({b, s, h}, DType::BF16, &xv, 1.5f);
+  Tensor w = randn({h}, DType::BF16, &wv, 0.2f, 1.0f);
+  Tensor dy = randn({b, s, h}, DType::BF16, &dyv);
+  Tensor y = empty({b, s, h}, DType::BF16), rstd = empty({rows}, DType::F32);
+  Tensor dx = empty({b, s, h}, DType::BF16), dw = empty({h}, DType::F32);
+  auto fn = liger("LigerRMSNorm");
+  hk::RmsNormAttrs at;
+  at.eps = 1e-6f;
+  fn.forward({x, w}, {y, rstd}, at);
+  const auto rs = host(rstd);
+  std::vector<float> rs_f(rs.begin(), rs.end());
+  auto ro = liger_test::ref::rms_fwd(xv, rows, h, wv, 1e-6, 0, true, liger::Dt::BF16, &rs_f);
+  expect_close(host(y), ro.y, 1e-3, 8e-3, "y");
+  expect_close(rs, ro.rstd, 0, 1e-5, "rstd");
+  const size_t ws = fn.workspace_size(true, {dy, x, w, rstd}, {dx, dw}, &at, sizeof(at));
+  Tensor wsp = workspace(ws);
+  hk::KernelCallOptions opt;
+  opt.workspace = wsp.view().ptr(), opt.workspace_size = ws;
+  fn.backward({dy, x, w, rstd}, {dx, dw}, at, opt);
+  M rdx;
+  std::vector<double> rdw;
+  liger_test::ref::rms_bwd(dyv, xv, rows, h, wv, 1e-6, 0, true, liger::Dt::BF16, &rdx, &rdw, &rs_f);
+  expect_close(host(dx), rdx, 1e-3, 8e-3, "dx");
+  expect_close(host(dw), rdw, 5e-3, 1e-4, "dweight");
+  if (ws > 0) {  // too little workspace is refused with a sentence, not a crash
+    opt.workspace_size = ws - 1;
+    EXPECT_THROW(fn.backward({dy, x, w, rstd}, {dx, dw}, at, opt), hk::InvalidArgument);
+  }
+  Tensor xi = Tensor::from_ints(std::vector<int64_t>(6, 1), {2, 3}, DType::I32).to(dev());
+  Tensor yi = empty({2, 3}, DType::I32);
+  try {
+    fn.forward({xi, randn({3}, DType::F32, nullptr)}, {yi}, at);
+    ADD_FAILURE() << "an i32 input was accepted";
+  } catch (const hk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dtype"), std::string::npos) << e.what();
+  }
+}
+
+// Forward (loss, lse, z_loss and the in-forward d(logits) extension) and backward (dloss, lse).
+TEST(LigerHub, CrossEntropyForwardBackwardThroughTheAbi) {
+  const int64_t n = 17, v = 1000;
+  M xv;
+  Tensor logits = randn({n, v}, DType::BF16, &xv, 3.0f);
+  std::vector<int64_t> lab(n);
+  for (int64_t i = 0; i < n; ++i) lab[i] = i % 4 == 1 ? -100 : (i * 37) % v;
+  Tensor labels = Tensor::from_ints(lab, {n}).to(dev());
+  hk::CrossEntropyAttrs at;
+  at.label_smoothing = 0.1f, at.lse_square_scale = 1e-4f, at.softcap = 30.0f;
+  Tensor loss = empty({}, DType::F32), lse = empty({n}, DType::F32), zl = empty({}, DType::F32);
+  Tensor g1 = empty({n, v}, DType::BF16), g2 = empty({n, v}, DType::BF16);
+  auto fn = liger("LigerCrossEntropyLoss");
+  const size_t ws =
+      fn.workspace_size(false, {logits, labels}, {loss, lse, zl, g1}, &at, sizeof(at));
+  Tensor wsp = workspace(ws);
+  hk::KernelCallOptions opt;
+  opt.workspace = wsp.view().ptr(), opt.workspace_size = ws;
+  fn.forward({logits, labels}, {loss, lse, zl, g1}, at, opt);
+  Tensor dloss = Tensor::from_floats({2.0f}, {}).to(dev());
+  fn.backward({dloss, logits, labels, lse}, {g2}, at, opt);
+
+  liger_test::ref::CeOpts o{0.1, 1e-4, 30.0};
+  int64_t count = 0;
+  double total = 0, ztotal = 0;
+  std::vector<double> rg(n * v, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] == -100) continue;
+    ++count;
+    auto r = liger_test::ref::ce_row(M(xv.begin() + i * v, xv.begin() + (i + 1) * v), lab[i], o);
+    total += r.loss, ztotal += r.z;
+    for (int64_t j = 0; j < v; ++j) rg[i * v + j] = r.grad[j];
+  }
+  for (auto& g : rg) g = liger_test::ref::rnd(liger::Dt::BF16, g / count);
+  expect_close(host(loss), {total / count}, 1e-6, 1e-5, "loss");
+  expect_close(host(zl), {ztotal / count}, 1e-7, 1e-5, "z_loss");
+  expect_close(host(g1), rg, 1e-6, 8e-3, "dlogits (forward)");
+  for (auto& g : rg) g *= 2;
+  expect_close(host(g2), rg, 1e-6, 8e-3, "dlogits (backward, dloss = 2)");
+}
+
+// FLCE forward with the in-forward gradients, backward with dloss, both against cross-entropy on
+// the materialised logits.
+TEST(LigerHub, FusedLinearCrossEntropyThroughTheAbi) {
+  const int64_t n = 20, h = 32, v = 300;
+  M xv, wv;
+  Tensor x = randn({n, h}, DType::F32, &xv), w = randn({v, h}, DType::F32, &wv, 0.3f);
+  std::vector<int64_t> lab(n);
+  for (int64_t i = 0; i < n; ++i) lab[i] = i % 6 == 0 ? -100 : (i * 53) % v;
+  Tensor labels = Tensor::from_ints(lab, {n}, DType::I32).to(dev());
+  hk::FusedLinearCrossEntropyAttrs at;
+  at.ce.reduction = hk::kReductionSum;
+  Tensor loss = empty({1}, DType::F32), dx = empty({n, h}, DType::F32),
+         dw = empty({v, h}, DType::F32);
+  Tensor dx2 = empty({n, h}, DType::F32), dw2 = empty({v, h}, DType::F32);
+  auto fn = liger("LigerFusedLinearCrossEntropyLoss");
+  size_t ws = fn.workspace_size(false, {x, w, labels}, {loss, dx, dw}, &at, sizeof(at));
+  Tensor wsp = workspace(ws);
+  hk::KernelCallOptions opt;
+  opt.workspace = wsp.view().ptr(), opt.workspace_size = ws;
+  fn.forward({x, w, labels}, {loss, dx, dw}, at, opt);
+  Tensor dloss = Tensor::from_floats({0.5f}, {1}).to(dev());
+  fn.backward({dloss, x, w, labels}, {dx2, dw2}, at, opt);
+
+  double total = 0;
+  std::vector<double> rdx(n * h, 0), rdw(v * h, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] == -100) continue;
+    M z(v);
+    for (int64_t j = 0; j < v; ++j) {
+      for (int64_t k = 0; k < h; ++k) z[j] += xv[i * h + k] * wv[j * h + k];
+    }
+    auto r = liger_test::ref::ce_row(z, lab[i], {});
+    total += r.loss;
+    for (int64_t j = 0; j < v; ++j)
+      for (int64_t k = 0; k < h; ++k) {
+        rdx[i * h + k] += r.grad[j] * wv[j * h + k];
+        rdw[j * h + k] += r.grad[j] * xv[i * h + k];
+      }
+  }
+  expect_close(host(loss), {total}, 1e-5, 1e-5, "loss");
+  expect_close(host(dx), rdx, 1e-5, 1e-4, "dx (forward)");
+  expect_close(host(dw), rdw, 1e-5, 1e-4, "dweight (forward)");
+  for (auto& g : rdx) g *= 0.5;
+  for (auto& g : rdw) g *= 0.5;
+  expect_close(host(dx2), rdx, 1e-5, 1e-4, "dx (backward)");
+  expect_close(host(dw2), rdw, 1e-5, 1e-4, "dweight (backward)");
+}
+
+TEST(LigerHub, CausalLmLossShiftsLabels) {
+  const int64_t b = 2, t = 6, v = 50;
+  M xv;
+  Tensor logits = randn({b, t, v}, DType::F32, &xv, 2.0f);
+  std::vector<int64_t> lab = {5, 7, -100, 9, 11, 13, 1, 2, 3, 4, 5, 6};
+  Tensor labels = Tensor::from_ints(lab, {b, t}).to(dev());
+  Tensor loss = empty({}, DType::F32), g = empty({b, t, v}, DType::F32);
+  auto fn = liger("LigerForCausalLMLoss");
+  hk::CausalLmLossAttrs at;
+  const size_t ws = fn.workspace_size(false, {logits, labels}, {loss}, &at, sizeof(at));
+  Tensor wsp = workspace(ws);
+  hk::KernelCallOptions opt;
+  opt.workspace = wsp.view().ptr(), opt.workspace_size = ws;
+  fn.forward({logits, labels}, {loss}, at, opt);
+  Tensor dloss = Tensor::from_floats({1.0f}, {}).to(dev());
+  fn.backward({dloss, logits, labels}, {g}, at, opt);
+  double total = 0;
+  int count = 0;
+  std::vector<double> rg(b * t * v, 0);
+  for (int64_t bi = 0; bi < b; ++bi)
+    for (int64_t ti = 0; ti + 1 < t; ++ti) {
+      const int64_t target = lab[bi * t + ti + 1];
+      if (target == -100) continue;
+      const int64_t row = bi * t + ti;
+      auto r =
+          liger_test::ref::ce_row(M(xv.begin() + row * v, xv.begin() + (row + 1) * v), target, {});
+      total += r.loss, ++count;
+      for (int64_t j = 0; j < v; ++j) rg[row * v + j] = r.grad[j];
+    }
+  for (auto& x : rg) x /= count;
+  expect_close(host(loss), {total / count}, 1e-6, 1e-5, "loss");
+  expect_close(host(g), rg, 1e-7, 1e-5, "dlogits");
+}
+
+TEST(LigerHub, RotaryRepoAppliesHalfRotationToQAndK) {
+  const int64_t b = 2, s = 3, hq = 4, hk_ = 2, d = 16;
+  M qv, kv, cv, sv;
+  Tensor q = randn({b, s, hq, d}, DType::BF16, &qv), k = randn({b, s, hk_, d}, DType::BF16, &kv);
+  Tensor cs = randn({1, s, d}, DType::F32, &cv), sn = randn({1, s, d}, DType::F32, &sv);
+  Tensor qo = empty({b, s, hq, d}, DType::BF16), ko = empty({b, s, hk_, d}, DType::BF16);
+  auto fn = entry("kernels-community/rotary", "v1", "apply_rotary_transformers");
+  fn.forward({q, k, cs, sn}, {qo, ko}, hk::RotaryAttrs{});
+  auto rot = [&](const M& x, int64_t heads) {
+    M out(x.size());
+    for (int64_t bi = 0; bi < b; ++bi)
+      for (int64_t si = 0; si < s; ++si)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t c = 0; c < d; ++c) {
+            const int64_t o = ((bi * s + si) * heads + h) * d;
+            const double rh = c < d / 2 ? -x[o + c + d / 2] : x[o + c - d / 2];
+            out[o + c] = x[o + c] * cv[si * d + c] + rh * sv[si * d + c];
+          }
+    return out;
+  };
+  expect_close(host(qo), rot(qv, hq), 1e-3, 8e-3, "q_out");
+  expect_close(host(ko), rot(kv, hk_), 1e-3, 8e-3, "k_out");
+}
+
+TEST(LigerHub, ActivationRepoSiLU) {
+  M xv, dyv;
+  Tensor x = randn({7, 33}, DType::F16, &xv, 2.0f), dy = randn({7, 33}, DType::F16, &dyv);
+  Tensor y = empty({7, 33}, DType::F16), dx = empty({7, 33}, DType::F16);
+  auto fn = entry("kernels-community/activation", "v1", "SiLU");
+  fn.forward({x}, {y}, hk::SiluAttrs{});
+  fn.backward({dy, x}, {dx}, hk::SiluAttrs{});
+  M ry(xv.size()), rdx(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) {
+    ry[i] = liger_test::ref::act(liger::Act::SiLU, xv[i]);
+    rdx[i] = dyv[i] * liger_test::ref::act_grad(liger::Act::SiLU, xv[i]);
+  }
+  expect_close(host(y), ry, 1e-4, 1e-3, "y");
+  expect_close(host(dx), rdx, 1e-4, 1e-3, "dx");
+}
+
+}  // namespace
