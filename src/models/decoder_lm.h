@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ class DecoderLM : public nn::Module {
   ModelConfig config;
   GenerationConfig generation_config;
   LoadOptions load_options;
+  std::optional<KernelizeOptions> kernelize_options;  // set when the model was kernelized
+  std::optional<KernelizeReport> kernelize_report;
   Device device = Device::cpu();
   DType dtype = DType::F32;
 
