@@ -81,6 +81,8 @@ class CausalLM {
                           const GenerateOptions& options = {}) const;
   GenerateOutput generate(const std::vector<std::vector<int64_t>>& prompts,
                           const GenerateOptions& options = {}) const;
+  // input_ids [B, S] (i32/i64, any device): every row is a full prompt (no padding).
+  GenerateOutput generate(const Tensor& input_ids, const GenerateOptions& options = {}) const;
 
   // Sets the mode; a kernelized model is re-kernelized for Training / Inference.
   CausalLM& train(bool on = true);

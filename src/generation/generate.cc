@@ -50,6 +50,22 @@ GenerateOutput CausalLM::generate(const std::vector<int64_t>& prompt,
   return generate(std::vector<std::vector<int64_t>>{prompt}, options);
 }
 
+GenerateOutput CausalLM::generate(const Tensor& input_ids, const GenerateOptions& options) const {
+  if (input_ids.ndim() != 2 || input_ids.numel() == 0)
+    throw InvalidArgument("generate: input_ids must be a non-empty [batch, seq] tensor, got " +
+                          input_ids.view().str());
+  if (input_ids.dtype() != DType::I64 && input_ids.dtype() != DType::I32)
+    throw InvalidArgument("generate: input_ids must be i32 or i64");
+  Tensor host = input_ids.device().is_cpu() ? input_ids : input_ids.to(Device::cpu());
+  std::vector<int64_t> flat = host.to_int64s();
+  const size_t b = static_cast<size_t>(input_ids.size(0)),
+               s = static_cast<size_t>(input_ids.size(1));
+  std::vector<std::vector<int64_t>> prompts(b);
+  for (size_t r = 0; r < b; ++r)
+    prompts[r].assign(flat.begin() + r * s, flat.begin() + (r + 1) * s);
+  return generate(prompts, options);
+}
+
 GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& prompts,
                                   const GenerateOptions& options) const {
   const DecoderLM& lm = impl();

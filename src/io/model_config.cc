@@ -127,6 +127,17 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   c.intermediate_size = f.positive("intermediate_size");
   c.num_hidden_layers = f.positive("num_hidden_layers");
   c.num_attention_heads = f.positive("num_attention_heads");
+  // Bounds far above any real model, so a corrupt config cannot make the (unallocated) tree huge.
+  auto at_most = [&](const char* key, int64_t value, int64_t limit) {
+    if (value > limit)
+      throw InvalidArgument(source + ": field '" + key + "' is " + std::to_string(value) +
+                            ", more than hk accepts (" + std::to_string(limit) + ")");
+  };
+  at_most("vocab_size", c.vocab_size, int64_t{1} << 31);
+  at_most("hidden_size", c.hidden_size, int64_t{1} << 20);
+  at_most("intermediate_size", c.intermediate_size, int64_t{1} << 22);
+  at_most("num_hidden_layers", c.num_hidden_layers, 4096);
+  at_most("num_attention_heads", c.num_attention_heads, 4096);
   c.num_key_value_heads = f.opt_integer("num_key_value_heads").value_or(c.num_attention_heads);
   if (c.num_key_value_heads <= 0 || c.num_attention_heads % c.num_key_value_heads != 0)
     throw InvalidArgument(
@@ -134,6 +145,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
         ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) + ")");
   if (auto hd = f.opt_integer("head_dim")) {
     if (*hd <= 0) f.bad("head_dim", "a positive integer");
+    at_most("head_dim", *hd, 1 << 16);
     c.head_dim = *hd;
   } else {
     if (c.hidden_size % c.num_attention_heads != 0)

@@ -5,6 +5,8 @@
 // to the storage dtype before the product, as Transformers' `act_fn(gate) * up` does. The
 // backward of act_mul (three inputs, two outputs) is a run-time-typed dense-rows kernel: inputs
 // that are not dense rows are copied first, outputs that are not are written via a temporary.
+#include <type_traits>
+
 #include "ops/cuda_ops.h"
 #include "ops/elementwise_cuda.cuh"
 
@@ -12,10 +14,11 @@ namespace hk::ops::cuda {
 namespace {
 using namespace detail;
 
+// The activation is a template argument in the forward functors: no per-element switch.
+template <Activation A>
 struct ActOp {
   static constexpr int kInputs = 1;
-  Activation act;
-  __device__ float operator()(float x, float) const { return activation_forward(act, x); }
+  __device__ float operator()(float x, float) const { return activation_forward(A, x); }
 };
 // (dy, x) -> dy * act'(x)
 struct ActBackwardOp {
@@ -26,14 +29,30 @@ struct ActBackwardOp {
   }
 };
 // (gate, up) -> round(act(gate)) * up, rounding to the gate's storage dtype.
+template <Activation A>
 struct ActMulOp {
   static constexpr int kInputs = 2;
-  Activation act;
   DType gate_dtype;
   __device__ float operator()(float gate, float up) const {
-    return detail::round_dtype(gate_dtype, activation_forward(act, gate)) * up;
+    return detail::round_dtype(gate_dtype, activation_forward(A, gate)) * up;
   }
 };
+
+// Calls f(std::integral_constant<Activation, A>{}) for the run-time activation `act`.
+template <class F>
+void with_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::SiLU:
+      f(std::integral_constant<Activation, Activation::SiLU>{});
+      break;
+    case Activation::GELU:
+      f(std::integral_constant<Activation, Activation::GELU>{});
+      break;
+    case Activation::GELUTanh:
+      f(std::integral_constant<Activation, Activation::GELUTanh>{});
+      break;
+  }
+}
 
 __global__ void act_mul_backward_kernel(Activation act, const void* __restrict__ dout, DType dodt,
                                         int64_t do_rs, const void* __restrict__ gate, DType gdt,
@@ -58,7 +77,9 @@ __global__ void act_mul_backward_kernel(Activation act, const void* __restrict__
 }  // namespace
 
 void activation(Activation act, const TensorView& x, const TensorView& y, Stream stream) {
-  run_elementwise("activation", y, x, nullptr, ActOp{act}, stream);
+  with_activation(act, [&](auto a) {
+    run_elementwise("activation", y, x, nullptr, ActOp<decltype(a)::value>{}, stream);
+  });
 }
 
 void activation_backward(Activation act, const TensorView& dy, const TensorView& x,
@@ -68,7 +89,9 @@ void activation_backward(Activation act, const TensorView& dy, const TensorView&
 
 void act_mul(Activation act, const TensorView& gate, const TensorView& up, const TensorView& out,
              Stream stream) {
-  run_elementwise("act_mul", out, gate, &up, ActMulOp{act, gate.dtype}, stream);
+  with_activation(act, [&](auto a) {
+    run_elementwise("act_mul", out, gate, &up, ActMulOp<decltype(a)::value>{gate.dtype}, stream);
+  });
 }
 
 void act_mul_backward(Activation act, const TensorView& dout, const TensorView& gate,

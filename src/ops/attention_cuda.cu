@@ -9,12 +9,18 @@
 //  - row sum: out[i] = Σ_j W[i, j]·M[j] (P·V with P rounded to q's dtype, or dS·K for dq);
 //  - column sum: out[j] = Σ_{heads of the group, i} W[i, j]·M[i] (dSᵀ·Q for dk, round(P)ᵀ·dO for
 //    dv), which also sums the GQA group.
+// The forward normally runs both products as batched cuBLASLt GEMMs instead (attention_gemm,
+// below); the loop kernels remain its fallback (mixed dtypes, no cuBLASLt algorithm, or
+// HK_ATTENTION_NO_GEMM=1) and do the backward.
 // Masking: query i (of S) sees keys j ≤ T − S + i when causal, and keys j ≥ key_start[b].
 // head_dim ≤ 256. Not here: flash-style tiling, dropout, sliding windows, ALiBi.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "ops/cuda_common.cuh"
 #include "ops/cuda_ops.h"
+#include "ops/gemm_cuda.cuh"
 
 namespace hk::ops::cuda {
 namespace {
@@ -198,6 +204,89 @@ __global__ void attention_colsum_kernel(const float* __restrict__ w, bool round_
   }
 }
 
+// GEMM path, step 2: scores (already scaled) → probabilities in place, one block per query row
+// (b, h, i) of the [B, Hq, S, T] buffer; masked keys get 0, a fully masked row all zeros. Also
+// writes the probabilities rounded to q's dtype (p16, same layout) for the P·V product.
+__global__ void attention_softmax_kernel(float* __restrict__ w, void* __restrict__ p16,
+                                         DType p16_dtype, Dims dims, Mask mask) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int64_t i = row % dims.S, b = row / (dims.S * dims.Hq);
+  const int64_t begin = max(int64_t(0), key_begin(mask, b));
+  const int64_t end = min(dims.T - 1, key_end(mask, dims, i));  // inclusive
+  float* r = w + row * dims.T;
+  float m = -INFINITY;
+  for (int64_t j = begin + threadIdx.x; j <= end; j += blockDim.x) m = fmaxf(m, r[j]);
+  m = block_max(m, scratch);
+  float sum = 0.0f;
+  if (m != -INFINITY)
+    for (int64_t j = begin + threadIdx.x; j <= end; j += blockDim.x) sum += expf(r[j] - m);
+  sum = block_sum(sum, scratch);
+  const float inv = m == -INFINITY ? 0.0f : 1.0f / sum;
+  for (int64_t j = threadIdx.x; j < dims.T; j += blockDim.x) {
+    const float p = (j >= begin && j <= end && m != -INFINITY) ? expf(r[j] - m) * inv : 0.0f;
+    r[j] = p;
+    store_f32(p16, p16_dtype, row * dims.T + j, p);
+  }
+}
+
+// A [B, S, Hq, D] view seen as [B, S, Hkv, group, D] (the query heads of one kv head adjacent).
+TensorView split_heads(const TensorView& q, int64_t hkv) {
+  const int64_t group = q.shape[2] / hkv;
+  TensorView v = q;
+  v.ndim = 5;
+  v.shape[0] = q.shape[0];
+  v.shape[1] = q.shape[1];
+  v.shape[2] = hkv;
+  v.shape[3] = group;
+  v.shape[4] = q.shape[3];
+  v.strides[0] = q.strides[0];
+  v.strides[1] = q.strides[1];
+  v.strides[2] = q.strides[2] * group;
+  v.strides[3] = q.strides[2];
+  v.strides[4] = q.strides[3];
+  return v;
+}
+
+bool gemm_attention_disabled() {
+  const char* e = std::getenv("HK_ATTENTION_NO_GEMM");
+  return e && std::string(e) == "1";
+}
+
+// Eager attention with both products on cuBLASLt (tensor cores for bf16/f16):
+//  1. q → [B, Hkv, group, S, D], k and v → [B, Hkv, T, D] (contiguous copies);
+//  2. scores = scale·q·kᵀ, f32, batched over (b, kv head): the M = group·S rows of one kv head
+//     land exactly in the [B, Hq, S, T] probability layout (h = hk·group + r);
+//  3. masked softmax in place (f32) + a copy rounded to q's dtype;
+//  4. out = round(P)·v in q's dtype, then permuted back to [B, S, Hq, D].
+// Same math as the loop kernels (f32 scores and softmax, probabilities rounded before P·V, f32
+// accumulation); only summation order differs.
+void attention_gemm(const TensorView& q, const TensorView& k, const TensorView& v,
+                    const TensorView& out, const Dims& d, const Mask& mask, float scale, float* w,
+                    Stream stream) {
+  const DType dt = q.dtype;
+  const int64_t group = d.Hq / d.Hkv;
+  Tensor qg = Tensor::empty({d.B, d.Hkv, group, d.S, d.D}, dt, q.device, stream);
+  copy_view(qg.view(), split_heads(q, d.Hkv).permute({0, 2, 3, 1, 4}), stream);
+  Tensor kt = Tensor::empty({d.B, d.Hkv, d.T, d.D}, dt, q.device, stream);
+  copy_view(kt.view(), k.permute({0, 2, 1, 3}), stream);
+  Tensor vt = Tensor::empty({d.B, d.Hkv, d.T, d.D}, dt, q.device, stream);
+  copy_view(vt.view(), v.permute({0, 2, 1, 3}), stream);
+  const int64_t M = group * d.S;
+  gemm_strided_batched(dt, DType::F32, d.B * d.Hkv, M, d.T, d.D, qg.view().ptr(), d.D, M * d.D,
+                       kt.view().ptr(), d.D, d.T * d.D, /*trans_b=*/true, w, d.T, M * d.T, scale,
+                       0.0f, stream);
+  Tensor p16 = Tensor::empty({d.B, d.Hq, d.S, d.T}, dt, q.device, stream);
+  attention_softmax_kernel<<<checked_grid_x(d.B * d.Hq * d.S, "attention"), 256, 0,
+                             native(stream)>>>(w, p16.view().ptr(), dt, d, mask);
+  HK_CUDA_CHECK_LAUNCH();
+  Tensor og = Tensor::empty({d.B, d.Hkv, group, d.S, d.D}, dt, q.device, stream);
+  gemm_strided_batched(dt, dt, d.B * d.Hkv, M, d.D, d.T, p16.view().ptr(), d.T, M * d.T,
+                       vt.view().ptr(), d.D, d.T * d.D, /*trans_b=*/false, og.view().ptr(), d.D,
+                       M * d.D, 1.0f, 0.0f, stream);
+  copy_view(split_heads(out, d.Hkv).permute({0, 2, 3, 1, 4}), og.view(), stream);
+}
+
 Dims dims_of(const TensorView& q, const TensorView& k) {
   return {q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]};
 }
@@ -227,7 +316,7 @@ Mask mask_of(const AttentionOptions& options, Tensor& keep, Stream stream) {
 
 float scale_of(const AttentionOptions& options, int64_t head_dim) {
   return options.scale != 0.0f ? options.scale
-                              : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+                               : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
 }
 
 void launch_scores(const TensorView& a, const TensorView& km, const Dims& dims, const Mask& mask,
@@ -294,8 +383,21 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
     fill(out, 0.0, stream);
     return;
   }
-  launch_scores(q, k, dims, mask, scale_of(options, dims.D), nullptr, w, s);
-  launch_rowsum(w, true, q.dtype, v, out, dims, mask, s);
+  const bool one_dtype = k.dtype == q.dtype && v.dtype == q.dtype && out.dtype == q.dtype;
+  bool done = false;
+  if (one_dtype && !gemm_attention_disabled()) {
+    try {
+      attention_gemm(q, k, v, out, dims, mask, scale_of(options, dims.D), w, stream);
+      done = true;
+    } catch (const Unsupported&) {
+      // cuBLASLt had no algorithm for these strides/alignment: the loop kernels below recompute
+      // the probabilities and the output from scratch, with the same math.
+    }
+  }
+  if (!done) {
+    launch_scores(q, k, dims, mask, scale_of(options, dims.D), nullptr, w, s);
+    launch_rowsum(w, true, q.dtype, v, out, dims, mask, s);
+  }
   if (w_tmp.defined() && probs) cast(w_tmp.view(), *probs, stream);
 }
 

@@ -19,6 +19,7 @@
 #include "ops/column_sum_cuda.cuh"
 #include "ops/cuda_common.cuh"
 #include "ops/cuda_ops.h"
+#include "ops/gemm_cuda.cuh"
 
 namespace hk::ops::cuda {
 namespace {
@@ -116,10 +117,12 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const BlasMatrix& m, int
 
 // D = alpha·op(A)·op(B) + beta·C in cuBLASLt's column-major terms, D == C in memory.
 // `bias` (length = rows of D, dtype of D) is added by the epilogue before the single rounding.
-void blas_gemm(DType dt, int64_t m, int64_t n, int64_t k, int64_t batch, const BlasMatrix& A,
-               const BlasMatrix& B, void* C, int64_t ldc, int64_t c_batch_stride, float alpha,
-               float beta, const void* bias, cudaStream_t stream) {
+void blas_gemm(DType dt, DType c_dt, int64_t m, int64_t n, int64_t k, int64_t batch,
+               const BlasMatrix& A, const BlasMatrix& B, void* C, int64_t ldc,
+               int64_t c_batch_stride, float alpha, float beta, const void* bias,
+               cudaStream_t stream) {
   const cudaDataType_t type = cuda_type(dt);
+  const cudaDataType_t c_type = cuda_type(c_dt);
   const size_t es = dtype_size(dt);
   const int device = current_device();
   Context& ctx = context();
@@ -131,7 +134,7 @@ void blas_gemm(DType dt, int64_t m, int64_t n, int64_t k, int64_t batch, const B
 
   const int align_a = alignment_bytes(A.ptr, A.ld, A.batch_stride, es);
   const int align_b = alignment_bytes(B.ptr, B.ld, B.batch_stride, es);
-  const int align_c = alignment_bytes(C, ldc, c_batch_stride, es);
+  const int align_c = alignment_bytes(C, ldc, c_batch_stride, dtype_size(c_dt));
   const PlanKey key{int64_t(dt),
                     device,
                     m,
@@ -153,7 +156,7 @@ void blas_gemm(DType dt, int64_t m, int64_t n, int64_t k, int64_t batch, const B
                     align_c,
                     bias != nullptr,
                     beta != 0.0f,
-                    0};
+                    int64_t(c_dt)};
   auto found = plans().find(key);
   if (found == plans().end()) {
     Plan plan;
@@ -173,7 +176,7 @@ void blas_gemm(DType dt, int64_t m, int64_t n, int64_t k, int64_t batch, const B
     }
     plan.a = make_layout(type, A, batch);
     plan.b = make_layout(type, B, batch);
-    plan.c = make_layout(type, BlasMatrix{C, false, m, n, ldc, c_batch_stride}, batch);
+    plan.c = make_layout(c_type, BlasMatrix{C, false, m, n, ldc, c_batch_stride}, batch);
 
     cublasLtMatmulPreference_t pref;
     HK_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -291,14 +294,14 @@ void gemm_views(const TensorView& a_in, const TensorView& b_in, const TensorView
   if (!loop) {
     blas_a.batch_stride = b_bs;
     blas_b.batch_stride = a_bs;
-    blas_gemm(dt, N, M, K, batch, blas_a, blas_b, c.ptr(), ldc, c_bs, alpha, beta, bias_ptr, s);
+    blas_gemm(dt, dt, N, M, K, batch, blas_a, blas_b, c.ptr(), ldc, c_bs, alpha, beta, bias_ptr, s);
   } else {
     for (int64_t i = 0; i < batch; ++i) {
       BlasMatrix ai = blas_a, bi = blas_b;
       ai.ptr = static_cast<const char*>(blas_a.ptr) + i * b_bs * es;
       bi.ptr = static_cast<const char*>(blas_b.ptr) + i * a_bs * es;
-      blas_gemm(dt, N, M, K, 1, ai, bi, static_cast<char*>(c.ptr()) + i * c_bs * es, ldc, 0, alpha,
-                beta, nullptr, s);
+      blas_gemm(dt, dt, N, M, K, 1, ai, bi, static_cast<char*>(c.ptr()) + i * c_bs * es, ldc, 0,
+                alpha, beta, nullptr, s);
     }
   }
   if (keep_c.defined()) copy_view(c_in, keep_c.view(), stream);
@@ -306,6 +309,34 @@ void gemm_views(const TensorView& a_in, const TensorView& b_in, const TensorView
     add(c_in, bias->expand(c_in.sizes()), c_in, 1.0f, stream);
   }
 }
+
+}  // namespace
+
+namespace detail {
+void gemm_strided_batched(DType ab_dtype, DType c_dtype, int64_t batch, int64_t M, int64_t N,
+                          int64_t K, const void* A, int64_t lda, int64_t stride_a, const void* B,
+                          int64_t ldb, int64_t stride_b, bool trans_b, void* C, int64_t ldc,
+                          int64_t stride_c, float alpha, float beta, Stream stream) {
+  // Cᵀ (N×M, column-major) = op(B)ᵀ·Aᵀ, as in gemm_views: cuBLASLt's A is our B, its B our A.
+  BlasMatrix blas_a, blas_b;
+  blas_a.ptr = B;
+  blas_a.transpose = trans_b;  // B stored [N, K] row-major = K×N column-major: transpose it
+  blas_a.rows = trans_b ? K : N;
+  blas_a.cols = trans_b ? N : K;
+  blas_a.ld = ldb;
+  blas_a.batch_stride = batch > 1 ? stride_b : 0;
+  blas_b.ptr = A;
+  blas_b.transpose = false;
+  blas_b.rows = K;
+  blas_b.cols = M;
+  blas_b.ld = lda;
+  blas_b.batch_stride = batch > 1 ? stride_a : 0;
+  blas_gemm(ab_dtype, c_dtype, N, M, K, batch, blas_a, blas_b, C, ldc, batch > 1 ? stride_c : 0,
+            alpha, beta, nullptr, native(stream));
+}
+}  // namespace detail
+
+namespace {
 
 TensorView last_two_swapped(const TensorView& v) {
   return v.transpose(v.ndim - 2, v.ndim - 1);

@@ -41,56 +41,69 @@ __device__ __forceinline__ void load_table(const float* __restrict__ p, float (&
 }
 
 template <class T, int VEC>
-__global__ void rotary_kernel(const T* x, Strides4 xs, T* y, Strides4 ys,
-                              const float* __restrict__ cos, const float* __restrict__ sin,
-                              int64_t cos_batch_stride, int64_t cos_seq_stride, int64_t B,
-                              int64_t S, int64_t H, int64_t D, bool backward) {
-  const int64_t half = D / 2, groups = half / VEC;
-  // A block walks tokens (b, s) with a grid stride; per token it rotates every head.
-  for (int64_t token = blockIdx.x; token < B * S; token += gridDim.x) {
-    const int64_t b = token / S, s = token - b * S;
-    const float* c = cos + b * cos_batch_stride + s * cos_seq_stride;
-    const float* sn = sin + b * cos_batch_stride + s * cos_seq_stride;
-    const T* xt = x + b * xs.s[0] + s * xs.s[1];
-    T* yt = y + b * ys.s[0] + s * ys.s[1];
+__global__ void __launch_bounds__(256, 4)
+    rotary_kernel(const T* x, Strides4 xs, T* y, Strides4 ys, const float* __restrict__ cos,
+                  const float* __restrict__ sin, int64_t cos_batch_stride, int64_t cos_seq_stride,
+                  int64_t B, int64_t S, int64_t H, int64_t D, bool backward) {
+  constexpr int kTokens = 2;  // tokens per step: both tokens' loads are issued before any math
+  const int64_t half = D / 2, groups = half / VEC, tokens = B * S;
+  // A block walks pairs of tokens (b, s) with a grid stride; per token it rotates every head.
+  for (int64_t t0 = int64_t(blockIdx.x) * kTokens; t0 < tokens;
+       t0 += int64_t(gridDim.x) * kTokens) {
+    const int n = t0 + 1 < tokens ? 2 : 1;
     for (int64_t t = threadIdx.x; t < H * groups; t += blockDim.x) {
       const int64_t h = t / groups, i0 = (t - h * groups) * VEC;
-      const T* xh = xt + h * xs.s[2];
-      T* yh = yt + h * ys.s[2];
-      float x1[VEC], x2[VEC];
-      if constexpr (VEC > 1) {
-        const Vec<T, VEC> a = *reinterpret_cast<const Vec<T, VEC>*>(xh + i0);
-        const Vec<T, VEC> bv = *reinterpret_cast<const Vec<T, VEC>*>(xh + half + i0);
+      // Raw storage vectors (packed 16-bit values use half the registers of floats).
+      Vec<T, VEC> x1[kTokens], x2[kTokens];
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) {
-          x1[k] = to_f32(a.v[k]);
-          x2[k] = to_f32(bv.v[k]);
+      for (int u = 0; u < kTokens; ++u) {
+        if (u >= n) break;
+        const int64_t token = t0 + u, b = token / S, s = token - b * S;
+        const T* xh = x + b * xs.s[0] + s * xs.s[1] + h * xs.s[2];
+        if constexpr (VEC > 1) {
+          x1[u] = *reinterpret_cast<const Vec<T, VEC>*>(xh + i0);
+          x2[u] = *reinterpret_cast<const Vec<T, VEC>*>(xh + half + i0);
+        } else {
+          x1[u].v[0] = xh[i0 * xs.s[3]];
+          x2[u].v[0] = xh[(half + i0) * xs.s[3]];
         }
-      } else {
-        x1[0] = to_f32(xh[i0 * xs.s[3]]);
-        x2[0] = to_f32(xh[(half + i0) * xs.s[3]]);
       }
-      float c1[VEC], c2[VEC], s1[VEC], s2[VEC];
-      load_table<VEC>(c + i0, c1);
-      load_table<VEC>(c + half + i0, c2);
-      load_table<VEC>(sn + i0, s1);
-      load_table<VEC>(sn + half + i0, s2);
-      Vec<T, VEC> o1, o2;
 #pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        // forward:  y1 = x1·c1 − x2·s1,  y2 = x2·c2 + x1·s2
-        // backward: dx1 = dy1·c1 + dy2·s2, dx2 = dy2·c2 − dy1·s1
-        const float y1 = backward ? x1[k] * c1[k] + x2[k] * s2[k] : x1[k] * c1[k] - x2[k] * s1[k];
-        const float y2 = backward ? x2[k] * c2[k] - x1[k] * s1[k] : x2[k] * c2[k] + x1[k] * s2[k];
-        o1.v[k] = from_f32<T>(y1);
-        o2.v[k] = from_f32<T>(y2);
-      }
-      if constexpr (VEC > 1) {
-        *reinterpret_cast<Vec<T, VEC>*>(yh + i0) = o1;
-        *reinterpret_cast<Vec<T, VEC>*>(yh + half + i0) = o2;
-      } else {
-        yh[i0 * ys.s[3]] = o1.v[0];
-        yh[(half + i0) * ys.s[3]] = o2.v[0];
+      for (int u = 0; u < kTokens; ++u) {
+        if (u >= n) break;
+        const int64_t token = t0 + u, b = token / S, s = token - b * S;
+        const float* c = cos + b * cos_batch_stride + s * cos_seq_stride;
+        const float* sn = sin + b * cos_batch_stride + s * cos_seq_stride;
+        // Tables in chunks of up to 4 values (one 16-byte load each) to keep registers low.
+        constexpr int C = VEC % 4 == 0 ? 4 : VEC;
+        Vec<T, VEC> o1, o2;
+#pragma unroll
+        for (int q = 0; q < VEC / C; ++q) {
+          float c1[C], c2[C], s1[C], s2[C];
+          load_table<C>(c + i0 + q * C, c1);
+          load_table<C>(c + half + i0 + q * C, c2);
+          load_table<C>(sn + i0 + q * C, s1);
+          load_table<C>(sn + half + i0 + q * C, s2);
+#pragma unroll
+          for (int e = 0; e < C; ++e) {
+            const int k = q * C + e;
+            // forward:  y1 = x1·c1 − x2·s1,  y2 = x2·c2 + x1·s2
+            // backward: dx1 = dy1·c1 + dy2·s2, dx2 = dy2·c2 − dy1·s1
+            const float a1 = to_f32(x1[u].v[k]), a2 = to_f32(x2[u].v[k]);
+            const float y1 = backward ? a1 * c1[e] + a2 * s2[e] : a1 * c1[e] - a2 * s1[e];
+            const float y2 = backward ? a2 * c2[e] - a1 * s1[e] : a2 * c2[e] + a1 * s2[e];
+            o1.v[k] = from_f32<T>(y1);
+            o2.v[k] = from_f32<T>(y2);
+          }
+        }
+        T* yh = y + b * ys.s[0] + s * ys.s[1] + h * ys.s[2];
+        if constexpr (VEC > 1) {
+          *reinterpret_cast<Vec<T, VEC>*>(yh + i0) = o1;
+          *reinterpret_cast<Vec<T, VEC>*>(yh + half + i0) = o2;
+        } else {
+          yh[i0 * ys.s[3]] = o1.v[0];
+          yh[(half + i0) * ys.s[3]] = o2.v[0];
+        }
       }
     }
   }
@@ -134,7 +147,9 @@ void run_rotary(const TensorView& x, const TensorView& cos, const TensorView& si
   const int64_t cos_ss = D;
   const Strides4 xs = strides4(x), ys = strides4(y);
   const int64_t half = D / 2;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(B * S, int64_t(sm_count()) * 16));
+  // One resident wave (8 blocks of ≤ 256 threads per SM), each walking token pairs.
+  const unsigned grid =
+      static_cast<unsigned>(std::min<int64_t>((B * S + 1) / 2, int64_t(sm_count()) * 8));
   const cudaStream_t s = native(stream);
   dispatch_float(x.dtype, name, [&](auto tag) {
     using T = decltype(tag);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 
 #include "gpu_testing.h"
 #include "hk/ops.h"
@@ -133,9 +134,7 @@ struct AttnCase {
   bool key_start;
 };
 
-TEST(GpuAttention, ForwardAndBackwardMatchCpu) {
-  HK_REQUIRE_CUDA();
-  uint32_t seed = 500;
+void check_attention_against_cpu(uint32_t seed) {
   const AttnCase cases[] = {
       {2, 19, 19, 4, 2, 64, true, false},  {2, 5, 19, 4, 2, 64, true, false},
       {2, 19, 19, 4, 4, 40, false, false}, {2, 19, 19, 8, 1, 128, true, true},
@@ -191,6 +190,20 @@ TEST(GpuAttention, ForwardAndBackwardMatchCpu) {
         EXPECT_TRUE(close(gdk, rdk, tol, rtol_for(dt) * 2)) << "dk " << what;
         EXPECT_TRUE(close(gdv, rdv, tol, rtol_for(dt) * 2)) << "dv " << what;
       }
+}
+
+// The forward's products on cuBLASLt (the default path).
+TEST(GpuAttention, ForwardAndBackwardMatchCpu) {
+  HK_REQUIRE_CUDA();
+  check_attention_against_cpu(500);
+}
+
+// The loop kernels the forward falls back to (HK_ATTENTION_NO_GEMM=1 forces them).
+TEST(GpuAttention, LoopKernelsMatchCpu) {
+  HK_REQUIRE_CUDA();
+  setenv("HK_ATTENTION_NO_GEMM", "1", 1);
+  check_attention_against_cpu(600);
+  unsetenv("HK_ATTENTION_NO_GEMM");
 }
 
 }  // namespace

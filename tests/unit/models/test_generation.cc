@@ -116,6 +116,16 @@ TEST(Generate, LeftPaddedBatchEqualsUnbatched) {
   }
 }
 
+TEST(Generate, TensorInputEqualsVectorInput) {
+  CausalLM lm = AutoModelForCausalLM::from_pretrained(fixture());
+  GenerateOptions o{.max_new_tokens = 4};
+  auto from_tensor = lm.generate(Tensor::from_ints({5, 6, 7, 8, 9, 10}, {2, 3}), o).sequences;
+  ASSERT_EQ(from_tensor.size(), 2u);
+  EXPECT_EQ(from_tensor[0], lm.generate(std::vector<int64_t>{5, 6, 7}, o).sequences[0]);
+  EXPECT_EQ(from_tensor[1], lm.generate(std::vector<int64_t>{8, 9, 10}, o).sequences[0]);
+  EXPECT_THROW(lm.generate(Tensor::from_ints({5, 6}, {2})), InvalidArgument);
+}
+
 TEST(Generate, StopsAtEosAndKeepsIt) {
   CausalLM lm = AutoModelForCausalLM::from_pretrained(fixture());
   GenerateOptions o{.max_new_tokens = 6, .eos_token_ids = std::vector<int64_t>{}};

@@ -1,6 +1,9 @@
 // config.json parsing: the Transformers 4.x and 5.x forms, defaults, and field-naming errors.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <random>
+
 #include "hk/error.h"
 #include "hk/model_config.h"
 
@@ -104,6 +107,59 @@ TEST(GenerationConfig, ParsesAndDefaultsWhenAbsent) {
   EXPECT_EQ(g.top_k, 20);
   auto none = GenerationConfig::from_dir("/nonexistent/dir");
   EXPECT_TRUE(none.eos_token_ids.empty());
+}
+
+}  // namespace
+}  // namespace hk
+
+namespace hk {
+namespace {
+
+TEST(ModelConfig, HugeSizesAreRejectedBeforeBuildingATree) {
+  std::string msg = error_of(R"({"model_type": "qwen3", "vocab_size": 100, "hidden_size": 64,
+    "intermediate_size": 128, "num_hidden_layers": 1000000000, "num_attention_heads": 4})");
+  EXPECT_NE(msg.find("'num_hidden_layers' is 1000000000, more than hk accepts"), std::string::npos)
+      << msg;
+}
+
+// Byte-level corruption of a real config.json: every outcome is a parsed config or an hk::Error
+// (never a crash or another exception type).
+TEST(ModelConfig, CorruptedTextOnlyEverThrowsHkErrors) {
+  std::ifstream in(std::string(HK_TEST_SOURCE_DIR) +
+                   "/tests/fixtures/models/llama-tiny-bf16/config.json");
+  const std::string original((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  ASSERT_FALSE(original.empty());
+  std::mt19937 rng(1234);
+  const std::string alphabet = "{}[]\":,0123456789-eE.+ truefalsn\\x";
+  int parsed = 0, rejected = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string text = original;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      size_t pos = rng() % text.size();
+      switch (rng() % 3) {
+        case 0:
+          text[pos] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          text.erase(pos, 1 + rng() % 8);
+          break;
+        default:
+          text.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+      }
+      if (text.empty()) text = "{";
+    }
+    try {
+      ModelConfig::from_json(text);
+      ++parsed;
+    } catch (const Error&) {
+      ++rejected;
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  EXPECT_EQ(parsed + rejected, 3000);
 }
 
 }  // namespace
