@@ -1,12 +1,12 @@
 // cuda/cross_entropy.cu — cross-entropy on given logits, loss and gradient in one launch.
 //
-// One 1024-thread block per row. Pass 1 streams the row once with an online softmax (per-thread
-// running max and sum of exp, rescaled once per 16-byte pack), plus Σz for label smoothing; the
-// block combines the partial (max, sum) pairs into lse. Pass 2 re-reads the row — backwards, so
-// the most recently read bytes (still in L2) come first — and writes the gradient, in place when
-// grad == logits. Ignored rows skip pass 1 and write zeros. Mean's divisor is counted on the
-// device by a tiny kernel before, and the scalar loss summed by one block after, in a fixed order:
-// no host synchronisation, deterministic results.
+// One 512-thread block per row (two resident per SM). Pass 1 streams the row once with an online
+// softmax (per-thread running max and sum of exp, rescaled once per 16-byte pack), plus Σz for
+// label smoothing; the block combines the partial (max, sum) pairs into lse. Pass 2 re-reads the
+// row — backwards, so the most recently read bytes (still in L2) come first — and writes the
+// gradient, in place when grad == logits. Ignored rows skip pass 1 and write zeros. Mean's divisor
+// is counted on the device by a tiny kernel before, and the scalar loss summed by one block after,
+// in a fixed order: no host synchronisation, deterministic results.
 #include <cfloat>
 
 #include "cuda/ce_launch.h"
@@ -16,7 +16,8 @@
 namespace liger::cuda {
 namespace {
 
-constexpr int kCeThreads = 1024;
+// 512 threads, 2 blocks per SM: one block's reduction or tail overlaps the other's streaming.
+constexpr int kCeThreads = 512;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float capped(float x, float cap) {
@@ -33,7 +34,7 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
 }
 
 template <class T, int N>
-__global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
+__global__ void __launch_bounds__(kCeThreads, 2) ce_rows_kernel(CeRowsP p) {
   __shared__ float sm_m[32], sm_s[32], sm_z[32];
   __shared__ float sh_lse;
   const int64_t r = blockIdx.x;
@@ -113,27 +114,43 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
       (p.grad_scale ? *p.grad_scale : 1.0f) * (p.dloss ? p.dloss[p.dloss_per_row ? r : 0] : 1.0f);
   const float zfac = 1 + 2 * p.z_loss_scale * lse, unif = p.label_smoothing / p.vocab;
   const float hit = 1 - p.label_smoothing;
-  for (int64_t k = threadIdx.x; k < packs; k += kCeThreads) {
-    const int64_t pk = packs - 1 - k;  // backwards: L2-resident end of the row first
-    Pack<T, N> out;
-    if (ignored || bad) {
+  // kU packs in flight per thread: the stores may alias the loads (in place), so the compiler
+  // cannot hoist the next iteration's loads by itself.
+  constexpr int kU = 4;
+  for (int64_t base = threadIdx.x; base < packs; base += kU * kCeThreads) {
+    Pack<T, N> v[kU];
+    if (!ignored && !bad) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) out.e[i] = from_f<T>(0.0f);
-    } else {
-      const Pack<T, N> v = ld<T, N>(x + pk * N);
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const float z = capped(to_f(v.e[i]), p.softcap);
-        float d = exp2f((z - lse) * kLog2e) * zfac - unif;
-        if (pk * N + i == target) d -= hit;
-        if (p.softcap > 0) {
-          const float t = z / p.softcap;
-          d *= 1 - t * t;
-        }
-        out.e[i] = from_f<T>(d * scale);
+      for (int u = 0; u < kU; ++u) {
+        const int64_t k = base + u * kCeThreads;
+        if (k < packs)
+          v[u] = ld<T, N>(x + (packs - 1 - k) * N);  // backwards: L2-resident end first
       }
     }
-    st<T, N>(g + pk * N, out);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t k = base + u * kCeThreads;
+      if (k >= packs) break;
+      const int64_t pk = packs - 1 - k;
+      Pack<T, N> out;
+      if (ignored || bad) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) out.e[i] = from_f<T>(0.0f);
+      } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const float z = capped(to_f(v[u].e[i]), p.softcap);
+          float d = exp2f((z - lse) * kLog2e) * zfac - unif;
+          if (pk * N + i == target) d -= hit;
+          if (p.softcap > 0) {
+            const float t = z / p.softcap;
+            d *= 1 - t * t;
+          }
+          out.e[i] = from_f<T>(d * scale);
+        }
+      }
+      st<T, N>(g + pk * N, out);
+    }
   }
 }
 
