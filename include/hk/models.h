@@ -3,8 +3,10 @@
 // A CausalLM is a handle to a module tree (root: `<Arch>ForCausalLM` with children `model` and
 // `lm_head`) plus its configs. `from_pretrained(dir, options)` reads config.json, builds the tree
 // for its `model_type` without allocating, then loads `model.safetensors` or the shards listed in
-// `model.safetensors.index.json` on the requested device and dtype. The kernelize options are
-// carried here so issue 5's kernelize can act on them; this header does not apply them.
+// `model.safetensors.index.json` on the requested device and dtype. With `use_kernels`, a
+// `kernel_config` (implies use_kernels, with a note on stderr) or an `attn_implementation` that is
+// not a built-in attention function, the loaded model goes through hk::kernelize (Inference);
+// `train()` / `eval()` then re-kernelize for Training / Inference.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,8 @@
 #include <vector>
 
 #include "hk/generation.h"
+#include "hk/kernel_config.h"
+#include "hk/kernelize.h"
 #include "hk/model_config.h"
 #include "hk/module.h"
 #include "hk/tensor.h"
@@ -24,10 +28,12 @@ namespace hk {
 struct LoadOptions {
   std::string device = "cpu";  // "cpu", "cuda", "cuda:1"
   std::optional<DType> dtype;  // nullopt = "auto": config's dtype, else the checkpoint's
-  // kernelize (issue 5) — carried, not applied yet:
-  bool use_kernels = false;
-  std::string kernel_config_file;   // --kernel-config FILE.json (implies use_kernels)
-  std::string attn_implementation;  // "" = "eager"; "sdpa" also built in
+  // kernelize (hk/kernelize.h):
+  bool use_kernels = false;                   // bind hub kernels with the default mapping
+  std::optional<KernelConfig> kernel_config;  // implies use_kernels
+  std::string kernel_config_file;             // KernelConfig JSON file (implies use_kernels)
+  // "" = "eager"; "sdpa" built in; "flash_attention_2|3|4" or a hub id go through kernelize.
+  std::string attn_implementation;
   bool allow_all_kernels = false;
   // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
   nn::KeyMapping key_mapping;
@@ -76,10 +82,13 @@ class CausalLM {
   GenerateOutput generate(const std::vector<std::vector<int64_t>>& prompts,
                           const GenerateOptions& options = {}) const;
 
+  // Sets the mode; a kernelized model is re-kernelized for Training / Inference.
   CausalLM& train(bool on = true);
   CausalLM& eval() { return train(false); }
   bool is_training() const;
   CausalLM& to(Device device, std::optional<DType> dtype = std::nullopt);
+  // The last kernelize decisions (null when the model was not kernelized).
+  const KernelizeReport* kernelize_report() const;
 
   DecoderLM& impl() const { return *impl_; }
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "hk/error.h"
 #include "io/tokenizer_internal.h"
@@ -358,9 +359,10 @@ void Loader::load(const json& root, Tokenizer::Impl& impl) const {
       fail(key, std::string("hk never truncates or pads; set \"") + key +
                     "\" to null in the file to use it");
 
-  std::unordered_map<std::string, bool> contents;
-  for (const auto& [token, id] : impl.bpe->vocab()) contents.emplace(token, true);
-  for (const tok::AddedToken& t : impl.added) contents.emplace(t.content, true);
+  // Distinct token strings, as the reference counts get_vocab_size(with_added_tokens=True).
+  std::unordered_set<std::string> contents;
+  for (const auto& [token, id] : impl.bpe->vocab()) contents.insert(token);
+  for (const tok::AddedToken& t : impl.added) contents.insert(t.content);
   impl.vocab_size = static_cast<int64_t>(contents.size());
 
   // bos / eos from the template when it has them, else from the usual names.

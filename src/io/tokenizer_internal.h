@@ -39,8 +39,9 @@ void append_token_bytes(std::string& out, std::string_view token);
 
 // ---- regex (tokenizer_regex.cc) ----------------------------------------------------------------
 
-// A compiled PCRE2 pattern in UTF + UCP mode, translated so that \s, \S and [:space:] agree with
-// Oniguruma (the reference's engine), which also counts U+0085 as white space.
+// A compiled PCRE2 pattern in UTF + UCP mode, translated so that \s, \S, \p{L} and \p{N} class
+// every code point like Oniguruma (the reference's engine): \s is exactly White_Space (PCRE2 adds
+// U+180E and lacks U+0085) and \p{L} / \p{N} gain the letters and numbers of newer Unicode.
 class Regex {
  public:
   // `literal` matches the pattern text verbatim. Throws std::invalid_argument with PCRE2's message.
@@ -48,21 +49,44 @@ class Regex {
   ~Regex();
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
-  // Calls on_match(begin, end) for successive non-overlapping, non-empty matches in valid UTF-8.
+  // Calls on_match(begin, end) for successive non-overlapping matches in valid UTF-8, with the
+  // reference's (Rust onig crate's) rule for empty matches: allowed, except one that ends where
+  // the previous match ended, which makes the search resume one character later.
   template <class F>
   void for_each_match(std::string_view text, F&& on_match) const {
-    size_t start = 0, b = 0, e = 0;
-    while (next_match(text, start, b, e)) {
+    size_t search_from = 0, b = 0, e = 0;
+    bool have_previous = false;
+    size_t previous_end = 0;
+    while (search_from <= text.size() && next_match(text, search_from, b, e)) {
+      if (b == e && have_previous && previous_end == e) {
+        search_from += 1;
+        while (search_from < text.size() &&
+               (static_cast<unsigned char>(text[search_from]) & 0xC0) == 0x80)
+          ++search_from;
+        continue;
+      }
+      search_from = previous_end = e;
+      have_previous = true;
       on_match(b, e);
-      start = e;
     }
   }
 
  private:
+  // The first match at or after `start` (possibly empty); false when there is none.
   bool next_match(std::string_view text, size_t start, size_t& begin, size_t& end) const;
   struct Code;
   std::unique_ptr<Code> code_;
 };
+
+// Code points the reference's regex engine (a newer Unicode) counts as \p{L} / \p{N} that are
+// unassigned in PCRE2's Unicode 14; generated into tokenizer_regex_tables.cc.
+struct CodePointRange {
+  uint32_t first, last;
+};
+extern const CodePointRange kNewerLetters[];
+extern const size_t kNewerLettersCount;
+extern const CodePointRange kNewerNumbers[];
+extern const size_t kNewerNumbersCount;
 
 // ---- pre-tokenizer (tokenizer_pretokenize.cc) --------------------------------------------------
 

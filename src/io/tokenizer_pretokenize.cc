@@ -1,6 +1,7 @@
 // Pre-tokenization: cuts normalized text into the pieces that BPE merges within. Mirrors the
 // reference's Split (every SplitDelimiterBehavior, invert) and ByteLevel (prefix space, GPT-2
-// regex) pre-tokenizers, piece by piece, dropping empty pieces as the reference does. The
+// regex) pre-tokenizers, piece by piece. Empty matches take part in the split behaviours (they
+// can separate pieces) and empty pieces are dropped at the end, as in the reference. The
 // byte→character mapping of ByteLevel is applied by the BPE model, which works on raw bytes.
 #include "io/tokenizer_internal.h"
 

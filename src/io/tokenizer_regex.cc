@@ -1,11 +1,15 @@
 // PCRE2 wrapper for the tokenizer's split patterns. The reference (Hugging Face tokenizers) runs
-// these patterns with Oniguruma; PCRE2 in UTF + UCP mode agrees on \p{..}, classes and
-// look-ahead, but its \s leaves out U+0085 (NEL), so \s / \S are widened here before compiling.
+// these patterns with Oniguruma; PCRE2 in UTF + UCP mode agrees on syntax, classes, case folding
+// and look-ahead, but not on every code point's class: its \s differs from White_Space (U+0085,
+// U+180E) and its Unicode 14 lacks newer letters and numbers. The pattern is rewritten before
+// compiling so that \s, \S, \p{L} and \p{N} match what Oniguruma matches (a test checks every
+// code point); other properties (\p{Lu}, \w, ...) are left to PCRE2.
 // Patterns are compiled (and JIT-compiled when available) once per tokenizer; matching allocates
 // its match data per call so one Regex can serve several threads.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdio>
 #include <stdexcept>
 
 #include "hk/error.h"
@@ -15,20 +19,48 @@
 namespace hk::tok {
 namespace {
 
-// Oniguruma's \s is the White_Space property; PCRE2 UCP's is Z + the ASCII spaces, i.e. the same
-// minus U+0085. Rewrites \s and \S (outside classes) and \s (inside classes) to include it.
-std::string widen_space_classes(const std::string& pattern) {
+// The members of Oniguruma's \s: the Unicode White_Space property (stable since Unicode 4.1).
+constexpr const char* kWhiteSpaceMembers =
+    "\\t\\n\\x{0B}\\f\\r\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}"
+    "\\x{202F}\\x{205F}\\x{3000}";
+
+std::string range_members(const CodePointRange* ranges, size_t count) {
   std::string out;
-  out.reserve(pattern.size() + 16);
+  char buf[40];
+  for (size_t i = 0; i < count; ++i) {
+    if (ranges[i].first == ranges[i].last)
+      std::snprintf(buf, sizeof(buf), "\\x{%X}", ranges[i].first);
+    else
+      std::snprintf(buf, sizeof(buf), "\\x{%X}-\\x{%X}", ranges[i].first, ranges[i].last);
+    out += buf;
+  }
+  return out;
+}
+
+// Rewrites \s, \S (outside classes), \p{L} and \p{N} into explicit classes with Oniguruma's
+// membership (see Regex). Other escapes and \S inside a class are left to PCRE2.
+std::string translate_for_oniguruma_parity(const std::string& pattern) {
+  static const std::string letters = "\\p{L}" + range_members(kNewerLetters, kNewerLettersCount);
+  static const std::string numbers = "\\p{N}" + range_members(kNewerNumbers, kNewerNumbersCount);
+  std::string out;
+  out.reserve(pattern.size() + 64);
   bool in_class = false;
   for (size_t i = 0; i < pattern.size(); ++i) {
     char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       char n = pattern[++i];
-      if (n == 's') {
-        out += in_class ? "\\s\\x{85}" : "[\\s\\x{85}]";
+      std::string_view rest(pattern.data() + i, pattern.size() - i);
+      const std::string* property = nullptr;
+      if (rest.substr(0, 4) == "p{L}") property = &letters;
+      if (rest.substr(0, 4) == "p{N}") property = &numbers;
+      if (property) {
+        out += in_class ? *property : "[" + *property + "]";
+        i += 3;
+      } else if (n == 's') {
+        out += in_class ? std::string(kWhiteSpaceMembers)
+                        : std::string("[") + kWhiteSpaceMembers + "]";
       } else if (n == 'S' && !in_class) {
-        out += "[^\\s\\x{85}]";
+        out += std::string("[^") + kWhiteSpaceMembers + "]";
       } else {
         out += c;
         out += n;
@@ -65,7 +97,7 @@ struct Regex::Code {
 };
 
 Regex::Regex(const std::string& pattern, bool literal) : code_(std::make_unique<Code>()) {
-  std::string source = literal ? pattern : widen_space_classes(pattern);
+  std::string source = literal ? pattern : translate_for_oniguruma_parity(pattern);
   // PCRE2_LITERAL admits UTF but not UCP (irrelevant to a literal anyway).
   uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   int error = 0;
@@ -93,31 +125,26 @@ bool Regex::next_match(std::string_view text, size_t start, size_t& begin, size_
   } md{pcre2_match_data_create(1, nullptr)};
   if (!md.data) throw std::bad_alloc();
   auto subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  while (start <= text.size()) {
-    // The caller validated the UTF-8 once; skipping PCRE2's check keeps matching linear.
-    uint32_t options = PCRE2_NO_UTF_CHECK;
-    int rc = pcre2_match(code_->code, subject, text.size(), start, options, md.data, nullptr);
-    if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-      rc = pcre2_match(code_->code, subject, text.size(), start, options | PCRE2_NO_JIT, md.data,
-                       nullptr);
-    if (rc == PCRE2_ERROR_NOMATCH) return false;
-    if (rc < 0) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(rc, message, sizeof(message));
-      throw hk::RuntimeFailure(std::string("splitting text with the tokenizer's pattern failed (") +
-                               reinterpret_cast<const char*>(message) +
-                               "); split the input into smaller parts");
-    }
-    PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
-    begin = ovector[0];
-    end = ovector[1];
-    if (end > begin) return true;
-    // An empty match yields no piece (the reference drops empty splits): retry one character on.
-    if (begin >= text.size()) return false;
-    start = begin + 1;
-    while (start < text.size() && (static_cast<unsigned char>(text[start]) & 0xC0) == 0x80) ++start;
+  // The caller validated the UTF-8 once; skipping PCRE2's check keeps matching linear.
+  uint32_t options = PCRE2_NO_UTF_CHECK;
+  int rc = pcre2_match(code_->code, subject, text.size(), start, options, md.data, nullptr);
+  if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
+    rc = pcre2_match(code_->code, subject, text.size(), start, options | PCRE2_NO_JIT, md.data,
+                     nullptr);
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof(message));
+    throw hk::RuntimeFailure(std::string("splitting text with the tokenizer's pattern failed (") +
+                             reinterpret_cast<const char*>(message) +
+                             "); split the input into smaller parts");
   }
-  return false;
+  PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(md.data);
+  begin = ovector[0];
+  end = ovector[1];
+  // \K in a look-behind can report an end before the start; treat that as an empty match.
+  if (end < begin) end = begin;
+  return true;
 }
 
 const std::string& gpt2_pattern() {

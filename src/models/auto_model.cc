@@ -2,13 +2,15 @@
 //
 // from_pretrained: config.json → tree (unallocated) → checkpoint opened and validated by
 // hk::Checkpoint → load_state_dict through the key mapping (all checks before any copy) → configs,
-// attention implementation, eval mode. The kernelize options are stored for issue 5; they are not
-// applied here.
+// eval mode → hk::kernelize (Inference) when kernels or a non-built-in attention were asked for.
 #include <filesystem>
 #include <map>
 #include <mutex>
 
+#include <iostream>
+
 #include "decoder_lm.h"
+#include "hk/attention_functions.h"
 #include "hk/checkpoint.h"
 #include "hk/error.h"
 
@@ -75,8 +77,11 @@ CausalLM AutoModelForCausalLM::from_config(const ModelConfig& config, const Load
   if (!is_floating(lm->dtype))
     throw InvalidArgument(std::string("dtype ") + dtype_name(lm->dtype) +
                           " cannot hold model weights; use f32, bf16 or f16");
-  lm->set_attn_implementation(options.attn_implementation.empty() ? "eager"
-                                                                  : options.attn_implementation);
+  // Built-in attention functions are set here; hub ids and flash names are kernelize's.
+  if (options.attn_implementation.empty() ||
+      nn::has_attention_function(options.attn_implementation))
+    lm->set_attn_implementation(options.attn_implementation.empty() ? "eager"
+                                                                    : options.attn_implementation);
   lm->eval();
   return CausalLM(lm);
 }
@@ -117,6 +122,26 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   load.dtype = lm.dtype;
   load.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
   nn::load_state_dict(lm, source, load);
+
+  const bool config_given =
+      options.kernel_config.has_value() || !options.kernel_config_file.empty();
+  const bool builtin_attention = options.attn_implementation.empty() ||
+                                 nn::has_attention_function(options.attn_implementation);
+  if (options.use_kernels || config_given || !builtin_attention || options.allow_all_kernels) {
+    if (config_given && !options.use_kernels)
+      std::cerr << "hk: note: kernel_config implies use_kernels\n";
+    KernelizeOptions k;
+    k.device = lm.device;
+    k.dtype = lm.dtype;
+    k.use_kernels = options.use_kernels || config_given;
+    if (options.kernel_config) k.config = *options.kernel_config;
+    if (!options.kernel_config_file.empty())
+      k.config = KernelConfig::from_file(options.kernel_config_file);
+    k.attn_implementation = options.attn_implementation;
+    k.allow_all_kernels = options.allow_all_kernels;
+    lm.kernelize_report = kernelize(lm, Mode::Inference, k);
+    lm.kernelize_options = k;
+  }
   return model;
 }
 
@@ -163,8 +188,17 @@ CausalLMOutput CausalLM::forward(const Tensor& input_ids, const Tensor& labels) 
 }
 
 CausalLM& CausalLM::train(bool on) {
-  need(impl_).train(on);
+  DecoderLM& lm = need(impl_);
+  lm.train(on);
+  if (lm.kernelize_options)
+    lm.kernelize_report =
+        kernelize(lm, on ? Mode::Training : Mode::Inference, *lm.kernelize_options);
   return *this;
+}
+
+const KernelizeReport* CausalLM::kernelize_report() const {
+  const DecoderLM& lm = need(impl_);
+  return lm.kernelize_report ? &*lm.kernelize_report : nullptr;
 }
 
 bool CausalLM::is_training() const {

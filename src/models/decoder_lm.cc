@@ -55,9 +55,8 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec)
       std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
 }
 
-void DecoderLayer::forward(const Tensor& h, const nn::AttentionState& state, Stream stream) const {
-  Tensor normed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
-  Tensor delta = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
+void DecoderLayer::forward(const Tensor& h, const Tensor& normed, const Tensor& delta,
+                           const nn::AttentionState& state, Stream stream) const {
   input_layernorm->forward(h, normed, stream);
   self_attn->forward(normed, delta, state, stream);
   ops::add(h, delta, h, 1.0f, stream);
@@ -154,9 +153,11 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
   state.sin = &sin.view();
   state.key_start = key_start.defined() ? &key_start.view() : nullptr;
   state.cache = cache;
+  Tensor scratch_normed = Tensor::empty(h.sizes(), dtype, device, stream);
+  Tensor scratch_delta = Tensor::empty(h.sizes(), dtype, device, stream);
   for (size_t i = 0; i < model->layers.size(); ++i) {
     state.layer_index = static_cast<int64_t>(i);
-    model->layers[i]->forward(h, state, stream);
+    model->layers[i]->forward(h, scratch_normed, scratch_delta, state, stream);
   }
   if (cache) cache->advance(s);
 

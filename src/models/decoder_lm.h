@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,10 @@ struct ArchitectureSpec {
 class DecoderLayer : public nn::Module {
  public:
   DecoderLayer(const ModelConfig& config, const ArchitectureSpec& spec);
-  // h [B, S, H] updated in place (residual stream); scratch buffers are allocated per call.
-  void forward(const Tensor& h, const nn::AttentionState& state, Stream stream) const;
+  // h [B, S, H] updated in place (residual stream); `normed` and `delta` are scratch tensors of
+  // h's shape, shared by all layers of one forward.
+  void forward(const Tensor& h, const Tensor& normed, const Tensor& delta,
+               const nn::AttentionState& state, Stream stream) const;
 
   std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::Attention> self_attn;
@@ -55,6 +58,8 @@ class DecoderLM : public nn::Module {
   ModelConfig config;
   GenerationConfig generation_config;
   LoadOptions load_options;
+  std::optional<KernelizeOptions> kernelize_options;  // set when the model was kernelized
+  std::optional<KernelizeReport> kernelize_report;
   Device device = Device::cpu();
   DType dtype = DType::F32;
 

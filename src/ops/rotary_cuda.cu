@@ -21,53 +21,77 @@ Strides4 strides4(const TensorView& v) {
   return {{v.strides[0], v.strides[1], v.strides[2], v.strides[3]}};
 }
 
+// VEC consecutive f32 table values; 16-byte loads when VEC is a multiple of 4 (the caller checks
+// alignment for VEC > 1).
+template <int VEC>
+__device__ __forceinline__ void load_table(const float* __restrict__ p, float (&out)[VEC]) {
+  if constexpr (VEC % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < VEC / 4; ++q) {
+      const float4 v = reinterpret_cast<const float4*>(p)[q];
+      out[4 * q] = v.x;
+      out[4 * q + 1] = v.y;
+      out[4 * q + 2] = v.z;
+      out[4 * q + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out[k] = p[k];
+  }
+}
+
 template <class T, int VEC>
 __global__ void rotary_kernel(const T* x, Strides4 xs, T* y, Strides4 ys,
                               const float* __restrict__ cos, const float* __restrict__ sin,
-                              int64_t cos_batch_stride, int64_t cos_seq_stride, int64_t S,
-                              int64_t H, int64_t D, bool backward) {
-  const int64_t token = blockIdx.x;
-  const int64_t b = token / S, s = token - b * S;
+                              int64_t cos_batch_stride, int64_t cos_seq_stride, int64_t B,
+                              int64_t S, int64_t H, int64_t D, bool backward) {
   const int64_t half = D / 2, groups = half / VEC;
-  const float* c = cos + b * cos_batch_stride + s * cos_seq_stride;
-  const float* sn = sin + b * cos_batch_stride + s * cos_seq_stride;
-  const T* xt = x + b * xs.s[0] + s * xs.s[1];
-  T* yt = y + b * ys.s[0] + s * ys.s[1];
-  for (int64_t t = threadIdx.x; t < H * groups; t += blockDim.x) {
-    const int64_t h = t / groups, i0 = (t - h * groups) * VEC;
-    const T* xh = xt + h * xs.s[2];
-    T* yh = yt + h * ys.s[2];
-    float x1[VEC], x2[VEC];
-    if constexpr (VEC > 1) {
-      const Vec<T, VEC> a = *reinterpret_cast<const Vec<T, VEC>*>(xh + i0);
-      const Vec<T, VEC> bv = *reinterpret_cast<const Vec<T, VEC>*>(xh + half + i0);
+  // A block walks tokens (b, s) with a grid stride; per token it rotates every head.
+  for (int64_t token = blockIdx.x; token < B * S; token += gridDim.x) {
+    const int64_t b = token / S, s = token - b * S;
+    const float* c = cos + b * cos_batch_stride + s * cos_seq_stride;
+    const float* sn = sin + b * cos_batch_stride + s * cos_seq_stride;
+    const T* xt = x + b * xs.s[0] + s * xs.s[1];
+    T* yt = y + b * ys.s[0] + s * ys.s[1];
+    for (int64_t t = threadIdx.x; t < H * groups; t += blockDim.x) {
+      const int64_t h = t / groups, i0 = (t - h * groups) * VEC;
+      const T* xh = xt + h * xs.s[2];
+      T* yh = yt + h * ys.s[2];
+      float x1[VEC], x2[VEC];
+      if constexpr (VEC > 1) {
+        const Vec<T, VEC> a = *reinterpret_cast<const Vec<T, VEC>*>(xh + i0);
+        const Vec<T, VEC> bv = *reinterpret_cast<const Vec<T, VEC>*>(xh + half + i0);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          x1[k] = to_f32(a.v[k]);
+          x2[k] = to_f32(bv.v[k]);
+        }
+      } else {
+        x1[0] = to_f32(xh[i0 * xs.s[3]]);
+        x2[0] = to_f32(xh[(half + i0) * xs.s[3]]);
+      }
+      float c1[VEC], c2[VEC], s1[VEC], s2[VEC];
+      load_table<VEC>(c + i0, c1);
+      load_table<VEC>(c + half + i0, c2);
+      load_table<VEC>(sn + i0, s1);
+      load_table<VEC>(sn + half + i0, s2);
+      Vec<T, VEC> o1, o2;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        x1[k] = to_f32(a.v[k]);
-        x2[k] = to_f32(bv.v[k]);
+        // forward:  y1 = x1·c1 − x2·s1,  y2 = x2·c2 + x1·s2
+        // backward: dx1 = dy1·c1 + dy2·s2, dx2 = dy2·c2 − dy1·s1
+        const float y1 = backward ? x1[k] * c1[k] + x2[k] * s2[k] : x1[k] * c1[k] - x2[k] * s1[k];
+        const float y2 = backward ? x2[k] * c2[k] - x1[k] * s1[k] : x2[k] * c2[k] + x1[k] * s2[k];
+        o1.v[k] = from_f32<T>(y1);
+        o2.v[k] = from_f32<T>(y2);
       }
-    } else {
-      x1[0] = to_f32(xh[i0 * xs.s[3]]);
-      x2[0] = to_f32(xh[(half + i0) * xs.s[3]]);
-    }
-    Vec<T, VEC> o1, o2;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      const float c1 = c[i0 + k], c2 = c[half + i0 + k];
-      const float s1 = sn[i0 + k], s2 = sn[half + i0 + k];
-      // forward:  y1 = x1·c1 − x2·s1,  y2 = x2·c2 + x1·s2
-      // backward: dx1 = dy1·c1 + dy2·s2, dx2 = dy2·c2 − dy1·s1
-      const float y1 = backward ? x1[k] * c1 + x2[k] * s2 : x1[k] * c1 - x2[k] * s1;
-      const float y2 = backward ? x2[k] * c2 - x1[k] * s1 : x2[k] * c2 + x1[k] * s2;
-      o1.v[k] = from_f32<T>(y1);
-      o2.v[k] = from_f32<T>(y2);
-    }
-    if constexpr (VEC > 1) {
-      *reinterpret_cast<Vec<T, VEC>*>(yh + i0) = o1;
-      *reinterpret_cast<Vec<T, VEC>*>(yh + half + i0) = o2;
-    } else {
-      yh[i0 * ys.s[3]] = o1.v[0];
-      yh[(half + i0) * ys.s[3]] = o2.v[0];
+      if constexpr (VEC > 1) {
+        *reinterpret_cast<Vec<T, VEC>*>(yh + i0) = o1;
+        *reinterpret_cast<Vec<T, VEC>*>(yh + half + i0) = o2;
+      } else {
+        yh[i0 * ys.s[3]] = o1.v[0];
+        yh[(half + i0) * ys.s[3]] = o2.v[0];
+      }
     }
   }
 }
@@ -110,24 +134,25 @@ void run_rotary(const TensorView& x, const TensorView& cos, const TensorView& si
   const int64_t cos_ss = D;
   const Strides4 xs = strides4(x), ys = strides4(y);
   const int64_t half = D / 2;
-  const unsigned grid = checked_grid_x(B * S, name);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(B * S, int64_t(sm_count()) * 16));
   const cudaStream_t s = native(stream);
   dispatch_float(x.dtype, name, [&](auto tag) {
     using T = decltype(tag);
     constexpr int VEC = static_cast<int>(16 / sizeof(T));
     bool wide = x.strides[3] == 1 && y.strides[3] == 1 && half % VEC == 0 &&
-                aligned_to(x.ptr(), 16) && aligned_to(y.ptr(), 16);
+                aligned_to(x.ptr(), 16) && aligned_to(y.ptr(), 16) && aligned_to(cv.ptr(), 16) &&
+                aligned_to(sv.ptr(), 16);
     for (int d = 0; d < 3; ++d) wide = wide && xs.s[d] % VEC == 0 && ys.s[d] % VEC == 0;
     const int64_t groups = wide ? half / VEC : half;
     const int threads = static_cast<int>(std::min<int64_t>(256, (H * groups + 31) / 32 * 32));
     if (wide) {
       rotary_kernel<T, VEC><<<grid, threads, 0, s>>>(
           static_cast<const T*>(x.ptr()), xs, static_cast<T*>(y.ptr()), ys, cv.data_as<float>(),
-          sv.data_as<float>(), cos_bs, cos_ss, S, H, D, backward);
+          sv.data_as<float>(), cos_bs, cos_ss, B, S, H, D, backward);
     } else {
       rotary_kernel<T, 1><<<grid, threads, 0, s>>>(
           static_cast<const T*>(x.ptr()), xs, static_cast<T*>(y.ptr()), ys, cv.data_as<float>(),
-          sv.data_as<float>(), cos_bs, cos_ss, S, H, D, backward);
+          sv.data_as<float>(), cos_bs, cos_ss, B, S, H, D, backward);
     }
     HK_CUDA_CHECK_LAUNCH();
   });

@@ -4,14 +4,15 @@
 //
 // Loads the model with AutoModelForCausalLM::from_pretrained and generates. Greedy unless one of
 // --temperature (> 0), --top-k or --top-p is given. --prompt needs DIR/tokenizer.json. The
-// kernelize flags are parsed and carried in LoadOptions; until kernelize (issue 5) lands they do
-// not change which implementation runs (a note on stderr says so), except --attn-implementation,
-// which selects a registered attention function ("eager", "sdpa") and is rejected otherwise.
+// kernelize flags go into LoadOptions: with --use-kernels, --kernel-config (implies
+// --use-kernels, with a note) or a non-built-in --attn-implementation the model is kernelized
+// (Inference) and the JSON output carries the per-layer report under "kernelize".
 //
 // Text output: the generated text (or the ids when there is no tokenizer).
 // --json output (stable; extra keys may be added):
 //   {"prompt_ids": [..], "ids": [new tokens only], "text": "<decoded new tokens>",
-//    "timings": {"load_ms": .., "prefill_ms": .., "decode_tok_s": .., "decode_steps": ..}}
+//    "timings": {"load_ms": .., "prefill_ms": .., "decode_tok_s": .., "decode_steps": ..},
+//    "kernelize": {"device", "mode", "layers": [..]}   (only when a kernelize flag was given)}
 // Every user-facing failure (missing or corrupt files, wrong shapes, a prompt longer than the
 // context) is an hk::Error: exit status 1 and one sentence on stderr.
 #include <CLI/CLI.hpp>
@@ -80,15 +81,10 @@ void run_generate(const GenerateArgs& a) {
   hk::LoadOptions load;
   load.device = a.device;
   if (a.dtype != "auto") load.dtype = hk::parse_dtype(a.dtype);
-  load.use_kernels = a.use_kernels || !a.kernel_config.empty();
+  load.use_kernels = a.use_kernels;
   load.kernel_config_file = a.kernel_config;
   load.attn_implementation = a.attn_implementation;
   load.allow_all_kernels = a.allow_all_kernels;
-  if (load.use_kernels || a.allow_all_kernels)
-    std::cerr << "hk: note: --use-kernels/--kernel-config/--allow-all-kernels are accepted but "
-                 "not applied yet (kernelize is not built); running the built-in layers\n";
-  if (!a.kernel_config.empty() && !std::filesystem::exists(a.kernel_config))
-    throw hk::NotFound("kernel config " + a.kernel_config + " does not exist");
 
   std::vector<int64_t> prompt_ids;
   std::optional<hk::Tokenizer> tokenizer;
@@ -106,6 +102,7 @@ void run_generate(const GenerateArgs& a) {
 
   auto t0 = std::chrono::steady_clock::now();
   hk::CausalLM model = hk::AutoModelForCausalLM::from_pretrained(a.model, load);
+  const hk::KernelizeReport* report = model.kernelize_report();
   const double load_ms = ms_since(t0);
 
   hk::GenerateOptions options;
@@ -135,6 +132,7 @@ void run_generate(const GenerateArgs& a) {
                     {"prefill_ms", out.timings.prefill_ms},
                     {"decode_tok_s", out.timings.decode_tok_s},
                     {"decode_steps", out.timings.decode_steps}};
+    if (report) j["kernelize"] = nlohmann::json::parse(report->to_json());
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else if (have_text) {
     std::cout << text << "\n";
@@ -158,11 +156,11 @@ void add_generate(CLI::App& app) {
   cmd->add_option("--top-p", args->top_p, "sample from the smallest set with this mass");
   cmd->add_option("--seed", args->seed, "sampling seed (default 0)");
   cmd->add_flag("--json", args->json, "print JSON");
-  cmd->add_flag("--use-kernels", args->use_kernels, "use hub kernels (kernelize; not applied yet)");
+  cmd->add_flag("--use-kernels", args->use_kernels, "bind hub kernels (hk::kernelize, inference)");
   cmd->add_option("--kernel-config", args->kernel_config,
                   "KernelConfig JSON file (implies --use-kernels)");
   cmd->add_option("--attn-implementation", args->attn_implementation,
-                  "attention function: eager, sdpa (hub ids come with kernelize)");
+                  "eager, sdpa, flash_attention_2|3|4 or a hub id org/repo[@rev][:fn]");
   cmd->add_flag("--allow-all-kernels", args->allow_all_kernels,
                 "trust kernels outside trusted orgs");
   cmd->callback([args] { run_generate(*args); });

@@ -133,3 +133,29 @@ TEST_F(BrokenModel, WrongShapesNameBothShapes) {
 
 }  // namespace
 }  // namespace hk
+
+namespace hk {
+namespace {
+
+TEST(Loading, UseKernelsKernelizesAndTrainEvalReKernelize) {
+  CausalLM plain = AutoModelForCausalLM::from_pretrained(fixture("qwen3-tiny"));
+  EXPECT_EQ(plain.kernelize_report(), nullptr);
+  CausalLM lm = AutoModelForCausalLM::from_pretrained(fixture("qwen3-tiny"), {.use_kernels = true});
+  const KernelizeReport* report = lm.kernelize_report();
+  ASSERT_NE(report, nullptr);
+  EXPECT_EQ(report->mode, Mode::Inference);
+  ASSERT_NE(report->find("model.layers.0.input_layernorm"), nullptr);
+  // Whatever got bound, the numbers stay those of the built-in path.
+  Tensor ids = Tensor::from_ints({5, 17, 42, 7}, {1, 4});
+  auto a = lm.forward(ids, ForwardOptions{.logits_to_keep = 1}).logits.to_doubles();
+  auto b = plain.forward(ids, ForwardOptions{.logits_to_keep = 1}).logits.to_doubles();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4);
+  lm.train();
+  EXPECT_EQ(lm.kernelize_report()->mode, Mode::Training);
+  lm.eval();
+  EXPECT_EQ(lm.kernelize_report()->mode, Mode::Inference);
+}
+
+}  // namespace
+}  // namespace hk

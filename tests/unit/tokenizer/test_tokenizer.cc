@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "hk/error.h"
 #include "hk/tokenizer.h"
@@ -75,6 +76,26 @@ TEST_P(Reference, RepeatedEncodingUsesTheCacheConsistently) {
     std::vector<int64_t> first = tok.encode(text);
     EXPECT_EQ(copy.encode(text), first);
   }
+}
+
+TEST_P(Reference, ConcurrentEncodingGivesTheSameIds) {
+  // One tokenizer shared by several threads: the word cache is the only mutable state.
+  Tokenizer tok = Tokenizer::from_file(fixture_dir() + "/" + GetParam() + "/tokenizer.json");
+  const nlohmann::json exp = expected(GetParam());
+  std::vector<std::pair<std::string, std::vector<int64_t>>> cases;
+  for (const auto& c : exp["cases"]) cases.emplace_back(c["text"], ids_of(c["ids"]));
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 3; ++round)
+        for (size_t i = t; i < cases.size() + t; ++i) {
+          const auto& [text, ids] = cases[i % cases.size()];
+          if (tok.encode(text) != ids) ++failures[t];
+        }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(failures, std::vector<int>(4, 0));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Reference, ::testing::Values("qwen2", "llama3", "gpt2"));
