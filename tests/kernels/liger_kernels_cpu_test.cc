@@ -133,6 +133,20 @@ TEST(LigerReference, CrossEntropyGradientMatchesFiniteDifferences) {
   for (size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(g[i], n[i], 1e-6);
 }
 
+// The FLCE chunk plan at the Qwen3-0.6B loss shape keeps the extra memory under the 1.3 GB target
+// (chunk of bf16 logits + f32 d(weight) accumulator + 32 MiB GEMM workspace) with few chunks.
+TEST(LigerChunking, FusedLinearCrossEntropyPlanFitsTheMemoryTarget) {
+  const int64_t n = 8192, v = 151936, h = 1024;
+  const int64_t c = liger::default_chunk_tokens(n, v, h, 2, true);
+  EXPECT_EQ(c % 128, 0);
+  const double extra = double(c) * v * 2 + 4.0 * v * h + (32 << 20);
+  EXPECT_LE(extra, 1.3e9);
+  EXPECT_LE((n + c - 1) / c, 6) << "chunk " << c;
+  // Without the f32 accumulator (f32 dweight) the chunks grow; tiny problems are one chunk.
+  EXPECT_GT(liger::default_chunk_tokens(n, v, h, 2, false), c);
+  EXPECT_EQ(liger::default_chunk_tokens(45, 1000, 64, 4, false), 128);
+}
+
 TEST(LigerReference, HostHalfConversionsRoundToNearestEven) {
   using liger::host::f16_bits_to_float;
   using liger::host::float_to_f16_bits;

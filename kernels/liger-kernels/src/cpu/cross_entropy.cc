@@ -26,17 +26,19 @@ CeRowResult ce_row(const float* logits, int64_t vocab, int64_t target, const CeR
   }
   double se = 0;
   for (int64_t j = 0; j < vocab; ++j) se += std::exp(static_cast<double>(z[j]) - mx);
-  const float lse = mx + static_cast<float>(std::log(se));
+  const float ls = static_cast<float>(std::log(se)), lse = mx + ls;
   const float eps = o.label_smoothing;
   CeRowResult res;
   res.lse = lse;
   res.z_loss = o.z_loss_scale * lse * lse;
-  res.loss =
-      (1 - eps) * (lse - z[target]) + eps * (lse - static_cast<float>(sum_z / vocab)) + res.z_loss;
+  // (m − z_t) + log s rather than lse − z_t: exact for a confident prediction (see the cuda
+  // variant).
+  res.loss = (1 - eps) * ((mx - z[target]) + ls) +
+             eps * ((mx - static_cast<float>(sum_z / vocab)) + ls) + res.z_loss;
   if (grad) {
     const float zfac = 1 + 2 * o.z_loss_scale * lse;
     for (int64_t j = 0; j < vocab; ++j) {
-      float g = std::exp(z[j] - lse) * zfac - eps / static_cast<float>(vocab);
+      float g = std::exp((z[j] - mx) - ls) * zfac - eps / static_cast<float>(vocab);
       if (j == target) g -= 1 - eps;
       if (o.softcap > 0) {
         const float t = z[j] / o.softcap;

@@ -1,12 +1,12 @@
 // cuda/cross_entropy.cu — cross-entropy on given logits, loss and gradient in one launch.
 //
-// One 1024-thread block per row. Pass 1 streams the row once with an online softmax (per-thread
-// running max and sum of exp, rescaled once per 16-byte pack), plus Σz for label smoothing; the
-// block combines the partial (max, sum) pairs into lse. Pass 2 re-reads the row — backwards, so
-// the most recently read bytes (still in L2) come first — and writes the gradient, in place when
-// grad == logits. Ignored rows skip pass 1 and write zeros. Mean's divisor is counted on the
-// device by a tiny kernel before, and the scalar loss summed by one block after, in a fixed order:
-// no host synchronisation, deterministic results.
+// One 512-thread block per row (two resident per SM). Pass 1 streams the row once with an online
+// softmax (per-thread running max and sum of exp, rescaled once per 16-byte pack), plus Σz for
+// label smoothing; the block combines the partial (max, sum) pairs into lse. Pass 2 re-reads the
+// row — backwards, so the most recently read bytes (still in L2) come first — and writes the
+// gradient, in place when grad == logits. Ignored rows skip pass 1 and write zeros. Mean's divisor
+// is counted on the device by a tiny kernel before, and the scalar loss summed by one block after,
+// in a fixed order: no host synchronisation, deterministic results.
 #include <cfloat>
 
 #include "cuda/ce_launch.h"
@@ -16,7 +16,8 @@
 namespace liger::cuda {
 namespace {
 
-constexpr int kCeThreads = 1024;
+// 512 threads, 2 blocks per SM: one block's reduction or tail overlaps the other's streaming.
+constexpr int kCeThreads = 512;
 constexpr float kLog2e = 1.4426950408889634f;
 
 __device__ __forceinline__ float capped(float x, float cap) {
@@ -24,18 +25,19 @@ __device__ __forceinline__ float capped(float x, float cap) {
 }
 
 // Merges (m2, s2) into (m, s): s scaled to the larger max. An empty side has m = -inf.
-__device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
+__device__ __forceinline__ void merge_d(float& m, double& s, float m2, double s2) {
   const float mn = fmaxf(m, m2);
   if (mn == -INFINITY) return;
-  s = (m == -INFINITY ? 0.0f : s * exp2f((m - mn) * kLog2e)) +
-      (m2 == -INFINITY ? 0.0f : s2 * exp2f((m2 - mn) * kLog2e));
+  s = (m == -INFINITY ? 0.0 : s * exp(static_cast<double>(m) - mn)) +
+      (m2 == -INFINITY ? 0.0 : s2 * exp(static_cast<double>(m2) - mn));
   m = mn;
 }
 
 template <class T, int N>
-__global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
-  __shared__ float sm_m[32], sm_s[32], sm_z[32];
-  __shared__ float sh_lse;
+__global__ void __launch_bounds__(kCeThreads, 2) ce_rows_kernel(CeRowsP p) {
+  __shared__ float sm_m[32], sm_z[32];
+  __shared__ double sm_s[32];
+  __shared__ float sh_lse, sh_m, sh_ls;
   const int64_t r = blockIdx.x;
   const T* x = static_cast<const T*>(p.logits) + r * p.logits_stride;
   const int64_t target = load_index(p.labels, p.labels_dt, r * p.labels_stride);
@@ -43,11 +45,16 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
   const bool bad = !ignored && (target < 0 || target >= p.vocab);
   const int64_t packs = p.vocab / N;
   const bool smooth = p.label_smoothing > 0;
-  float lse = 0;
+  // The gradient uses exp((z − m) − log s), not exp(z − lse): the same value without the
+  // rounding of lse (which is ~1e-6 at lse ≈ 17). From a given lse: m = lse, log s = 0.
+  float lse = 0, gm = 0, gls = 0;
   if (p.lse_in) {
     lse = ignored || bad ? 0.0f : p.lse_in[r];
+    gm = lse;
   } else if (!ignored && !bad) {
-    float m = -INFINITY, s = 0, sz = 0;
+    // s: Σ exp(z − m), Kahan-compensated (comp): a confident row is 1 + many terms far below
+    // f32's half ulp of 1, which plain accumulation drops (≈1e-3 relative error in a 1e-3 loss).
+    float m = -INFINITY, s = 0, comp = 0, sz = 0;
     constexpr int kU = 4;  // packs in flight per thread
     for (int64_t base = threadIdx.x; base < packs; base += kU * kCeThreads) {
       Pack<T, N> v[kU];
@@ -65,43 +72,54 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
           if (smooth) sz += z[i];
         }
         const float mn = fmaxf(m, pm);
-        float ps = 0;
+        const float f = m == -INFINITY ? 0.0f : exp2f((m - mn) * kLog2e);
+        s *= f;
+        comp *= f;
 #pragma unroll
-        for (int i = 0; i < N; ++i) ps += exp2f((z[i] - mn) * kLog2e);
-        s = (m == -INFINITY ? 0.0f : s * exp2f((m - mn) * kLog2e)) + ps;
+        for (int i = 0; i < N; ++i) {
+          const float y = exp2f((z[i] - mn) * kLog2e) - comp;
+          const float t = s + y;
+          comp = (t - s) - y;
+          s = t;
+        }
         m = mn;
       }
     }
-    // Block reduction of (m, s) and Σz.
+    // Combine the threads' (m, s) in double: the row holding a confident prediction has
+    // s ≈ 1 + 1e-3, and ten f32 merges near 1 would cost ~1e-7 each on a ~1e-3 loss.
+    double sd = static_cast<double>(s) - comp;
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-      merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+      merge_d(m, sd, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, sd, o));
       sz += __shfl_xor_sync(0xffffffffu, sz, o);
     }
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) sm_m[warp] = m, sm_s[warp] = s, sm_z[warp] = sz;
+    if (lane == 0) sm_m[warp] = m, sm_s[warp] = sd, sm_z[warp] = sz;
     __syncthreads();
     if (warp == 0) {
       m = lane < kCeThreads / 32 ? sm_m[lane] : -INFINITY;
-      s = lane < kCeThreads / 32 ? sm_s[lane] : 0.0f;
+      sd = lane < kCeThreads / 32 ? sm_s[lane] : 0.0;
       sz = lane < kCeThreads / 32 ? sm_z[lane] : 0.0f;
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
-        merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+        merge_d(m, sd, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, sd, o));
         sz += __shfl_xor_sync(0xffffffffu, sz, o);
       }
       if (lane == 0) {
-        const float l = m + logf(s);
+        // lse − z_t as (m − z_t) + log s: exact 0 + log s when the target is the max, so a
+        // confident prediction keeps its small loss instead of the rounding of lse (~1e-6).
+        const float ls = static_cast<float>(log(sd)), l = m + ls;
         const float zt = capped(to_f(x[target]), p.softcap);
         const float eps = p.label_smoothing, zl = p.z_loss_scale * l * l;
-        if (p.row_loss) p.row_loss[r] = (1 - eps) * (l - zt) + eps * (l - sz / p.vocab) + zl;
+        if (p.row_loss)
+          p.row_loss[r] = (1 - eps) * ((m - zt) + ls) + eps * ((m - sz / p.vocab) + ls) + zl;
         if (p.row_z) p.row_z[r] = zl;
         if (p.lse) p.lse[r] = l;
-        sh_lse = l;
+        sh_lse = l, sh_m = m, sh_ls = ls;
       }
     }
     __syncthreads();
-    lse = sh_lse;
+    lse = sh_lse, gm = sh_m, gls = sh_ls;
   } else if (threadIdx.x == 0) {
     if (p.row_loss) p.row_loss[r] = bad ? NAN : 0.0f;
     if (p.row_z) p.row_z[r] = 0;
@@ -113,27 +131,43 @@ __global__ void __launch_bounds__(kCeThreads) ce_rows_kernel(CeRowsP p) {
       (p.grad_scale ? *p.grad_scale : 1.0f) * (p.dloss ? p.dloss[p.dloss_per_row ? r : 0] : 1.0f);
   const float zfac = 1 + 2 * p.z_loss_scale * lse, unif = p.label_smoothing / p.vocab;
   const float hit = 1 - p.label_smoothing;
-  for (int64_t k = threadIdx.x; k < packs; k += kCeThreads) {
-    const int64_t pk = packs - 1 - k;  // backwards: L2-resident end of the row first
-    Pack<T, N> out;
-    if (ignored || bad) {
+  // kU packs in flight per thread: the stores may alias the loads (in place), so the compiler
+  // cannot hoist the next iteration's loads by itself.
+  constexpr int kU = 4;
+  for (int64_t base = threadIdx.x; base < packs; base += kU * kCeThreads) {
+    Pack<T, N> v[kU];
+    if (!ignored && !bad) {
 #pragma unroll
-      for (int i = 0; i < N; ++i) out.e[i] = from_f<T>(0.0f);
-    } else {
-      const Pack<T, N> v = ld<T, N>(x + pk * N);
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const float z = capped(to_f(v.e[i]), p.softcap);
-        float d = exp2f((z - lse) * kLog2e) * zfac - unif;
-        if (pk * N + i == target) d -= hit;
-        if (p.softcap > 0) {
-          const float t = z / p.softcap;
-          d *= 1 - t * t;
-        }
-        out.e[i] = from_f<T>(d * scale);
+      for (int u = 0; u < kU; ++u) {
+        const int64_t k = base + u * kCeThreads;
+        if (k < packs)
+          v[u] = ld<T, N>(x + (packs - 1 - k) * N);  // backwards: L2-resident end first
       }
     }
-    st<T, N>(g + pk * N, out);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t k = base + u * kCeThreads;
+      if (k >= packs) break;
+      const int64_t pk = packs - 1 - k;
+      Pack<T, N> out;
+      if (ignored || bad) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) out.e[i] = from_f<T>(0.0f);
+      } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const float z = capped(to_f(v[u].e[i]), p.softcap);
+          float d = exp2f(((z - gm) - gls) * kLog2e) * zfac - unif;
+          if (pk * N + i == target) d -= hit;
+          if (p.softcap > 0) {
+            const float t = z / p.softcap;
+            d *= 1 - t * t;
+          }
+          out.e[i] = from_f<T>(d * scale);
+        }
+      }
+      st<T, N>(g + pk * N, out);
+    }
   }
 }
 

@@ -39,65 +39,78 @@ struct NormP {
 };
 
 // ---- register-resident kernels ------------------------------------------------------------------
+// Persistent: a group strides over rows; before reducing row r it asks L2 for row r + stride, so
+// the memory pipe stays busy through the reduction and the write (warps would otherwise load,
+// compute and store in lockstep waves).
 template <class T, int G, int V>
 __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
   constexpr int N = 16 / sizeof(T);
   __shared__ float red[32];
   const int gpb = kThreads / G, group = threadIdx.x / G, lane = threadIdx.x % G;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * gpb + group;
-  if (G == 32 && r >= p.rows) return;  // whole warp leaves; G = 256 has one row per block
-  const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
-  Pack<T, N> xv[V];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * gpb;
+  // G == 256: one group per block, so every thread sees the same trip count (group_sum syncs).
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * gpb + group; r < p.rows; r += stride) {
+    const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
+    Pack<T, N> xv[V];
 #pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
-    if (c < p.cols) xv[v] = ld<T, N>(x + c);
-  }
-  float mean = 0, s = 0;
-  if (p.layer_norm) {
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
+      if (c < p.cols) xv[v] = ld<T, N>(x + c);
+    }
+    if (r + stride < p.rows) {
+      const T* nx = static_cast<const T*>(p.x) + (r + stride) * p.x_stride;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
+        if (c < p.cols && (c * sizeof(T)) % 128 == 0) prefetch_l2(nx + c);
+      }
+    }
+    float mean = 0, s = 0;
+    if (p.layer_norm) {
+#pragma unroll
+      for (int v = 0; v < V; ++v)
+        if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
+#pragma unroll
+          for (int i = 0; i < N; ++i) s += to_f(xv[v].e[i]);
+      mean = group_sum<G>(s, red) / p.cols;
+      s = 0;
+    }
 #pragma unroll
     for (int v = 0; v < V; ++v)
       if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
 #pragma unroll
-        for (int i = 0; i < N; ++i) s += to_f(xv[v].e[i]);
-    mean = group_sum<G>(s, red) / p.cols;
-    s = 0;
-  }
+        for (int i = 0; i < N; ++i) {
+          const float d = to_f(xv[v].e[i]) - mean;
+          s += d * d;
+        }
+    const float rstd = rsqrtf(group_sum<G>(s, red) / p.cols + p.eps);
+    if (lane == 0) {
+      if (p.rstd_out) p.rstd_out[r] = rstd;
+      if (p.mean_out) p.mean_out[r] = mean;
+    }
+    T* y = static_cast<T*>(p.y) + r * p.y_stride;
 #pragma unroll
-  for (int v = 0; v < V; ++v)
-    if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
+      if (c >= p.cols) continue;
+      Pack<T, N> out;
+      float w[N], bias[N] = {};
+      load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
+      if (p.layer_norm && p.b) load_run<T, N>(p.b, p.b_dt, c, p.b_packed, bias);
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const float d = to_f(xv[v].e[i]) - mean;
-        s += d * d;
+        float h = (to_f(xv[v].e[i]) - mean) * rstd;
+        float o;
+        if (p.layer_norm) {
+          o = h * w[i] + bias[i];
+        } else {
+          if (p.llama_round) h = round_f<T>(h);
+          o = h * (p.offset + w[i]);
+        }
+        out.e[i] = from_f<T>(o);
       }
-  const float rstd = rsqrtf(group_sum<G>(s, red) / p.cols + p.eps);
-  if (lane == 0) {
-    if (p.rstd_out) p.rstd_out[r] = rstd;
-    if (p.mean_out) p.mean_out[r] = mean;
-  }
-  T* y = static_cast<T*>(p.y) + r * p.y_stride;
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
-    if (c >= p.cols) continue;
-    Pack<T, N> out;
-    float w[N], bias[N] = {};
-    load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
-    if (p.layer_norm && p.b) load_run<T, N>(p.b, p.b_dt, c, p.b_packed, bias);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      float h = (to_f(xv[v].e[i]) - mean) * rstd;
-      float o;
-      if (p.layer_norm) {
-        o = h * w[i] + bias[i];
-      } else {
-        if (p.llama_round) h = round_f<T>(h);
-        o = h * (p.offset + w[i]);
-      }
-      out.e[i] = from_f<T>(o);
+      st<T, N>(y + c, out);
     }
-    st<T, N>(y + c, out);
   }
 }
 
@@ -144,6 +157,19 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * gpb + group; r < p.rows;
        r += static_cast<int64_t>(gridDim.x) * gpb) {
     // G == 256: the whole block iterates the same rows, so the bound is uniform.
+    const int64_t next = r + static_cast<int64_t>(gridDim.x) * gpb;
+    // Start the next row's bytes towards L2 (see norm_fwd_vec), before this row's loads, while
+    // no packs are live (keeps the kernel within 128 registers).
+    if (next < p.rows) {
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int64_t c = (static_cast<int64_t>(v) * G + lane) * N;
+        if (c < p.cols && (c * sizeof(T)) % 128 == 0) {
+          prefetch_l2(static_cast<const T*>(p.x) + next * p.x_stride + c);
+          prefetch_l2(static_cast<const T*>(p.dy) + next * p.dy_stride + c);
+        }
+      }
+    }
     const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
     const T* dy = static_cast<const T*>(p.dy) + r * p.dy_stride;
     Pack<T, N> xv[V], gv[V];
@@ -350,6 +376,17 @@ int64_t bwd_grid(int64_t rows, int64_t cols) {
   return rows < most ? (rows > 0 ? rows : 1) : most;
 }
 
+// Persistent forward grid: as many blocks as fit on the chip at once (never more than the work).
+template <class K>
+unsigned fwd_grid(int64_t blocks_needed, K kernel) {
+  int per_sm = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0) != cudaSuccess ||
+      per_sm < 1)
+    per_sm = 1;
+  const int64_t most = static_cast<int64_t>(per_sm) * sm_count();
+  return static_cast<unsigned>(blocks_needed < most ? blocks_needed : most);
+}
+
 template <class T>
 void set_packed(NormP& p) {
   p.w_packed = p.w_dt == dt_of<T>() && aligned16(p.w);
@@ -362,10 +399,12 @@ int launch_fwd(NormP p, cudaStream_t s) {
   set_packed<T>(p);
   switch (choose_path<T>(p)) {
     case Path::Warp:
-      norm_fwd_vec<T, 32, 4><<<(p.rows + 7) / 8, kThreads, 0, s>>>(p);
+      norm_fwd_vec<T, 32, 4>
+          <<<fwd_grid((p.rows + 7) / 8, norm_fwd_vec<T, 32, 4>), kThreads, 0, s>>>(p);
       break;
     case Path::Block:
-      norm_fwd_vec<T, kThreads, 4><<<p.rows, kThreads, 0, s>>>(p);
+      norm_fwd_vec<T, kThreads, 4>
+          <<<fwd_grid(p.rows, norm_fwd_vec<T, kThreads, 4>), kThreads, 0, s>>>(p);
       break;
     default:
       norm_fwd_loop<T><<<p.rows, kThreads, 0, s>>>(p);
