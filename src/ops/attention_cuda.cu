@@ -13,6 +13,7 @@
 // head_dim ≤ 256. Not here: flash-style tiling, dropout, sliding windows, ALiBi.
 #include <cmath>
 
+#include "ops/attention_fast.h"
 #include "ops/cuda_common.cuh"
 #include "ops/cuda_ops.h"
 
@@ -281,6 +282,7 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
   if (out.numel() == 0) return;
   DeviceGuard guard(q.device);
   const cudaStream_t s = native(stream);
+  if (!probs && attention_fast_forward(q, k, v, out, options, stream)) return;
   Tensor keep_mask, w_tmp;
   const Mask mask = mask_of(options, keep_mask, stream);
   float* w;

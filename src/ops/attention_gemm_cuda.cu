@@ -1,0 +1,381 @@
+// Fast CUDA forward attention for inference: batched cuBLAS GEMMs for prefill, one fused kernel
+// for decode. Same numbers as the eager kernels in attention_cuda.cu (f32 scores and softmax,
+// probabilities rounded to q's dtype before P·V, fully masked rows give zeros), much faster.
+//
+//  - decode (S ≤ kDecodeMaxQueries, T ≤ kDecodeMaxKeys): one block per (batch, query head, query
+//    row). Warps split the visible keys for q·k (scores kept in shared memory), the block finds
+//    max and sum, rounds each probability to the dtype, then warps split the keys again for P·V
+//    and the partial rows are summed through shared memory. Only visible keys are read.
+//  - everything else: scores f32 [b·Hq, S, T] = scale·Q·Kᵀ through cublasGemmBatchedEx, a masked
+//    row softmax writing P in q's dtype (masked → 0), then out = P·V, written in place with out's
+//    strides. The per-(batch, head) operand pointers are computed on the device (a GQA query head
+//    h reads kv head h / (Hq/Hkv)), so nothing synchronises with the host. Batches are processed
+//    in chunks so that the score buffers stay under kScoreBudgetBytes.
+// Masked keys are skipped by the softmax, but P·V still multiplies their zero probabilities with
+// their V rows: V must be finite there (it is: padding positions hold computed values).
+// Not here: flash-style tiling (no S·T buffer), skipping causally masked GEMM tiles, backward.
+#include <cublas_v2.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+
+#include "ops/attention_fast.h"
+#include "ops/cuda_common.cuh"
+
+namespace hk::ops::cuda {
+namespace {
+using namespace detail;
+
+constexpr int kMaxHeadDim = 256;
+constexpr int64_t kDecodeMaxQueries = 4;
+constexpr int64_t kDecodeMaxKeys = 8192;  // scores in 32 KiB of shared memory
+constexpr int kDecodeWarps = 8;
+constexpr int kSoftmaxWarps = 8;  // rows per block of the softmax kernel
+constexpr size_t kScoreBudgetBytes = size_t(3) << 30;
+
+struct Dims {
+  int64_t B, S, T, Hq, Hkv, D;
+};
+struct Strides4 {
+  int64_t s[4];
+};
+Strides4 strides4(const TensorView& v) {
+  return {{v.strides[0], v.strides[1], v.strides[2], v.strides[3]}};
+}
+struct Mask {
+  bool causal;
+  const void* key_start;  // null = none
+  bool key_start_i64;
+};
+
+// Visible keys of query row i of batch b: [first, last] (empty when first > last).
+__device__ __forceinline__ void visible_keys(const Mask& mask, const Dims& d, int64_t b, int64_t i,
+                                             int64_t& first, int64_t& last) {
+  first = mask.key_start ? load_index(mask.key_start, mask.key_start_i64, b) : 0;
+  first = max(first, int64_t(0));
+  last = mask.causal ? min(d.T - d.S + i, d.T - 1) : d.T - 1;
+}
+
+// ---- decode -------------------------------------------------------------------------------------
+template <class T, int DPL>  // DPL: head-dim elements per lane (D ≤ 32·DPL)
+__global__ void __launch_bounds__(kDecodeWarps * 32)
+    attention_decode_kernel(const T* __restrict__ q, Strides4 qs, const T* __restrict__ k,
+                            Strides4 ks, const T* __restrict__ v, Strides4 vs, T* __restrict__ out,
+                            Strides4 os, Dims dims, Mask mask, float scale) {
+  extern __shared__ float smem[];
+  float* partial = smem;                               // [kDecodeWarps][32·DPL]
+  float* scratch = partial + kDecodeWarps * 32 * DPL;  // 32 floats
+  float* probs = scratch + 32;                         // [T]
+  const int64_t i = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int64_t hk = h / (dims.Hq / dims.Hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T* out_row = out + b * os.s[0] + i * os.s[1] + h * os.s[2];
+
+  int64_t first, last;
+  visible_keys(mask, dims, b, i, first, last);
+  if (first > last) {  // fully masked: zeros, not NaN
+    for (int64_t d = threadIdx.x; d < dims.D; d += blockDim.x) out_row[d] = from_f32<T>(0.0f);
+    return;
+  }
+
+  float qv[DPL];
+  const T* q_row = q + b * qs.s[0] + i * qs.s[1] + h * qs.s[2];
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) {
+    const int64_t d = lane + 32 * t;
+    qv[t] = d < dims.D ? to_f32(q_row[d]) : 0.0f;
+  }
+  const T* k_head = k + b * ks.s[0] + hk * ks.s[2];
+  for (int64_t j = first + warp; j <= last; j += kDecodeWarps) {
+    const T* k_row = k_head + j * ks.s[1];
+    float dot = 0.0f;
+#pragma unroll
+    for (int t = 0; t < DPL; ++t) {
+      const int64_t d = lane + 32 * t;
+      if (d < dims.D) dot += qv[t] * to_f32(k_row[d]);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) probs[j - first] = dot * scale;
+  }
+  __syncthreads();
+
+  const int64_t n = last - first + 1;
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, probs[j]);
+  m = block_max(m, scratch);
+  if (m == -INFINITY) {  // only -inf scores (inf/NaN-free inputs never get here): like eager
+    for (int64_t d = threadIdx.x; d < dims.D; d += blockDim.x) out_row[d] = from_f32<T>(0.0f);
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(probs[j] - m);
+  sum = block_sum(sum, scratch);
+  const float inv = 1.0f / sum;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    probs[j] = round_as<T>(expf(probs[j] - m) * inv);
+  __syncthreads();
+
+  float acc[DPL] = {};
+  const T* v_head = v + b * vs.s[0] + hk * vs.s[2];
+  for (int64_t j = warp; j < n; j += kDecodeWarps) {
+    const T* v_row = v_head + (first + j) * vs.s[1];
+    const float p = probs[j];
+#pragma unroll
+    for (int t = 0; t < DPL; ++t) {
+      const int64_t d = lane + 32 * t;
+      if (d < dims.D) acc[t] += p * to_f32(v_row[d]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) partial[warp * 32 * DPL + lane + 32 * t] = acc[t];
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < dims.D; d += blockDim.x) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) total += partial[w * 32 * DPL + d];
+    out_row[d] = from_f32<T>(total);
+  }
+}
+
+template <class T, int DPL>
+void launch_decode_for(const TensorView& q, const TensorView& k, const TensorView& v,
+                       const TensorView& out, const Dims& dims, const Mask& mask, float scale,
+                       cudaStream_t s) {
+  const size_t smem = sizeof(float) * (kDecodeWarps * 32 * DPL + 32 + dims.T);
+  const dim3 grid(static_cast<unsigned>(dims.S), static_cast<unsigned>(dims.Hq),
+                  static_cast<unsigned>(dims.B));
+  attention_decode_kernel<T, DPL><<<grid, kDecodeWarps * 32, smem, s>>>(
+      q.data_as<T>(), strides4(q), k.data_as<T>(), strides4(k), v.data_as<T>(), strides4(v),
+      out.data_as<T>(), strides4(out), dims, mask, scale);
+  HK_CUDA_CHECK_LAUNCH();
+}
+
+void launch_decode(const TensorView& q, const TensorView& k, const TensorView& v,
+                   const TensorView& out, const Dims& dims, const Mask& mask, float scale,
+                   cudaStream_t s) {
+  dispatch_float(q.dtype, "attention", [&](auto tag) {
+    using T = decltype(tag);
+    if (dims.D <= 64)
+      launch_decode_for<T, 2>(q, k, v, out, dims, mask, scale, s);
+    else if (dims.D <= 128)
+      launch_decode_for<T, 4>(q, k, v, out, dims, mask, scale, s);
+    else
+      launch_decode_for<T, 8>(q, k, v, out, dims, mask, scale, s);
+  });
+}
+
+// ---- prefill ------------------------------------------------------------------------------------
+struct PointerArgs {
+  const char *q, *k, *v;
+  char* out;
+  float* scores;
+  char* probs;
+  int64_t q0, q2, k0, k2, v0, v2, o0, o2;  // byte strides of the batch and head dims
+  int64_t Hq, group, ST, elem, batch0, count;
+};
+
+// Pointer arrays for the batched GEMMs, 6 × count: Q, K, scores, P, V, out.
+__global__ void attention_pointers_kernel(PointerArgs a, void** ptrs) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= a.count) return;
+  const int64_t b = a.batch0 + idx / a.Hq, h = idx % a.Hq, hk = h / a.group;
+  const int64_t n = a.count;
+  ptrs[0 * n + idx] = const_cast<char*>(a.q + b * a.q0 + h * a.q2);
+  ptrs[1 * n + idx] = const_cast<char*>(a.k + b * a.k0 + hk * a.k2);
+  ptrs[2 * n + idx] = a.scores + idx * a.ST;
+  ptrs[3 * n + idx] = a.probs + idx * a.ST * a.elem;
+  ptrs[4 * n + idx] = const_cast<char*>(a.v + b * a.v0 + hk * a.v2);
+  ptrs[5 * n + idx] = a.out + b * a.o0 + h * a.o2;
+}
+
+// One warp per score row: P[j] = round(exp(s[j] − max)/sum) over the visible keys, 0 elsewhere.
+template <class T>
+__global__ void __launch_bounds__(kSoftmaxWarps * 32)
+    attention_masked_softmax_kernel(const float* __restrict__ scores, T* __restrict__ probs,
+                                    int64_t rows, Dims dims, int64_t batch0, Mask mask) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = int64_t(blockIdx.x) * kSoftmaxWarps + (threadIdx.x >> 5);
+  if (row >= rows) return;
+  const int64_t i = row % dims.S, b = batch0 + row / (dims.S * dims.Hq);
+  const float* s = scores + row * dims.T;
+  T* p = probs + row * dims.T;
+  int64_t first, last;
+  visible_keys(mask, dims, b, i, first, last);
+  MaxSum ms{-INFINITY, 0.0f};
+  for (int64_t j = first + lane; j <= last; j += 32) ms = maxsum_add(ms, s[j]);
+  for (int o = 16; o > 0; o >>= 1) {
+    const MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o),
+                       __shfl_xor_sync(0xffffffffu, ms.s, o)};
+    ms = maxsum_merge(ms, other);
+  }
+  if (ms.m == -INFINITY) {  // fully masked (or only -inf scores): zeros, not NaN
+    for (int64_t j = lane; j < dims.T; j += 32) p[j] = from_f32<T>(0.0f);
+    return;
+  }
+  const float inv = 1.0f / ms.s;
+  for (int64_t j = lane; j < dims.T; j += 32) {
+    const float pj = (j >= first && j <= last) ? expf(s[j] - ms.m) * inv : 0.0f;
+    p[j] = from_f32<T>(pj);
+  }
+}
+
+void check_cublas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw RuntimeFailure(std::string("attention: cuBLAS call ") + what + " failed with status " +
+                         std::to_string(static_cast<int>(status)) +
+                         " (check that the GPU and driver support this dtype and shape)");
+}
+#define HK_ATTN_CUBLAS_CHECK(call) check_cublas((call), #call)
+
+cudaDataType_t blas_type(DType dt) {
+  return dt == DType::BF16 ? CUDA_R_16BF : dt == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+// One cuBLAS handle per device, created on first use and kept for the process (leaked on purpose:
+// no teardown order issues at exit). The mutex also serialises setStream + the GEMMs that follow.
+std::mutex& blas_mutex() {
+  static auto* m = new std::mutex();
+  return *m;
+}
+cublasHandle_t blas_handle(int device) {
+  static auto* handles = new std::map<int, cublasHandle_t>();
+  auto it = handles->find(device);
+  if (it != handles->end()) return it->second;
+  cublasHandle_t h;
+  HK_ATTN_CUBLAS_CHECK(cublasCreate(&h));
+  HK_ATTN_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST));
+  handles->emplace(device, h);
+  return h;
+}
+
+// Leading dimension of the [seq, head_dim] matrix of one (batch, head): the seq stride, or
+// head_dim when seq has one row (cuBLAS checks ld ≥ rows even then).
+int64_t seq_ld(const TensorView& t) {
+  return t.shape[1] > 1 ? t.strides[1] : t.shape[3];
+}
+
+void run_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& out, const Dims& dims, const Mask& mask, float scale,
+                 Stream stream) {
+  const cudaStream_t s = native(stream);
+  const size_t es = dtype_size(q.dtype);
+  const int64_t ST = dims.S * dims.T;
+  const size_t per_batch = size_t(dims.Hq) * size_t(ST) * (sizeof(float) + es);
+  const int64_t chunk =
+      std::max<int64_t>(1, std::min<int64_t>(dims.B, int64_t(kScoreBudgetBytes / per_batch)));
+  const int64_t max_count = chunk * dims.Hq;
+  Tensor scores = Tensor::empty({max_count, dims.S, dims.T}, DType::F32, q.device, stream);
+  Tensor probs = Tensor::empty({max_count, dims.S, dims.T}, q.dtype, q.device, stream);
+  Tensor ptrs = Tensor::empty({6 * max_count}, DType::I64, q.device, stream);
+  void** p = reinterpret_cast<void**>(ptrs.data_as<int64_t>());
+  const cudaDataType_t type = blas_type(q.dtype);
+  const float zero = 0.0f, one = 1.0f;
+
+  std::lock_guard<std::mutex> lock(blas_mutex());
+  cublasHandle_t handle = blas_handle(current_device());
+  HK_ATTN_CUBLAS_CHECK(cublasSetStream(handle, s));
+  for (int64_t b0 = 0; b0 < dims.B; b0 += chunk) {
+    const int64_t count = std::min(chunk, dims.B - b0) * dims.Hq;
+    PointerArgs a{static_cast<const char*>(q.ptr()),
+                  static_cast<const char*>(k.ptr()),
+                  static_cast<const char*>(v.ptr()),
+                  static_cast<char*>(out.ptr()),
+                  scores.data_as<float>(),
+                  static_cast<char*>(probs.view().ptr()),
+                  q.strides[0] * int64_t(es),
+                  q.strides[2] * int64_t(es),
+                  k.strides[0] * int64_t(es),
+                  k.strides[2] * int64_t(es),
+                  v.strides[0] * int64_t(es),
+                  v.strides[2] * int64_t(es),
+                  out.strides[0] * int64_t(es),
+                  out.strides[2] * int64_t(es),
+                  dims.Hq,
+                  dims.Hq / dims.Hkv,
+                  ST,
+                  int64_t(es),
+                  b0,
+                  count};
+    attention_pointers_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, s>>>(a, p);
+    HK_CUDA_CHECK_LAUNCH();
+    const int n = static_cast<int>(count);
+    // Row-major scores [S, T] = Q [S, D]·Kᵀ is column-major scoresᵀ [T, S] = (Kᵀ)ᵀ·Qᵀ.
+    HK_ATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
+        handle, CUBLAS_OP_T, CUBLAS_OP_N, int(dims.T), int(dims.S), int(dims.D), &scale, p + n,
+        type, int(seq_ld(k)), p, type, int(seq_ld(q)), &zero, p + 2 * n, CUDA_R_32F, int(dims.T), n,
+        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    const int64_t rows = count * dims.S;
+    dispatch_float(q.dtype, "attention", [&](auto tag) {
+      using T = decltype(tag);
+      attention_masked_softmax_kernel<T>
+          <<<checked_grid_x((rows + kSoftmaxWarps - 1) / kSoftmaxWarps, "attention"),
+             kSoftmaxWarps * 32, 0, s>>>(scores.data_as<float>(), probs.data_as<T>(), rows, dims,
+                                         b0, mask);
+    });
+    HK_CUDA_CHECK_LAUNCH();
+    // Row-major out [S, D] = P [S, T]·V [T, D] is column-major outᵀ [D, S] = Vᵀ·Pᵀ.
+    HK_ATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
+        handle, CUBLAS_OP_N, CUBLAS_OP_N, int(dims.D), int(dims.S), int(dims.T), &one, p + 4 * n,
+        type, int(seq_ld(v)), p + 3 * n, type, int(dims.T), &zero, p + 5 * n, type,
+        int(seq_ld(out)), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+}
+
+// ---- eligibility --------------------------------------------------------------------------------
+// Every (batch, head) matrix must start 16-byte aligned with 16-byte aligned rows so cuBLAS can use
+// its tensor-core kernels on pointer arrays, and the row stride must not overlap a row.
+bool gemm_operand_ok(const TensorView& t) {
+  const int64_t es = int64_t(dtype_size(t.dtype));
+  if (!aligned_to(t.ptr(), 16)) return false;
+  for (int d = 0; d < 3; ++d)
+    if (t.shape[d] > 1 && (t.strides[d] * es) % 16 != 0) return false;
+  return t.shape[1] <= 1 || t.strides[1] >= t.shape[3];
+}
+
+bool fits_int(int64_t x) {
+  return x >= 0 && x <= int64_t(INT32_MAX);
+}
+
+}  // namespace
+
+bool attention_fast_forward(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const TensorView& out, const AttentionOptions& options, Stream stream) {
+  if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || out.ndim != 4) return false;
+  if (!is_float_dtype(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype || out.dtype != q.dtype)
+    return false;
+  const Dims dims{q.shape[0], q.shape[1], k.shape[1], q.shape[2], k.shape[2], q.shape[3]};
+  if (dims.D < 1 || dims.D > kMaxHeadDim || dims.T < 1 || out.numel() == 0) return false;
+  if (dims.Hkv < 1 || dims.Hq % dims.Hkv != 0 || v.shape[1] != dims.T || v.shape[2] != dims.Hkv ||
+      v.shape[3] != dims.D || k.shape[3] != dims.D || k.shape[0] != dims.B || v.shape[0] != dims.B)
+    return false;
+  for (const TensorView* t : {&q, &k, &v, &out})
+    if (t->strides[3] != 1 || t->device.type != DeviceType::CUDA) return false;
+
+  Mask mask{options.causal, nullptr, false};
+  if (options.key_start) {
+    const TensorView& ks = *options.key_start;
+    if (ks.dtype != DType::I32 && ks.dtype != DType::I64) return false;
+    if (ks.ndim != 1 || ks.shape[0] < dims.B || (ks.shape[0] > 1 && ks.strides[0] != 1))
+      return false;
+    mask.key_start = ks.ptr();
+    mask.key_start_i64 = ks.dtype == DType::I64;
+  }
+  const float scale = options.scale != 0.0f
+                          ? options.scale
+                          : static_cast<float>(1.0 / std::sqrt(static_cast<double>(dims.D)));
+
+  DeviceGuard guard(q.device);
+  if (dims.S <= kDecodeMaxQueries && dims.T <= kDecodeMaxKeys && dims.Hq <= 65535 &&
+      dims.B <= 65535) {
+    launch_decode(q, k, v, out, dims, mask, scale, native(stream));
+    return true;
+  }
+  for (const TensorView* t : {&q, &k, &v, &out})
+    if (!gemm_operand_ok(*t) || !fits_int(seq_ld(*t))) return false;
+  if (!fits_int(dims.S) || !fits_int(dims.T) || !fits_int(dims.B * dims.Hq)) return false;
+  run_prefill(q, k, v, out, dims, mask, scale, stream);
+  return true;
+}
+
+}  // namespace hk::ops::cuda
