@@ -31,8 +31,9 @@ constexpr int kMaxHeadDim = 256;
 constexpr int64_t kDecodeMaxQueries = 4;
 constexpr int64_t kDecodeMaxKeys = 8192;  // scores in 32 KiB of shared memory
 constexpr int kDecodeWarps = 8;
+constexpr int kKeyUnroll = 4;     // key rows a decode warp loads before reducing
 constexpr int kSoftmaxWarps = 8;  // rows per block of the softmax kernel
-constexpr size_t kScoreBudgetBytes = size_t(3) << 30;
+constexpr size_t kScoreBudgetBytes = size_t(1) << 30;
 
 struct Dims {
   int64_t B, S, T, Hq, Hkv, D;
@@ -86,17 +87,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
     const int64_t d = lane + 32 * t;
     qv[t] = d < dims.D ? to_f32(q_row[d]) : 0.0f;
   }
+  // Each warp reads kKeyUnroll key rows before reducing, so their loads are in flight together.
   const T* k_head = k + b * ks.s[0] + hk * ks.s[2];
-  for (int64_t j = first + warp; j <= last; j += kDecodeWarps) {
-    const T* k_row = k_head + j * ks.s[1];
-    float dot = 0.0f;
+  for (int64_t j0 = first + warp * kKeyUnroll; j0 <= last; j0 += kDecodeWarps * kKeyUnroll) {
+    float kv[kKeyUnroll][DPL];
 #pragma unroll
-    for (int t = 0; t < DPL; ++t) {
-      const int64_t d = lane + 32 * t;
-      if (d < dims.D) dot += qv[t] * to_f32(k_row[d]);
+    for (int u = 0; u < kKeyUnroll; ++u) {
+      const T* k_row = k_head + min(j0 + u, last) * ks.s[1];
+#pragma unroll
+      for (int t = 0; t < DPL; ++t) {
+        const int64_t d = lane + 32 * t;
+        kv[u][t] = d < dims.D ? to_f32(k_row[d]) : 0.0f;
+      }
     }
-    dot = warp_sum(dot);
-    if (lane == 0) probs[j - first] = dot * scale;
+#pragma unroll
+    for (int u = 0; u < kKeyUnroll; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int t = 0; t < DPL; ++t) dot += qv[t] * kv[u][t];
+      dot = warp_sum(dot);
+      if (lane == 0 && j0 + u <= last) probs[j0 + u - first] = dot * scale;
+    }
   }
   __syncthreads();
 
@@ -118,6 +129,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
 
   float acc[DPL] = {};
   const T* v_head = v + b * vs.s[0] + hk * vs.s[2];
+#pragma unroll 4
   for (int64_t j = warp; j < n; j += kDecodeWarps) {
     const T* v_row = v_head + (first + j) * vs.s[1];
     const float p = probs[j];
@@ -171,8 +183,8 @@ struct PointerArgs {
   char* out;
   float* scores;
   char* probs;
-  int64_t q0, q2, k0, k2, v0, v2, o0, o2;  // byte strides of the batch and head dims
-  int64_t Hq, group, ST, elem, batch0, count;
+  int64_t q0, q2, k0, k2, v0, v2, o0, o2;              // byte strides of the batch and head dims
+  int64_t Hq, group, mat_stride, elem, batch0, count;  // mat_stride: elements per score matrix
 };
 
 // Pointer arrays for the batched GEMMs, 6 × count: Q, K, scores, P, V, out.
@@ -183,8 +195,8 @@ __global__ void attention_pointers_kernel(PointerArgs a, void** ptrs) {
   const int64_t n = a.count;
   ptrs[0 * n + idx] = const_cast<char*>(a.q + b * a.q0 + h * a.q2);
   ptrs[1 * n + idx] = const_cast<char*>(a.k + b * a.k0 + hk * a.k2);
-  ptrs[2 * n + idx] = a.scores + idx * a.ST;
-  ptrs[3 * n + idx] = a.probs + idx * a.ST * a.elem;
+  ptrs[2 * n + idx] = a.scores + idx * a.mat_stride;
+  ptrs[3 * n + idx] = a.probs + idx * a.mat_stride * a.elem;
   ptrs[4 * n + idx] = const_cast<char*>(a.v + b * a.v0 + hk * a.v2);
   ptrs[5 * n + idx] = a.out + b * a.o0 + h * a.o2;
 }
@@ -193,13 +205,15 @@ __global__ void attention_pointers_kernel(PointerArgs a, void** ptrs) {
 template <class T>
 __global__ void __launch_bounds__(kSoftmaxWarps * 32)
     attention_masked_softmax_kernel(const float* __restrict__ scores, T* __restrict__ probs,
-                                    int64_t rows, Dims dims, int64_t batch0, Mask mask) {
+                                    int64_t rows, int64_t mat_stride, Dims dims, int64_t batch0,
+                                    Mask mask) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kSoftmaxWarps + (threadIdx.x >> 5);
   if (row >= rows) return;
   const int64_t i = row % dims.S, b = batch0 + row / (dims.S * dims.Hq);
-  const float* s = scores + row * dims.T;
-  T* p = probs + row * dims.T;
+  const int64_t offset = (row / dims.S) * mat_stride + i * dims.T;
+  const float* s = scores + offset;
+  T* p = probs + offset;
   int64_t first, last;
   visible_keys(mask, dims, b, i, first, last);
   MaxSum ms{-INFINITY, 0.0f};
@@ -260,13 +274,15 @@ void run_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
                  Stream stream) {
   const cudaStream_t s = native(stream);
   const size_t es = dtype_size(q.dtype);
-  const int64_t ST = dims.S * dims.T;
-  const size_t per_batch = size_t(dims.Hq) * size_t(ST) * (sizeof(float) + es);
+  // Each (batch, head) score matrix starts 32-byte aligned: cuBLAS cannot see the alignment of
+  // pointer-array operands, and its fast kernels assume it.
+  const int64_t mat_stride = (dims.S * dims.T + 7) / 8 * 8;
+  const size_t per_batch = size_t(dims.Hq) * size_t(mat_stride) * (sizeof(float) + es);
   const int64_t chunk =
       std::max<int64_t>(1, std::min<int64_t>(dims.B, int64_t(kScoreBudgetBytes / per_batch)));
   const int64_t max_count = chunk * dims.Hq;
-  Tensor scores = Tensor::empty({max_count, dims.S, dims.T}, DType::F32, q.device, stream);
-  Tensor probs = Tensor::empty({max_count, dims.S, dims.T}, q.dtype, q.device, stream);
+  Tensor scores = Tensor::empty({max_count * mat_stride}, DType::F32, q.device, stream);
+  Tensor probs = Tensor::empty({max_count * mat_stride}, q.dtype, q.device, stream);
   Tensor ptrs = Tensor::empty({6 * max_count}, DType::I64, q.device, stream);
   void** p = reinterpret_cast<void**>(ptrs.data_as<int64_t>());
   const cudaDataType_t type = blas_type(q.dtype);
@@ -293,7 +309,7 @@ void run_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
                   out.strides[2] * int64_t(es),
                   dims.Hq,
                   dims.Hq / dims.Hkv,
-                  ST,
+                  mat_stride,
                   int64_t(es),
                   b0,
                   count};
@@ -310,8 +326,8 @@ void run_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
       using T = decltype(tag);
       attention_masked_softmax_kernel<T>
           <<<checked_grid_x((rows + kSoftmaxWarps - 1) / kSoftmaxWarps, "attention"),
-             kSoftmaxWarps * 32, 0, s>>>(scores.data_as<float>(), probs.data_as<T>(), rows, dims,
-                                         b0, mask);
+             kSoftmaxWarps * 32, 0, s>>>(scores.data_as<float>(), probs.data_as<T>(), rows,
+                                         mat_stride, dims, b0, mask);
     });
     HK_CUDA_CHECK_LAUNCH();
     // Row-major out [S, D] = P [S, T]·V [T, D] is column-major outᵀ [D, S] = Vᵀ·Pᵀ.
