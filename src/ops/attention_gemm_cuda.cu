@@ -29,10 +29,10 @@ using namespace detail;
 
 constexpr int kMaxHeadDim = 256;
 constexpr int64_t kDecodeMaxQueries = 4;
-constexpr int64_t kDecodeMaxKeys = 8192;  // scores in 32 KiB of shared memory
-constexpr int kDecodeWarps = 8;
-constexpr int kKeyUnroll = 4;     // key rows a decode warp loads before reducing
-constexpr int kSoftmaxWarps = 8;  // rows per block of the softmax kernel
+constexpr int64_t kDecodeMaxKeys = 7680;  // scores + partial rows within 48 KiB of shared memory
+constexpr int kDecodeWarps = 16;          // a decode block is alone on its SM at batch 1: use it
+constexpr int kKeyUnroll = 4;             // key rows a decode warp loads before reducing
+constexpr int kSoftmaxWarps = 8;          // rows per block of the softmax kernel
 constexpr size_t kScoreBudgetBytes = size_t(1) << 30;
 
 struct Dims {

@@ -140,7 +140,8 @@ TEST(GpuAttentionFast, Decode) {
   for (DType dt : float_dtypes()) {
     check_case({2, 3, 40, 8, 2, 128}, dt, Storage::HeadsMajor, seed);
     check_case({1, 4, 4, 2, 1, 256}, dt, Storage::Contiguous, seed);
-    check_case({1, 2, 9000, 2, 1, 64}, dt, Storage::Contiguous, seed);  // too long: GEMM path
+    check_case({1, 2, 9000, 2, 1, 64}, dt, Storage::Contiguous, seed);   // too long: GEMM path
+    check_case({1, 1, 7680, 2, 1, 256}, dt, Storage::Contiguous, seed);  // longest decode
   }
 }
 
