@@ -9,11 +9,12 @@
 //  - everything else: scores f32 [b·Hq, S, T] = scale·Q·Kᵀ through cublasGemmBatchedEx, a masked
 //    row softmax writing P in q's dtype (masked → 0), then out = P·V, written in place with out's
 //    strides. The per-(batch, head) operand pointers are computed on the device (a GQA query head
-//    h reads kv head h / (Hq/Hkv)), so nothing synchronises with the host. Batches are processed
-//    in chunks so that the score buffers stay under kScoreBudgetBytes.
+//    h reads kv head h / (Hq/Hkv)), so nothing synchronises with the host. Causal prefill runs in
+//    row blocks that multiply only the keys their rows can see; batches run in chunks so that the
+//    score buffers stay under kScoreBudgetBytes.
 // Masked keys are skipped by the softmax, but P·V still multiplies their zero probabilities with
 // their V rows: V must be finite there (it is: padding positions hold computed values).
-// Not here: flash-style tiling (no S·T buffer), skipping causally masked GEMM tiles, backward.
+// Not here: flash-style tiling (no S·T buffer), backward, the `probs` output.
 #include <cublas_v2.h>
 
 #include <cmath>
@@ -178,13 +179,19 @@ void launch_decode(const TensorView& q, const TensorView& k, const TensorView& v
 }
 
 // ---- prefill ------------------------------------------------------------------------------------
+// One GEMM problem covers the query rows [i0, i0 + rows) of every (batch, head) of a batch chunk
+// and the keys [0, keys): with causal masking, later keys are invisible to all of these rows.
+struct Block {
+  int64_t i0, rows, keys;
+};
+
 struct PointerArgs {
   const char *q, *k, *v;
   char* out;
   float* scores;
   char* probs;
-  int64_t q0, q2, k0, k2, v0, v2, o0, o2;              // byte strides of the batch and head dims
-  int64_t Hq, group, mat_stride, elem, batch0, count;  // mat_stride: elements per score matrix
+  int64_t q0, q1, q2, k0, k2, v0, v2, o0, o1, o2;  // byte strides of the batch, seq, head dims
+  int64_t Hq, group, mat_stride, elem, batch0, count, i0;  // mat_stride: elements per matrix
 };
 
 // Pointer arrays for the batched GEMMs, 6 × count: Q, K, scores, P, V, out.
@@ -193,29 +200,31 @@ __global__ void attention_pointers_kernel(PointerArgs a, void** ptrs) {
   if (idx >= a.count) return;
   const int64_t b = a.batch0 + idx / a.Hq, h = idx % a.Hq, hk = h / a.group;
   const int64_t n = a.count;
-  ptrs[0 * n + idx] = const_cast<char*>(a.q + b * a.q0 + h * a.q2);
+  ptrs[0 * n + idx] = const_cast<char*>(a.q + b * a.q0 + a.i0 * a.q1 + h * a.q2);
   ptrs[1 * n + idx] = const_cast<char*>(a.k + b * a.k0 + hk * a.k2);
   ptrs[2 * n + idx] = a.scores + idx * a.mat_stride;
   ptrs[3 * n + idx] = a.probs + idx * a.mat_stride * a.elem;
   ptrs[4 * n + idx] = const_cast<char*>(a.v + b * a.v0 + hk * a.v2);
-  ptrs[5 * n + idx] = a.out + b * a.o0 + h * a.o2;
+  ptrs[5 * n + idx] = a.out + b * a.o0 + a.i0 * a.o1 + h * a.o2;
 }
 
 // One warp per score row: P[j] = round(exp(s[j] − max)/sum) over the visible keys, 0 elsewhere.
+// Rows are (batch, head, query i0 + r) for r < blk.rows, each blk.keys long.
 template <class T>
 __global__ void __launch_bounds__(kSoftmaxWarps * 32)
     attention_masked_softmax_kernel(const float* __restrict__ scores, T* __restrict__ probs,
-                                    int64_t rows, int64_t mat_stride, Dims dims, int64_t batch0,
-                                    Mask mask) {
+                                    int64_t total_rows, int64_t mat_stride, Block blk, Dims dims,
+                                    int64_t batch0, Mask mask) {
   const int lane = threadIdx.x & 31;
   const int64_t row = int64_t(blockIdx.x) * kSoftmaxWarps + (threadIdx.x >> 5);
-  if (row >= rows) return;
-  const int64_t i = row % dims.S, b = batch0 + row / (dims.S * dims.Hq);
-  const int64_t offset = (row / dims.S) * mat_stride + i * dims.T;
+  if (row >= total_rows) return;
+  const int64_t r = row % blk.rows, i = blk.i0 + r, b = batch0 + row / (blk.rows * dims.Hq);
+  const int64_t offset = (row / blk.rows) * mat_stride + r * blk.keys;
   const float* s = scores + offset;
   T* p = probs + offset;
   int64_t first, last;
   visible_keys(mask, dims, b, i, first, last);
+  last = min(last, blk.keys - 1);  // never cuts a visible key: blocks cover them (run_prefill)
   MaxSum ms{-INFINITY, 0.0f};
   for (int64_t j = first + lane; j <= last; j += 32) ms = maxsum_add(ms, s[j]);
   for (int o = 16; o > 0; o >>= 1) {
@@ -224,11 +233,11 @@ __global__ void __launch_bounds__(kSoftmaxWarps * 32)
     ms = maxsum_merge(ms, other);
   }
   if (ms.m == -INFINITY) {  // fully masked (or only -inf scores): zeros, not NaN
-    for (int64_t j = lane; j < dims.T; j += 32) p[j] = from_f32<T>(0.0f);
+    for (int64_t j = lane; j < blk.keys; j += 32) p[j] = from_f32<T>(0.0f);
     return;
   }
   const float inv = 1.0f / ms.s;
-  for (int64_t j = lane; j < dims.T; j += 32) {
+  for (int64_t j = lane; j < blk.keys; j += 32) {
     const float pj = (j >= first && j <= last) ? expf(s[j] - ms.m) * inv : 0.0f;
     p[j] = from_f32<T>(pj);
   }
@@ -269,72 +278,93 @@ int64_t seq_ld(const TensorView& t) {
   return t.shape[1] > 1 ? t.strides[1] : t.shape[3];
 }
 
+// Causal prefill splits the queries into up to kMaxRowBlocks blocks of ≥ kMinBlockRows rows so
+// that each block multiplies only the keys some of its rows can see (about 56% of the full
+// S × T work with 8 blocks at S = T).
+constexpr int64_t kMaxRowBlocks = 8;
+constexpr int64_t kMinBlockRows = 128;
+
 void run_prefill(const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& out, const Dims& dims, const Mask& mask, float scale,
                  Stream stream) {
   const cudaStream_t s = native(stream);
   const size_t es = dtype_size(q.dtype);
+  const int64_t blocks =
+      mask.causal ? std::clamp<int64_t>(dims.S / kMinBlockRows, 1, kMaxRowBlocks) : 1;
+  const int64_t block_rows = (dims.S + blocks - 1) / blocks;
   // Each (batch, head) score matrix starts 32-byte aligned: cuBLAS cannot see the alignment of
   // pointer-array operands, and its fast kernels assume it.
-  const int64_t mat_stride = (dims.S * dims.T + 7) / 8 * 8;
+  const int64_t mat_stride = (block_rows * dims.T + 7) / 8 * 8;
   const size_t per_batch = size_t(dims.Hq) * size_t(mat_stride) * (sizeof(float) + es);
   const int64_t chunk =
       std::max<int64_t>(1, std::min<int64_t>(dims.B, int64_t(kScoreBudgetBytes / per_batch)));
   const int64_t max_count = chunk * dims.Hq;
   Tensor scores = Tensor::empty({max_count * mat_stride}, DType::F32, q.device, stream);
   Tensor probs = Tensor::empty({max_count * mat_stride}, q.dtype, q.device, stream);
-  Tensor ptrs = Tensor::empty({6 * max_count}, DType::I64, q.device, stream);
-  void** p = reinterpret_cast<void**>(ptrs.data_as<int64_t>());
+  const int64_t ptr_sets = ((dims.B + chunk - 1) / chunk) * blocks;
+  Tensor ptrs = Tensor::empty({ptr_sets * 6 * max_count}, DType::I64, q.device, stream);
   const cudaDataType_t type = blas_type(q.dtype);
   const float zero = 0.0f, one = 1.0f;
 
   std::lock_guard<std::mutex> lock(blas_mutex());
   cublasHandle_t handle = blas_handle(current_device());
   HK_ATTN_CUBLAS_CHECK(cublasSetStream(handle, s));
+  int64_t set = 0;
   for (int64_t b0 = 0; b0 < dims.B; b0 += chunk) {
     const int64_t count = std::min(chunk, dims.B - b0) * dims.Hq;
-    PointerArgs a{static_cast<const char*>(q.ptr()),
-                  static_cast<const char*>(k.ptr()),
-                  static_cast<const char*>(v.ptr()),
-                  static_cast<char*>(out.ptr()),
-                  scores.data_as<float>(),
-                  static_cast<char*>(probs.view().ptr()),
-                  q.strides[0] * int64_t(es),
-                  q.strides[2] * int64_t(es),
-                  k.strides[0] * int64_t(es),
-                  k.strides[2] * int64_t(es),
-                  v.strides[0] * int64_t(es),
-                  v.strides[2] * int64_t(es),
-                  out.strides[0] * int64_t(es),
-                  out.strides[2] * int64_t(es),
-                  dims.Hq,
-                  dims.Hq / dims.Hkv,
-                  mat_stride,
-                  int64_t(es),
-                  b0,
-                  count};
-    attention_pointers_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, s>>>(a, p);
-    HK_CUDA_CHECK_LAUNCH();
-    const int n = static_cast<int>(count);
-    // Row-major scores [S, T] = Q [S, D]·Kᵀ is column-major scoresᵀ [T, S] = (Kᵀ)ᵀ·Qᵀ.
-    HK_ATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
-        handle, CUBLAS_OP_T, CUBLAS_OP_N, int(dims.T), int(dims.S), int(dims.D), &scale, p + n,
-        type, int(seq_ld(k)), p, type, int(seq_ld(q)), &zero, p + 2 * n, CUDA_R_32F, int(dims.T), n,
-        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    const int64_t rows = count * dims.S;
-    dispatch_float(q.dtype, "attention", [&](auto tag) {
-      using T = decltype(tag);
-      attention_masked_softmax_kernel<T>
-          <<<checked_grid_x((rows + kSoftmaxWarps - 1) / kSoftmaxWarps, "attention"),
-             kSoftmaxWarps * 32, 0, s>>>(scores.data_as<float>(), probs.data_as<T>(), rows,
-                                         mat_stride, dims, b0, mask);
-    });
-    HK_CUDA_CHECK_LAUNCH();
-    // Row-major out [S, D] = P [S, T]·V [T, D] is column-major outᵀ [D, S] = Vᵀ·Pᵀ.
-    HK_ATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
-        handle, CUBLAS_OP_N, CUBLAS_OP_N, int(dims.D), int(dims.S), int(dims.T), &one, p + 4 * n,
-        type, int(seq_ld(v)), p + 3 * n, type, int(dims.T), &zero, p + 5 * n, type,
-        int(seq_ld(out)), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    for (int64_t i0 = 0; i0 < dims.S; i0 += block_rows, ++set) {
+      Block blk{i0, std::min(block_rows, dims.S - i0), dims.T};
+      // The last row of the block sees keys ≤ T − S + i0 + rows − 1; a block whose rows see
+      // nothing keeps one key, which the softmax masks (its rows become zeros).
+      if (mask.causal)
+        blk.keys = std::clamp<int64_t>(dims.T - dims.S + i0 + blk.rows, int64_t(1), dims.T);
+      void** p = reinterpret_cast<void**>(ptrs.data_as<int64_t>()) + set * 6 * max_count;
+      PointerArgs a{static_cast<const char*>(q.ptr()),
+                    static_cast<const char*>(k.ptr()),
+                    static_cast<const char*>(v.ptr()),
+                    static_cast<char*>(out.ptr()),
+                    scores.data_as<float>(),
+                    static_cast<char*>(probs.view().ptr()),
+                    q.strides[0] * int64_t(es),
+                    q.strides[1] * int64_t(es),
+                    q.strides[2] * int64_t(es),
+                    k.strides[0] * int64_t(es),
+                    k.strides[2] * int64_t(es),
+                    v.strides[0] * int64_t(es),
+                    v.strides[2] * int64_t(es),
+                    out.strides[0] * int64_t(es),
+                    out.strides[1] * int64_t(es),
+                    out.strides[2] * int64_t(es),
+                    dims.Hq,
+                    dims.Hq / dims.Hkv,
+                    mat_stride,
+                    int64_t(es),
+                    b0,
+                    count,
+                    i0};
+      attention_pointers_kernel<<<static_cast<unsigned>((count + 255) / 256), 256, 0, s>>>(a, p);
+      HK_CUDA_CHECK_LAUNCH();
+      const int n = static_cast<int>(count);
+      // Row-major scores [rows, keys] = Q·Kᵀ is column-major scoresᵀ [keys, rows] = (Kᵀ)ᵀ·Qᵀ.
+      HK_ATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
+          handle, CUBLAS_OP_T, CUBLAS_OP_N, int(blk.keys), int(blk.rows), int(dims.D), &scale,
+          p + n, type, int(seq_ld(k)), p, type, int(seq_ld(q)), &zero, p + 2 * n, CUDA_R_32F,
+          int(blk.keys), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      const int64_t rows = count * blk.rows;
+      dispatch_float(q.dtype, "attention", [&](auto tag) {
+        using T = decltype(tag);
+        attention_masked_softmax_kernel<T>
+            <<<checked_grid_x((rows + kSoftmaxWarps - 1) / kSoftmaxWarps, "attention"),
+               kSoftmaxWarps * 32, 0, s>>>(scores.data_as<float>(), probs.data_as<T>(), rows,
+                                           mat_stride, blk, dims, b0, mask);
+      });
+      HK_CUDA_CHECK_LAUNCH();
+      // Row-major out [rows, D] = P [rows, keys]·V [keys, D] is column-major outᵀ = Vᵀ·Pᵀ.
+      HK_ATTN_CUBLAS_CHECK(cublasGemmBatchedEx(
+          handle, CUBLAS_OP_N, CUBLAS_OP_N, int(dims.D), int(blk.rows), int(blk.keys), &one,
+          p + 4 * n, type, int(seq_ld(v)), p + 3 * n, type, int(blk.keys), &zero, p + 5 * n, type,
+          int(seq_ld(out)), n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    }
   }
 }
 

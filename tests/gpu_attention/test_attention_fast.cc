@@ -1,5 +1,6 @@
 // The fast CUDA forward attention (decode kernel and batched-GEMM prefill) against the CPU path of
-// hk::ops::attention: f32/bf16/f16; prefill S = T = 300 with GQA and head dims 64/128/256; fewer
+// hk::ops::attention: f32/bf16/f16; prefill S = T = 300 with GQA and head dims 64/128/256; causal
+// row blocks (S = 520, S < T, S > T); fewer
 // queries than keys (a KV cache); decode S = 1..3 with T from 1 to 300; key_start left padding
 // including fully masked rows (i32 and i64); non-causal with a custom scale; q, k, v and out as
 // strided views (heads-major storage, a slice of a fused qkv buffer); head dims the GEMM path
@@ -117,6 +118,21 @@ TEST(GpuAttentionFast, Prefill) {
   for (DType dt : float_dtypes())
     for (int64_t D : {64, 128}) check_case({2, 300, 300, 8, 2, D}, dt, Storage::Contiguous, seed);
   for (DType dt : float_dtypes()) check_case({1, 70, 70, 4, 4, 256}, dt, Storage::Contiguous, seed);
+}
+
+// Causal prefill runs in row blocks of ≥ 128 queries, each multiplying only the keys it can see:
+// 4 blocks with left padding, blocks with S < T, and more queries than keys (the first block sees
+// no key at all).
+TEST(GpuAttentionFast, CausalRowBlocks) {
+  HK_REQUIRE_CUDA();
+  uint32_t seed = 150;
+  for (DType dt : float_dtypes()) {
+    Case padded{2, 520, 520, 4, 2, 64};
+    padded.key_start = {0, 200};
+    check_case(padded, dt, Storage::Contiguous, seed);
+    check_case({2, 260, 400, 4, 2, 128}, dt, Storage::FusedQkv, seed);
+    check_case({1, 300, 100, 4, 2, 64}, dt, Storage::HeadsMajor, seed);
+  }
 }
 
 TEST(GpuAttentionFast, FewerQueriesThanKeys) {
