@@ -5,7 +5,7 @@
 // the default stream; prints the median in ms and TFLOP/s counted as 4·B·Hq·S·T·D (the full score
 // matrix, though causal attention needs only about half of it). Not here: JSON output, peers.
 //
-// Usage: hk_bench_attention
+// Usage: hk_bench_attention   (HK_ATTENTION_FAST=0 hk_bench_attention times the eager kernels)
 #include <cuda_runtime.h>
 
 #include <algorithm>

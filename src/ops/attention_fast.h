@@ -5,6 +5,8 @@
 // > 256, misaligned operands, empty problems), and the eager kernels run instead. Same semantics as
 // the eager path (include/hk/ops.h): f32 scores and softmax, probabilities rounded to q's dtype
 // before P·V, a fully masked row gives zeros. Not here: backward, the `probs` output.
+// Environment: HK_ATTENTION_FAST=0 disables it (eager kernels everywhere);
+// HK_ATTENTION_CLUSTER_DECODE=0 disables its cluster-split decode kernel.
 #pragma once
 
 #include "hk/ops.h"

@@ -15,11 +15,14 @@
 // Masked keys are skipped by the softmax, but P·V still multiplies their zero probabilities with
 // their V rows: V must be finite there (it is: padding positions hold computed values).
 // Not here: flash-style tiling (no S·T buffer), backward, the `probs` output.
+#include <cooperative_groups.h>
 #include <cublas_v2.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 
 #include "ops/attention_fast.h"
 #include "ops/cuda_common.cuh"
@@ -27,6 +30,7 @@
 namespace hk::ops::cuda {
 namespace {
 using namespace detail;
+namespace cg = cooperative_groups;
 
 constexpr int kMaxHeadDim = 256;
 constexpr int64_t kDecodeMaxQueries = 4;
@@ -151,10 +155,157 @@ __global__ void __launch_bounds__(kDecodeWarps * 32)
   }
 }
 
+// Split decode for small grids (batch 1): a cluster of kClusterBlocks blocks per (batch, query
+// head, query row), each taking a contiguous slice of the visible keys. The blocks exchange their
+// maxima, then their sums, through distributed shared memory, so every probability is rounded
+// exactly as in the single-block kernel; rank 0 sums the partial output rows.
+constexpr int kClusterBlocks = 8;
+constexpr int kClusterWarps = 8;
+constexpr int64_t kClusterSliceKeys = 1024;  // keys per block: T ≤ 8192
+
+template <class T, int DPL>
+__global__ void __cluster_dims__(kClusterBlocks, 1, 1) __launch_bounds__(kClusterWarps * 32)
+    attention_decode_cluster_kernel(const T* __restrict__ q, Strides4 qs, const T* __restrict__ k,
+                                    Strides4 ks, const T* __restrict__ v, Strides4 vs,
+                                    T* __restrict__ out, Strides4 os, Dims dims, Mask mask,
+                                    float scale) {
+  __shared__ float probs[kClusterSliceKeys];
+  __shared__ float partial[kClusterWarps][32 * DPL];
+  __shared__ float row_part[32 * DPL];
+  __shared__ float scratch[32];
+  __shared__ float stats[2];  // this block's max, then its sum of exp(s − global max)
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int64_t h = blockIdx.y, b = blockIdx.z / dims.S, i = blockIdx.z % dims.S;
+  const int64_t hk = h / (dims.Hq / dims.Hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T* out_row = out + b * os.s[0] + i * os.s[1] + h * os.s[2];
+
+  int64_t first, last;
+  visible_keys(mask, dims, b, i, first, last);
+  if (first > last) {  // the same for every block of the cluster: all leave before any sync
+    if (rank == 0)
+      for (int64_t d = threadIdx.x; d < dims.D; d += blockDim.x) out_row[d] = from_f32<T>(0.0f);
+    return;
+  }
+  const int64_t n_all = last - first + 1;
+  const int64_t slice = (n_all + kClusterBlocks - 1) / kClusterBlocks;
+  const int64_t my_first = first + rank * slice;
+  const int64_t n = max(int64_t(0), min(slice, last + 1 - my_first));  // keys of this block
+
+  float qv[DPL];
+  const T* q_row = q + b * qs.s[0] + i * qs.s[1] + h * qs.s[2];
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) {
+    const int64_t d = lane + 32 * t;
+    qv[t] = d < dims.D ? to_f32(q_row[d]) : 0.0f;
+  }
+  const T* k_head = k + b * ks.s[0] + hk * ks.s[2];
+  for (int64_t j0 = warp * kKeyUnroll; j0 < n; j0 += kClusterWarps * kKeyUnroll) {
+    float kv[kKeyUnroll][DPL];
+#pragma unroll
+    for (int u = 0; u < kKeyUnroll; ++u) {
+      const T* k_row = k_head + (my_first + min(j0 + u, n - 1)) * ks.s[1];
+#pragma unroll
+      for (int t = 0; t < DPL; ++t) {
+        const int64_t d = lane + 32 * t;
+        kv[u][t] = d < dims.D ? to_f32(k_row[d]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kKeyUnroll; ++u) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int t = 0; t < DPL; ++t) dot += qv[t] * kv[u][t];
+      dot = warp_sum(dot);
+      if (lane == 0 && j0 + u < n) probs[j0 + u] = dot * scale;
+    }
+  }
+  __syncthreads();
+
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, probs[j]);
+  m = block_max(m, scratch);
+  if (threadIdx.x == 0) stats[0] = m;
+  cluster.sync();
+  m = -INFINITY;
+  for (int r = 0; r < kClusterBlocks; ++r) m = fmaxf(m, cluster.map_shared_rank(stats, r)[0]);
+  // All scores −inf (only with infinite inputs): every probability becomes 0, as in eager.
+  float sum = 0.0f;
+  if (m != -INFINITY)
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) sum += expf(probs[j] - m);
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) stats[1] = sum;
+  cluster.sync();
+  sum = 0.0f;
+  for (int r = 0; r < kClusterBlocks; ++r) sum += cluster.map_shared_rank(stats, r)[1];
+  const float inv = m == -INFINITY ? 0.0f : 1.0f / sum;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    probs[j] = m == -INFINITY ? 0.0f : round_as<T>(expf(probs[j] - m) * inv);
+  __syncthreads();
+
+  float acc[DPL] = {};
+  const T* v_head = v + b * vs.s[0] + hk * vs.s[2];
+#pragma unroll 4
+  for (int64_t j = warp; j < n; j += kClusterWarps) {
+    const T* v_row = v_head + (my_first + j) * vs.s[1];
+    const float p = probs[j];
+#pragma unroll
+    for (int t = 0; t < DPL; ++t) {
+      const int64_t d = lane + 32 * t;
+      if (d < dims.D) acc[t] += p * to_f32(v_row[d]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < DPL; ++t) partial[warp][lane + 32 * t] = acc[t];
+  __syncthreads();
+  for (int64_t d = threadIdx.x; d < 32 * DPL; d += blockDim.x) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kClusterWarps; ++w) total += partial[w][d];
+    row_part[d] = total;
+  }
+  cluster.sync();
+  if (rank == 0) {
+    for (int64_t d = threadIdx.x; d < dims.D; d += blockDim.x) {
+      float total = 0.0f;
+      for (int r = 0; r < kClusterBlocks; ++r) total += cluster.map_shared_rank(row_part, r)[d];
+      out_row[d] = from_f32<T>(total);
+    }
+  }
+  cluster.sync();  // no block may leave while rank 0 still reads its shared memory
+}
+
+// Escape hatches for measurements and bisection (read once): HK_ATTENTION_FAST=0 leaves every
+// case to the eager kernels, HK_ATTENTION_CLUSTER_DECODE=0 keeps decode on one block per row.
+bool env_flag(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) != "0" : fallback;
+}
+bool cluster_decode_enabled() {
+  static const bool enabled = env_flag("HK_ATTENTION_CLUSTER_DECODE", true);
+  return enabled;
+}
+bool fast_path_enabled() {
+  static const bool enabled = env_flag("HK_ATTENTION_FAST", true);
+  return enabled;
+}
+
 template <class T, int DPL>
 void launch_decode_for(const TensorView& q, const TensorView& k, const TensorView& v,
                        const TensorView& out, const Dims& dims, const Mask& mask, float scale,
                        cudaStream_t s) {
+  // Too few rows to fill the GPU: split each row's keys over a cluster of blocks.
+  if (cluster_decode_enabled() && dims.B * dims.Hq * dims.S < 2 * int64_t(sm_count()) &&
+      dims.T <= kClusterBlocks * kClusterSliceKeys) {
+    const dim3 grid(kClusterBlocks, static_cast<unsigned>(dims.Hq),
+                    static_cast<unsigned>(dims.B * dims.S));
+    attention_decode_cluster_kernel<T, DPL><<<grid, kClusterWarps * 32, 0, s>>>(
+        q.data_as<T>(), strides4(q), k.data_as<T>(), strides4(k), v.data_as<T>(), strides4(v),
+        out.data_as<T>(), strides4(out), dims, mask, scale);
+    HK_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const size_t smem = sizeof(float) * (kDecodeWarps * 32 * DPL + 32 + dims.T);
   const dim3 grid(static_cast<unsigned>(dims.S), static_cast<unsigned>(dims.Hq),
                   static_cast<unsigned>(dims.B));
@@ -387,6 +538,7 @@ bool fits_int(int64_t x) {
 
 bool attention_fast_forward(const TensorView& q, const TensorView& k, const TensorView& v,
                             const TensorView& out, const AttentionOptions& options, Stream stream) {
+  if (!fast_path_enabled()) return false;
   if (q.ndim != 4 || k.ndim != 4 || v.ndim != 4 || out.ndim != 4) return false;
   if (!is_float_dtype(q.dtype) || k.dtype != q.dtype || v.dtype != q.dtype || out.dtype != q.dtype)
     return false;

@@ -1,7 +1,8 @@
 // The fast CUDA forward attention (decode kernel and batched-GEMM prefill) against the CPU path of
 // hk::ops::attention: f32/bf16/f16; prefill S = T = 300 with GQA and head dims 64/128/256; causal
 // row blocks (S = 520, S < T, S > T); fewer
-// queries than keys (a KV cache); decode S = 1..3 with T from 1 to 300; key_start left padding
+// queries than keys (a KV cache); decode S = 1..4 with T from 1 to 7680, both the cluster-split
+// kernel (small grids) and the one-block-per-row kernel; key_start left padding
 // including fully masked rows (i32 and i64); non-causal with a custom scale; q, k, v and out as
 // strided views (heads-major storage, a slice of a fused qkv buffer); head dims the GEMM path
 // rejects for alignment (they must still be right, through the eager kernels).
@@ -158,6 +159,9 @@ TEST(GpuAttentionFast, Decode) {
     check_case({1, 4, 4, 2, 1, 256}, dt, Storage::Contiguous, seed);
     check_case({1, 2, 9000, 2, 1, 64}, dt, Storage::Contiguous, seed);   // too long: GEMM path
     check_case({1, 1, 7680, 2, 1, 256}, dt, Storage::Contiguous, seed);  // longest decode
+    // Grids large enough to skip the cluster split: the one-block-per-row kernel.
+    check_case({4, 3, 100, 32, 8, 128}, dt, Storage::FusedQkv, seed);
+    check_case({9, 1, 1000, 32, 8, 64}, dt, Storage::Contiguous, seed);
   }
 }
 
