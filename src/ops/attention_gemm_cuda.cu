@@ -376,21 +376,55 @@ __global__ void __launch_bounds__(kSoftmaxWarps * 32)
   int64_t first, last;
   visible_keys(mask, dims, b, i, first, last);
   last = min(last, blk.keys - 1);  // never cuts a visible key: blocks cover them (run_prefill)
+  // Rows of a multiple of 4 keys start 16-byte aligned (mat_stride is a multiple of 8): move
+  // them as float4 / 4-element vectors. Loop bounds may overshoot; each element is masked.
+  const bool vec = (blk.keys & 3) == 0;
   MaxSum ms{-INFINITY, 0.0f};
-  for (int64_t j = first + lane; j <= last; j += 32) ms = maxsum_add(ms, s[j]);
+  if (vec) {
+    const float4* s4 = reinterpret_cast<const float4*>(s);
+    for (int64_t c = first / 4 + lane; c <= last / 4; c += 32) {
+      const float4 x = s4[c];
+      const float xs[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (4 * c + e >= first && 4 * c + e <= last) ms = maxsum_add(ms, xs[e]);
+    }
+  } else {
+    for (int64_t j = first + lane; j <= last; j += 32) ms = maxsum_add(ms, s[j]);
+  }
   for (int o = 16; o > 0; o >>= 1) {
     const MaxSum other{__shfl_xor_sync(0xffffffffu, ms.m, o),
                        __shfl_xor_sync(0xffffffffu, ms.s, o)};
     ms = maxsum_merge(ms, other);
   }
-  if (ms.m == -INFINITY) {  // fully masked (or only -inf scores): zeros, not NaN
-    for (int64_t j = lane; j < blk.keys; j += 32) p[j] = from_f32<T>(0.0f);
-    return;
-  }
-  const float inv = 1.0f / ms.s;
-  for (int64_t j = lane; j < blk.keys; j += 32) {
-    const float pj = (j >= first && j <= last) ? expf(s[j] - ms.m) * inv : 0.0f;
-    p[j] = from_f32<T>(pj);
+  const bool masked = ms.m == -INFINITY;  // fully masked (or only -inf scores): zeros, not NaN
+  const float inv = masked ? 0.0f : 1.0f / ms.s;
+  if (masked) last = -1;
+  if (vec) {
+    const float4* s4 = reinterpret_cast<const float4*>(s);
+    Vec<T, 4>* p4 = reinterpret_cast<Vec<T, 4>*>(p);
+    for (int64_t c = lane; c < blk.keys / 4; c += 32) {
+      float xs[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (4 * c + 3 >= first && 4 * c <= last) {
+        const float4 x = s4[c];
+        xs[0] = x.x;
+        xs[1] = x.y;
+        xs[2] = x.z;
+        xs[3] = x.w;
+      }
+      Vec<T, 4> out;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int64_t j = 4 * c + e;
+        out.v[e] = from_f32<T>((j >= first && j <= last) ? expf(xs[e] - ms.m) * inv : 0.0f);
+      }
+      p4[c] = out;
+    }
+  } else {
+    for (int64_t j = lane; j < blk.keys; j += 32) {
+      const float pj = (j >= first && j <= last) ? expf(s[j] - ms.m) * inv : 0.0f;
+      p[j] = from_f32<T>(pj);
+    }
   }
 }
 
