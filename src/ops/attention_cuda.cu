@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "ops/attention_fast.h"
 #include "ops/cuda_common.cuh"
 #include "ops/cuda_ops.h"
 #include "ops/gemm_cuda.cuh"
@@ -370,6 +371,7 @@ void attention(const TensorView& q, const TensorView& k, const TensorView& v, co
   if (out.numel() == 0) return;
   DeviceGuard guard(q.device);
   const cudaStream_t s = native(stream);
+  if (!probs && attention_fast_forward(q, k, v, out, options, stream)) return;
   Tensor keep_mask, w_tmp;
   const Mask mask = mask_of(options, keep_mask, stream);
   float* w;
