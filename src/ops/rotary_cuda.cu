@@ -175,12 +175,11 @@ template <class T>
 constexpr int kDenseBlocksPerSm = sizeof(T) == 4 ? 3 : 2;
 constexpr int kDenseThreads = 256;
 
-template <class T, int VEC, class Index>
+template <class T, int VEC, class Index, bool kBackward>
 __global__ void __launch_bounds__(kDenseThreads, kDenseBlocksPerSm<T>)
     rotary_dense_kernel(const T* x, Strides4 xs, T* y, Strides4 ys, const float* __restrict__ cos,
                         const float* __restrict__ sin, int64_t cos_batch_stride, int64_t tokens,
-                        int64_t S, int H, int D, int pairs, int head_slots, int tokens_per_block,
-                        bool backward) {
+                        int64_t S, int H, int D, int pairs, int head_slots, int tokens_per_block) {
   constexpr int U = kDenseHeadsPerStep<T>;
   static_assert(VEC % 4 == 0, "the dense path loads the tables as float4");
   const int half = D / 2;
@@ -206,9 +205,11 @@ __global__ void __launch_bounds__(kDenseThreads, kDenseBlocksPerSm<T>)
     s1[q] = b1.x, s1[q + 1] = b1.y, s1[q + 2] = b1.z, s1[q + 3] = b1.w;
     s2[q] = b2.x, s2[q + 1] = b2.y, s2[q + 2] = b2.z, s2[q + 3] = b2.w;
   }
-  if (backward) {
-    // rotate_halfᵀ: dx1 = dy1·c1 + dy2·s2, dx2 = dy2·c2 − dy1·s1 is the forward formula with
-    // s1 ← −s2 and s2 ← −s1 (negation is exact, so the results match the direct formula).
+  if constexpr (kBackward) {
+    // A compile-time choice: a run-time branch here would wait for the table loads before the x
+    // loads are issued. rotate_halfᵀ: dx1 = dy1·c1 + dy2·s2, dx2 = dy2·c2 − dy1·s1 is the forward
+    // formula with s1 ← −s2 and s2 ← −s1 (negation is exact, so the results match the direct
+    // formula).
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const float t = s1[k];
@@ -324,10 +325,13 @@ void run_rotary(const TensorView& x, const TensorView& cos, const TensorView& si
       const int64_t tiles = (tokens + tokens_per_block - 1) / tokens_per_block;
       const unsigned grid = checked_grid_x(tiles, name);
       auto launch = [&](auto index_tag) {
-        rotary_dense_kernel<T, VEC, decltype(index_tag)><<<grid, threads, 0, s>>>(
+        using Index = decltype(index_tag);
+        const auto kernel = backward ? rotary_dense_kernel<T, VEC, Index, true>
+                                     : rotary_dense_kernel<T, VEC, Index, false>;
+        kernel<<<grid, threads, 0, s>>>(
             static_cast<const T*>(x.ptr()), xs, static_cast<T*>(y.ptr()), ys, cv.data_as<float>(),
             sv.data_as<float>(), cos_bs, tokens, S, static_cast<int>(H), static_cast<int>(D), pairs,
-            static_cast<int>(head_slots), static_cast<int>(tokens_per_block), backward);
+            static_cast<int>(head_slots), static_cast<int>(tokens_per_block));
       };
       // 32-bit element offsets when every offset of x and y fits: fewer registers per address.
       if (offsets_fit_int32(x) && offsets_fit_int32(y))
