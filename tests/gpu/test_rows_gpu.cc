@@ -270,7 +270,8 @@ TEST(GpuRows, RotaryEmbeddingForwardBackward) {
   HK_REQUIRE_CUDA();
   uint32_t seed = 400;
   for (DType dt : float_dtypes())
-    for (const Shape& shape : {Shape{2, 19, 4, 128}, Shape{2, 5, 3, 6}})
+    for (const Shape& shape : {Shape{2, 19, 4, 128}, Shape{2, 5, 3, 6}, Shape{1, 7, 33, 64},
+                               Shape{1, 3, 40, 512}})
       for (int64_t cos_batch : {int64_t(1), shape[0]})
         for (bool heads_first : {false, true}) {
           const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) +
