@@ -74,15 +74,10 @@ __device__ __forceinline__ void argmax_merge(float& bv, int64_t& bi, float ov, i
   }
 }
 
-__global__ void argmax_kernel(const void* __restrict__ x, DType xdt, int64_t x_rs, int64_t cols,
-                              int64_t* __restrict__ out) {
+// Block-wide (value, index) reduction; the result is valid in thread 0.
+__device__ void block_argmax(float& best, int64_t& best_i) {
   __shared__ float s_val[32];
   __shared__ int64_t s_idx[32];
-  const int64_t row = blockIdx.x;
-  float best = -INFINITY;
-  int64_t best_i = INT64_MAX;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
-    argmax_merge(best, best_i, load_f32(x, xdt, row * x_rs + c), c);
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, best, o);
     const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
@@ -103,8 +98,39 @@ __global__ void argmax_kernel(const void* __restrict__ x, DType xdt, int64_t x_r
       const int64_t oi = __shfl_xor_sync(0xffffffffu, best_i, o);
       argmax_merge(best, best_i, ov, oi);
     }
-    if (lane == 0) out[row] = best_i == INT64_MAX ? 0 : best_i;
   }
+}
+
+// One block per (column chunk, row): a vocabulary-sized row (151,936 logits) is spread over
+// many SMs instead of one block reading it alone (0.25 ms per decode step before).
+__global__ void argmax_partial_kernel(const void* __restrict__ x, DType xdt, int64_t x_rs,
+                                      int64_t cols, int64_t chunk, float* __restrict__ part_val,
+                                      int64_t* __restrict__ part_idx) {
+  const int64_t row = blockIdx.y;
+  const int64_t begin = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t end = min(cols, begin + chunk);
+  float best = -INFINITY;
+  int64_t best_i = INT64_MAX;
+  for (int64_t c = begin + threadIdx.x; c < end; c += blockDim.x)
+    argmax_merge(best, best_i, load_f32(x, xdt, row * x_rs + c), c);
+  block_argmax(best, best_i);
+  if (threadIdx.x == 0) {
+    part_val[row * gridDim.x + blockIdx.x] = best;
+    part_idx[row * gridDim.x + blockIdx.x] = best_i;
+  }
+}
+
+// Merges the per-chunk winners of each row (chunks in column order, so ties keep the first).
+__global__ void argmax_final_kernel(const float* __restrict__ part_val,
+                                    const int64_t* __restrict__ part_idx, int64_t splits,
+                                    int64_t* __restrict__ out) {
+  const int64_t row = blockIdx.x;
+  float best = -INFINITY;
+  int64_t best_i = INT64_MAX;
+  for (int64_t k = threadIdx.x; k < splits; k += blockDim.x)
+    argmax_merge(best, best_i, part_val[row * splits + k], part_idx[row * splits + k]);
+  block_argmax(best, best_i);
+  if (threadIdx.x == 0) out[row] = best_i == INT64_MAX ? 0 : best_i;
 }
 
 }  // namespace
@@ -179,8 +205,20 @@ void argmax(const TensorView& x, const TensorView& out, Stream stream) {
   const TensorView xv = dense_rows_input(x, keep_x, stream);
   WritableOutput o(out, true, false, stream);
   const Rows rx = rows_of(xv);
-  argmax_kernel<<<checked_grid_x(rx.rows, "argmax"), 256, 0, native(stream)>>>(
-      rx.ptr, x.dtype, rx.row_stride, rx.cols, o.view().data_as<int64_t>());
+  constexpr int64_t kChunk = 4096;
+  const int64_t splits = std::max<int64_t>(1, (rx.cols + kChunk - 1) / kChunk);
+  if (rx.rows > 65535)
+    throw InvalidArgument("argmax: at most 65535 rows on CUDA, got " + std::to_string(rx.rows));
+  Tensor part_val = Tensor::empty({rx.rows, splits}, DType::F32, x.device, stream);
+  Tensor part_idx = Tensor::empty({rx.rows, splits}, DType::I64, x.device, stream);
+  argmax_partial_kernel<<<dim3(static_cast<unsigned>(splits), static_cast<unsigned>(rx.rows)), 256,
+                          0, native(stream)>>>(rx.ptr, x.dtype, rx.row_stride, rx.cols, kChunk,
+                                               part_val.data_as<float>(),
+                                               part_idx.data_as<int64_t>());
+  HK_CUDA_CHECK_LAUNCH();
+  argmax_final_kernel<<<static_cast<unsigned>(rx.rows), 128, 0, native(stream)>>>(
+      part_val.data_as<float>(), part_idx.data_as<int64_t>(), splits,
+      o.view().data_as<int64_t>());
   HK_CUDA_CHECK_LAUNCH();
   o.finish(stream);
 }

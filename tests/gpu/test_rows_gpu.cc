@@ -191,6 +191,22 @@ TEST(GpuRows, Argmax) {
   Tensor out = gpu_output({2}, DType::I64);
   ops::argmax(to_gpu(ties), out);
   EXPECT_EQ(to_cpu(out).to_int64s(), (std::vector<int64_t>{1, 0}));
+  // vocabulary-sized rows are split over many blocks: the winner and first-index ties must
+  // survive the merge across chunks
+  for (DType dt : float_dtypes()) {
+    Tensor big = random_cpu({3, 151936}, dt, 77);
+    Tensor big_ref = Tensor::empty({3}, DType::I64);
+    ops::argmax(big, big_ref);
+    Tensor big_out = gpu_output({3}, DType::I64);
+    ops::argmax(to_gpu(big), big_out);
+    EXPECT_EQ(to_cpu(big_out).to_int64s(), big_ref.to_int64s()) << dtype_name(dt);
+  }
+  std::vector<float> tie_row(20000, 0.0f);
+  tie_row[9000] = tie_row[5000] = tie_row[100 + 4096] = 7.0f;
+  Tensor far_ties = Tensor::from_floats(tie_row, {1, 20000});
+  Tensor far_out = gpu_output({1}, DType::I64);
+  ops::argmax(to_gpu(far_ties), far_out);
+  EXPECT_EQ(to_cpu(far_out).to_int64s(), (std::vector<int64_t>{4196}));
 }
 
 TEST(GpuRows, EmbeddingForwardBackward) {
