@@ -1,7 +1,10 @@
 // hk's default kernel table: the loading guide's device-aware defaults (cuda, rocm, xpu) plus cpu
-// entries for hk's own cpu kernel variants. Repos absent from the hub simply fall back to the
-// built-in implementation with the reason recorded; they are listed so a hub that has them is
-// used. Versions follow the table of MISSION.md (liger-kernels is version 3).
+// entries for hk's own cpu kernel variants where they are worth binding by default (RMSNorm,
+// rotary, activations). The liger-kernels cpu variants of the MLP and the loss are naive
+// reference loops, so cpu models keep the built-in (OpenBLAS) path unless a config asks for them.
+// Repos absent from the hub simply fall back to the built-in implementation with the reason
+// recorded; they are listed so a hub that has them is used. Versions follow the table of MISSION.md
+// (liger-kernels is version 3).
 #include "kernelize/mapping.h"
 
 namespace hk::kernel_binding {
@@ -32,12 +35,9 @@ const std::vector<MappingRule>& default_mapping() {
       t.push_back(rule("MoeMLP", d, "kernels-community/megablocks", 1));
     // Gated MLPs, Linear, loss
     t.push_back(rule("MLP", "cuda", "kernels-community/liger-kernels:LigerSwiGLUMLP", 3));
-    t.push_back(rule("MLP", "cpu", "kernels-community/liger-kernels:LigerSwiGLUMLP", 3));
     t.push_back(rule("Linear", "cuda", "kernels-community/liger-kernels", 3));
     t.push_back(
         rule("ForCausalLMLoss", "cuda", "kernels-community/liger-kernels:LigerForCausalLMLoss", 3));
-    t.push_back(
-        rule("ForCausalLMLoss", "cpu", "kernels-community/liger-kernels:LigerForCausalLMLoss", 3));
     // Activations
     for (const char* layer : {"SiLU", "GELU", "GeluTanh", "FastGELU", "QuickGELU", "NewGELU"}) {
       t.push_back(rule(layer, "cuda", "kernels-community/activation", 1));

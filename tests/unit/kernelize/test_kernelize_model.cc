@@ -76,11 +76,17 @@ TEST_F(Kernelize, DefaultMappingBindsEveryRMSNormAndKeepsLogits) {
     EXPECT_EQ(d->variant, "hk1-cpu-x86_64-linux");
     EXPECT_EQ(d->revision.size(), 40u);
   }
-  // layers with no hub kernel in this hub fall back with a reason
+  // the cpu default table leaves the MLP built-in (liger's cpu MLP is a reference loop)
   const LayerDecision* mlp = report.find("model.layers.0.mlp");
   ASSERT_NE(mlp, nullptr);
   EXPECT_TRUE(mlp->kernel.empty());
-  EXPECT_NE(mlp->reason.find("liger-kernels"), std::string::npos) << mlp->reason;
+  EXPECT_NE(mlp->reason.find("no kernel mapped"), std::string::npos) << mlp->reason;
+  // a mapped repo this hub lacks falls back with the hub's reason
+  auto missing = kernelize(model_.module(), Mode::Inference,
+                           options(KernelConfig{{{"MLP", "kernels-community/liger-kernels"}}}));
+  const LayerDecision* m = missing.find("model.layers.0.mlp");
+  EXPECT_TRUE(m->kernel.empty());
+  EXPECT_NE(m->reason.find("liger-kernels"), std::string::npos) << m->reason;
   EXPECT_EQ(model_.module().find_module(kNorm)->impl()->name(),
             "kernels-community/rmsnorm:RMSNorm");
   const auto kernelized = logits();
