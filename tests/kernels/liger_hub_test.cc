@@ -340,6 +340,68 @@ TEST(LigerHub, ActivationRepoSiLU) {
   expect_close(host(dx), rdx, 1e-4, 1e-3, "dx");
 }
 
+TEST(LigerHub, ActivationRepoGeluFamilyAndGatedEntries) {
+  struct Unary {
+    const char* entry;
+    liger::Act act;
+    uint32_t kind;
+  };
+  const Unary unary[] = {{"GELU", liger::Act::GeluErf, hk::kActivationGELU},
+                         {"GeluTanh", liger::Act::GeluTanh, hk::kActivationGELUTanh},
+                         {"FastGELU", liger::Act::GeluTanh, hk::kActivationGELUTanh},
+                         {"NewGELU", liger::Act::GeluTanh, hk::kActivationGELUTanh},
+                         {"QuickGELU", liger::Act::QuickGelu, hk::kActivationQuickGELU}};
+  for (const Unary& u : unary) {
+    SCOPED_TRACE(u.entry);
+    M xv, dyv;
+    Tensor x = randn({5, 37}, DType::F32, &xv, 2.0f), dy = randn({5, 37}, DType::F32, &dyv);
+    Tensor y = empty({5, 37}, DType::F32), dx = empty({5, 37}, DType::F32);
+    auto fn = entry("kernels-community/activation", "v1", u.entry);
+    hk::ActivationAttrs attrs;
+    attrs.kind = u.kind;
+    fn.forward({x}, {y}, attrs);
+    fn.backward({dy, x}, {dx}, attrs);
+    M ry(xv.size()), rdx(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i) {
+      ry[i] = liger_test::ref::act(u.act, xv[i]);
+      rdx[i] = dyv[i] * liger_test::ref::act_grad(u.act, xv[i]);
+    }
+    expect_close(host(y), ry, 1e-6, 1e-5, "y");
+    expect_close(host(dx), rdx, 1e-5, 1e-4, "dx");
+    // attrs naming another function are refused, not silently ignored
+    hk::ActivationAttrs wrong;
+    wrong.kind = u.kind == hk::kActivationGELU ? hk::kActivationSiLU : hk::kActivationGELU;
+    EXPECT_THROW(fn.forward({x}, {y}, wrong), hk::InvalidArgument);
+  }
+  // gated: x = gate ‖ up in one tensor [rows, 2d]; y = round(act(gate)) · up
+  const std::pair<const char*, liger::Act> gated[] = {{"silu_and_mul", liger::Act::SiLU},
+                                                      {"gelu_and_mul", liger::Act::GeluErf},
+                                                      {"gelu_tanh_and_mul", liger::Act::GeluTanh}};
+  const uint32_t kinds[] = {hk::kActivationSiLU, hk::kActivationGELU, hk::kActivationGELUTanh};
+  for (int g = 0; g < 3; ++g) {
+    SCOPED_TRACE(gated[g].first);
+    const int64_t rows = 6, d = 19;
+    M xv, dyv;
+    Tensor x = randn({rows, 2 * d}, DType::F32, &xv, 1.5f), dy = randn({rows, d}, DType::F32, &dyv);
+    Tensor y = empty({rows, d}, DType::F32), dx = empty({rows, 2 * d}, DType::F32);
+    auto fn = entry("kernels-community/activation", "v1", gated[g].first);
+    hk::ActAndMulAttrs attrs;
+    attrs.kind = kinds[g];
+    fn.forward({x}, {y}, attrs);
+    fn.backward({dy, x}, {dx}, attrs);
+    M ry(rows * d), rdx(rows * 2 * d);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < d; ++c) {
+        const double gt = xv[r * 2 * d + c], up = xv[r * 2 * d + d + c], gy = dyv[r * d + c];
+        ry[r * d + c] = liger_test::ref::act(gated[g].second, gt) * up;
+        rdx[r * 2 * d + c] = gy * up * liger_test::ref::act_grad(gated[g].second, gt);
+        rdx[r * 2 * d + d + c] = gy * liger_test::ref::act(gated[g].second, gt);
+      }
+    expect_close(host(y), ry, 1e-6, 1e-5, "y");
+    expect_close(host(dx), rdx, 1e-5, 1e-4, "dx");
+  }
+}
+
 #ifdef LIGER_HUB_CUDA
 // The Capture claim, checked: RMSNorm forward + backward and cross-entropy forward + backward
 // recorded into one CUDA graph (workspace preallocated), replayed on fresh inputs copied into the

@@ -329,15 +329,17 @@ void rope_call(const hk_call& call, bool backward) {
 
 // ---- silu@1
 // ---------------------------------------------------------------------------------------
-void silu_call(const hk_call& call, bool backward) {
+// silu@1 and activation@1 share this: y = act(x), dx = dy·act'(x).
+void unary_act_call(const hk_call& call, bool backward, liger::Act act, const char* name) {
   liger::UnaryAct a;
-  a.act = liger::Act::SiLU;
+  a.act = act;
   if (!backward) {
     const hk_tensor& x = hk::sdk::input(call, 0, "x");
     const hk_tensor& y = hk::sdk::output(call, 0, "y");
     same_shape(x, y, "x", "y");
     a.x = rows_of(x, "x"), a.y = rows_of(y, "y");
-    if (a.x.dt != a.y.dt) fail(HK_STATUS_UNSUPPORTED, "silu: y must have x's dtype");
+    if (a.x.dt != a.y.dt)
+      fail(HK_STATUS_UNSUPPORTED, std::string(name) + ": y must have x's dtype");
     LIGER_RUN(unary_act_fwd, a, call);
   } else {
     const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
@@ -347,8 +349,93 @@ void silu_call(const hk_call& call, bool backward) {
     same_shape(dx, x, "dx", "x");
     a.dy = rows_of(dy, "dy"), a.x = rows_of(x, "x"), a.dx = rows_of(dx, "dx");
     if (a.x.dt != a.dy.dt || a.x.dt != a.dx.dt)
-      fail(HK_STATUS_UNSUPPORTED, "silu backward: dy, x and dx must share one dtype");
+      fail(HK_STATUS_UNSUPPORTED,
+           std::string(name) + " backward: dy, x and dx must share one dtype");
     LIGER_RUN(unary_act_bwd, a, call);
+  }
+}
+
+void silu_call(const hk_call& call, bool backward) {
+  unary_act_call(call, backward, liger::Act::SiLU, "silu");
+}
+
+// ---- activation@1 / act_and_mul@1 (kernels-community/activation) -------------------------------
+// Each entry computes one fixed function; attrs.kind, when given, must name it (a mismatch is a
+// caller bug that would otherwise silently compute something else).
+uint32_t act_kind_code(liger::Act act) {
+  switch (act) {
+    case liger::Act::SiLU:
+      return hk::kActivationSiLU;
+    case liger::Act::GeluErf:
+      return hk::kActivationGELU;
+    case liger::Act::GeluTanh:
+      return hk::kActivationGELUTanh;
+    case liger::Act::QuickGelu:
+      return hk::kActivationQuickGELU;
+  }
+  return hk::kActivationSiLU;
+}
+
+void check_kind(const hk_call& call, liger::Act act, const char* name) {
+  if (call.attrs && call.attrs_size >= sizeof(uint32_t)) {
+    const uint32_t kind = *static_cast<const uint32_t*>(call.attrs);
+    if (kind != act_kind_code(act))
+      fail(HK_STATUS_INVALID_ARGUMENT, std::string(name) + " computes activation kind " +
+                                           std::to_string(act_kind_code(act)) +
+                                           " but attrs.kind is " + std::to_string(kind));
+  }
+}
+
+size_t dt_size(liger::Dt dt) {
+  return dt == liger::Dt::F32 ? 4 : 2;
+}
+
+// x [..., 2d] as two row views gate = x[..., :d], up = x[..., d:].
+void split_halves(const liger::Rows& x, liger::Rows& first, liger::Rows& second, const char* what) {
+  if (x.cols % 2 != 0)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) +
+                                         " must have an even last dimension "
+                                         "(gate ‖ up), got " +
+                                         std::to_string(x.cols));
+  first = x;
+  first.cols = x.cols / 2;
+  second = first;
+  second.data = static_cast<char*>(x.data) + first.cols * static_cast<int64_t>(dt_size(x.dt));
+}
+
+void act_and_mul_call(const hk_call& call, bool backward, liger::Act act, const char* name) {
+  check_kind(call, act, name);
+  liger::GatedAct a;
+  a.act = act;
+  const int xi = backward ? 1 : 0;
+  const hk_tensor& x = hk::sdk::input(call, xi, "x");
+  const hk_tensor* up = hk::sdk::optional_input(call, xi + 1);
+  if (up) {
+    a.gate = rows_of(x, "gate"), a.up = rows_of(*up, "up");
+  } else {
+    split_halves(rows_of(x, "x"), a.gate, a.up, "x");
+  }
+  if (a.gate.dt != a.up.dt || a.gate.rows != a.up.rows || a.gate.cols != a.up.cols)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         std::string(name) + ": gate and up must match in shape and dtype");
+  if (!backward) {
+    a.out = rows_of(hk::sdk::output(call, 0, "y"), "y");
+    if (a.out.rows != a.gate.rows || a.out.cols != a.gate.cols || a.out.dt != a.gate.dt)
+      fail(HK_STATUS_INVALID_ARGUMENT, std::string(name) + ": y must be [..., d] in x's dtype");
+    LIGER_RUN(gated_act_fwd, a, call);
+  } else {
+    a.dout = rows_of(hk::sdk::input(call, 0, "dy"), "dy");
+    const liger::Rows dx = rows_of(hk::sdk::output(call, 0, "dx"), "dx");
+    if (up) {
+      a.dgate = dx;
+      a.dup = rows_of(hk::sdk::output(call, 1, "dup"), "dup");
+    } else {
+      split_halves(dx, a.dgate, a.dup, "dx");
+    }
+    if (a.dout.rows != a.gate.rows || a.dout.cols != a.gate.cols || a.dgate.cols != a.gate.cols ||
+        a.dgate.rows != a.gate.rows)
+      fail(HK_STATUS_INVALID_ARGUMENT, std::string(name) + " backward: dy, dx shapes do not match");
+    LIGER_RUN(gated_act_bwd, a, call);
   }
 }
 
@@ -679,6 +766,24 @@ hk_status silu_forward(const hk_call* c) noexcept {
 hk_status silu_backward(const hk_call* c) noexcept {
   return hk::sdk::guard(c, [&] { silu_call(*c, true); });
 }
+#define LIGER_FIXED_ACT(fn, kind_fn, act, label)                       \
+  hk_status fn##_forward(const hk_call* c) noexcept {                  \
+    return hk::sdk::guard(c, [&] { kind_fn(*c, false, act, label); }); \
+  }                                                                    \
+  hk_status fn##_backward(const hk_call* c) noexcept {                 \
+    return hk::sdk::guard(c, [&] { kind_fn(*c, true, act, label); });  \
+  }
+void unary_fixed(const hk_call& c, bool backward, liger::Act act, const char* name) {
+  check_kind(c, act, name);
+  unary_act_call(c, backward, act, name);
+}
+LIGER_FIXED_ACT(gelu, unary_fixed, liger::Act::GeluErf, "GELU")
+LIGER_FIXED_ACT(gelu_tanh, unary_fixed, liger::Act::GeluTanh, "GeluTanh")
+LIGER_FIXED_ACT(quick_gelu, unary_fixed, liger::Act::QuickGelu, "QuickGELU")
+LIGER_FIXED_ACT(silu_and_mul, act_and_mul_call, liger::Act::SiLU, "silu_and_mul")
+LIGER_FIXED_ACT(gelu_and_mul, act_and_mul_call, liger::Act::GeluErf, "gelu_and_mul")
+LIGER_FIXED_ACT(gelu_tanh_and_mul, act_and_mul_call, liger::Act::GeluTanh, "gelu_tanh_and_mul")
+#undef LIGER_FIXED_ACT
 hk_status mlp_forward(const hk_call* c) noexcept {
   return hk::sdk::guard(c, [&] { mlp_fwd_call(*c); });
 }

@@ -43,6 +43,19 @@
   hk_status causal_lm_forward(const hk_call* call) noexcept;                                 \
   hk_status causal_lm_backward(const hk_call* call) noexcept;                                \
   hk_status causal_lm_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;     \
+  /* kernels-community/activation: activation@1 and act_and_mul@1 with a fixed function */   \
+  hk_status gelu_forward(const hk_call* call) noexcept;                                      \
+  hk_status gelu_backward(const hk_call* call) noexcept;                                     \
+  hk_status gelu_tanh_forward(const hk_call* call) noexcept;                                 \
+  hk_status gelu_tanh_backward(const hk_call* call) noexcept;                                \
+  hk_status quick_gelu_forward(const hk_call* call) noexcept;                                \
+  hk_status quick_gelu_backward(const hk_call* call) noexcept;                               \
+  hk_status silu_and_mul_forward(const hk_call* call) noexcept;                              \
+  hk_status silu_and_mul_backward(const hk_call* call) noexcept;                             \
+  hk_status gelu_and_mul_forward(const hk_call* call) noexcept;                              \
+  hk_status gelu_and_mul_backward(const hk_call* call) noexcept;                             \
+  hk_status gelu_tanh_and_mul_forward(const hk_call* call) noexcept;                         \
+  hk_status gelu_tanh_and_mul_backward(const hk_call* call) noexcept;                        \
   }
 
 LIGER_ABI_DECLARE(cpu)
