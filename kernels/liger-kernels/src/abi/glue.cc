@@ -386,10 +386,6 @@ void check_kind(const hk_call& call, liger::Act act, const char* name) {
   }
 }
 
-size_t dt_size(liger::Dt dt) {
-  return dt == liger::Dt::F32 ? 4 : 2;
-}
-
 // x [..., 2d] as two row views gate = x[..., :d], up = x[..., d:].
 void split_halves(const liger::Rows& x, liger::Rows& first, liger::Rows& second, const char* what) {
   if (x.cols % 2 != 0)
@@ -400,7 +396,7 @@ void split_halves(const liger::Rows& x, liger::Rows& first, liger::Rows& second,
   first = x;
   first.cols = x.cols / 2;
   second = first;
-  second.data = static_cast<char*>(x.data) + first.cols * static_cast<int64_t>(dt_size(x.dt));
+  second.data = static_cast<char*>(x.data) + first.cols * static_cast<int64_t>(liger::dt_size(x.dt));
 }
 
 void act_and_mul_call(const hk_call& call, bool backward, liger::Act act, const char* name) {
