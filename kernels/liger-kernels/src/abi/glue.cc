@@ -396,7 +396,8 @@ void split_halves(const liger::Rows& x, liger::Rows& first, liger::Rows& second,
   first = x;
   first.cols = x.cols / 2;
   second = first;
-  second.data = static_cast<char*>(x.data) + first.cols * static_cast<int64_t>(liger::dt_size(x.dt));
+  second.data =
+      static_cast<char*>(x.data) + first.cols * static_cast<int64_t>(liger::dt_size(x.dt));
 }
 
 void act_and_mul_call(const hk_call& call, bool backward, liger::Act act, const char* name) {
