@@ -14,6 +14,7 @@
 #include <string>
 
 #include "hk/kernel_sdk.h"
+#include "hk/kernel_sdk_cuda.cuh"
 #include "rmsnorm_problem.h"
 
 namespace rmsnorm {
@@ -22,33 +23,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int64_t kMaxPartials = 256;
 
-__device__ __forceinline__ float to_f(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f(__half v) {
-  return __half2float(v);
-}
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <class T>
-__device__ __forceinline__ float round_f(float v) {
-  return to_f(from_f<T>(v));
-}
+using hk::sdk::cuda::from_f32;
+using hk::sdk::cuda::round_as;
+using hk::sdk::cuda::to_f32;
 
 template <class T, int N>
 struct alignas(sizeof(T) * N) Vec {
@@ -75,7 +52,7 @@ __device__ float row_sum_squares(const T* x, int64_t hidden) {
     const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(x + j);
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      const float f = to_f(v.v[k]);
+      const float f = to_f32(v.v[k]);
       sum += f * f;
     }
   }
@@ -100,9 +77,9 @@ __global__ void __launch_bounds__(kThreads)
     Vec<T, N> out;
 #pragma unroll
     for (int k = 0; k < N; ++k) {
-      float n = to_f(xv.v[k]) * r;
-      if (llama) n = round_f<T>(n);
-      out.v[k] = from_f<T>(n * (offset + to_f(wv.v[k])));
+      float n = to_f32(xv.v[k]) * r;
+      if (llama) n = round_as<T>(n);
+      out.v[k] = from_f32<T>(n * (offset + to_f32(wv.v[k])));
     }
     *reinterpret_cast<Vec<T, N>*>(yr + j) = out;
   }
@@ -140,10 +117,10 @@ __global__ void __launch_bounds__(kThreads)
       const Vec<T, N> wv = *reinterpret_cast<const Vec<T, N>*>(w + j);
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float m = to_f(xv.v[k]) * r;
-        const float d = to_f(dyv.v[k]);
-        dot += d * (offset + to_f(wv.v[k])) * m;
-        if (partial != nullptr) acc[j + k] += d * (llama ? round_f<T>(m) : m);
+        const float m = to_f32(xv.v[k]) * r;
+        const float d = to_f32(dyv.v[k]);
+        dot += d * (offset + to_f32(wv.v[k])) * m;
+        if (partial != nullptr) acc[j + k] += d * (llama ? round_as<T>(m) : m);
       }
     }
     const float mean_dot = block_sum(dot, red) * inv_h;
@@ -154,8 +131,8 @@ __global__ void __launch_bounds__(kThreads)
       Vec<T, N> out;
 #pragma unroll
       for (int k = 0; k < N; ++k) {
-        const float g = to_f(dyv.v[k]) * (offset + to_f(wv.v[k]));
-        out.v[k] = from_f<T>(r * (g - to_f(xv.v[k]) * r * mean_dot));
+        const float g = to_f32(dyv.v[k]) * (offset + to_f32(wv.v[k]));
+        out.v[k] = from_f32<T>(r * (g - to_f32(xv.v[k]) * r * mean_dot));
       }
       *reinterpret_cast<Vec<T, N>*>(dxr + j) = out;
     }
@@ -173,9 +150,9 @@ __global__ void dweight_kernel(const float* __restrict__ partial, int parts, int
                                W* __restrict__ dweight, bool accumulate) {
   const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j >= hidden) return;
-  float sum = accumulate ? to_f(dweight[j]) : 0.0f;
+  float sum = accumulate ? to_f32(dweight[j]) : 0.0f;
   for (int p = 0; p < parts; ++p) sum += partial[static_cast<int64_t>(p) * hidden + j];
-  dweight[j] = from_f<W>(sum);
+  dweight[j] = from_f32<W>(sum);
 }
 
 // ---- host side ----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/cuda_check.h"
+#include "hk/kernel_sdk_cuda.cuh"
 #include "hk/error.h"
 #include "hk/ops.h"
 #include "hk/tensor.h"
@@ -28,35 +29,9 @@ inline cudaStream_t native(Stream stream) {
 }
 
 // ---- storage types ------------------------------------------------------------------------------
-__device__ __forceinline__ float to_f32(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f32(__half v) {
-  return __half2float(v);
-}
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
-template <class T>
-__device__ __forceinline__ T from_f32(float v);
-template <>
-__device__ __forceinline__ float from_f32<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-// Rounds through T and back: the "one rounding to the dtype" of the eager semantics.
-template <class T>
-__device__ __forceinline__ float round_as(float v) {
-  return to_f32(from_f32<T>(v));
-}
+using hk::sdk::cuda::from_f32;
+using hk::sdk::cuda::round_as;
+using hk::sdk::cuda::to_f32;
 
 // Run-time-typed access for the floating dtypes f32/bf16/f16 (the switch is warp-uniform).
 __device__ __forceinline__ float load_f32(const void* p, DType dt, int64_t i) {

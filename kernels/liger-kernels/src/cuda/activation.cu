@@ -38,16 +38,16 @@ __global__ void __launch_bounds__(256) ew_kernel(EwP p) {
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         if constexpr (kOp == Op::UnaryFwd) {
-          o[0].e[i] = from_f<T>(act_fwd(p.act, to_f(v[0].e[i])));
+          o[0].e[i] = from_f32<T>(act_fwd(p.act, to_f32(v[0].e[i])));
         } else if constexpr (kOp == Op::UnaryBwd) {  // in: dy, x
-          o[0].e[i] = from_f<T>(to_f(v[0].e[i]) * act_grad(p.act, to_f(v[1].e[i])));
+          o[0].e[i] = from_f32<T>(to_f32(v[0].e[i]) * act_grad(p.act, to_f32(v[1].e[i])));
         } else if constexpr (kOp == Op::GatedFwd) {  // in: gate, up
-          const float g = round_f<T>(act_fwd(p.act, to_f(v[0].e[i])));
-          o[0].e[i] = from_f<T>(g * to_f(v[1].e[i]));
+          const float g = round_as<T>(act_fwd(p.act, to_f32(v[0].e[i])));
+          o[0].e[i] = from_f32<T>(g * to_f32(v[1].e[i]));
         } else {  // in: dout, gate, up → out: dgate, dup
-          const float d = to_f(v[0].e[i]), x = to_f(v[1].e[i]), u = to_f(v[2].e[i]);
-          o[0].e[i] = from_f<T>(d * u * act_grad(p.act, x));
-          o[1].e[i] = from_f<T>(d * round_f<T>(act_fwd(p.act, x)));
+          const float d = to_f32(v[0].e[i]), x = to_f32(v[1].e[i]), u = to_f32(v[2].e[i]);
+          o[0].e[i] = from_f32<T>(d * u * act_grad(p.act, x));
+          o[1].e[i] = from_f32<T>(d * round_as<T>(act_fwd(p.act, x)));
         }
       }
 #pragma unroll

@@ -10,39 +10,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "hk/kernel_sdk_cuda.cuh"
 #include "liger/args.h"
 
 namespace liger::cuda {
 
-__device__ __forceinline__ float to_f(float v) {
-  return v;
-}
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-__device__ __forceinline__ float to_f(__half v) {
-  return __half2float(v);
-}
-
-template <class T>
-__device__ __forceinline__ T from_f(float v);
-template <>
-__device__ __forceinline__ float from_f<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_f<__half>(float v) {
-  return __float2half_rn(v);
-}
-// v rounded through T and back.
-template <class T>
-__device__ __forceinline__ float round_f(float v) {
-  return to_f(from_f<T>(v));
-}
+using hk::sdk::cuda::from_f32;
+using hk::sdk::cuda::round_as;
+using hk::sdk::cuda::to_f32;
 
 // Runtime-typed scalar load (weights, cos/sin tables: small, cache resident).
 __device__ __forceinline__ float load_dt(const void* p, Dt dt, int64_t i) {
@@ -127,7 +102,7 @@ __device__ __forceinline__ void load_run(const void* p, Dt dt, int64_t i, bool s
   if (same) {
     const Pack<T, N> v = ld<T, N>(static_cast<const T*>(p) + i);
 #pragma unroll
-    for (int k = 0; k < N; ++k) out[k] = to_f(v.e[k]);
+    for (int k = 0; k < N; ++k) out[k] = to_f32(v.e[k]);
   } else {
 #pragma unroll
     for (int k = 0; k < N; ++k) out[k] = load_dt(p, dt, i + k);

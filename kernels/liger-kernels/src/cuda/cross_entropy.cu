@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kCeThreads, 2) ce_rows_kernel(CeRowsP p) {
         float z[N], pm = -INFINITY;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          z[i] = capped(to_f(v[u].e[i]), p.softcap);
+          z[i] = capped(to_f32(v[u].e[i]), p.softcap);
           pm = fmaxf(pm, z[i]);
           if (smooth) sz += z[i];
         }
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kCeThreads, 2) ce_rows_kernel(CeRowsP p) {
         // lse − z_t as (m − z_t) + log s: exact 0 + log s when the target is the max, so a
         // confident prediction keeps its small loss instead of the rounding of lse (~1e-6).
         const float ls = static_cast<float>(log(sd)), l = m + ls;
-        const float zt = capped(to_f(x[target]), p.softcap);
+        const float zt = capped(to_f32(x[target]), p.softcap);
         const float eps = p.label_smoothing, zl = p.z_loss_scale * l * l;
         if (p.row_loss)
           p.row_loss[r] = (1 - eps) * ((m - zt) + ls) + eps * ((m - sz / p.vocab) + ls) + zl;
@@ -152,18 +152,18 @@ __global__ void __launch_bounds__(kCeThreads, 2) ce_rows_kernel(CeRowsP p) {
       Pack<T, N> out;
       if (ignored || bad) {
 #pragma unroll
-        for (int i = 0; i < N; ++i) out.e[i] = from_f<T>(0.0f);
+        for (int i = 0; i < N; ++i) out.e[i] = from_f32<T>(0.0f);
       } else {
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float z = capped(to_f(v[u].e[i]), p.softcap);
+          const float z = capped(to_f32(v[u].e[i]), p.softcap);
           float d = exp2f(((z - gm) - gls) * kLog2e) * zfac - unif;
           if (pk * N + i == target) d -= hit;
           if (p.softcap > 0) {
             const float t = z / p.softcap;
             d *= 1 - t * t;
           }
-          out.e[i] = from_f<T>(d * scale);
+          out.e[i] = from_f32<T>(d * scale);
         }
       }
       st<T, N>(g + pk * N, out);
@@ -198,7 +198,7 @@ __global__ void scale_kernel(T* m, int64_t rows, int64_t cols, int64_t stride, c
          c += static_cast<int64_t>(gridDim.x) * blockDim.x * N) {
       Pack<T, N> v = ld<T, N>(m + r * stride + c);
 #pragma unroll
-      for (int i = 0; i < N; ++i) v.e[i] = from_f<T>(to_f(v.e[i]) * s);
+      for (int i = 0; i < N; ++i) v.e[i] = from_f32<T>(to_f32(v.e[i]) * s);
       st<T, N>(m + r * stride + c, v);
     }
   }

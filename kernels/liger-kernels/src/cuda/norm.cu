@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
       for (int v = 0; v < V; ++v)
         if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
 #pragma unroll
-          for (int i = 0; i < N; ++i) s += to_f(xv[v].e[i]);
+          for (int i = 0; i < N; ++i) s += to_f32(xv[v].e[i]);
       mean = group_sum<G>(s, red) / p.cols;
       s = 0;
     }
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
       if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float d = to_f(xv[v].e[i]) - mean;
+          const float d = to_f32(xv[v].e[i]) - mean;
           s += d * d;
         }
     const float rstd = rsqrtf(group_sum<G>(s, red) / p.cols + p.eps);
@@ -99,15 +99,15 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
       if (p.layer_norm && p.b) load_run<T, N>(p.b, p.b_dt, c, p.b_packed, bias);
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        float h = (to_f(xv[v].e[i]) - mean) * rstd;
+        float h = (to_f32(xv[v].e[i]) - mean) * rstd;
         float o;
         if (p.layer_norm) {
           o = h * w[i] + bias[i];
         } else {
-          if (p.llama_round) h = round_f<T>(h);
+          if (p.llama_round) h = round_as<T>(h);
           o = h * (p.offset + w[i]);
         }
-        out.e[i] = from_f<T>(o);
+        out.e[i] = from_f32<T>(o);
       }
       st<T, N>(y + c, out);
     }
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
         for (int v = 0; v < V; ++v)
           if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
 #pragma unroll
-            for (int i = 0; i < N; ++i) s += to_f(xv[v].e[i]);
+            for (int i = 0; i < N; ++i) s += to_f32(xv[v].e[i]);
         mean = group_sum<G>(s, red) / p.cols;
         s = 0;
       }
@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
         if ((static_cast<int64_t>(v) * G + lane) * N < p.cols)
 #pragma unroll
           for (int i = 0; i < N; ++i) {
-            const float d = to_f(xv[v].e[i]) - mean;
+            const float d = to_f32(xv[v].e[i]) - mean;
             s += d * d;
           }
       rstd = rsqrtf(group_sum<G>(s, red) / p.cols + p.eps);
@@ -216,8 +216,8 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
         load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float g = to_f(gv[v].e[i]) * ((kLN ? 0.0f : p.offset) + w[i]);
-          const float h = (to_f(xv[v].e[i]) - mean) * rstd;
+          const float g = to_f32(gv[v].e[i]) * ((kLN ? 0.0f : p.offset) + w[i]);
+          const float h = (to_f32(xv[v].e[i]) - mean) * rstd;
           s1 += g;
           s2 += g * h;
         }
@@ -235,9 +235,9 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
       load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const float d = to_f(gv[v].e[i]), h = (to_f(xv[v].e[i]) - mean) * rstd;
-        out.e[i] = from_f<T>(rstd * (d * ((kLN ? 0.0f : p.offset) + w[i]) - c1 - h * c2));
-        dw[v][i] += d * (p.llama_round ? round_f<T>(h) : h);
+        const float d = to_f32(gv[v].e[i]), h = (to_f32(xv[v].e[i]) - mean) * rstd;
+        out.e[i] = from_f32<T>(rstd * (d * ((kLN ? 0.0f : p.offset) + w[i]) - c1 - h * c2));
+        dw[v][i] += d * (p.llama_round ? round_as<T>(h) : h);
         if constexpr (kLN) db[v][i] += d;
       }
       st<T, N>(dx + c, out);
@@ -258,12 +258,12 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_loop(NormP p) {
   const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
   float mean = 0, s = 0;
   if (p.layer_norm) {
-    for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) s += to_f(x[c]);
+    for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) s += to_f32(x[c]);
     mean = group_sum<kThreads>(s, red) / p.cols;
     s = 0;
   }
   for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) {
-    const float d = to_f(x[c]) - mean;
+    const float d = to_f32(x[c]) - mean;
     s += d * d;
   }
   const float rstd = rsqrtf(group_sum<kThreads>(s, red) / p.cols + p.eps);
@@ -273,14 +273,14 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_loop(NormP p) {
   }
   T* y = static_cast<T*>(p.y) + r * p.y_stride;
   for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) {
-    float h = (to_f(x[c]) - mean) * rstd, o;
+    float h = (to_f32(x[c]) - mean) * rstd, o;
     if (p.layer_norm) {
       o = h * load_dt(p.w, p.w_dt, c) + (p.b ? load_dt(p.b, p.b_dt, c) : 0.0f);
     } else {
-      if (p.llama_round) h = round_f<T>(h);
+      if (p.llama_round) h = round_as<T>(h);
       o = h * (p.offset + load_dt(p.w, p.w_dt, c));
     }
-    y[c] = from_f<T>(o);
+    y[c] = from_f32<T>(o);
   }
 }
 
@@ -307,32 +307,32 @@ __global__ void __launch_bounds__(kThreads) norm_bwd_loop(NormP p) {
     } else {
       float s = 0;
       if (p.layer_norm) {
-        for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) s += to_f(x[c]);
+        for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) s += to_f32(x[c]);
         mean = group_sum<kThreads>(s, red) / p.cols;
         s = 0;
       }
       for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) {
-        const float d = to_f(x[c]) - mean;
+        const float d = to_f32(x[c]) - mean;
         s += d * d;
       }
       rstd = rsqrtf(group_sum<kThreads>(s, red) / p.cols + p.eps);
     }
     float s1 = 0, s2 = 0;
     for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) {
-      const float g = to_f(dy[c]) * (off + load_dt(p.w, p.w_dt, c));
+      const float g = to_f32(dy[c]) * (off + load_dt(p.w, p.w_dt, c));
       s1 += g;
-      s2 += g * (to_f(x[c]) - mean) * rstd;
+      s2 += g * (to_f32(x[c]) - mean) * rstd;
     }
     const float c1 = p.layer_norm ? group_sum<kThreads>(s1, red) / p.cols : 0.0f;
     const float c2 = group_sum<kThreads>(s2, red) / p.cols;
     T* dx = static_cast<T*>(p.y) + r * p.y_stride;
     for (int64_t c = threadIdx.x; c < p.cols; c += kThreads) {
-      const float d = to_f(dy[c]), h = (to_f(x[c]) - mean) * rstd;
+      const float d = to_f32(dy[c]), h = (to_f32(x[c]) - mean) * rstd;
       if (p.want_param_grad) {
-        pw[c] += d * (p.llama_round ? round_f<T>(h) : h);
+        pw[c] += d * (p.llama_round ? round_as<T>(h) : h);
         if (p.layer_norm) pb[c] += d;
       }
-      dx[c] = from_f<T>(rstd * (d * (off + load_dt(p.w, p.w_dt, c)) - c1 - h * c2));
+      dx[c] = from_f32<T>(rstd * (d * (off + load_dt(p.w, p.w_dt, c)) - c1 - h * c2));
     }
   }
 }

@@ -71,9 +71,9 @@ __global__ void rope_kernel(RopeArgs a, int pairs, bool cos_f32_packed) {
     Pack<T, N> y1, y2;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      const float a1 = to_f(x1.e[i]), a2 = to_f(x2.e[i]);
-      y1.e[i] = from_f<T>(a1 * c1[i] - a2 * s1[i]);
-      y2.e[i] = from_f<T>(a2 * c2[i] + a1 * s2[i]);
+      const float a1 = to_f32(x1.e[i]), a2 = to_f32(x2.e[i]);
+      y1.e[i] = from_f32<T>(a1 * c1[i] - a2 * s1[i]);
+      y2.e[i] = from_f32<T>(a2 * c2[i] + a1 * s2[i]);
     }
     st<T, N>(y, y1);
     st<T, N>(y + half, y2);
