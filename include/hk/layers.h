@@ -45,6 +45,8 @@ class LayerModule : public Module {
     impl_ = std::move(typed);
   }
   void reset_impl() override { impl_ = builtin_; }
+  // True while the built-in implementation is bound (callers may then use fused built-in ops).
+  bool uses_builtin() const { return impl_ == builtin_; }
 
  private:
   std::shared_ptr<Impl> builtin_;

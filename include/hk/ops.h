@@ -63,6 +63,11 @@ void rms_norm_backward(const TensorView& dy, const TensorView& x, const TensorVi
                        float eps, const TensorView* rstd, const TensorView& dx,
                        const TensorView* dweight, bool accumulate_dweight = false,
                        Stream stream = {});
+// The decoder's residual step in one pass: residual = round(residual + delta) (exactly ops::add),
+// then y = rms_norm(residual, weight) (exactly ops::rms_norm). residual and delta share one dtype
+// and shape; y has their shape and must not alias them.
+void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                  float eps, const TensorView& y, Stream stream = {});
 // y = (x - mean)·rstd·w + b over the last dim (f32 math). bias may be null.
 void layer_norm(const TensorView& x, const TensorView& weight, const TensorView* bias, float eps,
                 const TensorView& y, Stream stream = {});
@@ -113,8 +118,8 @@ void softmax_backward(const TensorView& dy, const TensorView& y, const TensorVie
                       Stream stream = {});
 
 struct AttentionOptions {
-  float scale = 0.0f;   // 0 → 1/sqrt(head_dim)
-  bool causal = true;   // query i (of S) sees keys ≤ (T - S + i): queries are the last S of T
+  float scale = 0.0f;  // 0 → 1/sqrt(head_dim)
+  bool causal = true;  // query i (of S) sees keys ≤ (T - S + i): queries are the last S of T
   // Optional i32 [batch]: keys before this index are masked (left padding). Null = none.
   const TensorView* key_start = nullptr;
 };
@@ -122,9 +127,9 @@ struct AttentionOptions {
 // out [B, S, Hq, D]. Scores and softmax in f32; probabilities rounded to q's dtype before P·V
 // (as eager Transformers does). `probs` (f32 [B, Hq, S, T]) is written when given, for backward.
 // A fully masked row produces zeros.
-void attention(const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& out, const AttentionOptions& options = {},
-               const TensorView* probs = nullptr, Stream stream = {});
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttentionOptions& options = {}, const TensorView* probs = nullptr,
+               Stream stream = {});
 // Gradients from the saved probabilities: dq, dk, dv (dk/dv summed over each kv group).
 void attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
                         const TensorView& v, const TensorView& probs, const TensorView& dq,

@@ -55,14 +55,30 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec)
       std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
 }
 
+namespace {
+// out = norm(h), after h += delta when `pending`. With the built-in RMSNorm the add and the norm
+// are one fused op (one launch and one pass fewer per residual step); a kernelized norm gets the
+// two steps separately so its own implementation still runs. Same numbers either way.
+void add_then_norm(bool pending, const Tensor& h, const Tensor& delta, const nn::RMSNorm& norm,
+                   const Tensor& out, Stream stream) {
+  if (!pending) {
+    norm.forward(h, out, stream);
+  } else if (norm.uses_builtin()) {
+    ops::add_rms_norm(h, delta, norm.weight(), static_cast<float>(norm.eps()), out, stream);
+  } else {
+    ops::add(h, delta, h, 1.0f, stream);
+    norm.forward(h, out, stream);
+  }
+}
+}  // namespace
+
 void DecoderLayer::forward(const Tensor& h, const Tensor& normed, const Tensor& delta,
-                           const nn::AttentionState& state, Stream stream) const {
-  input_layernorm->forward(h, normed, stream);
+                           bool pending_delta, const nn::AttentionState& state,
+                           Stream stream) const {
+  add_then_norm(pending_delta, h, delta, *input_layernorm, normed, stream);
   self_attn->forward(normed, delta, state, stream);
-  ops::add(h, delta, h, 1.0f, stream);
-  post_attention_layernorm->forward(h, normed, stream);
+  add_then_norm(true, h, delta, *post_attention_layernorm, normed, stream);
   mlp->forward(normed, delta, stream);
-  ops::add(h, delta, h, 1.0f, stream);
 }
 
 DecoderModel::DecoderModel(const ModelConfig& c, const ArchitectureSpec& spec)
@@ -157,8 +173,10 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
   Tensor scratch_delta = Tensor::empty(h.sizes(), dtype, device, stream);
   for (size_t i = 0; i < model->layers.size(); ++i) {
     state.layer_index = static_cast<int64_t>(i);
-    model->layers[i]->forward(h, scratch_normed, scratch_delta, state, stream);
+    model->layers[i]->forward(h, scratch_normed, scratch_delta, /*pending_delta=*/i > 0, state,
+                              stream);
   }
+  if (!model->layers.empty()) ops::add(h, scratch_delta, h, 1.0f, stream);  // the last MLP output
   if (cache) cache->advance(s);
 
   const int64_t keep = options.logits_to_keep > 0 ? std::min(options.logits_to_keep, s) : s;

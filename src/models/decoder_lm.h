@@ -30,7 +30,10 @@ class DecoderLayer : public nn::Module {
   DecoderLayer(const ModelConfig& config, const ArchitectureSpec& spec);
   // h [B, S, H] updated in place (residual stream); `normed` and `delta` are scratch tensors of
   // h's shape, shared by all layers of one forward.
-  void forward(const Tensor& h, const Tensor& normed, const Tensor& delta,
+  // `pending_delta`: `delta` still holds the previous layer's MLP output, to be added to `h`
+  // (fused with this layer's input norm). On return `delta` holds this layer's MLP output, not
+  // yet added: the caller adds it (see add_then_norm).
+  void forward(const Tensor& h, const Tensor& normed, const Tensor& delta, bool pending_delta,
                const nn::AttentionState& state, Stream stream) const;
 
   std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;

@@ -23,6 +23,8 @@ void rms_norm(const TensorView& x, const TensorView& weight, float eps, const Te
 void rms_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& weight,
                        float eps, const TensorView* rstd, const TensorView& dx,
                        const TensorView* dweight, bool accumulate_dweight, Stream stream);
+void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                  float eps, const TensorView& y, Stream stream);
 void layer_norm(const TensorView& x, const TensorView& weight, const TensorView* bias, float eps,
                 const TensorView& y, Stream stream);
 void rotary_tables(const TensorView& positions, int64_t head_dim, double theta,

@@ -22,8 +22,9 @@ void rms_norm(const TensorView& x, const TensorView& weight, float eps, const Te
               const TensorView* rstd, Stream stream);
 void rms_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& weight,
                        float eps, const TensorView* rstd, const TensorView& dx,
-                       const TensorView* dweight, bool accumulate_dweight,
-                       Stream stream);
+                       const TensorView* dweight, bool accumulate_dweight, Stream stream);
+void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                  float eps, const TensorView& y, Stream stream);
 void layer_norm(const TensorView& x, const TensorView& weight, const TensorView* bias, float eps,
                 const TensorView& y, Stream stream);
 void rotary_tables(const TensorView& positions, int64_t head_dim, double theta,
@@ -50,20 +51,18 @@ void fill(const TensorView& out, double value, Stream stream);
 void softmax(const TensorView& x, const TensorView& y, Stream stream);
 void softmax_backward(const TensorView& dy, const TensorView& y, const TensorView& dx,
                       Stream stream);
-void attention(const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& out, const AttentionOptions& options,
-               const TensorView* probs, Stream stream);
+void attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const AttentionOptions& options, const TensorView* probs, Stream stream);
 void attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
                         const TensorView& v, const TensorView& probs, const TensorView& dq,
-                        const TensorView& dk, const TensorView& dv,
-                        const AttentionOptions& options, Stream stream);
+                        const TensorView& dk, const TensorView& dv, const AttentionOptions& options,
+                        Stream stream);
 void cross_entropy(const TensorView& logits, const TensorView& labels, const TensorView& loss,
-                   const CrossEntropyOptions& options, const TensorView* lse,
-                   Stream stream);
+                   const CrossEntropyOptions& options, const TensorView* lse, Stream stream);
 void cross_entropy_backward(const TensorView& dloss, const TensorView& logits,
                             const TensorView& labels, const TensorView& dlogits,
-                            const CrossEntropyOptions& options,
-                            const TensorView* lse, Stream stream);
+                            const CrossEntropyOptions& options, const TensorView* lse,
+                            Stream stream);
 void argmax(const TensorView& x, const TensorView& out, Stream stream);
 
 }  // namespace hk::ops::cuda

@@ -35,6 +35,22 @@ void rms_norm(const TensorView& x, const TensorView& weight, float eps, const Te
   HK_OPS_DISPATCH(ck, rms_norm, x, weight, eps, y, rstd, stream);
 }
 
+void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                  float eps, const TensorView& y, Stream stream) {
+  const Checker ck("add_rms_norm",
+                   {{"residual", &residual}, {"delta", &delta}, {"weight", &weight}, {"y", &y}});
+  ck.floating(residual, "residual");
+  ck.min_rank(residual, "residual", 1);
+  ck.same_shape(residual, "residual", delta, "delta");
+  ck.require(residual.dtype == delta.dtype, "residual and delta must share one dtype");
+  check_row_weight(ck, residual, weight, "weight");
+  ck.floating(y, "y");
+  ck.same_shape(residual, "residual", y, "y");
+  ck.require(y.ptr() != residual.ptr() && y.ptr() != delta.ptr(),
+             "y must not alias residual or delta");
+  HK_OPS_DISPATCH(ck, add_rms_norm, residual, delta, weight, eps, y, stream);
+}
+
 void rms_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& weight,
                        float eps, const TensorView* rstd, const TensorView& dx,
                        const TensorView* dweight, bool accumulate_dweight, Stream stream) {

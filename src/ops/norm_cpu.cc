@@ -82,6 +82,12 @@ void layer_norm_t(const TensorView& x, const TensorView& weight, const TensorVie
 
 }  // namespace
 
+void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                  float eps, const TensorView& y, Stream stream) {
+  add(residual, delta, residual, 1.0f, stream);
+  rms_norm(residual, weight, eps, y, nullptr, stream);
+}
+
 void rms_norm(const TensorView& x, const TensorView& weight, float eps, const TensorView& y,
               const TensorView* rstd, Stream) {
   if (x.dtype == DType::F64)

@@ -47,6 +47,44 @@ __global__ void rms_norm_kernel(const T* __restrict__ x, int64_t x_rs, const TW*
   }
 }
 
+// residual = round(residual + delta), then y = rms_norm(residual): the decoder's residual step in
+// one pass (one read of residual and delta, one write of residual and y). In the second loop each
+// thread re-reads only the vectors it wrote itself in the first, so no barrier is needed for them.
+template <class T, class TW, int VEC>
+__global__ void add_rms_norm_kernel(T* residual, int64_t r_rs, const T* __restrict__ delta,
+                                    int64_t d_rs, const TW* __restrict__ w, T* __restrict__ y,
+                                    int64_t y_rs, int64_t cols, float eps) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  T* rr = residual + row * r_rs;
+  const T* dr = delta + row * d_rs;
+  T* yr = y + row * y_rs;
+  const int64_t nv = cols / VEC;
+  float ss = 0.0f;
+  for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+    Vec<T, VEC> a = reinterpret_cast<const Vec<T, VEC>*>(rr)[v];
+    const Vec<T, VEC> b = reinterpret_cast<const Vec<T, VEC>*>(dr)[v];
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      a.v[k] = from_f32<T>(to_f32(a.v[k]) + to_f32(b.v[k]));
+      const float f = to_f32(a.v[k]);
+      ss += f * f;
+    }
+    reinterpret_cast<Vec<T, VEC>*>(rr)[v] = a;
+  }
+  ss = block_sum(ss, scratch);
+  const float r = rsqrtf(ss / static_cast<float>(cols) + eps);
+  for (int64_t v = threadIdx.x; v < nv; v += blockDim.x) {
+    const Vec<T, VEC> a = reinterpret_cast<const Vec<T, VEC>*>(rr)[v];
+    const Vec<TW, VEC> wv = reinterpret_cast<const Vec<TW, VEC>*>(w)[v];
+    Vec<T, VEC> yv;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k)
+      yv.v[k] = from_f32<T>(round_as<T>(to_f32(a.v[k]) * r) * to_f32(wv.v[k]));
+    reinterpret_cast<Vec<T, VEC>*>(yr)[v] = yv;
+  }
+}
+
 // Threads for a row of `vecs` vector accesses: about four per thread, so a block keeps several
 // independent loads in flight and an SM holds many rows at once (memory-level parallelism).
 int vector_row_threads(int64_t vecs) {
@@ -80,6 +118,23 @@ void launch_rms_norm(const Rows& rx, const TensorView& w, const Rows& ry, float*
         static_cast<TY*>(ry.ptr), ry.row_stride, rstd, rx.cols, eps);
   }
   HK_CUDA_CHECK_LAUNCH();
+}
+
+template <class T, class TW>
+bool launch_add_rms_norm(const Rows& rr, const Rows& rd, const Rows& ry, const TensorView& w,
+                         float eps, cudaStream_t s) {
+  constexpr int VEC = static_cast<int>(16 / (sizeof(TW) > sizeof(T) ? sizeof(TW) : sizeof(T)));
+  const bool wide = rr.cols % VEC == 0 && rr.row_stride % VEC == 0 && rd.row_stride % VEC == 0 &&
+                    ry.row_stride % VEC == 0 && aligned_to(rr.ptr, sizeof(T) * VEC) &&
+                    aligned_to(rd.ptr, sizeof(T) * VEC) && aligned_to(ry.ptr, sizeof(T) * VEC) &&
+                    aligned_to(w.ptr(), sizeof(TW) * VEC);
+  if (!wide) return false;
+  add_rms_norm_kernel<T, TW, VEC>
+      <<<checked_grid_x(rr.rows, "add_rms_norm"), vector_row_threads(rr.cols / VEC), 0, s>>>(
+          static_cast<T*>(rr.ptr), rr.row_stride, static_cast<const T*>(rd.ptr), rd.row_stride,
+          static_cast<const TW*>(w.ptr()), static_cast<T*>(ry.ptr), ry.row_stride, rr.cols, eps);
+  HK_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 __global__ void rms_norm_backward_kernel(const void* __restrict__ dy, DType dydt, int64_t dy_rs,
@@ -191,6 +246,30 @@ void rms_norm(const TensorView& x, const TensorView& weight, float eps, const Te
   if (!direct_dtype) cast(y_f32.view(), out.view(), stream);
   out.finish(stream);
   if (keep_rstd.defined()) cast(keep_rstd.view(), *rstd, stream);
+}
+
+void add_rms_norm(const TensorView& residual, const TensorView& delta, const TensorView& weight,
+                  float eps, const TensorView& y, Stream stream) {
+  if (residual.numel() == 0) return;
+  // The fused kernel covers the decoder's case: dense aligned rows, y in the residual's dtype,
+  // weight in that dtype or f32. Anything else runs the two ops it stands for.
+  const DType t = residual.dtype;
+  bool done = false;
+  if (residual.rows_are_dense() && delta.rows_are_dense() && y.rows_are_dense() && y.dtype == t &&
+      (weight.dtype == t || weight.dtype == DType::F32) && weight.is_contiguous()) {
+    DeviceGuard guard(residual.device);
+    const Rows rr = rows_of(residual), rd = rows_of(delta), ry = rows_of(y);
+    dispatch_float(t, "add_rms_norm", [&](auto tag) {
+      using T = decltype(tag);
+      done = weight.dtype == t
+                 ? launch_add_rms_norm<T, T>(rr, rd, ry, weight, eps, native(stream))
+                 : launch_add_rms_norm<T, float>(rr, rd, ry, weight, eps, native(stream));
+    });
+  }
+  if (!done) {
+    add(residual, delta, residual, 1.0f, stream);
+    rms_norm(residual, weight, eps, y, nullptr, stream);
+  }
 }
 
 void rms_norm_backward(const TensorView& dy, const TensorView& x, const TensorView& weight,

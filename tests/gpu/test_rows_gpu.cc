@@ -43,6 +43,30 @@ TEST(GpuRows, RmsNormForward) {
       }
 }
 
+// The fused residual step against the CPU composition (add, then rms_norm): both outputs, on the
+// fused path (aligned rows of 1024) and the fallback (odd width, padded rows), f32 weight too.
+TEST(GpuRows, AddRmsNorm) {
+  HK_REQUIRE_CUDA();
+  uint32_t seed = 900;
+  for (DType dt : float_dtypes())
+    for (const Shape& shape : {Shape{3, 5, 1024}, Shape{1, 1, 1024}, Shape{7, 131}})
+      for (bool f32_weight : {false, true})
+        for (Layout lay : {Layout::Contiguous, Layout::PaddedRows}) {
+          const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) +
+                                   (f32_weight ? " f32 weight " : " ") + layout_name(lay);
+          Tensor h = random_cpu(shape, dt, seed++, -3.0f, 3.0f);
+          Tensor d = random_cpu(shape, dt, seed++, -1.0f, 1.0f);
+          Tensor w = random_cpu({shape.back()}, f32_weight ? DType::F32 : dt, seed++, 0.5f, 1.5f);
+          Tensor ref_h = h.clone(), ref_y = Tensor::empty(shape, dt);
+          ops::add_rms_norm(ref_h, d, w, 1e-6f, ref_y);
+          Tensor gh = to_gpu(h, lay), gy = gpu_output(shape, dt, lay);
+          ops::add_rms_norm(gh, to_gpu(d, lay), to_gpu(w), 1e-6f, gy);
+          // the residual is exactly ops::add: bit-identical to the CPU one
+          EXPECT_TRUE(close(gh, ref_h, 0.0, 0.0)) << "residual " << what;
+          EXPECT_TRUE(close(gy, ref_y, row_atol(dt), row_rtol(dt))) << what;
+        }
+}
+
 TEST(GpuRows, RmsNormBackward) {
   HK_REQUIRE_CUDA();
   uint32_t seed = 50;
@@ -286,8 +310,8 @@ TEST(GpuRows, RotaryEmbeddingForwardBackward) {
   HK_REQUIRE_CUDA();
   uint32_t seed = 400;
   for (DType dt : float_dtypes())
-    for (const Shape& shape : {Shape{2, 19, 4, 128}, Shape{2, 5, 3, 6}, Shape{1, 7, 33, 64},
-                               Shape{1, 3, 40, 512}})
+    for (const Shape& shape :
+         {Shape{2, 19, 4, 128}, Shape{2, 5, 3, 6}, Shape{1, 7, 33, 64}, Shape{1, 3, 40, 512}})
       for (int64_t cos_batch : {int64_t(1), shape[0]})
         for (bool heads_first : {false, true}) {
           const std::string what = std::string(dtype_name(dt)) + " " + shape_str(shape) +

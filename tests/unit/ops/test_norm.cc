@@ -98,6 +98,25 @@ void ref_rms_backward(const std::vector<double>& g, const std::vector<double>& x
   dw.assign(dwa.begin(), dwa.end());
 }
 
+TEST(AddRmsNorm, IsAddThenRmsNorm) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    Tensor h = random_tensor({4, 3, 65}, dt, 11), d = random_tensor({4, 3, 65}, dt, 12);
+    Tensor w = random_tensor({65}, dt, 13);
+    Tensor ref_h = h.clone(), ref_y = Tensor::empty({4, 3, 65}, dt);
+    ops::add(ref_h, d, ref_h);
+    ops::rms_norm(ref_h, w, kEps, ref_y);
+    Tensor y = Tensor::empty({4, 3, 65}, dt);
+    ops::add_rms_norm(h, d, w, kEps, y);
+    EXPECT_EQ(h.to_doubles(), ref_h.to_doubles()) << dtype_name(dt);
+    EXPECT_EQ(y.to_doubles(), ref_y.to_doubles()) << dtype_name(dt);
+  }
+  Tensor h = random_tensor({2, 8}, DType::F32, 1), w = random_tensor({8}, DType::F32, 2);
+  HK_EXPECT_INVALID(ops::add_rms_norm(h, h, w, kEps, h), "add_rms_norm");
+  HK_EXPECT_INVALID(ops::add_rms_norm(h, random_tensor({2, 8}, DType::BF16, 3), w, kEps,
+                                      Tensor::empty({2, 8}, DType::F32)),
+                    "add_rms_norm");
+}
+
 TEST(RmsNormBackward, MatchesReference) {
   uint64_t seed = 100;
   for (DType dt : kTestDtypes)
