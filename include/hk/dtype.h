@@ -54,4 +54,10 @@ f16_t float_to_f16(float f);
 // Rounds a float through the given floating dtype and back (identity for f32/f64).
 float round_to(DType dtype, float value);
 
+// The element of `dtype` stored at `p` (host memory, any alignment), widened: the one definition
+// used by Tensor::to_doubles/to_int64s and file conversion. Bool reads as 0 or 1.
+double element_to_double(DType dtype, const void* p);
+// Integer dtypes only (i32, i64, u8, bool); a floating dtype throws InvalidArgument.
+int64_t element_to_int64(DType dtype, const void* p);
+
 }  // namespace hk

@@ -9,28 +9,44 @@ namespace hk {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::F32: return 4;
-    case DType::F16: return 2;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
-    case DType::I64: return 8;
-    case DType::U8: return 1;
-    case DType::Bool: return 1;
-    case DType::F64: return 8;
+    case DType::F32:
+      return 4;
+    case DType::F16:
+      return 2;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
+    case DType::I64:
+      return 8;
+    case DType::U8:
+      return 1;
+    case DType::Bool:
+      return 1;
+    case DType::F64:
+      return 8;
   }
   throw InvalidArgument("unknown dtype value " + std::to_string(static_cast<int>(dtype)));
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "f32";
-    case DType::F16: return "f16";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "i32";
-    case DType::I64: return "i64";
-    case DType::U8: return "u8";
-    case DType::Bool: return "bool";
-    case DType::F64: return "f64";
+    case DType::F32:
+      return "f32";
+    case DType::F16:
+      return "f16";
+    case DType::BF16:
+      return "bf16";
+    case DType::I32:
+      return "i32";
+    case DType::I64:
+      return "i64";
+    case DType::U8:
+      return "u8";
+    case DType::Bool:
+      return "bool";
+    case DType::F64:
+      return "f64";
   }
   return "?";
 }
@@ -84,7 +100,7 @@ f16_t float_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   const uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return f16_t{static_cast<uint16_t>(sign | 0x7e00u)};  // nan
+  if (abs > 0x7f800000u) return f16_t{static_cast<uint16_t>(sign | 0x7e00u)};   // nan
   if (abs >= 0x477ff000u) return f16_t{static_cast<uint16_t>(sign | 0x7c00u)};  // overflow → inf
   if (abs < 0x38800000u) {  // result is subnormal or zero: round |f| * 2^24 to an integer
     float magnitude;
@@ -99,11 +115,63 @@ f16_t float_to_f16(float f) {
   return f16_t{static_cast<uint16_t>(sign | (mant >> 13))};
 }
 
+double element_to_double(DType dtype, const void* p) {
+  switch (dtype) {
+    case DType::F64: {
+      double v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::F32: {
+      float v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::F16: {
+      f16_t v;
+      std::memcpy(&v, p, 2);
+      return f16_to_float(v);
+    }
+    case DType::BF16: {
+      bf16_t v;
+      std::memcpy(&v, p, 2);
+      return bf16_to_float(v);
+    }
+    default:
+      return static_cast<double>(element_to_int64(dtype, p));
+  }
+}
+
+int64_t element_to_int64(DType dtype, const void* p) {
+  switch (dtype) {
+    case DType::I64: {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+    case DType::I32: {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      return v;
+    }
+    case DType::U8:
+      return *static_cast<const uint8_t*>(p);
+    case DType::Bool:
+      return *static_cast<const uint8_t*>(p) != 0;
+    default:
+      throw InvalidArgument(std::string("element_to_int64: ") + dtype_name(dtype) +
+                            " is not an integer dtype");
+  }
+}
+
 float round_to(DType dtype, float value) {
   switch (dtype) {
-    case DType::BF16: return bf16_to_float(float_to_bf16(value));
-    case DType::F16: return f16_to_float(float_to_f16(value));
-    default: return value;
+    case DType::BF16:
+      return bf16_to_float(float_to_bf16(value));
+    case DType::F16:
+      return f16_to_float(float_to_f16(value));
+    default:
+      return value;
   }
 }
 

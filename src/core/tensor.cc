@@ -55,11 +55,19 @@ int64_t TensorView::numel() const {
   return n;
 }
 
-size_t TensorView::nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+size_t TensorView::nbytes() const {
+  return static_cast<size_t>(numel()) * dtype_size(dtype);
+}
 
-int64_t TensorView::size(int dim) const { return shape[wrap_dim(dim, ndim, "size")]; }
-int64_t TensorView::stride(int dim) const { return strides[wrap_dim(dim, ndim, "stride")]; }
-Shape TensorView::sizes() const { return Shape(shape, shape + ndim); }
+int64_t TensorView::size(int dim) const {
+  return shape[wrap_dim(dim, ndim, "size")];
+}
+int64_t TensorView::stride(int dim) const {
+  return strides[wrap_dim(dim, ndim, "stride")];
+}
+Shape TensorView::sizes() const {
+  return Shape(shape, shape + ndim);
+}
 
 bool TensorView::is_contiguous() const {
   int64_t expected = 1;
@@ -120,8 +128,8 @@ TensorView TensorView::reshape(const Shape& new_shape_in) const {
   int64_t tensor_numel = 1, view_numel = 1;
   for (int tensor_d = ndim - 1; tensor_d >= 0; --tensor_d) {
     tensor_numel *= shape[tensor_d];
-    if (tensor_d == 0 || (shape[tensor_d - 1] != 1 &&
-                          strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
+    if (tensor_d == 0 ||
+        (shape[tensor_d - 1] != 1 && strides[tensor_d - 1] != tensor_numel * chunk_base_stride)) {
       while (view_d >= 0 && (view_numel < tensor_numel || out.shape[view_d] == 1)) {
         out.strides[view_d] = view_numel * chunk_base_stride;
         view_numel *= out.shape[view_d];
@@ -283,15 +291,24 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, Stream stre
 Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape, DType dtype) {
   Tensor t = empty(shape, dtype);
   if (static_cast<int64_t>(values.size()) != t.numel())
-    throw InvalidArgument("from_floats: " + std::to_string(values.size()) +
-                          " values for shape " + shape_str(shape));
+    throw InvalidArgument("from_floats: " + std::to_string(values.size()) + " values for shape " +
+                          shape_str(shape));
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case DType::F32: t.data_as<float>()[i] = values[i]; break;
-      case DType::F64: t.data_as<double>()[i] = values[i]; break;
-      case DType::BF16: t.data_as<bf16_t>()[i] = float_to_bf16(values[i]); break;
-      case DType::F16: t.data_as<f16_t>()[i] = float_to_f16(values[i]); break;
-      default: throw InvalidArgument("from_floats: dtype must be floating");
+      case DType::F32:
+        t.data_as<float>()[i] = values[i];
+        break;
+      case DType::F64:
+        t.data_as<double>()[i] = values[i];
+        break;
+      case DType::BF16:
+        t.data_as<bf16_t>()[i] = float_to_bf16(values[i]);
+        break;
+      case DType::F16:
+        t.data_as<f16_t>()[i] = float_to_f16(values[i]);
+        break;
+      default:
+        throw InvalidArgument("from_floats: dtype must be floating");
     }
   }
   return t;
@@ -304,11 +321,18 @@ Tensor Tensor::from_ints(const std::vector<int64_t>& values, const Shape& shape,
                           shape_str(shape));
   for (size_t i = 0; i < values.size(); ++i) {
     switch (dtype) {
-      case DType::I64: t.data_as<int64_t>()[i] = values[i]; break;
-      case DType::I32: t.data_as<int32_t>()[i] = static_cast<int32_t>(values[i]); break;
+      case DType::I64:
+        t.data_as<int64_t>()[i] = values[i];
+        break;
+      case DType::I32:
+        t.data_as<int32_t>()[i] = static_cast<int32_t>(values[i]);
+        break;
       case DType::U8:
-      case DType::Bool: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(values[i]); break;
-      default: throw InvalidArgument("from_ints: dtype must be an integer type");
+      case DType::Bool:
+        t.data_as<uint8_t>()[i] = static_cast<uint8_t>(values[i]);
+        break;
+      default:
+        throw InvalidArgument("from_ints: dtype must be an integer type");
     }
   }
   return t;
@@ -349,40 +373,23 @@ std::vector<Out> read_all(const Tensor& t, F convert) {
 }  // namespace
 
 std::vector<double> Tensor::to_doubles() const {
-  return read_all<double>(*this, [](const Tensor& c, size_t i) -> double {
-    switch (c.dtype()) {
-      case DType::F32: return c.data_as<float>()[i];
-      case DType::F64: return c.data_as<double>()[i];
-      case DType::BF16: return bf16_to_float(c.data_as<bf16_t>()[i]);
-      case DType::F16: return f16_to_float(c.data_as<f16_t>()[i]);
-      case DType::I32: return c.data_as<int32_t>()[i];
-      case DType::I64: return static_cast<double>(c.data_as<int64_t>()[i]);
-      case DType::U8:
-      case DType::Bool: return c.data_as<uint8_t>()[i];
-    }
-    return 0;
+  return read_all<double>(*this, [](const Tensor& c, size_t i) {
+    return element_to_double(c.dtype(),
+                             static_cast<const char*>(c.view().ptr()) + i * dtype_size(c.dtype()));
   });
 }
 
 std::vector<int64_t> Tensor::to_int64s() const {
-  return read_all<int64_t>(*this, [](const Tensor& c, size_t i) -> int64_t {
-    switch (c.dtype()) {
-      case DType::I32: return c.data_as<int32_t>()[i];
-      case DType::I64: return c.data_as<int64_t>()[i];
-      case DType::U8:
-      case DType::Bool: return c.data_as<uint8_t>()[i];
-      default: throw InvalidArgument("to_int64s: tensor is not of an integer dtype");
-    }
+  if (is_floating(dtype())) throw InvalidArgument("to_int64s: tensor is not of an integer dtype");
+  return read_all<int64_t>(*this, [](const Tensor& c, size_t i) {
+    return element_to_int64(c.dtype(),
+                            static_cast<const char*>(c.view().ptr()) + i * dtype_size(c.dtype()));
   });
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device, Stream stream) {
   Tensor t = empty(shape, dtype, device, stream);
-  if (device.is_cpu()) {
-    std::memset(t.view().ptr(), 0, t.nbytes());
-  } else {
-    detail::zero_contiguous(t.view(), stream);
-  }
+  detail::zero_contiguous(t.view(), stream);  // host memset or cudaMemsetAsync
   return t;
 }
 

@@ -316,67 +316,6 @@ bool is_integral(DType d) {
   return d == DType::I32 || d == DType::I64 || d == DType::U8 || d == DType::Bool;
 }
 
-double read_double(DType d, const unsigned char* p) {
-  switch (d) {
-    case DType::F64: {
-      double v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::F32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::F16: {
-      f16_t v;
-      std::memcpy(&v, p, 2);
-      return f16_to_float(v);
-    }
-    case DType::BF16: {
-      bf16_t v;
-      std::memcpy(&v, p, 2);
-      return bf16_to_float(v);
-    }
-    case DType::I64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return static_cast<double>(v);
-    }
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::U8:
-      return *p;
-    case DType::Bool:
-      return *p != 0;
-  }
-  return 0;
-}
-
-int64_t read_int(DType d, const unsigned char* p) {
-  switch (d) {
-    case DType::I64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
-    case DType::I32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::U8:
-      return *p;
-    case DType::Bool:
-      return *p != 0;
-    default:
-      return static_cast<int64_t>(read_double(d, p));
-  }
-}
-
 template <class Int>
 Int saturate(double v) {
   if (std::isnan(v)) return 0;
@@ -398,7 +337,7 @@ Int saturate_int(int64_t v) {
 
 void write_value(DType d, unsigned char* out, DType src, const unsigned char* in) {
   if (is_integral(src) && is_integral(d)) {
-    const int64_t v = read_int(src, in);
+    const int64_t v = element_to_int64(src, in);
     switch (d) {
       case DType::I64:
         std::memcpy(out, &v, 8);
@@ -416,7 +355,7 @@ void write_value(DType d, unsigned char* out, DType src, const unsigned char* in
         return;  // Bool
     }
   }
-  const double v = read_double(src, in);
+  const double v = element_to_double(src, in);
   switch (d) {
     case DType::F64:
       std::memcpy(out, &v, 8);

@@ -187,7 +187,7 @@ std::string display_name(const hub::Resolution& res, const KernelEntryInfo& entr
 }
 
 // attn_implementation: built-in names, flash_attention_N → hub repos, or a hub id.
-void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options, Binder& binder,
+void bind_attention(nn::Module& root, const KernelizeOptions& options, Binder& binder,
                     KernelizeReport& report) {
   std::vector<std::pair<std::string, nn::Attention*>> layers;
   for (auto& [path, module] : root.named_modules())
@@ -239,18 +239,10 @@ void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options
       name = spec;
     }
   }
-  (void)mode;
   for (auto& [path, attn] : layers) {
     attn->set_attn_implementation(name);
     report.layers.push_back({path, "attention", kernel, revision, variant, reason});
   }
-}
-
-std::string report_layer_name(const std::vector<std::pair<std::string, nn::Module*>>& modules,
-                              const std::string& path) {
-  for (auto& [p, m] : modules)
-    if (p == path) return m->layer_interface();
-  return "";
 }
 
 // `*` matches exactly one dotted segment.
@@ -296,8 +288,12 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
     if (rule.modules.size() != 2 || rule.modules[0].first != "RMSNorm" ||
         rule.modules[1].first != "MLP")
       throw InvalidArgument(where + ": hk fuses [RMSNorm, MLP] (interface rms_norm_mlp@1) only");
-    // parent path → the matched module for each pattern
-    std::map<std::string, std::vector<nn::Module*>> groups;
+    // parent path → the matched module (and its path) for each pattern
+    struct Member {
+      std::string path;
+      nn::Module* module = nullptr;
+    };
+    std::map<std::string, std::vector<Member>> groups;
     for (size_t k = 0; k < rule.modules.size(); ++k) {
       const auto& [cls, pattern] = rule.modules[k];
       size_t matches = 0;
@@ -305,8 +301,8 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
         if (!path_matches(path, pattern)) continue;
         if (module->layer_interface() != cls && module->type_name() != cls) continue;
         auto& group = groups[parent_of(path)];
-        group.resize(rule.modules.size(), nullptr);
-        group[k] = module;
+        group.resize(rule.modules.size());
+        group[k] = {path, module};
         ++matches;
       }
       if (matches == 0)
@@ -325,45 +321,35 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
                             "Layout; a fusion needs the kernel's layout "
                             "to know the fused parameters");
     for (auto& [parent, group] : groups) {
-      std::vector<std::string> paths;
-      for (auto* m : group) {
-        if (!m) continue;
-        for (auto& [path, module] : modules)
-          if (module == m) paths.push_back(path);
-      }
-      if (group[0] == nullptr || group[1] == nullptr) {
-        for (const auto& path : paths)
-          report.layers.push_back({path, report_layer_name(modules, path), "", "", "",
-                                   where + ": no complete group under " + parent + ": built-in"});
-        for (const auto& path : paths) fused.insert(path);
+      auto record = [&](const std::string& kernel, const std::string& reason) {
+        for (const Member& m : group) {
+          if (!m.module) continue;
+          report.layers.push_back({m.path, m.module->layer_interface(), kernel,
+                                   kernel.empty() ? "" : outcome.resolution.commit,
+                                   kernel.empty() ? "" : outcome.resolution.variant, reason});
+          fused.insert(m.path);
+        }
+      };
+      if (!group[0].module || !group[1].module) {
+        record("", where + ": no complete group under " + parent + ": built-in");
         continue;
       }
       if (!entry) {
-        const std::string reason =
-            where + " unusable: " + (outcome.library ? why : outcome.failure) + "; built-in";
-        for (const auto& path : paths) {
-          report.layers.push_back({path, report_layer_name(modules, path), "", "", "", reason});
-          fused.insert(path);
-        }
+        record("",
+               where + " unusable: " + (outcome.library ? why : outcome.failure) + "; built-in");
         continue;
       }
       nn::Module* scope = root.find_module(parent);
       auto params = kernel_binding::materialize_layout(*entry->raw->layout, *scope);
       const std::string name = display_name(outcome.resolution, *entry);
       auto pair = kernel_binding::make_rmsnorm_mlp_fusion(
-          dynamic_cast<const nn::RMSNorm&>(*group[0]), dynamic_cast<const nn::MLP&>(*group[1]),
-          outcome.library->function(entry->name), name, std::move(params));
-      group[0]->set_impl(pair.first);
-      group[1]->set_impl(pair.second);
-      for (const auto& path : paths) {
-        report.layers.push_back({path, report_layer_name(modules, path), name,
-                                 outcome.resolution.commit, outcome.resolution.variant,
-                                 "fused by kernel_config fusion (" +
-                                     std::string(entry->raw->layout->name) +
-                                     ", parameters converted from the "
-                                     "loaded checkpoint)"});
-        fused.insert(path);
-      }
+          dynamic_cast<const nn::RMSNorm&>(*group[0].module),
+          dynamic_cast<const nn::MLP&>(*group[1].module), outcome.library->function(entry->name),
+          name, std::move(params));
+      group[0].module->set_impl(pair.first);
+      group[1].module->set_impl(pair.second);
+      record(name, "fused by kernel_config fusion (" + std::string(entry->raw->layout->name) +
+                       ", parameters converted from the loaded checkpoint)");
     }
   }
   return fused;
@@ -463,7 +449,7 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
     }
     report.layers.push_back(std::move(d));
   }
-  bind_attention(root, mode, options, binder, report);
+  bind_attention(root, options, binder, report);
   return report;
 }
 
