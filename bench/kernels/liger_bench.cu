@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/ce_launch.h"
+#include "cuda/gemm.h"
 #include "liger/cuda_ops.h"
 
 namespace {
@@ -72,6 +75,23 @@ __global__ void fill_labels(int64_t* p, int64_t n, int64_t vocab, uint32_t seed)
         hash01(i, seed) < 0.05f ? -100 : static_cast<int64_t>(hash01(i, seed + 1) * vocab) % vocab;
 }
 
+// *out = max(*out, max |a − b|) (out starts at 0; non-negative floats order as their bits).
+__global__ void max_abs_diff_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n,
+                                  float* out) {
+  float m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
+}
+__global__ void max_abs_diff_f32(const float* a, const float* b, int64_t n, float* out) {
+  float m = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    m = fmaxf(m, fabsf(a[i] - b[i]));
+  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
+}
+
 uint32_t g_seed = 1;
 void* dmalloc(size_t bytes) {
   void* p = nullptr;
@@ -108,6 +128,43 @@ double time_ms(const std::function<void(int)>& f, int warm = 3, int reps = 20) {
   for (auto& e : ev) CK(cudaEventDestroy(e));
   std::sort(ms.begin(), ms.end());
   return ms[reps / 2];
+}
+
+// Median time in ms of one run of f(i), measured as graph replays: `per_graph` consecutive runs
+// (i = 0 .. per_graph-1, so callers rotate buffer sets) captured into one CUDA graph, the replay
+// timed with events, divided by per_graph. This removes the launch gaps that a per-call event
+// pair includes (METHOD.md: "for many small launches, capture a graph and time its replays") —
+// the way kernels run inside a training step, queued back to back.
+double graph_ms(const std::function<void(int, cudaStream_t)>& f, int per_graph = 20,
+                int reps = 20) {
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int i = 0; i < per_graph; ++i) f(i, s);  // warm-up outside the capture
+  CK(cudaStreamSynchronize(s));
+  cudaGraph_t g;
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < per_graph; ++i) f(i, s);
+  CK(cudaStreamEndCapture(s, &g));
+  cudaGraphExec_t ge;
+  CK(cudaGraphInstantiate(&ge, g, 0));
+  CK(cudaGraphLaunch(ge, s));
+  CK(cudaStreamSynchronize(s));
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(ev[2 * i], s));
+    CK(cudaGraphLaunch(ge, s));
+    CK(cudaEventRecord(ev[2 * i + 1], s));
+  }
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> ms(reps);
+  for (int i = 0; i < reps; ++i) CK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  CK(cudaGraphExecDestroy(ge));
+  CK(cudaGraphDestroy(g));
+  CK(cudaStreamDestroy(s));
+  std::sort(ms.begin(), ms.end());
+  return ms[reps / 2] / per_graph;
 }
 
 struct Result {
@@ -169,6 +226,27 @@ int main(int argc, char** argv) {
     CK(cudaFree(b));
   }
 
+  // ---- copy at the RMSNorm forward's size: the ceiling for a 64 MB kernel ----
+  {
+    const int kSets = 4;
+    const size_t bytes = static_cast<size_t>(T) * H * 2;
+    std::vector<void*> a(kSets), b(kSets);
+    for (int i = 0; i < kSets; ++i) a[i] = dmalloc(bytes), b[i] = dmalloc(bytes);
+    for (int i = 0; i < kSets; ++i) CK(cudaMemset(a[i], 1, bytes));
+    const double per_call = time_ms([&](int i) {
+      CK(cudaMemcpyAsync(b[i % kSets], a[i % kSets], bytes, cudaMemcpyDeviceToDevice));
+    });
+    const double graphed = graph_ms([&](int i, cudaStream_t st) {
+      CK(cudaMemcpyAsync(b[i % kSets], a[i % kSets], bytes, cudaMemcpyDeviceToDevice, st));
+    });
+    report({"copy_d2d_32MiB", per_call, 2.0 * bytes, 0, -1, "per call"});
+    report({"copy_d2d_32MiB[graph]", graphed, 2.0 * bytes, 0, -1, "graph replay"});
+    for (int i = 0; i < kSets; ++i) {
+      CK(cudaFree(a[i]));
+      CK(cudaFree(b[i]));
+    }
+  }
+
   // ---- RMSNorm [T, H], 4 rotating buffer sets ----
   {
     const int kSets = 4;
@@ -180,28 +258,50 @@ int main(int argc, char** argv) {
     float* rstd = rand_f32(T);
     float* dw = rand_f32(H);
     void* ws = dmalloc(liger::cuda::rms_norm_bwd_workspace_bytes(T, H));
-    auto fwd = [&](int i) {
+    auto fwd_args = [&](int i) {
       liger::RmsNormFwd a;
       a.x = rows(x[i % kSets], T, H), a.y = rows(y[i % kSets], T, H), a.w = {w, Dt::BF16};
       a.rstd = rstd;
-      LK(liger::cuda::rms_norm_fwd(a, nullptr));
+      return a;
     };
-    auto bwd = [&](int i) {
+    auto fwd = [&](int i, cudaStream_t st = nullptr) {
+      LK(liger::cuda::rms_norm_fwd(fwd_args(i), st));
+    };
+    auto bwd = [&](int i, cudaStream_t st = nullptr) {
       liger::RmsNormBwd a;
       a.dy = rows(dy[i % kSets], T, H), a.x = rows(x[i % kSets], T, H);
       a.dx = rows(dx[i % kSets], T, H), a.w = {w, Dt::BF16}, a.rstd = rstd;
       a.dw = {dw, Dt::F32}, a.workspace = ws;
-      LK(liger::cuda::rms_norm_bwd(a, nullptr));
+      LK(liger::cuda::rms_norm_bwd(a, st));
     };
     const double fb = 2.0 * T * H * 2 + T * 4 + H * 2, bb = 3.0 * T * H * 2 + T * 4 + H * 4;
-    const double f = time_ms(fwd), b = time_ms(bwd);
+    const double f = time_ms([&](int i) { fwd(i); }), b = time_ms([&](int i) { bwd(i); });
     const double fbt = time_ms([&](int i) {
       fwd(i);
       bwd(i);
     });
-    report({"rms_norm_fwd", f, fb});
-    report({"rms_norm_bwd", b, bb});
-    report({"rms_norm_fwd_bwd", fbt, fb + bb});
+    report({"rms_norm_fwd", f, fb, 0, -1, "per call"});
+    report({"rms_norm_bwd", b, bb, 0, -1, "per call"});
+    report({"rms_norm_fwd_bwd", fbt, fb + bb, 0, -1, "per call"});
+    report({"rms_norm_fwd[graph]", graph_ms([&](int i, cudaStream_t st) { fwd(i, st); }), fb, 0, -1,
+            "graph replay"});
+    report({"rms_norm_bwd[graph]", graph_ms([&](int i, cudaStream_t st) { bwd(i, st); }), bb, 0, -1,
+            "graph replay"});
+    report({"rms_norm_fwd_bwd[graph]", graph_ms([&](int i, cudaStream_t st) {
+              fwd(i, st);
+              bwd(i, st);
+            }),
+            fb + bb, 0, -1, "graph replay"});
+    for (bool persistent : {true, false}) {
+      const char* name = persistent ? "rms_norm_fwd[persistent grid]" : "rms_norm_fwd[row grid]";
+      const double t = time_ms(
+          [&](int i) { LK(liger::cuda::rms_norm_fwd_grid(fwd_args(i), persistent, nullptr)); });
+      const double tg = graph_ms([&](int i, cudaStream_t st) {
+        LK(liger::cuda::rms_norm_fwd_grid(fwd_args(i), persistent, st));
+      });
+      report({name, t, fb, 0, -1, "per call"});
+      report({std::string(name) + "[graph]", tg, fb, 0, -1, "graph replay"});
+    }
   }
 
   // ---- SwiGLU activation [T, I], in-place backward ----
@@ -225,6 +325,11 @@ int main(int argc, char** argv) {
     report({"swiglu_fwd", f, 3.0 * T * I * 2});
     report({"swiglu_bwd", b, 5.0 * T * I * 2});
     report({"swiglu_fwd_bwd", f + b, 8.0 * T * I * 2, 0, -1, "sum of the two medians"});
+    const double fbg = graph_ms([&](int i, cudaStream_t st) {
+      LK(liger::cuda::gated_act_fwd(args(i), st));
+      LK(liger::cuda::gated_act_bwd(args(i), st));
+    });
+    report({"swiglu_fwd_bwd[graph]", fbg, 8.0 * T * I * 2, 0, -1, "graph replay"});
   }
 
   // ---- RoPE on q [B, S, 16, 128] and k [B, S, 8, 128], in place, cos/sin [1, S, 128] f32 ----
@@ -251,6 +356,11 @@ int main(int argc, char** argv) {
     report({"rope_qk_fwd", f, bytes});
     report({"rope_qk_bwd", b, bytes});
     report({"rope_qk_fwd_bwd", f + b, 2 * bytes, 0, -1, "sum of the two medians"});
+    const double fbg = graph_ms([&](int i, cudaStream_t st) {
+      LK(liger::cuda::rope(args(i, false), st));
+      LK(liger::cuda::rope(args(i, true), st));
+    });
+    report({"rope_qk_fwd_bwd[graph]", fbg, 2 * bytes, 0, -1, "graph replay"});
   }
 
   // ---- cross-entropy on given logits [T, V] bf16 ----
@@ -284,7 +394,61 @@ int main(int argc, char** argv) {
     report({"cross_entropy_fwd_bwd", tfb, 3 * lb, 0, -1, "forward then backward with lse"});
     // In place repeatedly turns logits into gradients (still finite): timing only.
     const double tg = time_ms([&](int) { LK(liger::cuda::cross_entropy_fwd(fg, nullptr)); }, 2, 10);
-    report({"cross_entropy_fwd_with_grad_inplace", tg, 3 * lb, 0, -1, "Liger-style single call"});
+    report({"cross_entropy_fwd_with_grad_inplace", tg, 2 * lb, 0, -1,
+            "Liger-style single call; bytes that must move: logits read once, gradient written"});
+    // The row kernel alone at each block size (sum reduction: no divisor kernel), stats-only,
+    // gradient from a given lse, and both in one in-place call.
+    using liger::cuda::CeShape;
+    for (CeShape shape : {CeShape::Streaming, CeShape::Cluster}) {
+      liger::cuda::CeRowsP p{};
+      p.logits = logits, p.logits_stride = V, p.dt = Dt::BF16, p.rows = T, p.vocab = V;
+      p.labels = labels, p.labels_dt = liger::IndexDt::I64, p.labels_stride = 1;
+      p.row_loss = static_cast<float*>(ws) + 64, p.lse = lse, p.ignore_index = -100;
+      liger::cuda::CeRowsP pb = p;
+      pb.row_loss = nullptr, pb.lse = nullptr, pb.lse_in = lse, pb.grad = grad, pb.grad_stride = V;
+      liger::cuda::CeRowsP pg = p;
+      pg.grad = logits, pg.grad_stride = V;
+      const std::string tag = shape == CeShape::Streaming ? "[streaming]" : "[cluster]";
+      report(
+          {"ce_rows_stats" + tag,
+           time_ms([&](int) { LK(liger::cuda::launch_ce_rows_shaped(p, shape, nullptr)); }, 2, 10),
+           lb});
+      report(
+          {"ce_rows_grad_from_lse" + tag,
+           time_ms([&](int) { LK(liger::cuda::launch_ce_rows_shaped(pb, shape, nullptr)); }, 2, 10),
+           2 * lb});
+      // Agreement of the two kernels on fresh logits (both write the gradient into a copy):
+      // the benchmark times the cluster kernel, so it checks it computes the same function.
+      if (shape == CeShape::Cluster) {
+        auto* l2 = static_cast<__nv_bfloat16*>(dmalloc(T * V * 2));
+        fill_bf16<<<4096, 256>>>(logits, T * V, 4.0f, 0.0f, 4242);
+        CK(cudaMemcpy(l2, logits, T * V * 2, cudaMemcpyDeviceToDevice));
+        liger::cuda::CeRowsP pa = pg, pc = pg;
+        pc.logits = l2, pc.grad = l2;
+        float* loss_a = static_cast<float*>(dmalloc(T * 4));
+        float* loss_c = static_cast<float*>(dmalloc(T * 4));
+        pa.row_loss = loss_a, pc.row_loss = loss_c, pa.lse = pc.lse = nullptr;
+        LK(liger::cuda::launch_ce_rows_shaped(pa, CeShape::Streaming, nullptr));
+        LK(liger::cuda::launch_ce_rows_shaped(pc, CeShape::Cluster, nullptr));
+        float* dmax = static_cast<float*>(dmalloc(8));
+        CK(cudaMemset(dmax, 0, 8));
+        max_abs_diff_bf16<<<4096, 256>>>(logits, l2, T * V, dmax);
+        max_abs_diff_f32<<<64, 256>>>(loss_a, loss_c, T, dmax + 1);
+        float h[2];
+        CK(cudaMemcpy(h, dmax, 8, cudaMemcpyDeviceToHost));
+        char nb[128];
+        std::snprintf(nb, sizeof nb, "max |grad diff| %.3g, max |row loss diff| %.3g", h[0], h[1]);
+        report({"ce_rows_cluster_vs_streaming_check", 0, 0, 0, -1, nb});
+        CK(cudaFree(l2));
+        CK(cudaFree(loss_a));
+        CK(cudaFree(loss_c));
+        CK(cudaFree(dmax));
+      }
+      report(
+          {"ce_rows_inplace" + tag,
+           time_ms([&](int) { LK(liger::cuda::launch_ce_rows_shaped(pg, shape, nullptr)); }, 2, 10),
+           2 * lb, 0, -1, "bytes that must move (logits read once, gradient written)"});
+    }
     CK(cudaFree(logits));
     CK(cudaFree(grad));
   }
@@ -319,6 +483,18 @@ int main(int argc, char** argv) {
              std::to_string((static_cast<double>(free0) - static_cast<double>(free1)) / 1e6) +
              " MB outside the workspace";
     report(r);
+    for (int64_t chunk : {int64_t{1024}, int64_t{2048}}) {
+      const size_t wsb = liger::cuda::fused_linear_cross_entropy_workspace_bytes(TF, H, V, Dt::BF16,
+                                                                                 Dt::BF16, chunk);
+      void* ws2 = dmalloc(wsb);
+      liger::FusedLinearCrossEntropyArgs a2 = a;
+      a2.workspace = ws2, a2.chunk_tokens = chunk;
+      const double t2 = time_ms(
+          [&](int) { LK(liger::cuda::fused_linear_cross_entropy_fwd(a2, nullptr)); }, 2, 10);
+      report({"flce_fwd_with_grads[chunk " + std::to_string(chunk) + "]", t2, 0, flops,
+              static_cast<double>(wsb)});
+      CK(cudaFree(ws2));
+    }
 
     // The three GEMMs through cuBLAS, same shapes and dtypes (logits bf16; dW f32).
     cublasHandle_t hb;
@@ -362,6 +538,42 @@ int main(int argc, char** argv) {
     sum.note = buf;
     report(sum);
     cublasDestroy(hb);
+
+    // One chunk's pieces at the FLCE's own chunk size, through the same cuBLASLt helper.
+    {
+      const int64_t C = liger::default_chunk_tokens(TF, V, H, 2, true);
+      int st = 0;
+      void* lt = liger::cuda::lt_handle(&st);
+      void* gws = dmalloc(liger::cuda::kGemmWorkspace);
+      auto* lc = rand_bf16(C * V, 4.0f);
+      auto gk = [&](const liger::cuda::Gemm& g) { LK(liger::cuda::run_gemm(lt, g, gws, nullptr)); };
+      const liger::cuda::Gemm c1{true, false,    V, C,  H,        w, Dt::BF16, H,
+                                 x,    Dt::BF16, H, lc, Dt::BF16, V, 0.0f};
+      const liger::cuda::Gemm c2{false, false,    H, C,  V,        w, Dt::BF16, H,
+                                 lc,    Dt::BF16, V, dx, Dt::BF16, H, 0.0f};
+      const liger::cuda::Gemm c3{false, true,     H, V,    C,       x, Dt::BF16, H,
+                                 lc,    Dt::BF16, V, dw32, Dt::F32, H, 1.0f};
+      liger::cuda::CeRowsP p{};
+      p.logits = lc, p.logits_stride = V, p.grad = lc, p.grad_stride = V, p.dt = Dt::BF16;
+      p.rows = C, p.vocab = V, p.labels = labels, p.labels_dt = liger::IndexDt::I64;
+      p.labels_stride = 1, p.row_loss = static_cast<float*>(ws), p.ignore_index = -100;
+      const double flop = 2.0 * C * H * V;
+      const double t1 = time_ms([&](int) { gk(c1); }, 2, 10);
+      const double t2 = time_ms([&](int) { gk(c2); }, 2, 10);
+      const double t3 = time_ms([&](int) { gk(c3); }, 2, 10);
+      const double tc = time_ms([&](int) { LK(liger::cuda::launch_ce_rows(p, nullptr)); }, 2, 10);
+      const std::string tag = "[chunk " + std::to_string(C) + "]";
+      report({"flce_piece_gemm_logits" + tag, t1, 0, flop});
+      report({"flce_piece_gemm_dhidden" + tag, t2, 0, flop});
+      report({"flce_piece_gemm_dweight_f32_accumulate" + tag, t3, 0, flop});
+      report({"flce_piece_ce_inplace" + tag, tc, 2.0 * C * V * 2});
+      char nb[96];
+      std::snprintf(nb, sizeof nb, "%.0f chunks x pieces = %.3f ms", std::ceil(1.0 * TF / C),
+                    std::ceil(1.0 * TF / C) * (t1 + t2 + t3 + tc));
+      report({"flce_pieces_sum" + tag, t1 + t2 + t3 + tc, 0, 0, -1, nb});
+      CK(cudaFree(lc));
+      CK(cudaFree(gws));
+    }
   }
 
   // ---- JSON ----

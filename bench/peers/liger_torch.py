@@ -34,6 +34,35 @@ def time_ms(fn, warm=3, reps=20):
     return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
 
 
+def graph_ms(fn, per_graph=20, reps=20):
+    """Median ms of one fn(i), as replays of a CUDA graph holding fn(0..per_graph-1) — the
+    launch gaps (and Python/autograd overhead) removed, as bench/kernels/liger_bench's [graph]
+    rows do for hk."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+        for i in range(3):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(per_graph):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        g.replay()
+        ends[i].record()
+    torch.cuda.synchronize()
+    ms = statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / per_graph
+    del g
+    return ms
+
+
 RESULTS = []
 COPY_GBS = [0.0]
 
@@ -95,6 +124,11 @@ def main():
     COPY_GBS[0] = 2 * a.numel() / ms / 1e6
     report("copy_d2d_2GiB", ms, 2.0 * a.numel())
     del a, b
+    a = torch.empty(T * H * 2, dtype=torch.uint8, device=dev).fill_(1)
+    b = torch.empty_like(a)
+    report("copy_d2d_32MiB", time_ms(lambda i: b.copy_(a)), 2.0 * a.numel(), note="per call")
+    attempt("copy_d2d_32MiB[graph]", lambda: report("copy_d2d_32MiB[graph]", graph_ms(lambda i: b.copy_(a)), 2.0 * a.numel()))
+    del a, b
 
     # RMSNorm: torch.nn.RMSNorm, and the Transformers (Qwen3RMSNorm) formula our kernel implements
     sets = 4
@@ -124,6 +158,10 @@ def main():
                     lambda fwd=fwd, label=label, mode=mode: report(f"rms_norm_fwd[{label},{mode}]", time_ms(fwd), fb))
             attempt(f"rms_norm_fwd_bwd[{label},{mode}]",
                     lambda fb_=fwd_bwd, label=label, mode=mode: report(f"rms_norm_fwd_bwd[{label},{mode}]", time_ms(fb_), fb + bb))
+            attempt(f"rms_norm_fwd[{label},{mode}][graph]",
+                    lambda fwd=fwd, label=label, mode=mode: report(f"rms_norm_fwd[{label},{mode}][graph]", graph_ms(fwd), fb))
+            attempt(f"rms_norm_fwd_bwd[{label},{mode}][graph]",
+                    lambda fb_=fwd_bwd, label=label, mode=mode: report(f"rms_norm_fwd_bwd[{label},{mode}][graph]", graph_ms(fb_), fb + bb))
     del xs, dys
 
     # SwiGLU activation silu(g) * u
@@ -148,6 +186,8 @@ def main():
         attempt(f"swiglu_fwd[{mode}]", lambda fwd=fwd, mode=mode: report(f"swiglu_fwd[{mode}]", time_ms(fwd), 3.0 * T * I * 2))
         attempt(f"swiglu_fwd_bwd[{mode}]",
                 lambda f=fwd_bwd, mode=mode: report(f"swiglu_fwd_bwd[{mode}]", time_ms(f), 8.0 * T * I * 2))
+        attempt(f"swiglu_fwd_bwd[{mode}][graph]",
+                lambda f=fwd_bwd, mode=mode: report(f"swiglu_fwd_bwd[{mode}][graph]", graph_ms(f), 8.0 * T * I * 2))
     del gs, us, ds
 
     # RoPE, Transformers layout: q [B, Hq, S, D], k [B, Hkv, S, D], cos/sin [1, S, D] unsqueezed
@@ -179,6 +219,7 @@ def main():
 
         attempt(f"rope_qk_fwd[{mode}]", lambda fwd=fwd, mode=mode: report(f"rope_qk_fwd[{mode}]", time_ms(fwd), rb))
         attempt(f"rope_qk_fwd_bwd[{mode}]", lambda f=fwd_bwd, mode=mode: report(f"rope_qk_fwd_bwd[{mode}]", time_ms(f), 2 * rb))
+        attempt(f"rope_qk_fwd_bwd[{mode}][graph]", lambda f=fwd_bwd, mode=mode: report(f"rope_qk_fwd_bwd[{mode}][graph]", graph_ms(f), 2 * rb))
     del qs, ks
 
     # cross-entropy on given logits [T, V] bf16 (and the Transformers float() upcast)

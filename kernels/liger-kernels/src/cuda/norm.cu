@@ -114,6 +114,61 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
   }
 }
 
+// RMSNorm forward when a row fits one warp (H ≤ 32·4·N): persistent, each warp strides over rows
+// with the next row's loads issued before the current row is reduced and written (two rows of
+// registers), so every warp keeps a row in flight. The weight is re-read per row (an L1 hit):
+// keeping it in registers too would spill. Four 256-thread blocks per SM (≤ 64 registers).
+template <class T, bool kLlama, bool kWPacked>
+__global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
+  constexpr int N = 16 / sizeof(T), V = 4;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
+  if (r >= p.rows) return;
+  auto load_row = [&](int64_t row, Pack<T, N>(&xv)[V]) {
+    const T* x = static_cast<const T*>(p.x) + row * p.x_stride;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = (static_cast<int64_t>(v) * 32 + lane) * N;
+      if (c < p.cols) xv[v] = ld<T, N>(x + c);
+    }
+  };
+  Pack<T, N> cur[V], nxt[V];
+  load_row(r, cur);
+  for (; r < p.rows; r += warps) {
+    if (r + warps < p.rows) load_row(r + warps, nxt);
+    float s = 0;
+#pragma unroll
+    for (int v = 0; v < V; ++v)
+      if ((static_cast<int64_t>(v) * 32 + lane) * N < p.cols)
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const float d = to_f32(cur[v].e[i]);
+          s += d * d;
+        }
+    const float rstd = rsqrtf(warp_sum(s) / p.cols + p.eps);
+    if (lane == 0 && p.rstd_out) p.rstd_out[r] = rstd;
+    T* y = static_cast<T*>(p.y) + r * p.y_stride;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int64_t c = (static_cast<int64_t>(v) * 32 + lane) * N;
+      if (c >= p.cols) continue;
+      float w[N];
+      load_run<T, N>(p.w, p.w_dt, c, kWPacked, w);
+      Pack<T, N> out;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        float h = to_f32(cur[v].e[i]) * rstd;
+        if (kLlama) h = round_as<T>(h);
+        out.e[i] = from_f32<T>(h * (p.offset + w[i]));
+      }
+      st<T, N>(y + c, out);
+    }
+#pragma unroll
+    for (int v = 0; v < V; ++v) cur[v] = nxt[v];
+  }
+}
+
 // Writes this block's f32 partial sums of a per-column quantity: the G-thread groups' register
 // accumulators are combined in shared memory (group order fixed) into partials[blockIdx.x].
 template <int G, int V, int N>
@@ -359,6 +414,11 @@ __global__ void __launch_bounds__(1024)
 
 enum class Path { Warp, Block, Loop };
 
+// Forward grid: persistent (as many blocks as are resident at once, each group striding over
+// rows with an L2 prefetch of its next row) or one group per row. Chosen by the H200 benchmark
+// (bench/kernels/liger_bench: rms_norm_fwd and rms_norm_fwd[one-pass grid]).
+constexpr bool kPersistentForward = true;
+
 template <class T>
 Path choose_path(const NormP& p) {
   constexpr int N = 16 / sizeof(T);
@@ -394,17 +454,29 @@ void set_packed(NormP& p) {
 }
 
 template <class T>
-int launch_fwd(NormP p, cudaStream_t s) {
+int launch_fwd(NormP p, cudaStream_t s, bool persistent = kPersistentForward) {
   if (p.rows == 0) return 0;
   set_packed<T>(p);
   switch (choose_path<T>(p)) {
-    case Path::Warp:
+    case Path::Warp: {
+      const int64_t blocks = (p.rows + 7) / 8;
+      if (!p.layer_norm && persistent) {
+        auto launch = [&](auto kernel) { kernel<<<fwd_grid(blocks, kernel), kThreads, 0, s>>>(p); };
+        if (p.llama_round)
+          p.w_packed ? launch(rms_fwd_warp<T, true, true>) : launch(rms_fwd_warp<T, true, false>);
+        else
+          p.w_packed ? launch(rms_fwd_warp<T, false, true>) : launch(rms_fwd_warp<T, false, false>);
+        break;
+      }
       norm_fwd_vec<T, 32, 4>
-          <<<fwd_grid((p.rows + 7) / 8, norm_fwd_vec<T, 32, 4>), kThreads, 0, s>>>(p);
+          <<<persistent ? fwd_grid(blocks, norm_fwd_vec<T, 32, 4>) : static_cast<unsigned>(blocks),
+             kThreads, 0, s>>>(p);
       break;
+    }
     case Path::Block:
-      norm_fwd_vec<T, kThreads, 4>
-          <<<fwd_grid(p.rows, norm_fwd_vec<T, kThreads, 4>), kThreads, 0, s>>>(p);
+      norm_fwd_vec<T, kThreads, 4><<<persistent ? fwd_grid(p.rows, norm_fwd_vec<T, kThreads, 4>)
+                                                : static_cast<unsigned>(p.rows),
+                                     kThreads, 0, s>>>(p);
       break;
     default:
       norm_fwd_loop<T><<<p.rows, kThreads, 0, s>>>(p);
@@ -468,13 +540,18 @@ size_t layer_norm_bwd_workspace_bytes(int64_t rows, int64_t cols) {
   return 2 * rms_norm_bwd_workspace_bytes(rows, cols);
 }
 
-int rms_norm_fwd(const RmsNormFwd& a, void* stream) {
+int rms_norm_fwd_grid(const RmsNormFwd& a, bool persistent, void* stream) {
   NormP p{};
   p.x = a.x.data, p.y = a.y.data, p.rows = a.x.rows, p.cols = a.x.cols;
   p.x_stride = a.x.row_stride, p.y_stride = a.y.row_stride;
   p.w = a.w.data, p.w_dt = a.w.dt, p.rstd_out = a.rstd, p.eps = a.eps, p.offset = a.offset;
   p.llama_round = a.mode == CastMode::Llama;
-  LIGER_DISPATCH_FLOAT(a.x.dt, T, return launch_fwd<T>(p, static_cast<cudaStream_t>(stream)));
+  LIGER_DISPATCH_FLOAT(a.x.dt, T,
+                       return launch_fwd<T>(p, static_cast<cudaStream_t>(stream), persistent));
+}
+
+int rms_norm_fwd(const RmsNormFwd& a, void* stream) {
+  return rms_norm_fwd_grid(a, kPersistentForward, stream);
 }
 
 int rms_norm_bwd(const RmsNormBwd& a, void* stream) {

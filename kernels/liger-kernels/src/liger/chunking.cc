@@ -6,7 +6,7 @@ namespace liger {
 
 int64_t default_chunk_tokens(int64_t n, int64_t vocab, int64_t hidden, size_t logit_bytes,
                              bool f32_dweight_buffer) {
-  const double budget = 1.2e9 - (f32_dweight_buffer ? 4.0 * vocab * hidden : 0.0) - (32 << 20);
+  const double budget = 1.28e9 - (f32_dweight_buffer ? 4.0 * vocab * hidden : 0.0) - (32 << 20);
   const double row_bytes = static_cast<double>(vocab > 0 ? vocab : 1) * logit_bytes;
   int64_t rows = budget > 0 ? static_cast<int64_t>(budget / row_bytes) : 0;
   rows = rows / 128 * 128;

@@ -13,6 +13,9 @@
 namespace liger::cuda {
 
 int rms_norm_fwd(const RmsNormFwd& a, void* stream);
+// rms_norm_fwd with the grid chosen by the caller (persistent or one warp/block per row): for the
+// benchmark that picks the default.
+int rms_norm_fwd_grid(const RmsNormFwd& a, bool persistent, void* stream);
 size_t rms_norm_bwd_workspace_bytes(int64_t rows, int64_t cols);
 int rms_norm_bwd(const RmsNormBwd& a, void* stream);
 int layer_norm_fwd(const LayerNormFwd& a, void* stream);
