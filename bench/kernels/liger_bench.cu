@@ -75,23 +75,6 @@ __global__ void fill_labels(int64_t* p, int64_t n, int64_t vocab, uint32_t seed)
         hash01(i, seed) < 0.05f ? -100 : static_cast<int64_t>(hash01(i, seed + 1) * vocab) % vocab;
 }
 
-// *out = max(*out, max |a − b|) (out starts at 0; non-negative floats order as their bits).
-__global__ void max_abs_diff_bf16(const __nv_bfloat16* a, const __nv_bfloat16* b, int64_t n,
-                                  float* out) {
-  float m = 0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(__bfloat162float(a[i]) - __bfloat162float(b[i])));
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
-}
-__global__ void max_abs_diff_f32(const float* a, const float* b, int64_t n, float* out) {
-  float m = 0;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    m = fmaxf(m, fabsf(a[i] - b[i]));
-  atomicMax(reinterpret_cast<int*>(out), __float_as_int(m));
-}
-
 uint32_t g_seed = 1;
 void* dmalloc(size_t bytes) {
   void* p = nullptr;
@@ -396,59 +379,6 @@ int main(int argc, char** argv) {
     const double tg = time_ms([&](int) { LK(liger::cuda::cross_entropy_fwd(fg, nullptr)); }, 2, 10);
     report({"cross_entropy_fwd_with_grad_inplace", tg, 2 * lb, 0, -1,
             "Liger-style single call; bytes that must move: logits read once, gradient written"});
-    // The row kernel alone at each block size (sum reduction: no divisor kernel), stats-only,
-    // gradient from a given lse, and both in one in-place call.
-    using liger::cuda::CeShape;
-    for (CeShape shape : {CeShape::Streaming, CeShape::Cluster}) {
-      liger::cuda::CeRowsP p{};
-      p.logits = logits, p.logits_stride = V, p.dt = Dt::BF16, p.rows = T, p.vocab = V;
-      p.labels = labels, p.labels_dt = liger::IndexDt::I64, p.labels_stride = 1;
-      p.row_loss = static_cast<float*>(ws) + 64, p.lse = lse, p.ignore_index = -100;
-      liger::cuda::CeRowsP pb = p;
-      pb.row_loss = nullptr, pb.lse = nullptr, pb.lse_in = lse, pb.grad = grad, pb.grad_stride = V;
-      liger::cuda::CeRowsP pg = p;
-      pg.grad = logits, pg.grad_stride = V;
-      const std::string tag = shape == CeShape::Streaming ? "[streaming]" : "[cluster]";
-      report(
-          {"ce_rows_stats" + tag,
-           time_ms([&](int) { LK(liger::cuda::launch_ce_rows_shaped(p, shape, nullptr)); }, 2, 10),
-           lb});
-      report(
-          {"ce_rows_grad_from_lse" + tag,
-           time_ms([&](int) { LK(liger::cuda::launch_ce_rows_shaped(pb, shape, nullptr)); }, 2, 10),
-           2 * lb});
-      // Agreement of the two kernels on fresh logits (both write the gradient into a copy):
-      // the benchmark times the cluster kernel, so it checks it computes the same function.
-      if (shape == CeShape::Cluster) {
-        auto* l2 = static_cast<__nv_bfloat16*>(dmalloc(T * V * 2));
-        fill_bf16<<<4096, 256>>>(logits, T * V, 4.0f, 0.0f, 4242);
-        CK(cudaMemcpy(l2, logits, T * V * 2, cudaMemcpyDeviceToDevice));
-        liger::cuda::CeRowsP pa = pg, pc = pg;
-        pc.logits = l2, pc.grad = l2;
-        float* loss_a = static_cast<float*>(dmalloc(T * 4));
-        float* loss_c = static_cast<float*>(dmalloc(T * 4));
-        pa.row_loss = loss_a, pc.row_loss = loss_c, pa.lse = pc.lse = nullptr;
-        LK(liger::cuda::launch_ce_rows_shaped(pa, CeShape::Streaming, nullptr));
-        LK(liger::cuda::launch_ce_rows_shaped(pc, CeShape::Cluster, nullptr));
-        float* dmax = static_cast<float*>(dmalloc(8));
-        CK(cudaMemset(dmax, 0, 8));
-        max_abs_diff_bf16<<<4096, 256>>>(logits, l2, T * V, dmax);
-        max_abs_diff_f32<<<64, 256>>>(loss_a, loss_c, T, dmax + 1);
-        float h[2];
-        CK(cudaMemcpy(h, dmax, 8, cudaMemcpyDeviceToHost));
-        char nb[128];
-        std::snprintf(nb, sizeof nb, "max |grad diff| %.3g, max |row loss diff| %.3g", h[0], h[1]);
-        report({"ce_rows_cluster_vs_streaming_check", 0, 0, 0, -1, nb});
-        CK(cudaFree(l2));
-        CK(cudaFree(loss_a));
-        CK(cudaFree(loss_c));
-        CK(cudaFree(dmax));
-      }
-      report(
-          {"ce_rows_inplace" + tag,
-           time_ms([&](int) { LK(liger::cuda::launch_ce_rows_shaped(pg, shape, nullptr)); }, 2, 10),
-           2 * lb, 0, -1, "bytes that must move (logits read once, gradient written)"});
-    }
     CK(cudaFree(logits));
     CK(cudaFree(grad));
   }

@@ -30,11 +30,6 @@ struct CeRowsP {
 };
 
 int launch_ce_rows(const CeRowsP& p, void* stream);
-// The same with the kernel chosen, for the benchmark: Streaming = one 256-thread block a row;
-// Cluster = for both passes in one call, a cluster of blocks per row holding it in shared memory
-// (falls back to Streaming where that does not apply). launch_ce_rows uses Cluster.
-enum class CeShape { Streaming, Cluster };
-int launch_ce_rows_shaped(const CeRowsP& p, CeShape shape, void* stream);
 // *inv = 1 / (override > 0 ? override : max(1, #labels != ignore)).
 int launch_inv_divisor(const void* labels, IndexDt dt, int64_t stride, int64_t n, int64_t ignore,
                        float override_divisor, float* inv, void* stream);

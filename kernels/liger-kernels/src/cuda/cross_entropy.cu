@@ -7,15 +7,12 @@
 // by a tiny kernel before, and the scalar loss summed by one block after, in a fixed order: no
 // host synchronisation, deterministic results.
 //
-// Two kernels (measured on the H200: docs/performance.md):
-//  * ce_rows_kernel — one 256-thread block per row, four per SM. For one pass (softmax only, or
-//    the gradient from a given lse) it streams at 93–95% of copy bandwidth. Both passes in it
-//    re-read the row from DRAM (528 rows in flight never fit L2).
-//  * ce_rows_cluster_kernel (sm_90) — both passes with the row read from DRAM once: a cluster of
-//    `split` blocks owns a row, each block copies its slice into shared memory (all of it in
-//    flight at once), and the blocks exchange their (max, sum) through distributed shared memory.
-#include <cooperative_groups.h>
-
+// One 256-thread block per row, four per SM (measured on the H200, docs/performance.md): one
+// pass (softmax only, or the gradient from a given lse) streams at 94–100% of copy bandwidth.
+// Both passes in one call re-read the row from DRAM (528 rows in flight never fit L2); a variant
+// that kept each row in the shared memory of a cluster of blocks, reading it from DRAM once, ran
+// slower (3.80 ms against 3.46 ms at 16384 × 151936 bf16: per-block latency with ~38 KiB a block)
+// and was dropped (commit 5d5cde3 has it).
 #include <cfloat>
 
 #include "cuda/ce_launch.h"
@@ -24,10 +21,6 @@
 
 namespace liger::cuda {
 namespace {
-
-namespace cg = cooperative_groups;
-
-constexpr int kClusterThreads = 256, kClusterBlocksPerSm = 5;
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kU = 4;  // 16-byte packs in flight per thread
@@ -280,102 +273,6 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) ce_rows_kernel(CeRo
   }
 }
 
-// Both passes, the row crossing DRAM once: blockIdx.x / split is the row, the cluster rank its
-// slice of packs. Each block keeps its slice in shared memory; after the block merge, the blocks
-// of the cluster read each other's (m, s, Σz) through distributed shared memory and merge them in
-// rank order (the same result in every block). Two cluster barriers: the partials are published,
-// and (at the end, after the gradient is written) no block exits while another may still read
-// its shared memory.
-template <class T, int N, bool kCap>
-__global__ void __launch_bounds__(kClusterThreads, kClusterBlocksPerSm)
-    ce_rows_cluster_kernel(CeRowsP p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  extern __shared__ uint4 slice_raw[];
-  Pack<T, N>* const slice = reinterpret_cast<Pack<T, N>*>(slice_raw);
-  __shared__ float part_m, part_z;
-  __shared__ double part_s;
-  cg::cluster_group cluster = cg::this_cluster();
-  const int split = static_cast<int>(cluster.num_blocks());
-  const int rank = static_cast<int>(cluster.block_rank());
-  const int64_t r = blockIdx.x / split;
-  const T* x = static_cast<const T*>(p.logits) + r * p.logits_stride;
-  const int64_t target = load_index(p.labels, p.labels_dt, r * p.labels_stride);
-  const bool ignored = target == p.ignore_index;
-  const bool bad = !ignored && (target < 0 || target >= p.vocab);
-  const int64_t packs = p.vocab / N, per = (packs + split - 1) / split;
-  const int64_t begin = rank * per < packs ? rank * per : packs;
-  const int64_t end = begin + per < packs ? begin + per : packs;
-  T* gout = static_cast<T*>(p.grad) + r * p.grad_stride;
-  if (ignored || bad) {  // uniform over the cluster: no barrier is skipped by half of it
-    if (rank == 0 && threadIdx.x == 0) write_skipped_row(p, r, bad);
-    for (int64_t k = begin + threadIdx.x; k < end; k += kClusterThreads)
-      st<T, N>(gout + k * N, zero_pack<T, N>());
-    return;
-  }
-  const float zt =
-      rank == 0 && threadIdx.x == 0 ? capped<kCap>(to_f32(x[target]), p.softcap) : 0.0f;
-  // The whole slice is requested at once with asynchronous copies straight into shared memory
-  // (no registers held), so each block has all of its ~38 KiB in flight: a thread's handful of
-  // packs streamed through registers would leave the SM latency-bound.
-  const int64_t n = end - begin;
-  for (int64_t k = threadIdx.x; k < n; k += kClusterThreads) {
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(slice + k));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(x + (begin + k) * N)
-                 : "memory");
-  }
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-  __syncthreads();
-  OnlineSum acc[kU];
-  float sz = 0;
-  const bool smooth = p.label_smoothing > 0;
-  for (int64_t base = threadIdx.x; base < n; base += kU * kClusterThreads) {
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t k = base + u * kClusterThreads;
-      if (k < n) add_pack<kCap>(acc[u], sz, slice[k], smooth, p.softcap);
-    }
-  }
-  float m = acc[0].m;
-  double sd = static_cast<double>(acc[0].s) - acc[0].comp;
-#pragma unroll
-  for (int u = 1; u < kU; ++u)
-    merge_d(m, sd, acc[u].m, static_cast<double>(acc[u].s) - acc[u].comp);
-  block_merge<kClusterThreads>(m, sd, sz);
-  if (threadIdx.x == 0) part_m = m, part_s = sd, part_z = sz;
-  cluster.sync();
-  // Warp 0 reads the split partials in parallel (lane b from rank b: one remote latency, not
-  // split of them in a row) and merges them in rank order with shuffles; the block gets the
-  // result through shared memory.
-  __shared__ float row_m, row_z;
-  __shared__ double row_s;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    m = -INFINITY, sd = 0, sz = 0;
-    if (lane < split) {
-      m = *cluster.map_shared_rank(&part_m, lane);
-      sd = *cluster.map_shared_rank(&part_s, lane);
-      sz = *cluster.map_shared_rank(&part_z, lane);
-    }
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {  // lane 0 ends with ranks 0..31 merged in order
-      const float m2 = __shfl_down_sync(0xffffffffu, m, o);
-      const double s2 = __shfl_down_sync(0xffffffffu, sd, o);
-      const float z2 = __shfl_down_sync(0xffffffffu, sz, o);
-      if (lane % (2 * o) == 0) merge_d(m, sd, m2, s2), sz += z2;
-    }
-    if (lane == 0) row_m = m, row_s = sd, row_z = sz;
-  }
-  __syncthreads();
-  m = row_m, sd = row_s, sz = row_z;
-  const float ls = static_cast<float>(log(sd));
-  if (rank == 0 && threadIdx.x == 0) write_row_stats(p, r, m, sd, sz, zt);
-  const GradRow g = grad_row(p, r, target, m + ls, m, ls);
-  for (int64_t k = begin + threadIdx.x; k < end; k += kClusterThreads)
-    st<T, N>(gout + k * N, grad_pack<kCap, T, N>(g, slice[k - begin], k));
-  cluster.sync();  // late, so its latency overlaps the gradient pass: no block has exited early
-#endif
-}
-
 __global__ void inv_divisor_kernel(const void* labels, IndexDt dt, int64_t stride, int64_t n,
                                    int64_t ignore, float override_divisor, float* inv) {
   __shared__ float red[32];
@@ -419,10 +316,6 @@ __global__ void f32_to_kernel(const float* in, void* out, Dt dt, int64_t n, bool
 
 namespace {
 
-// The kernel for both passes in one call, from the H200 benchmark (ce_rows_inplace[streaming] and
-// [cluster] in bench/kernels/liger_bench; docs/performance.md).
-constexpr CeShape kDefaultCeShape = CeShape::Streaming;
-
 template <class T, int N>
 int launch_streaming(const CeRowsP& p, cudaStream_t s) {
   const unsigned grid = static_cast<unsigned>(p.rows);
@@ -433,74 +326,17 @@ int launch_streaming(const CeRowsP& p, cudaStream_t s) {
   return last_error();
 }
 
-// Cluster size and shared-memory slice for a row of `packs` 16-byte packs, or 0 when the row is
-// too wide (or the device has no clusters): the smallest portable cluster (2, 4, 8) whose slices
-// fit kClusterBlocksPerSm blocks per SM.
-struct ClusterPlan {
-  int split = 0;
-  size_t slice_bytes = 0;
-};
-ClusterPlan plan_cluster(int64_t packs, size_t pack_bytes) {
-  static int major[64] = {}, optin[64] = {};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (major[dev] == 0) {
-    cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&optin[dev], cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev);
-  }
-  ClusterPlan plan;
-  if (major[dev] < 9) return plan;
-  // kClusterBlocksPerSm blocks per SM, each with its slice, static shared memory and reserve.
-  const size_t budget = static_cast<size_t>(optin[dev]) / kClusterBlocksPerSm - 2048;
-  for (int split : {2, 4, 8}) {
-    const size_t bytes = static_cast<size_t>((packs + split - 1) / split) * pack_bytes;
-    if (bytes <= budget) return {split, bytes};
-  }
-  return plan;
-}
-
-template <class T, int N>
-int launch_cluster(const CeRowsP& p, const ClusterPlan& plan, cudaStream_t s) {
-  auto* kernel =
-      p.softcap > 0 ? ce_rows_cluster_kernel<T, N, true> : ce_rows_cluster_kernel<T, N, false>;
-  if (cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(plan.slice_bytes)))
-    return static_cast<int>(e);
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.rows * plan.split));
-  cfg.blockDim = dim3(kClusterThreads);
-  cfg.dynamicSmemBytes = plan.slice_bytes;
-  cfg.stream = s;
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = static_cast<unsigned>(plan.split);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return static_cast<int>(cudaLaunchKernelEx(&cfg, kernel, p));
-}
-
 }  // namespace
 
-int launch_ce_rows_shaped(const CeRowsP& p, CeShape shape, void* stream) {
+int launch_ce_rows(const CeRowsP& p, void* stream) {
   if (p.rows == 0) return 0;
   const auto s = static_cast<cudaStream_t>(stream);
   LIGER_DISPATCH_FLOAT(p.dt, T, {
     constexpr int N = 16 / sizeof(T);
     const bool vec = p.vocab % N == 0 && aligned16(p.logits) && p.logits_stride % N == 0 &&
                      (!p.grad || (aligned16(p.grad) && p.grad_stride % N == 0));
-    if (shape == CeShape::Cluster && vec && p.grad && !p.lse_in) {
-      const ClusterPlan plan = plan_cluster(p.vocab / N, 16);
-      if (plan.split > 0) return launch_cluster<T, N>(p, plan, s);
-    }
     return vec ? launch_streaming<T, N>(p, s) : launch_streaming<T, 1>(p, s);
   });
-}
-
-int launch_ce_rows(const CeRowsP& p, void* stream) {
-  return launch_ce_rows_shaped(p, kDefaultCeShape, stream);
 }
 
 int launch_inv_divisor(const void* labels, IndexDt dt, int64_t stride, int64_t n, int64_t ignore,
