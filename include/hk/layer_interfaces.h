@@ -35,17 +35,24 @@ inline constexpr uint32_t kAccumulateWeightGrads = 1u;
 //   r = rsqrt(mean(x²) + eps) in f32.
 //   llama casting: y = round_to(y.dtype, round_to(x.dtype, x·r) · (offset + w))  (Transformers)
 //   gemma casting: y = round_to(y.dtype, x·r·(offset + w))                        (all in f32)
+//   none casting:  y = round_to(y.dtype, x·r·(offset + w))    (f32, one rounding: gemma's values)
+//     Liger's casting_mode "none" skips the upcast and keeps x·r and the product in x's dtype;
+//     hk's contract is the f32 value those roundings approximate (never less precise than Liger),
+//     so "none" and "gemma" give the same result and "none" exists to name Liger's mode.
 // backward  inputs:  dy [..., H], x, weight, rstd (optional; recomputed when absent)
 //           outputs: dx [..., H], dweight [H] (optional; f32 or weight dtype, reduced in f32)
-//   with m = x·r, n = m rounded to x.dtype (llama casting) or m (gemma), g = dy·(offset + w):
+//   with m = x·r, n = m rounded to x.dtype (llama casting) or m (gemma, none), g = dy·(offset + w):
 //   dx = r·(g − m·mean(g·m))  (rounding treated as identity),  dweight = Σ_rows dy·n
+// Kernels refuse a casting_mode hk does not define with HK_STATUS_INVALID_ARGUMENT, and a listed
+// one they do not implement with HK_STATUS_UNSUPPORTED (the caller then falls back).
 inline constexpr uint32_t kRmsNormCastingLlama = 0;
 inline constexpr uint32_t kRmsNormCastingGemma = 1;
+inline constexpr uint32_t kRmsNormCastingNone = 2;
 struct RmsNormAttrs {
   float eps = 1e-6f;
-  float offset = 0.0f;  // added to the weight (Gemma uses 1)
-  uint32_t casting_mode = kRmsNormCastingLlama;
-  uint32_t flags = 0;  // kAccumulateWeightGrads
+  float offset = 0.0f;                           // added to the weight (Gemma uses 1)
+  uint32_t casting_mode = kRmsNormCastingLlama;  // kRmsNormCasting*
+  uint32_t flags = 0;                            // kAccumulateWeightGrads
 };
 
 // ---- layer_norm@1 (layer LayerNorm) -------------------------------------------------------------
@@ -137,12 +144,19 @@ struct AttentionAttrs {
 // ---- cross_entropy@1 (Liger cross_entropy) ------------------------------------------------------
 // forward   inputs:  logits [N, V] (any float dtype, f32 math), labels [N] i32|i64
 //           outputs: loss (f32 [N] for reduction none, else f32 [] or [1]),
-//                    lse [N] f32 (optional), z_loss (optional, same shape as loss)
+//                    lse [N] f32 (optional), z_loss (optional, same shape as loss),
+//                    dlogits [N, V] (optional; logits' dtype; may be logits itself, in place)
 //   loss = (1−ε)·(lse − z_label) + ε·(lse − mean(z)) + lse_square_scale·lse², z = softcap'd
 //   logits; ignored labels contribute 0; mean divides by the number of non-ignored labels
 //   (0 → loss 0).
+//   dlogits, when given, is the gradient for dloss = 1 (every element 1 for reduction none),
+//   written in the same pass (Liger's design: training needs no backward call then):
+//     dlogits_j = (softmax(z)_j·(1 + 2·lse_square_scale·lse) − ε/V − (1−ε)·[j = label])
+//                 · (1 − (z_j/softcap)²  when softcap > 0) / D,
+//   D = mean's divisor (the non-ignored count, 1 when it is 0) for mean, 1 for sum and none;
+//   ignored rows get 0. In place, each row's logits are read before its gradient overwrites them.
 // backward  inputs:  dloss (shape of loss), logits, labels, lse (optional)
-//           outputs: dlogits [N, V]
+//           outputs: dlogits [N, V]   (the forward's dlogits times dloss, per row for none)
 inline constexpr uint32_t kReductionNone = 0;
 inline constexpr uint32_t kReductionMean = 1;
 inline constexpr uint32_t kReductionSum = 2;
@@ -156,10 +170,19 @@ struct CrossEntropyAttrs {
 
 // ---- fused_linear_cross_entropy@1 (Liger fused_linear_cross_entropy) ----------------------------
 // forward   inputs:  x [N, H], weight [V, H], labels [N] i32|i64, bias [V] (optional)
-//           outputs: loss (as cross_entropy@1)
+//           outputs: loss (as cross_entropy@1), dx [N, H] (optional; x's dtype),
+//                    dweight [V, H] (optional; f32 or weight's dtype), dbias [V] (optional)
 //   loss = cross_entropy(x·weightᵀ + bias, labels) without materialising the [N, V] logits.
+//   dx / dweight / dbias, when given, are the gradients for dloss = 1 (as cross_entropy@1's
+//   dlogits, mean's divisor included), computed in the same pass over the vocabulary (Liger's
+//   design: no second pass, training needs no backward call then). dweight is accumulated in
+//   f32 (or wider) over all tokens and rounded once to its dtype; it is written, or added to under
+//   kAccumulateWeightGrads. Logits and their gradient may be held in x's dtype between the
+//   products (the GEMMs write them so). kernels-community/liger-kernels refuses bias and dbias
+//   with HK_STATUS_UNSUPPORTED.
 // backward  inputs:  dloss, x, weight, labels, bias (optional)
 //           outputs: dx [N, H], dweight [V, H] (optional), dbias [V] (optional)
+//   the same gradients times dloss (recomputing the chunks: a second pass over the vocabulary).
 struct FusedLinearCrossEntropyAttrs {
   CrossEntropyAttrs ce;
   uint32_t flags = 0;  // kAccumulateWeightGrads
@@ -181,7 +204,7 @@ struct CausalLmLossAttrs {
 // A stateful fusion kernel: its <Kernel>Layout declares the parameters (after the activation, in
 // layout order — typically norm weight [H], gate_up [2I, H] (gate rows first), down [I→H: H, I])
 // and how they are made from the replaced modules' checkpoint tensors.
-// forward   inputs:  x [..., H] (the un-normalised input of the RMSNorm), then the layout parameters
+// forward   inputs:  x [..., H] (the RMSNorm's un-normalised input), then the layout parameters
 //           outputs: y [..., H] = MLP(RMSNorm(x))   (same roundings as the two layers unfused)
 struct RmsNormMlpAttrs {
   float eps = 1e-6f;

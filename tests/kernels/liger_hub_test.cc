@@ -402,6 +402,237 @@ TEST(LigerHub, ActivationRepoGeluFamilyAndGatedEntries) {
   }
 }
 
+// Calls fn's forward (or backward) with the workspace the entry asks for.
+template <class Attrs>
+void call_with_workspace(const hk::KernelFunction& fn, bool backward,
+                         const std::vector<hk::TensorView>& in,
+                         const std::vector<hk::TensorView>& out, const Attrs& at) {
+  const size_t ws = fn.workspace_size(backward, in, out, &at, sizeof(at));
+  Tensor wsp = workspace(ws);
+  hk::KernelCallOptions opt;
+  opt.workspace = wsp.view().ptr(), opt.workspace_size = ws;
+  if (backward) {
+    fn.backward(in, out, at, opt);
+  } else {
+    fn.forward(in, out, at, opt);
+  }
+}
+liger::Dt liger_dt(DType dt) {
+  return dt == DType::F32 ? liger::Dt::F32 : dt == DType::BF16 ? liger::Dt::BF16 : liger::Dt::F16;
+}
+// dloss = 1 in the shape cross_entropy@1 gives the loss: [n] for reduction none, else [].
+Tensor unit_dloss(uint32_t reduction, int64_t n) {
+  if (reduction == hk::kReductionNone)
+    return Tensor::from_floats(std::vector<float>(n, 1.0f), {n}).to(dev());
+  return Tensor::from_floats({1.0f}, {}).to(dev());
+}
+
+// rms_norm@1 casting mode 2 ("none"): y = round(x·r·(offset + w)) in f32, one rounding — the
+// documented formula against the double reference, forward and backward, with an offset; the
+// same values as gemma; an undefined mode refused.
+TEST(LigerHub, RmsNormCastingNoneIsTheF32Formula) {
+  for (DType dt : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(hk::dtype_name(dt));
+    const int64_t rows = 11, h = 257;
+    const float eps = 1e-5f, offset = 1.0f;
+    M xv, wv, dyv;
+    Tensor x = randn({rows, h}, dt, &xv, 2.0f), w = randn({h}, dt, &wv, 0.3f);
+    Tensor dy = randn({rows, h}, dt, &dyv);
+    Tensor y = empty({rows, h}, dt), rstd = empty({rows}, DType::F32);
+    Tensor dx = empty({rows, h}, dt), dw = empty({h}, DType::F32);
+    auto fn = liger("LigerRMSNorm");
+    hk::RmsNormAttrs at;
+    at.eps = eps, at.offset = offset, at.casting_mode = hk::kRmsNormCastingNone;
+    call_with_workspace(fn, false, {x, w}, {y, rstd}, at);
+    call_with_workspace(fn, true, {dy, x, w, rstd}, {dx, dw}, at);
+
+    const liger::Dt ldt = liger_dt(dt);
+    auto ro = liger_test::ref::rms_fwd(xv, rows, h, wv, eps, offset, false, ldt);
+    for (auto& v : ro.y) v = liger_test::ref::rnd(ldt, v);
+    M rdx;
+    std::vector<double> rdw;
+    liger_test::ref::rms_bwd(dyv, xv, rows, h, wv, eps, offset, false, ldt, &rdx, &rdw);
+    const bool f32 = dt == DType::F32;
+    expect_close(host(y), ro.y, f32 ? 1e-6 : 1e-3, f32 ? 2e-5 : 8e-3, "y");
+    expect_close(host(rstd), ro.rstd, 0, 1e-5, "rstd");
+    expect_close(host(dx), rdx, f32 ? 1e-6 : 1e-3, f32 ? 2e-5 : 8e-3, "dx");
+    expect_close(host(dw), rdw, 1e-5, 1e-4, "dweight");
+
+    // Gemma casting computes the same values (the header's claim).
+    hk::RmsNormAttrs gemma = at;
+    gemma.casting_mode = hk::kRmsNormCastingGemma;
+    Tensor yg = empty({rows, h}, dt), dxg = empty({rows, h}, dt), dwg = empty({h}, DType::F32);
+    call_with_workspace(fn, false, {x, w}, {yg}, gemma);
+    call_with_workspace(fn, true, {dy, x, w, rstd}, {dxg, dwg}, gemma);
+    EXPECT_EQ(host(yg), host(y));
+    EXPECT_EQ(host(dxg), host(dx));
+    expect_close(host(dwg), host(dw), 0, 1e-6, "dweight (gemma)");
+
+    hk::RmsNormAttrs bad = at;
+    bad.casting_mode = 3;
+    EXPECT_THROW(call_with_workspace(fn, false, {x, w}, {y, rstd}, bad), hk::InvalidArgument);
+    EXPECT_THROW(call_with_workspace(fn, true, {dy, x, w, rstd}, {dx, dw}, bad),
+                 hk::InvalidArgument);
+  }
+}
+
+// cross_entropy@1's optional forward output dlogits (index 3): the gradient for dloss = 1, into a
+// buffer of its own and in place over the logits, equal to forward + backward with dloss = 1 and
+// to the reference; ignored rows get zeros.
+TEST(LigerHub, CrossEntropyForwardWritesTheGradientForUnitDloss) {
+  for (DType dt : {DType::F32, DType::BF16})
+    for (uint32_t red : {hk::kReductionMean, hk::kReductionSum, hk::kReductionNone}) {
+      SCOPED_TRACE(std::string(hk::dtype_name(dt)) + " reduction " + std::to_string(red));
+      const int64_t n = 13, v = 517;
+      M xv;
+      Tensor logits = randn({n, v}, dt, &xv, 3.0f);
+      std::vector<int64_t> lab(n);
+      std::uniform_int_distribution<int64_t> pick(0, v - 1);
+      for (int64_t i = 0; i < n; ++i) lab[i] = i == 2 || i == 9 ? -100 : pick(rng());
+      Tensor labels = Tensor::from_ints(lab, {n}).to(dev());
+      hk::CrossEntropyAttrs at;
+      at.reduction = red, at.label_smoothing = 0.05f, at.lse_square_scale = 1e-4f;
+      at.softcap = 25.0f;
+      const hk::Shape loss_shape = red == hk::kReductionNone ? hk::Shape{n} : hk::Shape{};
+      auto fn = liger("LigerCrossEntropyLoss");
+
+      // (1) forward with its own dlogits buffer
+      Tensor loss1 = empty(loss_shape, DType::F32), g1 = empty({n, v}, dt);
+      call_with_workspace(fn, false, {logits, labels},
+                          {loss1, hk::TensorView{}, hk::TensorView{}, g1}, at);
+      // (2) forward in place: dlogits is the logits tensor
+      Tensor inplace = logits.clone(), loss2 = empty(loss_shape, DType::F32);
+      call_with_workspace(fn, false, {inplace, labels},
+                          {loss2, hk::TensorView{}, hk::TensorView{}, inplace}, at);
+      // (3) forward, then backward with dloss = 1
+      Tensor loss3 = empty(loss_shape, DType::F32), lse = empty({n}, DType::F32);
+      Tensor g3 = empty({n, v}, dt);
+      call_with_workspace(fn, false, {logits, labels}, {loss3, lse}, at);
+      call_with_workspace(fn, true, {unit_dloss(red, n), logits, labels, lse}, {g3}, at);
+
+      const bool f32 = dt == DType::F32;
+      const double atol = f32 ? 1e-7 : 1e-6, rtol = f32 ? 1e-5 : 8e-3;
+      const auto gb = host(g3);
+      expect_close(host(g1), gb, atol, rtol, "dlogits (forward) vs backward");
+      expect_close(host(inplace), gb, atol, rtol, "dlogits (forward, in place) vs backward");
+      expect_close(host(loss1), host(loss3), 1e-6, 1e-5, "loss with dlogits vs without");
+      expect_close(host(loss2), host(loss3), 1e-6, 1e-5, "loss in place vs without");
+
+      liger_test::ref::CeOpts o{0.05, 1e-4, 25.0};
+      int64_t count = 0;
+      for (int64_t t : lab) count += t != -100;
+      const double div = red == hk::kReductionMean ? count : 1;
+      std::vector<double> rloss(n, 0), rg(n * v, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        if (lab[i] == -100) continue;
+        auto r =
+            liger_test::ref::ce_row(M(xv.begin() + i * v, xv.begin() + (i + 1) * v), lab[i], o);
+        rloss[i] = r.loss;
+        for (int64_t j = 0; j < v; ++j)
+          rg[i * v + j] = liger_test::ref::rnd(liger_dt(dt), r.grad[j] / div);
+      }
+      expect_close(host(g1), rg, atol, rtol, "dlogits (forward) vs reference");
+      if (red == hk::kReductionNone) {
+        expect_close(host(loss1), rloss, 1e-6, 1e-5, "loss");
+      } else {
+        double s = 0;
+        for (double l : rloss) s += l;
+        expect_close(host(loss1), {s / div}, 1e-6, 1e-5, "loss");
+      }
+      const auto g1h = host(g1);
+      for (int64_t i : {2, 9})
+        for (int64_t j = 0; j < v; ++j)
+          ASSERT_EQ(g1h[i * v + j], 0.0) << "ignored row " << i << " has a gradient";
+    }
+}
+
+// fused_linear_cross_entropy@1's optional forward outputs dx, dweight (indices 1, 2): the
+// gradients for dloss = 1 from the forward equal the backward's at dloss = 1 (dweight in f32 and
+// in the weight's 16-bit dtype) and the reference on materialised logits; dbias is refused.
+TEST(LigerHub, FusedLinearCrossEntropyForwardGradientsEqualBackwardAtUnitDloss) {
+  struct Case {
+    DType dt, wgrad;
+  };
+  for (Case c : {Case{DType::F32, DType::F32}, Case{DType::BF16, DType::F32},
+                 Case{DType::BF16, DType::BF16}})
+    for (uint32_t red : {hk::kReductionMean, hk::kReductionSum}) {
+      SCOPED_TRACE(std::string(hk::dtype_name(c.dt)) + " dweight " + hk::dtype_name(c.wgrad) +
+                   " reduction " + std::to_string(red));
+      const int64_t n = 29, h = 64, v = 1000;
+      M xv, wv;
+      Tensor x = randn({n, h}, c.dt, &xv), w = randn({v, h}, c.dt, &wv, 0.3f);
+      std::vector<int64_t> lab(n);
+      std::uniform_int_distribution<int64_t> pick(0, v - 1);
+      for (int64_t i = 0; i < n; ++i) lab[i] = i % 7 == 3 ? -100 : pick(rng());
+      Tensor labels = Tensor::from_ints(lab, {n}, DType::I32).to(dev());
+      hk::FusedLinearCrossEntropyAttrs at;
+      at.ce.reduction = red;
+      auto fn = liger("LigerFusedLinearCrossEntropyLoss");
+      Tensor loss = empty({}, DType::F32), dx = empty({n, h}, c.dt), dw = empty({v, h}, c.wgrad);
+      call_with_workspace(fn, false, {x, w, labels}, {loss, dx, dw}, at);
+      Tensor dx2 = empty({n, h}, c.dt), dw2 = empty({v, h}, c.wgrad);
+      call_with_workspace(fn, true, {unit_dloss(red, n), x, w, labels}, {dx2, dw2}, at);
+
+      const bool f32 = c.dt == DType::F32;
+      const double atol = f32 ? 1e-6 : 1e-3, rtol = f32 ? 1e-5 : 8e-3;
+      expect_close(host(dx), host(dx2), atol, rtol, "dx (forward) vs backward");
+      expect_close(host(dw), host(dw2), atol, rtol, "dweight (forward) vs backward");
+
+      // Reference: logits and their gradient held in x's dtype (as the kernels' GEMMs hold them).
+      const liger::Dt ldt = liger_dt(c.dt);
+      int64_t count = 0;
+      for (int64_t t : lab) count += t != -100;
+      const double div = red == hk::kReductionMean ? count : 1;
+      double total = 0;
+      std::vector<double> rdx(n * h, 0), rdw(v * h, 0);
+      for (int64_t i = 0; i < n; ++i) {
+        if (lab[i] == -100) continue;
+        M z(v);
+        for (int64_t j = 0; j < v; ++j) {
+          double acc = 0;
+          for (int64_t k = 0; k < h; ++k) acc += xv[i * h + k] * wv[j * h + k];
+          z[j] = liger_test::ref::rnd(ldt, acc);
+        }
+        auto r = liger_test::ref::ce_row(z, lab[i], {});
+        total += r.loss;
+        for (int64_t j = 0; j < v; ++j) {
+          const double g = liger_test::ref::rnd(ldt, r.grad[j] / div);
+          for (int64_t k = 0; k < h; ++k) {
+            rdx[i * h + k] += g * wv[j * h + k];
+            rdw[j * h + k] += g * xv[i * h + k];
+          }
+        }
+      }
+      if (c.wgrad != DType::F32)
+        for (auto& g : rdw) g = liger_test::ref::rnd(liger_dt(c.wgrad), g);
+      const double gatol = f32 ? 1e-6 : 2e-3, grtol = f32 ? 1e-4 : 2e-2;
+      expect_close(host(loss), {total / div}, f32 ? 1e-5 : 2e-3, f32 ? 1e-5 : 2e-3, "loss");
+      expect_close(host(dx), rdx, gatol, grtol, "dx (forward) vs reference");
+      expect_close(host(dw), rdw, gatol, grtol, "dweight (forward) vs reference");
+
+      // kAccumulateWeightGrads: the forward's dweight is added to what is there.
+      if (c.wgrad == DType::F32) {
+        hk::FusedLinearCrossEntropyAttrs acc = at;
+        acc.flags = hk::kAccumulateWeightGrads;
+        Tensor dw3 = Tensor::from_floats(std::vector<float>(v * h, 0.5f), {v, h}).to(dev());
+        call_with_workspace(fn, false, {x, w, labels},
+                            {empty({}, DType::F32), hk::TensorView{}, dw3}, acc);
+        auto want = host(dw);
+        for (auto& g : want) g += 0.5;
+        expect_close(host(dw3), want, 1e-6, 1e-6, "dweight accumulated");
+      }
+
+      // dbias (forward output 3) is not implemented: refused with a sentence naming it.
+      Tensor db = empty({v}, DType::F32);
+      try {
+        call_with_workspace(fn, false, {x, w, labels}, {loss, dx, dw, db}, at);
+        ADD_FAILURE() << "a dbias output was accepted";
+      } catch (const hk::Unsupported& e) {
+        EXPECT_NE(std::string(e.what()).find("dbias"), std::string::npos) << e.what();
+      }
+    }
+}
+
 #ifdef LIGER_HUB_CUDA
 // The Capture claim, checked: RMSNorm forward + backward and cross-entropy forward + backward
 // recorded into one CUDA graph (workspace preallocated), replayed on fresh inputs copied into the

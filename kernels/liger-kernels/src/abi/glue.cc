@@ -156,9 +156,14 @@ liger::Reduction reduction_of(uint32_t r) {
 }
 
 // ---- rms_norm@1 ---------------------------------------------------------------------------------
+// hk's kRmsNormCasting* codes and liger::CastMode share their numbering (0 llama, 1 gemma, 2 none).
+static_assert(static_cast<uint32_t>(liger::CastMode::Llama) == hk::kRmsNormCastingLlama &&
+              static_cast<uint32_t>(liger::CastMode::Gemma) == hk::kRmsNormCastingGemma &&
+              static_cast<uint32_t>(liger::CastMode::None) == hk::kRmsNormCastingNone);
 liger::CastMode cast_mode(uint32_t m) {
-  if (m > 2)
-    fail(HK_STATUS_INVALID_ARGUMENT, "rms_norm: unknown casting_mode " + std::to_string(m));
+  if (m > hk::kRmsNormCastingNone)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "rms_norm: unknown casting_mode " + std::to_string(m) + " (0 llama, 1 gemma, 2 none)");
   return static_cast<liger::CastMode>(m);
 }
 
@@ -555,7 +560,7 @@ void ce_fwd(const hk_call& call) {
   a.loss = loss_out(&hk::sdk::output(call, 0, "loss"), a.reduction, n, "loss");
   a.lse = f32_of(hk::sdk::optional_output(call, 1), n, "lse");
   a.z_loss = loss_out(hk::sdk::optional_output(call, 2), a.reduction, n, "z_loss");
-  if (const hk_tensor* g = hk::sdk::optional_output(call, 3)) {  // extension: in-forward grad
+  if (const hk_tensor* g = hk::sdk::optional_output(call, 3)) {  // the in-forward gradient
     same_shape(*g, hk::sdk::input(call, 0, "logits"), "dlogits", "logits");
     a.dlogits = rows_of(*g, "dlogits");
     if (a.dlogits.dt != a.logits.dt)
@@ -584,8 +589,9 @@ void ce_bwd(const hk_call& call) {
 }
 
 // ---- fused_linear_cross_entropy@1 ---------------------------------------------------------------
-// forward (x, weight, labels, bias?) → (loss, [dx, dweight] extension); backward (dloss, x,
-// weight, labels, bias?) → (dx, dweight?, dbias?) recomputes the chunks with the upstream dloss.
+// forward (x, weight, labels, bias?) → (loss, dx?, dweight?, dbias?): the gradients for dloss = 1
+// in the same pass; backward (dloss, x, weight, labels, bias?) → (dx, dweight?, dbias?) recomputes
+// the chunks with the upstream dloss. bias and dbias are refused (HK_STATUS_UNSUPPORTED).
 void flce_args(const hk_call& call, int first, liger::FusedLinearCrossEntropyArgs* a) {
   const auto at = hk::sdk::read_attrs<hk::FusedLinearCrossEntropyAttrs>(call);
   const hk_tensor& x = hk::sdk::input(call, first, "x");

@@ -5,13 +5,11 @@
 // tables of the three repos built from this code (liger-kernels, rotary, activation) pick from
 // these.
 //
-// Extensions beyond the interfaces as written today (reported to the interface owner):
-//  * rms_norm@1 casting_mode 2 = "none" (f32 math, one rounding);
-//  * cross_entropy@1 forward: optional 4th output dlogits [N, V] — when present the forward also
-//    writes d(logits) for dloss = 1 (Liger's in-forward gradient; may alias logits);
-//  * fused_linear_cross_entropy@1 forward: optional outputs 1 and 2, dx [N, H] and dweight
-//    [V, H] — when present the forward also writes the gradients for dloss = 1 (Liger's design:
-//    no second pass over the vocabulary; the backward call is then not needed).
+// Liger's own behaviour that the interfaces name (hk/layer_interfaces.h): rms_norm@1 casting_mode
+// 2 = none (computed as gemma: f32 math, one rounding); cross_entropy@1's optional forward output
+// dlogits (index 3; may alias logits) and fused_linear_cross_entropy@1's optional forward outputs
+// dx, dweight (indices 1, 2) — the gradients for dloss = 1 written by the forward, so training
+// needs no backward call. FLCE's bias and dbias are refused with HK_STATUS_UNSUPPORTED.
 #pragma once
 
 #include <cstddef>
