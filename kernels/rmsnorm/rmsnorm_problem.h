@@ -71,10 +71,13 @@ inline void check_common(Problem& p, const hk_tensor& x, const hk_tensor& weight
   }
   p.x = row_tensor(x, "x", p.rows, p.hidden, device_type);
   p.weight = row_tensor(weight, "weight", 1, p.hidden, device_type);
+  // none (2) is gemma's f32 formula by the interface's definition, so both take the same path.
   if (p.attrs.casting_mode != hk::kRmsNormCastingLlama &&
-      p.attrs.casting_mode != hk::kRmsNormCastingGemma) {
-    fail(HK_STATUS_UNSUPPORTED,
-         "rms_norm: casting_mode " + std::to_string(p.attrs.casting_mode) + " is not implemented");
+      p.attrs.casting_mode != hk::kRmsNormCastingGemma &&
+      p.attrs.casting_mode != hk::kRmsNormCastingNone) {
+    fail(HK_STATUS_INVALID_ARGUMENT, "rms_norm: casting_mode " +
+                                         std::to_string(p.attrs.casting_mode) +
+                                         " is not defined (0 llama, 1 gemma, 2 none)");
   }
   if (!(p.attrs.eps >= 0.0f)) fail(HK_STATUS_INVALID_ARGUMENT, "rms_norm: eps must be >= 0");
 }
