@@ -289,21 +289,6 @@ int main(int argc, char** argv) {
               LK(liger::cuda::rms_norm_fwd(a, st));
             }),
             fb, 0, -1, "graph replay, L2-assisted"});
-    using V = liger::cuda::RmsFwdVariant;
-    for (V variant :
-         {V::Pipelined, V::RowGrid, V::PipelinedStreaming, V::PipelinedReadOnly, V::RowBlock}) {
-      const char* names[] = {"pipelined", "row grid", "pipelined, streaming hints",
-                             "pipelined, read-only loads", "row block"};
-      const std::string name =
-          std::string("rms_norm_fwd[") + names[static_cast<int>(variant)] + "]";
-      const double t = time_ms(
-          [&](int i) { LK(liger::cuda::rms_norm_fwd_variant(fwd_args(i), variant, nullptr)); });
-      const double tg = graph_ms([&](int i, cudaStream_t st) {
-        LK(liger::cuda::rms_norm_fwd_variant(fwd_args(i), variant, st));
-      });
-      report({name, t, fb, 0, -1, "per call"});
-      report({name + "[graph]", tg, fb, 0, -1, "graph replay"});
-    }
   }
 
   // ---- SwiGLU activation [T, I], in-place backward ----

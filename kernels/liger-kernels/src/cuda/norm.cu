@@ -11,8 +11,6 @@
 //    combines its groups in shared memory in a fixed order and writes one partial row to the
 //    workspace; a second small kernel sums the partial rows in order. No atomics, deterministic.
 // LayerNorm is a runtime flag of the same kernels (uniform branch), not a second copy.
-#include <cstring>
-#include <type_traits>
 
 #include "cuda/common.cuh"
 #include "liger/cuda_ops.h"
@@ -121,34 +119,10 @@ __global__ void __launch_bounds__(kThreads) norm_fwd_vec(NormP p) {
 // with the next row's loads issued before the current row is reduced and written (two rows of
 // registers), so every warp keeps a row in flight. The weight is re-read per row (an L1 hit):
 // keeping it in registers too would spill. Four 256-thread blocks per SM (≤ 64 registers).
-//
-// kHint: cache policy of the row accesses — 0 plain, 1 streaming (ld.global.cs / st.global.cs:
-// touched once, evict first), 2 read-only path for x (ld.global.nc) with streaming stores.
-template <int kHint, class T, int N>
-__device__ __forceinline__ Pack<T, N> ld_row(const T* p) {
-  static_assert(sizeof(Pack<T, N>) == sizeof(int4), "16-byte packs only");
-  int4 v;
-  if constexpr (kHint == 1)
-    v = __ldcs(reinterpret_cast<const int4*>(p));
-  else if constexpr (kHint == 2)
-    v = __ldg(reinterpret_cast<const int4*>(p));
-  else
-    v = *reinterpret_cast<const int4*>(p);
-  Pack<T, N> out;
-  memcpy(&out, &v, sizeof v);
-  return out;
-}
-template <int kHint, class T, int N>
-__device__ __forceinline__ void st_row(T* p, const Pack<T, N>& v) {
-  int4 w;
-  memcpy(&w, &v, sizeof w);
-  if constexpr (kHint != 0)
-    __stcs(reinterpret_cast<int4*>(p), w);
-  else
-    *reinterpret_cast<int4*>(p) = w;
-}
-
-template <class T, bool kLlama, bool kWPacked, int kHint = 0>
+// On the H200 at 16384 × 1024 bf16 it runs at a same-size cudaMemcpy's rate (81% of the large-copy
+// bandwidth); measured and dropped (commit history): a one-warp-per-row grid (63%), one small
+// block per row with a pack per thread (78%), streaming or read-only cache hints (76–78%).
+template <class T, bool kLlama, bool kWPacked>
 __global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
   constexpr int N = 16 / sizeof(T), V = 4;
   const int lane = threadIdx.x % 32;
@@ -160,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
 #pragma unroll
     for (int v = 0; v < V; ++v) {
       const int64_t c = (static_cast<int64_t>(v) * 32 + lane) * N;
-      if (c < p.cols) xv[v] = ld_row<kHint, T, N>(x + c);
+      if (c < p.cols) xv[v] = ld<T, N>(x + c);
     }
   };
   Pack<T, N> cur[V], nxt[V];
@@ -192,53 +166,11 @@ __global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
         if (kLlama) h = round_as<T>(h);
         out.e[i] = from_f32<T>(h * (p.offset + w[i]));
       }
-      st_row<kHint, T, N>(y + c, out);
+      st<T, N>(y + c, out);
     }
 #pragma unroll
     for (int v = 0; v < V; ++v) cur[v] = nxt[v];
   }
-}
-
-// RMSNorm forward, one small block per row and one 16-byte pack per thread (blockDim = the row's
-// packs rounded up to a warp): few registers, so up to 16 blocks per SM and many rows in flight
-// (the shape torch.compile's Triton kernel takes for this problem).
-template <class T, bool kLlama, bool kWPacked>
-__global__ void __launch_bounds__(128, 16) rms_fwd_row_block(NormP p) {
-  constexpr int N = 16 / sizeof(T);
-  __shared__ float red[4];
-  const int64_t r = blockIdx.x, c = static_cast<int64_t>(threadIdx.x) * N;
-  const bool in = c < p.cols;
-  Pack<T, N> xv;
-  float s = 0;
-  if (in) {
-    xv = ld<T, N>(static_cast<const T*>(p.x) + r * p.x_stride + c);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-      const float d = to_f32(xv.e[i]);
-      s += d * d;
-    }
-  }
-  s = warp_sum(s);
-  const int warps = (blockDim.x + 31) / 32;
-  if (warps > 1) {
-    if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = s;
-    __syncthreads();
-    s = 0;
-    for (int w = 0; w < warps; ++w) s += red[w];
-  }
-  const float rstd = rsqrtf(s / p.cols + p.eps);
-  if (threadIdx.x == 0 && p.rstd_out) p.rstd_out[r] = rstd;
-  if (!in) return;
-  float w[N];
-  load_run<T, N>(p.w, p.w_dt, c, kWPacked, w);
-  Pack<T, N> out;
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    float h = to_f32(xv.e[i]) * rstd;
-    if (kLlama) h = round_as<T>(h);
-    out.e[i] = from_f32<T>(h * (p.offset + w[i]));
-  }
-  st<T, N>(static_cast<T*>(p.y) + r * p.y_stride + c, out);
 }
 
 // Writes this block's f32 partial sums of a per-column quantity: the G-thread groups' register
@@ -486,10 +418,6 @@ __global__ void __launch_bounds__(1024)
 
 enum class Path { Warp, Block, Loop };
 
-// The RMSNorm forward kernel for rows that fit a warp, chosen by the H200 benchmark
-// (bench/kernels/liger_bench: rms_norm_fwd[variant ...]; docs/performance.md).
-constexpr RmsFwdVariant kRmsFwdDefault = RmsFwdVariant::Pipelined;
-
 template <class T>
 Path choose_path(const NormP& p) {
   constexpr int N = 16 / sizeof(T);
@@ -525,52 +453,26 @@ void set_packed(NormP& p) {
 }
 
 template <class T>
-int launch_fwd(NormP p, cudaStream_t s, RmsFwdVariant variant = kRmsFwdDefault) {
-  const bool persistent = variant != RmsFwdVariant::RowGrid && variant != RmsFwdVariant::RowBlock;
+int launch_fwd(NormP p, cudaStream_t s) {
   if (p.rows == 0) return 0;
   set_packed<T>(p);
   switch (choose_path<T>(p)) {
     case Path::Warp: {
       const int64_t blocks = (p.rows + 7) / 8;
-      if (!p.layer_norm && variant == RmsFwdVariant::RowBlock && p.cols <= 128 * 16 / sizeof(T)) {
-        const unsigned threads = static_cast<unsigned>((p.cols * sizeof(T) / 16 + 31) / 32 * 32);
-        const unsigned grid = static_cast<unsigned>(p.rows);
-        if (p.llama_round)
-          p.w_packed ? rms_fwd_row_block<T, true, true><<<grid, threads, 0, s>>>(p)
-                     : rms_fwd_row_block<T, true, false><<<grid, threads, 0, s>>>(p);
-        else
-          p.w_packed ? rms_fwd_row_block<T, false, true><<<grid, threads, 0, s>>>(p)
-                     : rms_fwd_row_block<T, false, false><<<grid, threads, 0, s>>>(p);
-        break;
-      }
-      if (!p.layer_norm && persistent) {
+      if (!p.layer_norm) {
         auto launch = [&](auto kernel) { kernel<<<fwd_grid(blocks, kernel), kThreads, 0, s>>>(p); };
-        auto with_hint = [&](auto hint) {
-          constexpr int H = decltype(hint)::value;
-          if (p.llama_round)
-            p.w_packed ? launch(rms_fwd_warp<T, true, true, H>)
-                       : launch(rms_fwd_warp<T, true, false, H>);
-          else
-            p.w_packed ? launch(rms_fwd_warp<T, false, true, H>)
-                       : launch(rms_fwd_warp<T, false, false, H>);
-        };
-        if (variant == RmsFwdVariant::PipelinedStreaming)
-          with_hint(std::integral_constant<int, 1>{});
-        else if (variant == RmsFwdVariant::PipelinedReadOnly)
-          with_hint(std::integral_constant<int, 2>{});
+        if (p.llama_round)
+          p.w_packed ? launch(rms_fwd_warp<T, true, true>) : launch(rms_fwd_warp<T, true, false>);
         else
-          with_hint(std::integral_constant<int, 0>{});
+          p.w_packed ? launch(rms_fwd_warp<T, false, true>) : launch(rms_fwd_warp<T, false, false>);
         break;
       }
-      norm_fwd_vec<T, 32, 4>
-          <<<persistent ? fwd_grid(blocks, norm_fwd_vec<T, 32, 4>) : static_cast<unsigned>(blocks),
-             kThreads, 0, s>>>(p);
+      norm_fwd_vec<T, 32, 4><<<fwd_grid(blocks, norm_fwd_vec<T, 32, 4>), kThreads, 0, s>>>(p);
       break;
     }
     case Path::Block:
-      norm_fwd_vec<T, kThreads, 4><<<persistent ? fwd_grid(p.rows, norm_fwd_vec<T, kThreads, 4>)
-                                                : static_cast<unsigned>(p.rows),
-                                     kThreads, 0, s>>>(p);
+      norm_fwd_vec<T, kThreads, 4>
+          <<<fwd_grid(p.rows, norm_fwd_vec<T, kThreads, 4>), kThreads, 0, s>>>(p);
       break;
     default:
       norm_fwd_loop<T><<<p.rows, kThreads, 0, s>>>(p);
@@ -634,18 +536,13 @@ size_t layer_norm_bwd_workspace_bytes(int64_t rows, int64_t cols) {
   return 2 * rms_norm_bwd_workspace_bytes(rows, cols);
 }
 
-int rms_norm_fwd_variant(const RmsNormFwd& a, RmsFwdVariant variant, void* stream) {
+int rms_norm_fwd(const RmsNormFwd& a, void* stream) {
   NormP p{};
   p.x = a.x.data, p.y = a.y.data, p.rows = a.x.rows, p.cols = a.x.cols;
   p.x_stride = a.x.row_stride, p.y_stride = a.y.row_stride;
   p.w = a.w.data, p.w_dt = a.w.dt, p.rstd_out = a.rstd, p.eps = a.eps, p.offset = a.offset;
   p.llama_round = a.mode == CastMode::Llama;
-  LIGER_DISPATCH_FLOAT(a.x.dt, T,
-                       return launch_fwd<T>(p, static_cast<cudaStream_t>(stream), variant));
-}
-
-int rms_norm_fwd(const RmsNormFwd& a, void* stream) {
-  return rms_norm_fwd_variant(a, kRmsFwdDefault, stream);
+  LIGER_DISPATCH_FLOAT(a.x.dt, T, return launch_fwd<T>(p, static_cast<cudaStream_t>(stream)));
 }
 
 int rms_norm_bwd(const RmsNormBwd& a, void* stream) {

@@ -13,12 +13,6 @@
 namespace liger::cuda {
 
 int rms_norm_fwd(const RmsNormFwd& a, void* stream);
-// rms_norm_fwd with the kernel chosen by the caller, for the benchmark that picks the default:
-// Pipelined (persistent, next row in flight), RowGrid (one warp a row, no persistence), and the
-// pipelined kernel with streaming cache hints or x through the read-only path, and RowBlock (a
-// small block per row, one 16-byte pack per thread).
-enum class RmsFwdVariant { Pipelined, RowGrid, PipelinedStreaming, PipelinedReadOnly, RowBlock };
-int rms_norm_fwd_variant(const RmsNormFwd& a, RmsFwdVariant variant, void* stream);
 size_t rms_norm_bwd_workspace_bytes(int64_t rows, int64_t cols);
 int rms_norm_bwd(const RmsNormBwd& a, void* stream);
 int layer_norm_fwd(const LayerNormFwd& a, void* stream);
