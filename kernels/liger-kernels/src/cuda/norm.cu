@@ -20,6 +20,17 @@ namespace {
 
 constexpr int kThreads = 256;
 
+// Programmatic dependent launch (sm_90): a grid launched with programmatic stream serialization
+// may start while the previous kernel of the stream is finishing. It waits for that kernel (and
+// its memory) before touching memory, and lets the next kernel start launching at once — its
+// blocks take SMs as ours retire. No-ops on older architectures and for ordinary launches.
+__device__ __forceinline__ void pdl_wait_and_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 struct NormP {
   const void* x;
   void* y;  // forward output / backward dx
@@ -137,6 +148,7 @@ __global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
       if (c < p.cols) xv[v] = ld<T, N>(x + c);
     }
   };
+  pdl_wait_and_release();
   Pack<T, N> cur[V], nxt[V];
   load_row(r, cur);
   for (; r < p.rows; r += warps) {
@@ -213,6 +225,7 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
   __shared__ float red[32];
   const int gpb = kThreads / G, group = threadIdx.x / G, lane = threadIdx.x % G;
   float dw[V][N] = {}, db[V][kLN ? N : 1] = {};
+  pdl_wait_and_release();
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * gpb + group; r < p.rows;
        r += static_cast<int64_t>(gridDim.x) * gpb) {
     // G == 256: the whole block iterates the same rows, so the bound is uniform.
@@ -403,6 +416,7 @@ __global__ void __launch_bounds__(1024)
     sum_partials(const float* partials, int64_t nparts, int64_t cols, void* out, Dt out_dt,
                  bool accumulate) {
   __shared__ float acc[32][33];
+  pdl_wait_and_release();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
   float t = 0;
   if (c < cols)
@@ -446,6 +460,32 @@ unsigned fwd_grid(int64_t blocks_needed, K kernel) {
   return static_cast<unsigned>(blocks_needed < most ? blocks_needed : most);
 }
 
+// Launches with programmatic stream serialization where the device has it (sm_90+): the kernel
+// must call pdl_wait_and_release() before touching memory a predecessor may write.
+template <class K, class... Args>
+void launch_pdl(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  static int major[64] = {};
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (dev < 0 || dev >= 64) dev = 0;
+  if (major[dev] == 0) cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);
+  if (major[dev] < 9) {
+    kernel<<<grid, block, smem, s>>>(args...);
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = &attr;
+  cfg.numAttrs = 1;
+  cudaLaunchKernelEx(&cfg, kernel, args...);
+}
+
 template <class T>
 void set_packed(NormP& p) {
   p.w_packed = p.w_dt == dt_of<T>() && aligned16(p.w);
@@ -460,7 +500,9 @@ int launch_fwd(NormP p, cudaStream_t s) {
     case Path::Warp: {
       const int64_t blocks = (p.rows + 7) / 8;
       if (!p.layer_norm) {
-        auto launch = [&](auto kernel) { kernel<<<fwd_grid(blocks, kernel), kThreads, 0, s>>>(p); };
+        auto launch = [&](auto kernel) {
+          launch_pdl(kernel, fwd_grid(blocks, kernel), kThreads, 0, s, p);
+        };
         if (p.llama_round)
           p.w_packed ? launch(rms_fwd_warp<T, true, true>) : launch(rms_fwd_warp<T, true, false>);
         else
@@ -492,7 +534,7 @@ int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate,
       if (p.layer_norm)
         norm_bwd_vec<T, 32, 4, true><<<grid, kThreads, smem, s>>>(p);
       else
-        norm_bwd_vec<T, 32, 4, false><<<grid, kThreads, smem, s>>>(p);
+        launch_pdl(norm_bwd_vec<T, 32, 4, false>, grid, kThreads, smem, s, p);
       break;
     }
     case Path::Block:
@@ -507,7 +549,9 @@ int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate,
   if (int e = last_error()) return e;
   const unsigned blocks = static_cast<unsigned>((p.cols + 31) / 32);
   const dim3 threads(32, 32);
-  if (dw) sum_partials<<<blocks, threads, 0, s>>>(p.partials, grid, p.cols, dw, dw_dt, accumulate);
+  if (dw)
+    launch_pdl(sum_partials, blocks, threads, 0, s, static_cast<const float*>(p.partials), grid,
+               p.cols, dw, dw_dt, accumulate);
   if (db)
     sum_partials<<<blocks, threads, 0, s>>>(p.partials + grid * p.cols, grid, p.cols, db, db_dt,
                                             accumulate);
