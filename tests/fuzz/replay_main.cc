@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     const fs::path arg(argv[i]);
     std::error_code ec;
     if (fs::is_directory(arg, ec)) {
-      for (const auto& entry : fs::directory_iterator(arg))
+      for (const auto& entry : fs::recursive_directory_iterator(arg))
         if (entry.is_regular_file()) inputs.push_back(entry.path());
     } else if (fs::is_regular_file(arg, ec)) {
       inputs.push_back(arg);

@@ -12,7 +12,7 @@
 //   ninja -C build-fuzz fuzz_tokenizer
 //   build-fuzz/tests/unit/tokenizer/fuzz_tokenizer -max_total_time=120 -max_len=8192 \
 //     /tmp/tok-corpus tests/unit/tokenizer/fuzz_corpus
-// Regressions: put the crashing input in fuzz_corpus/; ctest runs fuzz_tokenizer_regression on
+// Regressions: put the crashing input in fuzz_corpus/; ctest runs fuzz_tokenizer_corpus on
 // every file there.
 #include <cstddef>
 #include <cstdint>
