@@ -1,7 +1,8 @@
 # run_sdk_test.cmake — the out-of-tree kernel repo test (registered by tests/sdk/CMakeLists.txt).
 #
 #   cmake -DHK_BINARY_DIR=<hk build> -DREPO_SOURCE_DIR=<tests/sdk/my-rmsnorm> -DWORK_DIR=<scratch>
-#         -DGENERATOR=Ninja -DCXX_COMPILER=c++ [-DCXX_COMPILER_LAUNCHER=ccache] -P this
+#         -DGENERATOR=Ninja -DCXX_COMPILER=c++ [-DCXX_COMPILER_LAUNCHER=ccache] [-DBUILD_TYPE=Release]
+#         [-DCXX_FLAGS=... -DEXE_LINKER_FLAGS=... -DMODULE_LINKER_FLAGS=...] -P this
 #
 # 1. `cmake --install` hk's build tree into WORK_DIR/prefix (what a user installs);
 # 2. configure + build my-rmsnorm against that prefix only (CMAKE_PREFIX_PATH; the package
@@ -73,8 +74,13 @@ foreach(f HkKernelRepo.cmake hk_publish_repo.cmake hkTargets.cmake)
 endforeach()
 
 # ---- 2. configure + build the out-of-tree kernel repo ------------------------------------------
+if(NOT BUILD_TYPE)
+  set(BUILD_TYPE Release)
+endif()
 set(configure_args -S ${REPO_SOURCE_DIR} -B ${repo_build} -G ${GENERATOR}
-    -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+    -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}" "-DCMAKE_EXE_LINKER_FLAGS=${EXE_LINKER_FLAGS}"
+    "-DCMAKE_MODULE_LINKER_FLAGS=${MODULE_LINKER_FLAGS}"
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF)
 if(CXX_COMPILER_LAUNCHER)
   list(APPEND configure_args -DCMAKE_CXX_COMPILER_LAUNCHER=${CXX_COMPILER_LAUNCHER})
