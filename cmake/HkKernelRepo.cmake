@@ -8,6 +8,15 @@
 #                      [NO_TABLE]             (test repos only: publish a .so that has no table)
 #                      [TARGETS_VAR var])     (receives the variant targets, e.g. to link helpers)
 #
+# Two ways in, one behaviour:
+#   - inside hk's own build (kernels/, tests/): include(${PROJECT_SOURCE_DIR}/cmake/HkKernelRepo.cmake).
+#     The table dumper is built from tools/kernel-dump, kernels see hk's source include/.
+#   - out of tree (the kernel SDK): find_package(hk) includes this file from the installed package
+#     (<prefix>/lib/cmake/hk). It uses the installed dumper (imported target hk::kernel_dump) and
+#     the installed include dir; HUB_DIR defaults to the *consumer's* ${PROJECT_BINARY_DIR}/hub.
+#     CUDA variants are built when the consumer enables the CUDA language (archs from the cache
+#     variable HK_CUDA_ARCHITECTURES, default 90a). See docs/writing-kernels.md.
+#
 # Variant targets are named hkk_<hub dir name>_<repo>_<version>_<cpu|cuda> passed through
 # string(MAKE_C_IDENTIFIER) — stable, so a repo may link its own static helpers to them.
 #
@@ -27,30 +36,63 @@ include_guard(GLOBAL)
 # calls need from here is kept in the cache (INTERNAL), visible from every directory.
 set(_HK_KERNEL_REPO_MODULE_DIR ${CMAKE_CURRENT_LIST_DIR} CACHE INTERNAL "")
 
-# The table dumper used by every publish step (see tools/kernel-dump/main.cc).
-if(NOT TARGET hk_kernel_dump)
-  add_executable(hk_kernel_dump ${PROJECT_SOURCE_DIR}/tools/kernel-dump/main.cc)
-  set_target_properties(hk_kernel_dump PROPERTIES OUTPUT_NAME hk-kernel-dump
-                        RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
-  target_include_directories(hk_kernel_dump PRIVATE ${PROJECT_SOURCE_DIR}/include)
-  target_link_libraries(hk_kernel_dump PRIVATE nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS})
+if(TARGET hk::kernel_dump)
+  # ---- installed package: hkConfig.cmake imported hk::kernel_dump and set HK_SDK_INCLUDE_DIR --
+  if(NOT HK_SDK_INCLUDE_DIR OR NOT EXISTS "${HK_SDK_INCLUDE_DIR}/hk_abi/hk_kernel.h")
+    message(FATAL_ERROR "HkKernelRepo.cmake: the hk package has no kernel headers at "
+                        "'${HK_SDK_INCLUDE_DIR}'; reinstall hk (cmake --install) and use "
+                        "find_package(hk) instead of including this file directly.")
+  endif()
+  set(_HK_SDK_INSTALLED TRUE CACHE INTERNAL "")
+  set(_HK_SDK_INCLUDE_DIR ${HK_SDK_INCLUDE_DIR} CACHE INTERNAL "")
+  # A path, not a target: the imported target is only visible in the directory that called
+  # find_package, while hk_add_kernel_repo may be called from any directory below it.
+  get_target_property(_hk_dump_location hk::kernel_dump LOCATION)
+  set(_HK_KERNEL_DUMP ${_hk_dump_location} CACHE INTERNAL "")
+  set(_HK_KERNEL_DUMP_DEPENDS ${_hk_dump_location} CACHE INTERNAL "")
+  set(_HK_SDK_BUILDER "hk ${HK_SDK_VERSION}" CACHE INTERNAL "")
+  set(HK_CUDA_ARCHITECTURES "90a" CACHE STRING
+      "CUDA architectures of the kernels' cuda variants (e.g. 90a;80)")
+else()
+  # ---- inside hk's build: the dumper from source, the kernels see hk's include/ ----------------
+  if(NOT EXISTS ${PROJECT_SOURCE_DIR}/tools/kernel-dump/main.cc)
+    message(FATAL_ERROR "HkKernelRepo.cmake is included outside hk's source tree: call "
+                        "find_package(hk REQUIRED) instead (it provides hk_add_kernel_repo).")
+  endif()
+  set(_HK_SDK_INSTALLED FALSE CACHE INTERNAL "")
+  set(_HK_SDK_INCLUDE_DIR ${PROJECT_SOURCE_DIR}/include CACHE INTERNAL "")
+  # The table dumper used by every publish step (see tools/kernel-dump/main.cc).
+  if(NOT TARGET hk_kernel_dump)
+    add_executable(hk_kernel_dump ${PROJECT_SOURCE_DIR}/tools/kernel-dump/main.cc)
+    set_target_properties(hk_kernel_dump PROPERTIES OUTPUT_NAME hk-kernel-dump
+                          RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin
+                          EXPORT_NAME kernel_dump)
+    target_include_directories(hk_kernel_dump PRIVATE ${PROJECT_SOURCE_DIR}/include)
+    target_link_libraries(hk_kernel_dump PRIVATE nlohmann_json::nlohmann_json ${CMAKE_DL_LIBS})
+  endif()
+  set(_HK_KERNEL_DUMP "$<TARGET_FILE:hk_kernel_dump>" CACHE INTERNAL "")
+  set(_HK_KERNEL_DUMP_DEPENDS hk_kernel_dump CACHE INTERNAL "")
 endif()
 
 # Kernel libraries export exactly the table symbol (everything else stays local to the library).
 set(_HK_KERNEL_EXPORTS_MAP ${PROJECT_BINARY_DIR}/CMakeFiles/hk_kernel_exports.map CACHE INTERNAL "")
 file(WRITE ${_HK_KERNEL_EXPORTS_MAP} "{\n  global: hk_kernel_library_v*;\n  local: *;\n};\n")
 
-# ABI major of this checkout, read from the C header (the one place it is written).
-file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
+# ABI major/minor of these headers, read from the C header (the one place they are written).
+file(STRINGS ${_HK_SDK_INCLUDE_DIR}/hk_abi/hk_kernel.h _hk_abi_line
      REGEX "^#define HK_KERNEL_ABI_MAJOR [0-9]+")
 string(REGEX REPLACE "^#define HK_KERNEL_ABI_MAJOR ([0-9]+).*" "\\1" _hk_abi_major
        "${_hk_abi_line}")
 set(HK_KERNEL_ABI_MAJOR_VALUE ${_hk_abi_major} CACHE INTERNAL "")
-file(STRINGS ${PROJECT_SOURCE_DIR}/include/hk_abi/hk_kernel.h _hk_abi_line
+file(STRINGS ${_HK_SDK_INCLUDE_DIR}/hk_abi/hk_kernel.h _hk_abi_line
      REGEX "^#define HK_KERNEL_ABI_MINOR [0-9]+")
 string(REGEX REPLACE "^#define HK_KERNEL_ABI_MINOR ([0-9]+).*" "\\1" _hk_abi_minor
        "${_hk_abi_line}")
 set(HK_KERNEL_ABI_MINOR_VALUE ${_hk_abi_minor} CACHE INTERNAL "")
+if(NOT HK_KERNEL_ABI_MAJOR_VALUE MATCHES "^[0-9]+$" OR NOT HK_KERNEL_ABI_MINOR_VALUE MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "HkKernelRepo.cmake: cannot read HK_KERNEL_ABI_MAJOR/MINOR from "
+                      "${_HK_SDK_INCLUDE_DIR}/hk_abi/hk_kernel.h")
+endif()
 
 # Capability range of device code built for `archs` (e.g. "90a;80"): the lowest arch, and the
 # highest when every arch is arch-specific (a/f suffix: no PTX to JIT forward), else 0 (no bound).
@@ -116,6 +158,25 @@ function(hk_add_kernel_repo)
   string(MAKE_C_IDENTIFIER "hkk_${hub_name}_${K_REPO}_${K_VERSION}" base)
   set(work_dir ${CMAKE_CURRENT_BINARY_DIR}/${base})
   file(RELATIVE_PATH source_label ${PROJECT_SOURCE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
+  if(source_label STREQUAL "")
+    set(source_label .)  # a kernel repo at the top of its own project
+  endif()
+  if(_HK_SDK_INSTALLED)
+    set(builder "${_HK_SDK_BUILDER}")
+    # The consumer decides whether there is CUDA by enabling the language (project(... CUDA) or
+    # enable_language(CUDA)), before or after find_package(hk).
+    get_property(languages GLOBAL PROPERTY ENABLED_LANGUAGES)
+    set(build_cuda FALSE)
+    if(K_CUDA_SOURCES AND "CUDA" IN_LIST languages)
+      set(build_cuda TRUE)
+      if(NOT TARGET CUDA::cudart OR NOT CUDAToolkit_VERSION_MAJOR)
+        find_package(CUDAToolkit REQUIRED)
+      endif()
+    endif()
+  else()
+    set(builder "hk ${PROJECT_VERSION}")
+    set(build_cuda ${HK_HAVE_CUDA})
+  endif()
 
   set(variants "")
   set(variant_targets "")
@@ -129,8 +190,7 @@ function(hk_add_kernel_repo)
       OUTPUT_NAME ${K_NAME} PREFIX "lib" SUFFIX ".so"
       LIBRARY_OUTPUT_DIRECTORY ${work_dir}/${variant}
       CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden VISIBILITY_INLINES_HIDDEN ON)
-    target_include_directories(${tgt} PRIVATE ${PROJECT_SOURCE_DIR}/include
-                                              ${CMAKE_CURRENT_SOURCE_DIR})
+    target_include_directories(${tgt} PRIVATE ${_HK_SDK_INCLUDE_DIR} ${CMAKE_CURRENT_SOURCE_DIR})
     target_compile_definitions(${tgt} PRIVATE
       HK_KERNEL_REPO="${K_REPO}" HK_KERNEL_VERSION="${K_VERSION}"
       HK_KERNEL_BUILD_ID="${K_NAME}-${K_VERSION}-${variant}" HK_SDK_ABI_MAJOR=${K_ABI_MAJOR})
@@ -144,6 +204,14 @@ function(hk_add_kernel_repo)
     target_link_options(${tgt} PRIVATE LINKER:--no-undefined
                         LINKER:--version-script=${_HK_KERNEL_EXPORTS_MAP})
     set_property(TARGET ${tgt} APPEND PROPERTY LINK_DEPENDS ${_HK_KERNEL_EXPORTS_MAP})
+    if(_HK_SDK_INSTALLED)
+      # hk's own build sets these for every target; a consumer project may not. kernel_sdk.h's
+      # entry declarations use C++20 designated initialisers; device code is C++17 as in hk.
+      target_compile_features(${tgt} PRIVATE cxx_std_20)
+      if(backend STREQUAL "cuda" AND NOT DEFINED CMAKE_CUDA_STANDARD)
+        set_target_properties(${tgt} PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+      endif()
+    endif()
     list(APPEND variants ${variant})
     list(APPEND variant_targets ${tgt})
     string(APPEND args "set(\"VARIANT_${variant}_FILE\" \"$<TARGET_FILE:${tgt}>\")\n")
@@ -158,7 +226,7 @@ function(hk_add_kernel_repo)
     string(APPEND args "set(\"VARIANT_${variant}_COMPILER\" "
                        "\"${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}\")\n")
   endif()
-  if(K_CUDA_SOURCES AND HK_HAVE_CUDA)
+  if(K_CUDA_SOURCES AND build_cuda)
     set(cu "${CUDAToolkit_VERSION_MAJOR}${CUDAToolkit_VERSION_MINOR}")
     set(variant hk${K_ABI_MAJOR}-cu${cu}-${arch}-${os})
     set(backend cuda)
@@ -197,9 +265,9 @@ set(TAGS \"v${K_VERSION};${K_TAGS}\")
 set(ABI_MAJOR ${K_ABI_MAJOR})
 set(ABI_MINOR ${HK_KERNEL_ABI_MINOR_VALUE})
 set(NO_TABLE ${K_NO_TABLE})
-set(DUMP \"$<TARGET_FILE:hk_kernel_dump>\")
+set(DUMP \"${_HK_KERNEL_DUMP}\")
 set(SOURCE \"${source_label}\")
-set(BUILDER \"hk ${PROJECT_VERSION}\")
+set(BUILDER \"${builder}\")
 set(BUILD_TYPE \"${CMAKE_BUILD_TYPE}\")
 set(OS \"${os}\")
 set(ARCH \"${arch}\")
@@ -214,7 +282,7 @@ ${args}")
     OUTPUT ${work_dir}/published.stamp ${K_HUB_DIR}/${K_REPO}/refs/tags/v${K_VERSION}
     COMMAND ${CMAKE_COMMAND} -DARGS_FILE=${args_file} -P
             ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake
-    DEPENDS ${variant_targets} hk_kernel_dump ${args_file}
+    DEPENDS ${variant_targets} ${_HK_KERNEL_DUMP_DEPENDS} ${args_file}
             ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake
     COMMENT "Publishing ${K_REPO} ${K_VERSION} (${variants}) into ${K_HUB_DIR}"
     VERBATIM)

@@ -2,7 +2,9 @@
 //
 // Used by the publish step (cmake/hk_publish_repo.cmake) so that the `entries` written into a
 // hub's metadata.json come from the very table the .so exports, never from a second list that
-// could drift. It deliberately does not validate (the loader does that, and test repos that must
+// could drift. Installed with hk (<prefix>/bin/hk-kernel-dump, the imported target
+// hk::kernel_dump) so out-of-tree kernel repos publish the same way (docs/writing-kernels.md).
+// It deliberately does not validate (the loader does that, and test repos that must
 // be refused still have to be published): it reports what the table says. It does not link libhk.
 //
 //   hk-kernel-dump LIB.so      → {"abi": {"major", "minor"}, "repo", "version", "build_id",
