@@ -108,6 +108,43 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
       ADD_FAILURE() << what << "[" << i << "] got " << got[i] << " want " << want[i];
 }
 
+// Double reference of linear + cross-entropy (no bias) for labels `lab` (-100 ignored): the summed
+// loss and, for an upstream gradient of 1/div, d(x) and d(weight). `round_to`, when given, is the
+// dtype the kernels hold the logits and their gradient in (each is rounded to it).
+struct FlceReference {
+  double total = 0;
+  std::vector<double> dx, dw;
+};
+FlceReference flce_reference(const M& xv, const M& wv, const std::vector<int64_t>& lab, int64_t h,
+                             int64_t v, double div, const liger::Dt* round_to) {
+  const int64_t n = static_cast<int64_t>(lab.size());
+  auto held = [&](double value) {
+    return round_to ? liger_test::ref::rnd(*round_to, value) : value;
+  };
+  FlceReference r;
+  r.dx.assign(n * h, 0);
+  r.dw.assign(v * h, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    if (lab[i] == -100) continue;
+    M z(v);
+    for (int64_t j = 0; j < v; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < h; ++k) acc += xv[i * h + k] * wv[j * h + k];
+      z[j] = held(acc);
+    }
+    auto row = liger_test::ref::ce_row(z, lab[i], {});
+    r.total += row.loss;
+    for (int64_t j = 0; j < v; ++j) {
+      const double g = held(row.grad[j] / div);
+      for (int64_t k = 0; k < h; ++k) {
+        r.dx[i * h + k] += g * wv[j * h + k];
+        r.dw[j * h + k] += g * xv[i * h + k];
+      }
+    }
+  }
+  return r;
+}
+
 TEST(LigerHub, TablesDeclareInterfacesAndHonestModes) {
   const auto path = library_path("kernels-community/liger-kernels", "v3");
   auto lib = hk::load_kernel_library(path, "kernels-community/liger-kernels@v3");
@@ -241,22 +278,10 @@ TEST(LigerHub, FusedLinearCrossEntropyThroughTheAbi) {
   Tensor dloss = Tensor::from_floats({0.5f}, {1}).to(dev());
   fn.backward({dloss, x, w, labels}, {dx2, dw2}, at, opt);
 
-  double total = 0;
-  std::vector<double> rdx(n * h, 0), rdw(v * h, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    if (lab[i] == -100) continue;
-    M z(v);
-    for (int64_t j = 0; j < v; ++j) {
-      for (int64_t k = 0; k < h; ++k) z[j] += xv[i * h + k] * wv[j * h + k];
-    }
-    auto r = liger_test::ref::ce_row(z, lab[i], {});
-    total += r.loss;
-    for (int64_t j = 0; j < v; ++j)
-      for (int64_t k = 0; k < h; ++k) {
-        rdx[i * h + k] += r.grad[j] * wv[j * h + k];
-        rdw[j * h + k] += r.grad[j] * xv[i * h + k];
-      }
-  }
+  FlceReference ref = flce_reference(xv, wv, lab, h, v, 1.0, nullptr);
+  const double total = ref.total;
+  auto& rdx = ref.dx;
+  auto& rdw = ref.dw;
   expect_close(host(loss), {total}, 1e-5, 1e-5, "loss");
   expect_close(host(dx), rdx, 1e-5, 1e-4, "dx (forward)");
   expect_close(host(dw), rdw, 1e-5, 1e-4, "dweight (forward)");
@@ -583,26 +608,10 @@ TEST(LigerHub, FusedLinearCrossEntropyForwardGradientsEqualBackwardAtUnitDloss) 
       int64_t count = 0;
       for (int64_t t : lab) count += t != -100;
       const double div = red == hk::kReductionMean ? count : 1;
-      double total = 0;
-      std::vector<double> rdx(n * h, 0), rdw(v * h, 0);
-      for (int64_t i = 0; i < n; ++i) {
-        if (lab[i] == -100) continue;
-        M z(v);
-        for (int64_t j = 0; j < v; ++j) {
-          double acc = 0;
-          for (int64_t k = 0; k < h; ++k) acc += xv[i * h + k] * wv[j * h + k];
-          z[j] = liger_test::ref::rnd(ldt, acc);
-        }
-        auto r = liger_test::ref::ce_row(z, lab[i], {});
-        total += r.loss;
-        for (int64_t j = 0; j < v; ++j) {
-          const double g = liger_test::ref::rnd(ldt, r.grad[j] / div);
-          for (int64_t k = 0; k < h; ++k) {
-            rdx[i * h + k] += g * wv[j * h + k];
-            rdw[j * h + k] += g * xv[i * h + k];
-          }
-        }
-      }
+      FlceReference ref = flce_reference(xv, wv, lab, h, v, div, &ldt);
+      const double total = ref.total;
+      auto& rdx = ref.dx;
+      auto& rdw = ref.dw;
       if (c.wgrad != DType::F32)
         for (auto& g : rdw) g = liger_test::ref::rnd(liger_dt(c.wgrad), g);
       const double gatol = f32 ? 1e-6 : 2e-3, grtol = f32 ? 1e-4 : 2e-2;
