@@ -411,13 +411,14 @@ int main(int argc, char** argv) {
     const double t =
         time_ms([&](int) { LK(liger::cuda::fused_linear_cross_entropy_fwd(a, nullptr)); }, 2, 10);
     const double flops = 3 * 2.0 * TF * H * V;
+    const int64_t default_chunk = liger::default_chunk_tokens(TF, V, H, 2, true);
     Result r{"flce_fwd_with_grads", t, 0, flops, static_cast<double>(ws_bytes)};
-    r.note = "chunk " + std::to_string(liger::default_chunk_tokens(TF, V, H, 2, true)) +
-             " tokens; first call allocated " +
+    r.note = "chunk " + std::to_string(default_chunk) + " tokens; first call allocated " +
              std::to_string((static_cast<double>(free0) - static_cast<double>(free1)) / 1e6) +
              " MB outside the workspace";
     report(r);
-    for (int64_t chunk : {int64_t{1024}, int64_t{2048}}) {
+    for (int64_t chunk : {int64_t{1024}, int64_t{1664}, int64_t{2048}}) {
+      if (chunk == default_chunk) continue;  // the row above
       const size_t wsb = liger::cuda::fused_linear_cross_entropy_workspace_bytes(TF, H, V, Dt::BF16,
                                                                                  Dt::BF16, chunk);
       void* ws2 = dmalloc(wsb);
@@ -475,9 +476,10 @@ int main(int argc, char** argv) {
 
     // One chunk's pieces at the FLCE's own chunk size, through the same cuBLASLt helper.
     {
-      const int64_t C = liger::default_chunk_tokens(TF, V, H, 2, true);
+      const int64_t C = default_chunk;
       int st = 0;
       void* lt = liger::cuda::lt_handle(&st);
+      LK(lt ? 0 : st);
       void* gws = dmalloc(liger::cuda::kGemmWorkspace);
       auto* lc = rand_bf16(C * V, 4.0f);
       auto gk = [&](const liger::cuda::Gemm& g) { LK(liger::cuda::run_gemm(lt, g, gws, nullptr)); };

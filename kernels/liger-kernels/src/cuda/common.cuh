@@ -119,7 +119,8 @@ inline bool rows_vectorizable(const Rows& m, int n) {
          (aligned16(m.data) && m.cols % n == 0 && (m.rows <= 1 || m.row_stride % n == 0));
 }
 
-int sm_count();  // of the current device (cached per device)
+int sm_count();                  // of the current device (cached per device)
+int compute_capability_major();  // of the current device (cached per device)
 
 #define LIGER_DISPATCH_FLOAT(dt, T, ...) \
   switch (dt) {                          \

@@ -93,23 +93,23 @@ __device__ __forceinline__ void add_pack(OnlineSum& a, float& sz, const Pack<T, 
   }
 }
 
-// Streams packs [begin, end) of a row (thread-strided) into kU independent running sums — the
+// Streams the `packs` packs of a row (thread-strided) into kU independent running sums — the
 // compensated update is a chain of four dependent adds per element, and one chain per thread
 // would bound the stream by latency — and returns them merged.
 template <bool kCap, int kThreads, int N, class T>
-__device__ __forceinline__ void stream_stats(const T* x, int64_t begin, int64_t end, bool smooth,
-                                             float cap, float& m, double& sd, float& sz) {
+__device__ __forceinline__ void stream_stats(const T* x, int64_t packs, bool smooth, float cap,
+                                             float& m, double& sd, float& sz) {
   OnlineSum acc[kU];
   sz = 0;
-  for (int64_t base = begin + threadIdx.x; base < end; base += kU * kThreads) {
+  for (int64_t base = threadIdx.x; base < packs; base += kU * kThreads) {
     Pack<T, N> v[kU];
 #pragma unroll
     for (int u = 0; u < kU; ++u)
-      if (base + u * kThreads < end) v[u] = ld<T, N>(x + (base + u * kThreads) * N);
+      if (base + u * kThreads < packs) v[u] = ld<T, N>(x + (base + u * kThreads) * N);
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t k = base + u * kThreads;
-      if (k >= end) break;
+      if (k >= packs) break;
       add_pack<kCap>(acc[u], sz, v[u], smooth, cap);
     }
   }
@@ -236,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads) ce_rows_kernel(CeRo
     const float zt = threadIdx.x == 0 ? capped<kCap>(to_f32(x[target]), p.softcap) : 0.0f;
     float m, sz;
     double sd;
-    stream_stats<kCap, kThreads, N>(x, 0, packs, p.label_smoothing > 0, p.softcap, m, sd, sz);
+    stream_stats<kCap, kThreads, N>(x, packs, p.label_smoothing > 0, p.softcap, m, sd, sz);
     block_merge<kThreads>(m, sd, sz);
     if (threadIdx.x == 0) {
       write_row_stats(p, r, m, sd, sz, zt);

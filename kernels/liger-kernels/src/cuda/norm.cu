@@ -464,12 +464,7 @@ unsigned fwd_grid(int64_t blocks_needed, K kernel) {
 // must call pdl_wait_and_release() before touching memory a predecessor may write.
 template <class K, class... Args>
 void launch_pdl(K kernel, dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
-  static int major[64] = {};
-  int dev = 0;
-  cudaGetDevice(&dev);
-  if (dev < 0 || dev >= 64) dev = 0;
-  if (major[dev] == 0) cudaDeviceGetAttribute(&major[dev], cudaDevAttrComputeCapabilityMajor, dev);
-  if (major[dev] < 9) {
+  if (compute_capability_major() < 9) {
     kernel<<<grid, block, smem, s>>>(args...);
     return;
   }
@@ -560,17 +555,29 @@ int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate,
 
 }  // namespace
 
-int sm_count() {
+namespace {
+// One attribute of the current device, read once per device (launchers ask on every call); at
+// least 1, so a failed query reads as "one SM" / "capability 1.x" (no sm_90 features).
+template <cudaDeviceAttr kAttr>
+int cached_device_attribute() {
   static int cached[64] = {};
   int dev = 0;
   cudaGetDevice(&dev);
   if (dev < 0 || dev >= 64) dev = 0;
   if (cached[dev] == 0) {
     int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    cudaDeviceGetAttribute(&n, kAttr, dev);
     cached[dev] = n > 0 ? n : 1;
   }
   return cached[dev];
+}
+}  // namespace
+
+int sm_count() {
+  return cached_device_attribute<cudaDevAttrMultiProcessorCount>();
+}
+int compute_capability_major() {
+  return cached_device_attribute<cudaDevAttrComputeCapabilityMajor>();
 }
 
 size_t rms_norm_bwd_workspace_bytes(int64_t rows, int64_t cols) {
