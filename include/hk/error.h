@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hk {
 
@@ -47,6 +48,10 @@ class IntegrityError : public Error {
   using Error::Error;
 };
 
+// Text from a file or the network, made safe to put in a message or on a terminal: control bytes
+// (< 0x20 and 0x7f) become "\xNN"; everything else is kept.
+std::string escape_control_bytes(std::string_view text);
+
 namespace detail {
 [[noreturn]] void throw_check_failure(const char* file, int line, const std::string& message);
 }  // namespace detail
@@ -55,7 +60,7 @@ namespace detail {
 
 // Precondition check that throws hk::InvalidArgument with the given message (a std::string
 // expression). Use for user-visible argument checks; internal invariants may use assert.
-#define HK_CHECK(cond, message)                                                  \
-  do {                                                                           \
+#define HK_CHECK(cond, message)                                                    \
+  do {                                                                             \
     if (!(cond)) ::hk::detail::throw_check_failure(__FILE__, __LINE__, (message)); \
   } while (0)

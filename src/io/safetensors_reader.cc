@@ -84,17 +84,7 @@ std::string known_dtype_list() {
 
 // Quotes text from the file for an error message: control bytes escaped, long text cut.
 std::string shown(std::string_view text, size_t max_length = 120) {
-  std::string out = "'";
-  for (size_t i = 0; i < text.size() && i < max_length; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
+  std::string out = "'" + escape_control_bytes(text.substr(0, max_length));
   if (text.size() > max_length) out += "...";
   return out + "'";
 }

@@ -25,6 +25,7 @@
 
 #include "commands.h"
 #include "hk/checkpoint.h"
+#include "hk/error.h"
 
 namespace {
 
@@ -39,21 +40,6 @@ std::string human_bytes(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", v, units[u]);
   return buf;
-}
-
-// Names and metadata come from the file: escape control bytes so they cannot drive the terminal.
-std::string printable(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
 }
 
 void print_json(const hk::Checkpoint& ckpt) {
@@ -86,16 +72,17 @@ void print_json(const hk::Checkpoint& ckpt) {
 }
 
 void print_text(const hk::Checkpoint& ckpt) {
+  // Names and metadata come from the file: escaped so they cannot drive the terminal.
   size_t name_width = 4, shape_width = 5;
   for (const auto& name : ckpt.names()) {
-    name_width = std::max(name_width, printable(name).size());
+    name_width = std::max(name_width, hk::escape_control_bytes(name).size());
     shape_width = std::max(shape_width, hk::shape_str(ckpt.info(name).shape).size());
   }
   uint64_t total_bytes = 0;
   int64_t total_elements = 0;
   for (const auto& name : ckpt.names()) {
     const hk::TensorInfo& t = ckpt.info(name);
-    std::string line = printable(name);
+    std::string line = hk::escape_control_bytes(name);
     line.append(name_width + 2 - line.size(), ' ');
     std::string dtype = t.dtype_name;
     dtype.resize(std::max<size_t>(dtype.size(), 8), ' ');
@@ -108,7 +95,8 @@ void print_text(const hk::Checkpoint& ckpt) {
     total_elements += t.numel();
   }
   for (const auto& [key, value] : ckpt.metadata())
-    std::cout << "metadata " << printable(key) << " = " << printable(value) << "\n";
+    std::cout << "metadata " << hk::escape_control_bytes(key) << " = "
+              << hk::escape_control_bytes(value) << "\n";
   std::cout << ckpt.names().size() << " tensors, " << total_elements << " elements, " << total_bytes
             << " bytes (" << human_bytes(total_bytes) << ") in " << ckpt.files().size()
             << (ckpt.files().size() == 1 ? " file" : " files") << "\n";
