@@ -32,4 +32,13 @@ inline nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(ss.str());
 }
 
+// gtest name of a fixture-parameterised case: the fixture name with '-' made '_'.
+template <class ParamInfo>
+std::string fixture_case_name(const ParamInfo& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (c == '-') c = '_';
+  return n;
+}
+
 }  // namespace hk::testing

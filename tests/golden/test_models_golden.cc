@@ -79,12 +79,7 @@ TEST_P(GoldenF32, AutoDtypeIsTheCheckpointDtype) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenF32, ::testing::ValuesIn(testing::model_fixture_names()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return testing::fixture_case_name(info); });
 
 }  // namespace
 }  // namespace hk

@@ -116,12 +116,7 @@ TEST(GoldenCudaCli, GenerateJsonOnCuda) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenBF16Cuda,
                          ::testing::Values("qwen3-tiny-bf16", "llama-tiny-bf16"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           for (char& c : n)
-                             if (c == '-') c = '_';
-                           return n;
-                         });
+                         [](const auto& info) { return testing::fixture_case_name(info); });
 
 }  // namespace
 }  // namespace hk
