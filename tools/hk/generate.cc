@@ -8,7 +8,8 @@
 // --use-kernels, with a note) or a non-built-in --attn-implementation the model is kernelized
 // (Inference) and the JSON output carries the per-layer report under "kernelize".
 //
-// Text output: the generated text (or the ids when there is no tokenizer).
+// Text output: the generated text (or the ids when there is no tokenizer; with --ids, a
+// tokenizer.json that cannot be loaded is a warning on stderr and the ids are printed).
 // --json output (stable; extra keys may be added):
 //   {"prompt_ids": [..], "ids": [new tokens only], "text": "<decoded new tokens>",
 //    "timings": {"load_ms": .., "prefill_ms": .., "decode_tok_s": .., "decode_steps": ..},
@@ -86,10 +87,21 @@ void run_generate(const GenerateArgs& a) {
   load.attn_implementation = a.attn_implementation;
   load.allow_all_kernels = a.allow_all_kernels;
 
+  if (!std::filesystem::is_directory(a.model))
+    throw hk::NotFound("--model " + a.model + ": no such directory (it should hold config.json, " +
+                       "model.safetensors and, for --prompt, tokenizer.json)");
   std::vector<int64_t> prompt_ids;
   std::optional<hk::Tokenizer> tokenizer;
   const std::string tokenizer_path = a.model + "/tokenizer.json";
-  if (std::filesystem::exists(tokenizer_path)) tokenizer = hk::Tokenizer::from_file(tokenizer_path);
+  if (std::filesystem::exists(tokenizer_path)) {
+    try {
+      tokenizer = hk::Tokenizer::from_file(tokenizer_path);
+    } catch (const hk::Error& e) {
+      // Token ids need no tokenizer: generate them and say why there is no text.
+      if (!a.prompt.empty()) throw;
+      std::cerr << "hk: warning: " << e.what() << "; printing token ids only\n";
+    }
+  }
   if (!a.prompt.empty()) {
     if (!tokenizer)
       throw hk::NotFound(tokenizer_path +

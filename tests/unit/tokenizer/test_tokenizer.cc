@@ -244,7 +244,10 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(qwen_json().substr(0, 1000), "JSON");
   expect_rejected(edited([](auto& j) { j.erase("model"); }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["type"] = "WordPiece"; }).dump(), "WordPiece");
-  expect_rejected(edited([](auto& j) { j["model"]["byte_fallback"] = true; }).dump(), "model");
+  expect_rejected(edited([](auto& j) { j["model"]["byte_fallback"] = "yes"; }).dump(), "model");
+  expect_rejected(edited([](auto& j) { j["model"]["unk_token"] = "<nope>"; }).dump(),
+                  "unk_token");
+  expect_rejected(edited([](auto& j) { j["model"]["dropout"] = 0.1; }).dump(), "dropout");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"] = 3; }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"]["x"] = "seven"; }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["merges"][0] = "onlyone"; }).dump(), "model");
@@ -256,8 +259,11 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(edited([](auto& j) {
                     j["pre_tokenizer"] = {{"type", "Metaspace"}};
                   }).dump(),
-                  "Metaspace");
-  expect_rejected(edited([](auto& j) { j["pre_tokenizer"] = nullptr; }).dump(), "pre_tokenizer");
+                  "replacement");
+  expect_rejected(edited([](auto& j) {
+                    j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                  }).dump(),
+                  "Whitespace");
   expect_rejected(edited([](auto& j) {
                     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
                   }).dump(),
@@ -266,7 +272,7 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
                     j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways";
                   }).dump(),
                   "Sideways");
-  expect_rejected(edited([](auto& j) { j["normalizer"] = {{"type", "NFKC"}}; }).dump(), "NFKC");
+  expect_rejected(edited([](auto& j) { j["normalizer"] = {{"type", "NFD"}}; }).dump(), "NFD");
   expect_rejected(edited([](auto& j) {
                     j["decoder"] = {{"type", "WordPiece"}};
                   }).dump(),
