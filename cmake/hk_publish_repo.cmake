@@ -147,8 +147,13 @@ foreach(variant ${VARIANTS})
   string(JSON meta SET "${meta}" library "${q_lib}")
   string(JSON meta SET "${meta}" entries "${entries_${variant}}")
   string(JSON meta SET "${meta}" digest "{\"sha256\": {${q_lib}: ${q_sha}}}")
-  string(JSON meta SET "${meta}" provenance
-         "{\"builder\": ${q_builder}, \"source\": ${q_source}, \"compiler\": ${q_compiler}, \"build_type\": ${q_build_type}}")
+  set(provenance
+      "{\"builder\": ${q_builder}, \"source\": ${q_source}, \"compiler\": ${q_compiler}, \"build_type\": ${q_build_type}}")
+  if(DESCRIPTION)
+    json_quote(q_description "${DESCRIPTION}")
+    string(JSON provenance SET "${provenance}" description "${q_description}")
+  endif()
+  string(JSON meta SET "${meta}" provenance "${provenance}")
   write_atomic("${dir}/metadata.json" "${meta}\n")
 endforeach()
 

@@ -88,8 +88,8 @@ void run_generate(const GenerateArgs& a) {
   load.allow_all_kernels = a.allow_all_kernels;
 
   if (!std::filesystem::is_directory(a.model))
-    throw hk::NotFound("--model " + a.model + ": no such directory (it should hold config.json, " +
-                       "model.safetensors and, for --prompt, tokenizer.json)");
+    throw hk::NotFound("model directory " + a.model + " does not exist (it should hold " +
+                       "config.json, model.safetensors and, for --prompt, tokenizer.json)");
   std::vector<int64_t> prompt_ids;
   std::optional<hk::Tokenizer> tokenizer;
   const std::string tokenizer_path = a.model + "/tokenizer.json";

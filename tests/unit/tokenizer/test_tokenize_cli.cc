@@ -178,7 +178,7 @@ TEST(TokenizeCli, GenerateOnAMissingModelDirectorySaysSo) {
     Result r = run_hk(std::string("generate --model /nonexistent/model ") + input);
     EXPECT_EQ(r.status, 1);
     EXPECT_NE(r.err.find("/nonexistent/model"), std::string::npos) << r.err;
-    EXPECT_NE(r.err.find("no such directory"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
   }
 }
 

@@ -32,6 +32,9 @@
   hk_status mlp_forward(const hk_call* call) noexcept;                                       \
   hk_status mlp_backward(const hk_call* call) noexcept;                                      \
   hk_status mlp_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;           \
+  hk_status linear_forward(const hk_call* call) noexcept;                                    \
+  hk_status linear_backward(const hk_call* call) noexcept;                                   \
+  hk_status linear_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;        \
   hk_status cross_entropy_forward(const hk_call* call) noexcept;                             \
   hk_status cross_entropy_backward(const hk_call* call) noexcept;                            \
   hk_status cross_entropy_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept; \
@@ -42,6 +45,8 @@
   hk_status causal_lm_backward(const hk_call* call) noexcept;                                \
   hk_status causal_lm_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;     \
   /* kernels-community/activation: activation@1 and act_and_mul@1 with a fixed function */   \
+  hk_status silu_act_forward(const hk_call* call) noexcept;                                  \
+  hk_status silu_act_backward(const hk_call* call) noexcept;                                 \
   hk_status gelu_forward(const hk_call* call) noexcept;                                      \
   hk_status gelu_backward(const hk_call* call) noexcept;                                     \
   hk_status gelu_tanh_forward(const hk_call* call) noexcept;                                 \
