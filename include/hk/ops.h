@@ -88,8 +88,8 @@ void rotary_embedding_backward(const TensorView& dy, const TensorView& cos, cons
                                const TensorView& dx, Stream stream = {});
 
 // ---- elementwise --------------------------------------------------------------------------------
-enum class Activation { SiLU, GELU, GELUTanh };
-// y = act(x). GELU is the erf form; GELUTanh the tanh approximation.
+enum class Activation { SiLU, GELU, GELUTanh, QuickGELU };
+// y = act(x). GELU is the erf form; GELUTanh the tanh approximation; QuickGELU x·σ(1.702·x).
 void activation(Activation act, const TensorView& x, const TensorView& y, Stream stream = {});
 // dx = dy · act'(x)
 void activation_backward(Activation act, const TensorView& dy, const TensorView& x,

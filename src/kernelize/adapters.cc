@@ -1,6 +1,8 @@
 // Kernel adapters for the layer interfaces models register (see adapters.h).
 #include "kernelize/adapters.h"
 
+#include "kernelize/activation_binding.h"
+
 #include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
@@ -92,18 +94,6 @@ class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
   }
 };
 
-uint32_t activation_code(ops::Activation kind) {
-  switch (kind) {
-    case ops::Activation::SiLU:
-      return kActivationSiLU;
-    case ops::Activation::GELU:
-      return kActivationGELU;
-    case ops::Activation::GELUTanh:
-      return kActivationGELUTanh;
-  }
-  return kActivationSiLU;
-}
-
 class MLPAdapter final : public nn::MLPImpl, Named {
  public:
   using Named::Named;
@@ -116,23 +106,6 @@ class MLPAdapter final : public nn::MLPImpl, Named {
                  {x, layer.gate_proj->weight().view(), layer.up_proj->weight().view(),
                   layer.down_proj->weight().view()},
                  {y}, attrs, stream);
-  }
-};
-
-class ActivationAdapter final : public nn::ActivationImpl, Named {
- public:
-  using Named::Named;
-  std::string name() const override { return name_; }
-  void forward(const nn::Activation&, const TensorView& x, const TensorView& y,
-               Stream stream) const override {
-    SiluAttrs attrs;
-    call_forward(fn_, {x}, {y}, attrs, stream);
-  }
-  void forward_mul(const nn::Activation& layer, const TensorView& gate, const TensorView& up,
-                   const TensorView& out, Stream stream) const override {
-    // silu@1 has no fused form: act into `out`, rounded to the dtype like Transformers, then ·up.
-    forward(layer, gate, out, stream);
-    ops::mul(out, up, out, stream);
   }
 };
 
@@ -192,8 +165,8 @@ const Module& as(const nn::Module& module, const std::string& layer) {
 }  // namespace
 
 bool has_adapter(const std::string& layer) {
-  return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" || layer == "SiLU" ||
-         layer == "Linear" || layer == "ForCausalLMLoss";
+  return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" ||
+         is_activation_layer(layer) || layer == "Linear" || layer == "ForCausalLMLoss";
 }
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
@@ -216,10 +189,8 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
     as<nn::MLP>(module, layer);
     return std::make_shared<MLPAdapter>(display_name, std::move(fn));
   }
-  if (layer == "SiLU") {
-    as<nn::Activation>(module, layer);
-    return std::make_shared<ActivationAdapter>(display_name, std::move(fn));
-  }
+  if (is_activation_layer(layer))
+    return make_activation_adapter(as<nn::Activation>(module, layer), std::move(fn), display_name);
   if (layer == "Linear") {
     as<nn::Linear>(module, layer);
     return std::make_shared<LinearAdapter>(display_name, std::move(fn));

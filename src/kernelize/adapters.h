@@ -16,8 +16,9 @@
 
 namespace hk::kernel_binding {
 
-// The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
-// "ForCausalLMLoss"); attention goes through attention functions instead.
+// The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", the activation layers
+// of activation_binding.h, "Linear", "ForCausalLMLoss"); attention goes through attention
+// functions instead.
 bool has_adapter(const std::string& layer);
 // An implementation of `module`'s layer calling `fn`; throws InvalidArgument when the layer has
 // no adapter or the module is not of the layer's class. `layout_params` (from

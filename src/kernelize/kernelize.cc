@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -24,6 +25,7 @@
 #include "hk/layer_interfaces.h"
 #include "hk/layers.h"
 #include "hk/module.h"
+#include "kernelize/activation_binding.h"
 #include "kernelize/adapters.h"
 #include "kernelize/mapping.h"
 
@@ -50,10 +52,38 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
   return out;
 }
 
-// Which layer an entry's interface serves ("rms_norm@1" → "RMSNorm").
-std::string layer_of(const KernelEntryInfo& entry) {
-  const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);
-  return info ? info->layer : "";
+bool serves(const KernelEntryInfo& entry, const std::string& layer) {
+  return kernel_binding::entry_serves_layer(entry.interface, entry.interface_version, layer);
+}
+
+// What metadata.json says of a variant's entries, in the loader's form: enough to choose an entry
+// without loading the library (simulated selection).
+std::vector<KernelEntryInfo> entries_from_metadata(const hub::VariantMetadata& metadata) {
+  std::vector<KernelEntryInfo> out;
+  for (const hub::EntryMetadata& m : metadata.entries) {
+    KernelEntryInfo e;
+    e.name = m.name;
+    e.interface = m.interface;
+    e.interface_version = static_cast<uint32_t>(m.interface_version);
+    e.device = m.device;
+    e.min_capability = m.min_capability;
+    e.max_capability = m.max_capability;
+    e.has_backward = m.backward;
+    for (const std::string& mode : m.modes)
+      e.modes |= mode == "inference"  ? kKernelModeInference
+                 : mode == "training" ? kKernelModeTraining
+                 : mode == "capture"  ? kKernelModeCapture
+                                      : 0u;
+    for (const std::string& dtype : m.dtypes) {
+      try {
+        e.dtypes |= HK_DTYPE_BIT(static_cast<uint32_t>(parse_dtype(dtype)));
+      } catch (const Error&) {
+        // a dtype this hk does not know: the entry cannot compute in it anyway
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 // The result of resolving + loading one (spec, options) pair.
@@ -61,6 +91,15 @@ struct LoadOutcome {
   std::shared_ptr<const KernelLibrary> library;
   hub::Resolution resolution;
   std::string failure;  // non-empty: why it cannot be used (the fallback reason)
+  // Simulated selection: the chosen variant's entries from metadata.json (nothing loaded).
+  std::vector<KernelEntryInfo> simulated_entries;
+  bool usable() const { return library || !simulated_entries.empty(); }
+  const std::vector<KernelEntryInfo>& entries() const {
+    return library ? library->entries() : simulated_entries;
+  }
+  std::string version() const {
+    return library ? library->version() : resolution.metadata.version;
+  }
 };
 
 class Binder {
@@ -70,6 +109,8 @@ class Binder {
     Device target_device = options.device;
     if (device_type_ == "rocm") target_device.type = DeviceType::ROCM;
     target_ = hub::Target::for_device(target_device);
+    if (options.simulate && options.simulated_cuda_runtime > 0)
+      target_.cuda_runtime_version = options.simulated_cuda_runtime;
   }
 
   const std::string& device_type() const { return device_type_; }
@@ -105,8 +146,22 @@ class Binder {
         hub().resolve_commit(parsed.repo(), pin, parsed.version_range);
       }
       try {
-        outcome.resolution = hub().resolve(kernel.spec, target_, ro);
-        outcome.library = hub().load(outcome.resolution);
+        if (options_.simulate) {
+          // Choose as resolve() would, without fetching or loading anything.
+          outcome.resolution = hub().explain(kernel.spec, target_, ro);
+          if (outcome.resolution.variant.empty()) {
+            outcome.failure = "no variant of " + outcome.resolution.repo + " fits " +
+                              target_.str() + ":";
+            for (const auto& d : outcome.resolution.decisions)
+              outcome.failure += " " + d.variant + ": " + d.reason + ";";
+            outcome.failure.pop_back();
+          } else {
+            outcome.simulated_entries = entries_from_metadata(outcome.resolution.metadata);
+          }
+        } else {
+          outcome.resolution = hub().resolve(kernel.spec, target_, ro);
+          outcome.library = hub().load(outcome.resolution);
+        }
       } catch (const Error& e) {
         outcome.failure = e.what();
       }
@@ -114,32 +169,41 @@ class Binder {
     return memo_.emplace(key, std::move(outcome)).first->second;
   }
 
-  // Picks and checks the entry of `library` for `layer`; returns it, or sets `why`.
-  const KernelEntryInfo* pick_entry(const KernelLibrary& library, const std::string& wanted,
-                                    const std::string& layer, std::string& why) const {
+  // Picks and checks the entry of `outcome` for a module answering to `names` (its layer name
+  // first); returns it, or sets `why`. Without a wanted entry, one whose name is one of the
+  // module's names (case-insensitive) is preferred — an activation@1 entry computes one fixed
+  // function, so for activation layers only a named match is taken.
+  const KernelEntryInfo* pick_entry(const LoadOutcome& outcome, const std::string& wanted,
+                                    const std::vector<std::string>& names, std::string& why) const {
+    const std::string& layer = names.front();
+    const std::string repo = outcome.library ? outcome.library->repo() : outcome.resolution.repo;
     const KernelEntryInfo* entry = nullptr;
     if (!wanted.empty()) {
-      entry = library.find_entry(wanted);
+      for (const auto& e : outcome.entries())
+        if (e.name == wanted) entry = &e;
       if (!entry) {
-        std::vector<std::string> names;
-        for (const auto& e : library.entries()) names.push_back(e.name);
-        why = library.repo() + " " + library.version() + " has no entry " + wanted +
-              " (entries: " + join(names) + ")";
+        std::vector<std::string> all;
+        for (const auto& e : outcome.entries()) all.push_back(e.name);
+        why = repo + " " + outcome.version() + " has no entry " + wanted + " (entries: " +
+              join(all) + ")";
         return nullptr;
       }
     } else {
-      for (const auto& e : library.entries())
-        if (layer_of(e) == layer && e.device == device_type_) {
+      for (const auto& e : outcome.entries())
+        for (const std::string& n : names)
+          if (!entry && lower(e.name) == lower(n) && serves(e, layer) && e.device == device_type_)
+            entry = &e;
+      for (const auto& e : outcome.entries())
+        if (!entry && serves(e, layer) && e.device == device_type_ &&
+            !kernel_binding::is_activation_layer(layer))
           entry = &e;
-          break;
-        }
       if (!entry) {
-        why = library.repo() + " " + library.version() + " has no entry for layer " + layer +
-              " on " + device_type_;
+        why = repo + " " + outcome.version() + " has no entry for layer " + layer + " on " +
+              device_type_;
         return nullptr;
       }
     }
-    if (layer_of(*entry) != layer) {
+    if (!serves(*entry, layer)) {
       why =
           "entry " + entry->name + " implements " + entry->interface_id() + ", not layer " + layer;
       return nullptr;
@@ -169,6 +233,19 @@ class Binder {
       return nullptr;
     }
     return entry;
+  }
+
+  // An activation entry named for another function than the module computes (e.g. QuickGELU on
+  // a GeLU layer): refused here rather than by the kernel at call time.
+  bool activation_mismatch(const KernelEntryInfo& entry, const nn::Module& module,
+                           std::string& why) const {
+    const auto* act = dynamic_cast<const nn::Activation*>(&module);
+    if (!act || entry.interface != "activation") return false;
+    const auto kind = kernel_binding::activation_entry_kind(entry.name);
+    if (!kind || *kind == kernel_binding::activation_code(act->kind())) return false;
+    why = "entry " + entry.name + " computes another activation than " + module.type_name() +
+          " (" + module.layer_interface() + ")";
+    return true;
   }
 
   const hub::Target& target() const { return target_; }
@@ -221,26 +298,35 @@ void bind_attention(nn::Module& root, const KernelizeOptions& options, Binder& b
       MappedKernel mk{spec, {}};
       const LoadOutcome& outcome =
           binder.load(mk, /*explicit_request=*/true, options.allow_all_kernels);
-      if (!outcome.library)
-        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
-                       ": " + outcome.failure);
-      std::string why;
+      std::string why = outcome.failure;
       const KernelEntryInfo* entry =
-          binder.pick_entry(*outcome.library, parsed.entry, "attention", why);
-      if (!entry)
+          outcome.usable() ? binder.pick_entry(outcome, parsed.entry, {"attention"}, why) : nullptr;
+      if (!entry && !options.simulate)
         throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
                        ": " + why);
-      kernel = display_name(outcome.resolution, *entry);
-      revision = outcome.resolution.commit;
-      variant = outcome.resolution.variant;
-      nn::register_attention_function(
-          spec, kernel_binding::make_attention_function(outcome.library->function(entry->name)));
-      reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ")";
-      name = spec;
+      if (!entry) {
+        reason = "simulated for " + binder.target().str() + ": attn_implementation " + name +
+                 " cannot be used: " + why;
+        name = "eager";
+      } else {
+        kernel = display_name(outcome.resolution, *entry);
+        revision = outcome.resolution.commit;
+        variant = outcome.resolution.variant;
+        reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ")";
+        if (options.simulate) {
+          reason = "simulated for " + binder.target().str() + ": would use " + kernel + ", " +
+                   reason + "; nothing loaded";
+          name = "eager";
+        } else {
+          nn::register_attention_function(spec, kernel_binding::make_attention_function(
+                                                    outcome.library->function(entry->name)));
+          name = spec;
+        }
+      }
     }
   }
   for (auto& [path, attn] : layers) {
-    attn->set_attn_implementation(name);
+    if (!options.simulate) attn->set_attn_implementation(name);
     report.layers.push_back({path, "attention", kernel, revision, variant, reason});
   }
 }
@@ -314,8 +400,7 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
         binder.load(rule.kernel, /*explicit_request=*/true, options.allow_all_kernels);
     std::string why;
     const KernelEntryInfo* entry =
-        outcome.library ? binder.pick_entry(*outcome.library, parsed.entry, "RMSNorm+MLP", why)
-                        : nullptr;
+        outcome.usable() ? binder.pick_entry(outcome, parsed.entry, {"RMSNorm+MLP"}, why) : nullptr;
     if (outcome.library && entry && !entry->has_layout)
       throw InvalidArgument(where + ": kernel entry " + entry->name + " has no " + entry->name +
                             "Layout; a fusion needs the kernel's layout "
@@ -336,7 +421,12 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
       }
       if (!entry) {
         record("",
-               where + " unusable: " + (outcome.library ? why : outcome.failure) + "; built-in");
+               where + " unusable: " + (outcome.usable() ? why : outcome.failure) + "; built-in");
+        continue;
+      }
+      if (options.simulate) {
+        record(display_name(outcome.resolution, *entry),
+               "simulated: " + where + " would fuse these modules; nothing loaded");
         continue;
       }
       nn::Module* scope = root.find_module(parent);
@@ -372,6 +462,35 @@ std::string mapping_device_type(const Device& device) {
   return device_type_name(device.type);
 }
 
+// One line per explicit request that fell back (kernel_config value or fusion), the layers it
+// concerned counted: the report has the details, stderr gets the sentence.
+void warn_explicit_fallbacks(const KernelizeReport& report,
+                             const std::vector<std::pair<std::string, std::string>>& fallbacks) {
+  std::map<std::string, std::vector<std::string>> by_reason;  // reason → layers
+  std::vector<std::string> order;
+  for (const auto& [path, reason] : fallbacks) {
+    if (!by_reason.count(reason)) order.push_back(reason);
+    by_reason[reason].push_back(path);
+  }
+  for (const std::string& reason : order) {
+    const auto& paths = by_reason[reason];
+    std::string one_line;  // hub messages list variants on lines of their own
+    for (size_t i = 0; i < reason.size(); ++i) {
+      if (reason[i] != '\n') {
+        one_line += reason[i];
+        continue;
+      }
+      while (i + 1 < reason.size() && reason[i + 1] == ' ') ++i;
+      if (!one_line.empty() && one_line.back() != ':') one_line += ";";
+      one_line += " ";
+    }
+    std::cerr << "hk: warning: an explicitly requested kernel falls back to the built-in on "
+              << report.device << " for " << paths.front()
+              << (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "")
+              << ": " << one_line << "\n";
+  }
+}
+
 KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& options) {
   validate_mode(mode);
   Binder binder(mode, options);
@@ -379,11 +498,13 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
   report.device = binder.device_type() == "rocm" ? "rocm:" + std::to_string(options.device.index)
                                                  : options.device.str();
   report.mode = mode;
+  if (options.simulate) report.simulated_target = binder.target().str();
 
   auto modules = root.named_modules();
   std::set<std::string> registered;
   for (auto& [path, module] : modules)
-    if (!module->layer_interface().empty()) registered.insert(module->layer_interface());
+    if (!module->layer_interface().empty())
+      for (const std::string& name : kernel_binding::mapping_names(*module)) registered.insert(name);
   for (const auto& [layer, value] : options.config.kernel_mapping) {
     (void)value;
     if (!registered.count(layer))
@@ -392,25 +513,36 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
                             join(std::vector<std::string>(registered.begin(), registered.end())));
   }
 
-  for (auto& [path, module] : modules)
-    if (!module->layer_interface().empty() && module->layer_interface() != "attention")
-      module->reset_impl();
+  if (!options.simulate)
+    for (auto& [path, module] : modules)
+      if (!module->layer_interface().empty() && module->layer_interface() != "attention")
+        module->reset_impl();
+  const size_t first_unfused = report.layers.size();
   const std::set<std::string> fused = bind_fusions(root, options, binder, report);
+  std::vector<std::pair<std::string, std::string>> explicit_fallbacks;
+  for (size_t i = first_unfused; i < report.layers.size(); ++i)
+    if (report.layers[i].kernel.empty())
+      explicit_fallbacks.emplace_back(report.layers[i].path, report.layers[i].reason);
 
   const auto rules = kernel_binding::effective_rules(options.config);
   for (auto& [path, module] : modules) {
     const std::string& layer = module->layer_interface();
     if (layer.empty() || layer == "attention" || fused.count(path)) continue;
     LayerDecision d{path, layer, "", "", "", ""};
-    auto choice = kernel_binding::choose_rule(rules, layer, binder.device_type(),
+    const std::vector<std::string> names = kernel_binding::mapping_names(*module);
+    auto choice = kernel_binding::choose_rule(rules, names, binder.device_type(),
                                               options.device.capability, mode);
+    const bool explicit_request = choice && choice->rule.source == "kernel_config";
     if (!options.use_kernels) {
       d.reason = "use_kernels is off: built-in";
     } else if (!choice) {
       d.reason = "no kernel mapped for " + layer + " on " + binder.device_type() + " in " +
                  mode_name(mode) + " mode: built-in";
     } else if (choice->rule.kernel.disabled()) {
-      d.reason = "disabled by kernel_config (empty value): built-in";
+      d.reason = explicit_request ? "disabled by kernel_config (empty value): built-in"
+                                  : "the default table keeps the built-in " + choice->rule.layer +
+                                        " on " + binder.device_type() + " in " +
+                                        mode_name(choice->matched_mode) + " mode";
     } else if (!kernel_binding::has_adapter(layer)) {
       d.reason = "hk has no kernel adapter for layer " + layer + ": built-in";
     } else {
@@ -418,23 +550,29 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
       if (mk.spec[0] == '/' && !options.config.use_local_kernel)
         throw InvalidArgument("kernel_config maps " + layer + " to the local path " + mk.spec +
                               "; set use_local_kernel=true to load kernels from local paths");
-      const bool explicit_request = choice->rule.source == "kernel_config";
       const LoadOutcome& outcome = binder.load(mk, explicit_request, options.allow_all_kernels);
-      if (!outcome.library) {
-        d.reason = mk.spec + " unusable: " + outcome.failure + "; built-in";
+      std::string why;
+      const KernelEntryInfo* entry =
+          outcome.usable()
+              ? binder.pick_entry(outcome, hub::KernelSpec::parse(mk.spec).entry, names, why)
+              : nullptr;
+      if (entry && binder.activation_mismatch(*entry, *module, why)) entry = nullptr;
+      const std::string mapped = choice->rule.layer == layer ? "" : " (as " + choice->rule.layer + ")";
+      if (!outcome.usable()) {
+        d.reason = mk.spec + mapped + " unusable: " + outcome.failure + "; built-in";
+      } else if (!entry) {
+        d.reason = mk.spec + mapped + " unusable: " + why + "; built-in";
       } else {
-        std::string why;
-        const KernelEntryInfo* entry =
-            binder.pick_entry(*outcome.library, hub::KernelSpec::parse(mk.spec).entry, layer, why);
-        if (!entry) {
-          d.reason = mk.spec + " unusable: " + why + "; built-in";
+        d.kernel = display_name(outcome.resolution, *entry);
+        d.revision = outcome.resolution.commit;
+        d.variant = outcome.resolution.variant;
+        d.reason = "mapped by " + choice->rule.source + mapped + " (" +
+                   mode_name(choice->matched_mode) + " entry); " + outcome.resolution.repo + "@" +
+                   outcome.resolution.revision + ", version " + outcome.version();
+        if (options.simulate) {
+          d.reason = "simulated for " + binder.target().str() + ": would bind; " + d.reason +
+                     "; nothing loaded";
         } else {
-          d.kernel = display_name(outcome.resolution, *entry);
-          d.revision = outcome.resolution.commit;
-          d.variant = outcome.resolution.variant;
-          d.reason = "mapped by " + choice->rule.source + " (" + mode_name(choice->matched_mode) +
-                     " entry); " + outcome.resolution.repo + "@" + outcome.resolution.revision +
-                     ", version " + outcome.library->version();
           std::vector<Tensor> layout_params;
           if (entry->has_layout)
             layout_params = kernel_binding::materialize_layout(*entry->raw->layout, *module);
@@ -446,10 +584,13 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
                         " made from the loaded parameters";
         }
       }
+      if (d.kernel.empty() && explicit_request) explicit_fallbacks.emplace_back(path, d.reason);
     }
     report.layers.push_back(std::move(d));
   }
   bind_attention(root, options, binder, report);
+  if (options.warn_on_fallback && !options.simulate)
+    warn_explicit_fallbacks(report, explicit_fallbacks);
   return report;
 }
 

@@ -1,4 +1,4 @@
-// CUDA activations (SiLU, GELU, GELU-tanh), their backward, and the gated act_mul (SwiGLU/GeGLU)
+// CUDA activations (SiLU, GELU, GELU-tanh, QuickGELU), their backward, and the gated act_mul (SwiGLU/GeGLU)
 // with its backward.
 //
 // Forward ops use the elementwise engine (16-byte vectors on dense rows). act_mul rounds act(gate)
@@ -50,6 +50,9 @@ void with_activation(Activation act, F&& f) {
       break;
     case Activation::GELUTanh:
       f(std::integral_constant<Activation, Activation::GELUTanh>{});
+      break;
+    case Activation::QuickGELU:
+      f(std::integral_constant<Activation, Activation::QuickGELU>{});
       break;
   }
 }
