@@ -67,11 +67,9 @@ hub::Target make_target(const TargetFlags& flags) {
   return target;
 }
 
+// The library's lookup (hub::default_hub_dir: next to libhk.so, or the installed share/hk/hub), so
+// the CLI and programs linking libhk find the same embedded hub.
 HubConfig config_from_environment() {
-  // The embedded hub sits next to the binary's directory: <build>/bin/hk → <build>/hub.
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) hub::set_default_hub_dir(exe.parent_path().parent_path() / "hub");
   return HubConfig::from_environment();
 }
 
