@@ -259,7 +259,13 @@ class Binder {
   std::map<std::string, LoadOutcome> memo_;
 };
 
+// "org/repo:Entry"; a local kernel as the user named it ("/abs/path:Entry"), a LOCAL_KERNELS repo
+// by its variant directory.
 std::string display_name(const hub::Resolution& res, const KernelEntryInfo& entry) {
+  if (res.local) {
+    const hub::KernelSpec spec = hub::KernelSpec::parse(res.spec);
+    if (spec.kind == hub::KernelSpec::Kind::Local) return spec.local_path + ":" + entry.name;
+  }
   return (res.local ? res.dir.string() : res.repo) + ":" + entry.name;
 }
 
