@@ -211,6 +211,27 @@ struct RmsNormMlpAttrs {
   uint32_t activation = kActivationSiLU;
 };
 
+// ---- multi_scale_deformable_attention@1 (layer MultiScaleDeformableAttention, Deformable DETR) --
+// forward   inputs:  value [B, S, H, D] with S = Σ_l h_l·w_l (the levels' maps, level-major),
+//                    sampling_locations [B, Q, H, L, P, 2] ((x, y) in [0, 1] of each level's map),
+//                    attention_weights [B, Q, H, L, P]  (all three one floating dtype)
+//           outputs: out [B, Q, H·D] (value's dtype)
+//   out[b, q, h·D + d] = Σ_l Σ_p w[b,q,h,l,p] · bilinear(value_l[b, :, h, d], loc[b,q,h,l,p])
+//   bilinear as torch.nn.functional.grid_sample(mode="bilinear", padding_mode="zeros",
+//   align_corners=False) on grid 2·loc − 1: pixel x = loc_x·w_l − 0.5, y = loc_y·h_l − 0.5, the
+//   four neighbours weighted by distance, neighbours outside the map read as 0. f32 math.
+// backward  inputs:  dout [B, Q, H·D], value, sampling_locations, attention_weights
+//           outputs: dvalue [B, S, H, D] (optional), dsampling_locations (optional),
+//                    dattention_weights (optional)   (each in its input's dtype; written)
+// The levels' (h, w) are attributes (host values: no device read, capture-safe); level l starts
+// at row Σ_{k<l} h_k·w_k of value.
+inline constexpr uint32_t kMaxDeformableLevels = 16;
+struct MsDeformAttnAttrs {
+  uint32_t num_levels = 0;
+  int32_t im2col_step = 64;  // Transformers' argument; the result does not depend on it
+  int64_t spatial_shapes[kMaxDeformableLevels][2] = {};  // (height, width) per level
+};
+
 // ---- registry (host side, implemented in libhk) -------------------------------------------------
 struct InterfaceInfo {
   const char* name;     // "rms_norm"

@@ -37,6 +37,10 @@ const std::vector<InterfaceInfo>& known_interfaces() {
          sizeof(RmsNormMlpAttrs)},
         {"causal_lm_loss", 1, "ForCausalLMLoss", "logits, labels", "loss", "dloss, logits, labels",
          "dlogits", sizeof(CausalLmLossAttrs)},
+        {"multi_scale_deformable_attention", 1, "MultiScaleDeformableAttention",
+         "value, sampling_locations, attention_weights", "out",
+         "dout, value, sampling_locations, attention_weights",
+         "dvalue?, dsampling_locations?, dattention_weights?", sizeof(MsDeformAttnAttrs)},
     };
     std::sort(v.begin(), v.end(), [](const InterfaceInfo& a, const InterfaceInfo& b) {
       int c = std::string(a.name).compare(b.name);

@@ -2,6 +2,7 @@
 #include "kernelize/adapters.h"
 
 #include "kernelize/activation_binding.h"
+#include "kernelize/deformable_binding.h"
 
 #include "hk/attention_functions.h"
 #include "hk/error.h"
@@ -166,7 +167,8 @@ const Module& as(const nn::Module& module, const std::string& layer) {
 
 bool has_adapter(const std::string& layer) {
   return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" ||
-         is_activation_layer(layer) || layer == "Linear" || layer == "ForCausalLMLoss";
+         is_activation_layer(layer) || layer == "Linear" || layer == "ForCausalLMLoss" ||
+         layer == "MultiScaleDeformableAttention";
 }
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
@@ -191,6 +193,9 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   }
   if (is_activation_layer(layer))
     return make_activation_adapter(as<nn::Activation>(module, layer), std::move(fn), display_name);
+  if (layer == "MultiScaleDeformableAttention")
+    return make_deformable_attention_adapter(
+        as<nn::MultiScaleDeformableAttention>(module, layer), std::move(fn), display_name);
   if (layer == "Linear") {
     as<nn::Linear>(module, layer);
     return std::make_shared<LinearAdapter>(display_name, std::move(fn));
