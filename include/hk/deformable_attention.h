@@ -56,9 +56,8 @@ class MultiScaleDeformableAttention : public LayerModule<MultiScaleDeformableAtt
                 const TensorView& attention_weights, const TensorView* dvalue,
                 const TensorView* dsampling_locations, const TensorView* dattention_weights,
                 Stream stream = {}) const {
-    typed_impl().backward(*this, dout, value, spatial_shapes, sampling_locations,
-                          attention_weights, dvalue, dsampling_locations, dattention_weights,
-                          stream);
+    typed_impl().backward(*this, dout, value, spatial_shapes, sampling_locations, attention_weights,
+                          dvalue, dsampling_locations, dattention_weights, stream);
   }
 
  private:

@@ -67,8 +67,8 @@ std::vector<VariantDecision> select_variants(const std::vector<VariantMetadata>&
                                              const Target& target, const std::string& entry = {});
 
 struct HubConfig {
-  std::string endpoint;             // HK_ENDPOINT ("http://127.0.0.1:8080"); empty = hub_dir
-  std::filesystem::path hub_dir;    // HK_HUB_DIR's first entry, else default_hub_dir()
+  std::string endpoint;           // HK_ENDPOINT ("http://127.0.0.1:8080"); empty = hub_dir
+  std::filesystem::path hub_dir;  // HK_HUB_DIR's first entry, else default_hub_dir()
   // HK_HUB_DIR's further entries (a ':'-separated list), searched after hub_dir: a repo comes from
   // the first hub directory that has it, so your kernels combine with the embedded ones.
   std::vector<std::filesystem::path> extra_hub_dirs;

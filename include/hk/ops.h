@@ -156,12 +156,14 @@ void cross_entropy_backward(const TensorView& dloss, const TensorView& logits,
                             const CrossEntropyOptions& options = {},
                             const TensorView* lse = nullptr, Stream stream = {});
 
-// ---- multi-scale deformable attention (Deformable DETR) -------------------------------------------
-// The built-in of layer interface multi_scale_deformable_attention@1 (hk/layer_interfaces.h has
-// the formula): value [B, S, H, D], sampling_locations [B, Q, H, L, P, 2], attention_weights
-// [B, Q, H, L, P] (one floating dtype; f64 on the cpu), out [B, Q, H·D]; `spatial_shapes` the
-// (height, width) of each of the L levels, Σ h·w = S. Any strides. f32 math (f64 for f64).
-void ms_deform_attn(const TensorView& value, const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
+// ---- multi-scale deformable attention (Deformable DETR)
+// ------------------------------------------- The built-in of layer interface
+// multi_scale_deformable_attention@1 (hk/layer_interfaces.h has the formula): value [B, S, H, D],
+// sampling_locations [B, Q, H, L, P, 2], attention_weights [B, Q, H, L, P] (one floating dtype; f64
+// on the cpu), out [B, Q, H·D]; `spatial_shapes` the (height, width) of each of the L levels, Σ h·w
+// = S. Any strides. f32 math (f64 for f64).
+void ms_deform_attn(const TensorView& value,
+                    const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
                     const TensorView& sampling_locations, const TensorView& attention_weights,
                     const TensorView& out, Stream stream = {});
 // Gradients for dout [B, Q, H·D]; each output optional (null = not wanted), written.

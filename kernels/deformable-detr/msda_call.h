@@ -33,8 +33,8 @@ inline const void* checked(const hk_tensor& t, const char* what, int32_t device,
   if (t.device_type != device)
     fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " is on another device type");
   if (t.ndim != ndim)
-    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " must have " + std::to_string(ndim) +
-                                         " dims, got " + shape_of(t));
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         std::string(what) + " must have " + std::to_string(ndim) + " dims, got " + shape_of(t));
   if (t.dtype != dtype) fail(HK_STATUS_UNSUPPORTED, std::string(what) + ": mixed dtypes");
   if (!contiguous(t)) fail(HK_STATUS_UNSUPPORTED, std::string(what) + " must be contiguous");
   return static_cast<const char*>(t.data) + t.byte_offset;
@@ -80,8 +80,8 @@ inline Problem problem_of(const hk_call& call, int first, int32_t device) {
                                          shape_of(value));
   for (int d = 0; d < 5; ++d)
     if (att.shape[d] != loc.shape[d])
-      fail(HK_STATUS_INVALID_ARGUMENT, "attention_weights " + shape_of(att) +
-                                           " must be sampling_locations' leading dims");
+      fail(HK_STATUS_INVALID_ARGUMENT,
+           "attention_weights " + shape_of(att) + " must be sampling_locations' leading dims");
   return p;
 }
 
@@ -89,8 +89,8 @@ inline Problem problem_of(const hk_call& call, int first, int32_t device) {
 inline void* checked_bqc(const hk_tensor& t, const char* what, const Problem& p, int32_t device) {
   const void* ptr = checked(t, what, device, 3, p.dtype);
   if (t.shape[0] != p.batch || t.shape[1] != p.queries || t.shape[2] != p.heads * p.channels)
-    hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " " + shape_of(t) +
-                                                  " must be [B, Q, H·D]");
+    hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT,
+                  std::string(what) + " " + shape_of(t) + " must be [B, Q, H·D]");
   return const_cast<void*>(ptr);
 }
 
@@ -106,8 +106,8 @@ inline void backward_outputs(const hk_call& call, Problem& p, int32_t device) {
     const hk_tensor* t = hk::sdk::optional_output(call, i);
     if (!t) continue;
     if (!hk::sdk::same_shape(*t, *like[i]))
-      hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT, std::string(names[i]) + " " + shape_of(*t) +
-                                                    " must be shaped like its input");
+      hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT,
+                    std::string(names[i]) + " " + shape_of(*t) + " must be shaped like its input");
     *slots[i] = const_cast<void*>(checked(*t, names[i], device, t->ndim, p.dtype));
   }
 }

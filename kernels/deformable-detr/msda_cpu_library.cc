@@ -39,9 +39,8 @@ void forward(const hk_call& call) {
     for (int64_t l = 0; l < p.levels; ++l)
       for (int64_t pt = 0; pt < p.points; ++pt) {
         const int64_t j = (bqh * p.levels + l) * p.points + pt;
-        const msda::Corners c = msda::corners(load(p.loc, p.dtype, 2 * j),
-                                              load(p.loc, p.dtype, 2 * j + 1), p.height[l],
-                                              p.width[l]);
+        const msda::Corners c = msda::corners(
+            load(p.loc, p.dtype, 2 * j), load(p.loc, p.dtype, 2 * j + 1), p.height[l], p.width[l]);
         const float a = load(p.att, p.dtype, j);
         for (int k = 0; k < 4; ++k) {
           if (c.row[k] < 0) continue;
@@ -58,17 +57,15 @@ void backward(const hk_call& call) {
   Problem p = msda::problem_of(call, 1, HK_DEVICE_CPU);
   p.dout = msda::checked_bqc(hk::sdk::input(call, 0, "dout"), "dout", p, HK_DEVICE_CPU);
   msda::backward_outputs(call, p, HK_DEVICE_CPU);
-  std::vector<float> dvalue(p.dvalue ? static_cast<size_t>(p.batch * p.rows * p.heads * p.channels)
-                                     : 0,
-                            0.0f);
+  std::vector<float> dvalue(
+      p.dvalue ? static_cast<size_t>(p.batch * p.rows * p.heads * p.channels) : 0, 0.0f);
   for (int64_t bqh = 0; bqh < p.batch * p.queries * p.heads; ++bqh) {
     const int64_t h = bqh % p.heads, b = bqh / (p.heads * p.queries);
     for (int64_t l = 0; l < p.levels; ++l)
       for (int64_t pt = 0; pt < p.points; ++pt) {
         const int64_t j = (bqh * p.levels + l) * p.points + pt;
-        const msda::Corners c = msda::corners(load(p.loc, p.dtype, 2 * j),
-                                              load(p.loc, p.dtype, 2 * j + 1), p.height[l],
-                                              p.width[l]);
+        const msda::Corners c = msda::corners(
+            load(p.loc, p.dtype, 2 * j), load(p.loc, p.dtype, 2 * j + 1), p.height[l], p.width[l]);
         const float a = load(p.att, p.dtype, j);
         float sample_dot = 0.0f, gx = 0.0f, gy = 0.0f;
         for (int k = 0; k < 4; ++k) {
@@ -91,7 +88,8 @@ void backward(const hk_call& call) {
         }
       }
   }
-  for (size_t i = 0; i < dvalue.size(); ++i) store(p.dvalue, p.dtype, static_cast<int64_t>(i), dvalue[i]);
+  for (size_t i = 0; i < dvalue.size(); ++i)
+    store(p.dvalue, p.dtype, static_cast<int64_t>(i), dvalue[i]);
 }
 
 const hk_kernel_entry kEntries[] = {hk::sdk::make_entry({

@@ -42,17 +42,17 @@ __global__ void forward_kernel(Problem p) {
     for (int64_t l = 0; l < p.levels; ++l)
       for (int64_t pt = 0; pt < p.points; ++pt) {
         const int64_t j = (bqh * p.levels + l) * p.points + pt;
-        const Corners c = corners(to_f32(loc[2 * j]), to_f32(loc[2 * j + 1]), p.height[l],
-                                  p.width[l]);
+        const Corners c =
+            corners(to_f32(loc[2 * j]), to_f32(loc[2 * j + 1]), p.height[l], p.width[l]);
         const float a = to_f32(att[j]);
         if (d < p.channels)
 #pragma unroll
           for (int k = 0; k < 4; ++k)
             if (c.row[k] >= 0)
-              acc += a * c.w[k] *
-                     to_f32(value[((b * p.rows + p.start[l] + c.row[k]) * p.heads + h) *
-                                      p.channels +
-                                  d]);
+              acc +=
+                  a * c.w[k] *
+                  to_f32(
+                      value[((b * p.rows + p.start[l] + c.row[k]) * p.heads + h) * p.channels + d]);
       }
     if (d < p.channels) out[bqh * p.channels + d] = from_f32<T>(acc);
   }
@@ -71,8 +71,8 @@ __global__ void backward_kernel(Problem p, float* dvalue) {
   for (int64_t l = 0; l < p.levels; ++l)
     for (int64_t pt = 0; pt < p.points; ++pt) {
       const int64_t j = (bqh * p.levels + l) * p.points + pt;
-      const Corners c = corners(to_f32(loc[2 * j]), to_f32(loc[2 * j + 1]), p.height[l],
-                                p.width[l]);
+      const Corners c =
+          corners(to_f32(loc[2 * j]), to_f32(loc[2 * j + 1]), p.height[l], p.width[l]);
       const float a = to_f32(att[j]);
       float sample_dot = 0.0f, gx = 0.0f, gy = 0.0f;
       for (int k = 0; k < 4; ++k) {
@@ -131,9 +131,9 @@ int run_backward(const Problem& p, cudaStream_t s) {
   if (p.batch * p.queries * p.heads > 0)
     backward_kernel<T><<<warp_blocks(p), kWarps * 32, 0, s>>>(p, acc);
   if (p.dvalue && p.dtype != HK_DTYPE_F32 && n_value > 0)
-    cast_kernel<T><<<static_cast<unsigned>((n_value + 255) / 256 < 65535 ? (n_value + 255) / 256
-                                                                        : 65535),
-                     256, 0, s>>>(acc, static_cast<T*>(p.dvalue), n_value);
+    cast_kernel<T>
+        <<<static_cast<unsigned>((n_value + 255) / 256 < 65535 ? (n_value + 255) / 256 : 65535),
+           256, 0, s>>>(acc, static_cast<T*>(p.dvalue), n_value);
   return static_cast<int>(cudaGetLastError());
 }
 

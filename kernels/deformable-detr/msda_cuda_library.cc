@@ -25,10 +25,10 @@ void backward(const hk_call& call) {
   msda::backward_outputs(call, p, HK_DEVICE_CUDA);
   const size_t need = workspace(call, HK_PASS_BACKWARD);
   if (need > 0 && (call.workspace == nullptr || call.workspace_size < need))
-    hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT,
-                  "MultiScaleDeformableAttention backward needs " + std::to_string(need) +
-                      " bytes of workspace for a 16-bit dvalue, got " +
-                      std::to_string(call.workspace_size));
+    hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT, "MultiScaleDeformableAttention backward needs " +
+                                                  std::to_string(need) +
+                                                  " bytes of workspace for a 16-bit dvalue, got " +
+                                                  std::to_string(call.workspace_size));
   p.accumulator = static_cast<float*>(call.workspace);
   if (msda::backward_cuda(p, call.stream) != 0)
     hk::sdk::fail(HK_STATUS_DEVICE_ERROR,

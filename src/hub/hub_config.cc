@@ -57,7 +57,8 @@ void set_default_hub_dir(const std::filesystem::path& dir) {
 HubConfig HubConfig::from_environment() {
   HubConfig c;
   c.endpoint = env("HK_ENDPOINT");
-  // HK_HUB_DIR=a:b:c — the first is hub_dir, the rest are searched after it (empty entries skipped).
+  // HK_HUB_DIR=a:b:c — the first is hub_dir, the rest are searched after it (empty entries
+  // skipped).
   const std::string dirs = env("HK_HUB_DIR");
   for (size_t start = 0; start <= dirs.size();) {
     size_t colon = dirs.find(':', start);

@@ -62,7 +62,8 @@ std::vector<Segment> AddedTokenMatcher::split(std::string_view text) const {
     const auto& bucket = by_first_byte_[static_cast<unsigned char>(text[pos])];
     for (const AddedToken* t : bucket) {
       const std::string& m = t->matched();
-      if (m.size() <= text.size() - pos && std::memcmp(text.data() + pos, m.data(), m.size()) == 0) {
+      if (m.size() <= text.size() - pos &&
+          std::memcmp(text.data() + pos, m.data(), m.size()) == 0) {
         found = t;
         break;
       }

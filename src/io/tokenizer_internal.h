@@ -95,7 +95,7 @@ extern const size_t kNewerNumbersCount;
 struct NormalizerStep {
   enum class Kind { NFC, NFKC, Prepend, Replace };
   Kind kind = Kind::NFC;
-  std::string text;                     // Prepend: the prefix; Replace: the content
+  std::string text;                      // Prepend: the prefix; Replace: the content
   std::shared_ptr<const Regex> pattern;  // Replace (a String pattern is a literal regex)
 };
 
@@ -150,10 +150,10 @@ const std::string& gpt2_pattern();
 // ---- BPE model (tokenizer_bpe.cc) --------------------------------------------------------------
 
 struct BpeOptions {
-  bool ignore_merges = false;      // a piece that is itself in the vocabulary is one token
-  std::optional<int64_t> unk_id;   // characters missing from the vocabulary (else dropped)
-  bool fuse_unk = false;           // consecutive unknown characters give one unk
-  bool byte_fallback = false;      // missing characters become their <0xXX> byte tokens
+  bool ignore_merges = false;     // a piece that is itself in the vocabulary is one token
+  std::optional<int64_t> unk_id;  // characters missing from the vocabulary (else dropped)
+  bool fuse_unk = false;          // consecutive unknown characters give one unk
+  bool byte_fallback = false;     // missing characters become their <0xXX> byte tokens
 };
 
 class Bpe {
@@ -203,8 +203,8 @@ struct DecoderStep {
 
 class Decoder {
  public:
-  bool present = false;             // a file without decoder joins the tokens with spaces
-  std::vector<DecoderStep> steps;   // Sequences are flattened at load
+  bool present = false;            // a file without decoder joins the tokens with spaces
+  std::vector<DecoderStep> steps;  // Sequences are flattened at load
   std::string decode(std::vector<std::string> tokens) const;
 };
 

@@ -1,10 +1,11 @@
 // Unicode Normalization Forms C and KC for the tokenizer's NFC / NFKC normalizers (Qwen2/Qwen3
 // files use NFC): canonical (KC: compatibility) decomposition, canonical ordering of combining
-// marks, then canonical composition, per UAX #15, with Hangul handled algorithmically. The tables are generated from Python's
-// unicodedata (see tokenizer_nfc_tables.cc); the reference uses the Rust crate
-// unicode-normalization-alignments, whose Unicode version may be older, so characters added to
-// Unicode after it can normalize differently — the tests compare the two on every code point.
-// Text below U+0300 is always already NFC and is returned without any lookup (ASCII for NFKC).
+// marks, then canonical composition, per UAX #15, with Hangul handled algorithmically. The tables
+// are generated from Python's unicodedata (see tokenizer_nfc_tables.cc); the reference uses the
+// Rust crate unicode-normalization-alignments, whose Unicode version may be older, so characters
+// added to Unicode after it can normalize differently — the tests compare the two on every code
+// point. Text below U+0300 is always already NFC and is returned without any lookup (ASCII for
+// NFKC).
 #include <algorithm>
 
 #include "io/tokenizer_internal.h"
@@ -80,9 +81,9 @@ uint32_t compose(uint32_t starter, uint32_t c) {
 const CompatibilityDecomposition* compatibility_decomposition(uint32_t cp) {
   const CompatibilityDecomposition* end =
       kCompatibilityDecompositions + kCompatibilityDecompositionCount;
-  auto it = std::lower_bound(
-      kCompatibilityDecompositions, end, cp,
-      [](const CompatibilityDecomposition& e, uint32_t c) { return e.cp < c; });
+  auto it =
+      std::lower_bound(kCompatibilityDecompositions, end, cp,
+                       [](const CompatibilityDecomposition& e, uint32_t c) { return e.cp < c; });
   return it != end && it->cp == cp ? it : nullptr;
 }
 

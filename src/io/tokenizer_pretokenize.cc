@@ -85,7 +85,8 @@ void split_spans(const std::vector<Piece>& in, std::vector<Piece>& out,
   for (const Piece& piece : in) {
     for (const Span& s : apply_behavior(spans_of(piece.text), behavior))
       if (s.end > s.begin)
-        out.push_back({piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});
+        out.push_back(
+            {piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});
   }
 }
 
@@ -119,8 +120,7 @@ void run_step(const PreTokenizerStep& step, std::vector<Piece>& pieces, std::vec
   switch (step.kind) {
     case PreTokenizerStep::Kind::Split:
       split_spans(
-          pieces, next,
-          [&](std::string_view t) { return find_spans(*step.regex, t, step.invert); },
+          pieces, next, [&](std::string_view t) { return find_spans(*step.regex, t, step.invert); },
           step.behavior);
       pieces.swap(next);
       return;
@@ -147,18 +147,16 @@ void run_step(const PreTokenizerStep& step, std::vector<Piece>& pieces, std::vec
     case PreTokenizerStep::Kind::Metaspace: {
       for (Piece& piece : pieces) {
         piece.text = replace_spaces(piece.text, step.replacement);
-        const bool starts_with_replacement = piece.text.compare(0, step.replacement.size(),
-                                                                step.replacement) == 0;
-        const bool prepend =
-            !starts_with_replacement &&
-            (step.prepend_scheme == PrependScheme::Always ||
-             (step.prepend_scheme == PrependScheme::First && piece.at_start));
+        const bool starts_with_replacement =
+            piece.text.compare(0, step.replacement.size(), step.replacement) == 0;
+        const bool prepend = !starts_with_replacement &&
+                             (step.prepend_scheme == PrependScheme::Always ||
+                              (step.prepend_scheme == PrependScheme::First && piece.at_start));
         if (prepend) piece.text.insert(0, step.replacement);
       }
       if (step.split) {
         split_spans(
-            pieces, next,
-            [&](std::string_view t) { return literal_spans(t, step.replacement); },
+            pieces, next, [&](std::string_view t) { return literal_spans(t, step.replacement); },
             SplitBehavior::MergedWithNext);
         pieces.swap(next);
       }

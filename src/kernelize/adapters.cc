@@ -194,8 +194,8 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   if (is_activation_layer(layer))
     return make_activation_adapter(as<nn::Activation>(module, layer), std::move(fn), display_name);
   if (layer == "MultiScaleDeformableAttention")
-    return make_deformable_attention_adapter(
-        as<nn::MultiScaleDeformableAttention>(module, layer), std::move(fn), display_name);
+    return make_deformable_attention_adapter(as<nn::MultiScaleDeformableAttention>(module, layer),
+                                             std::move(fn), display_name);
   if (layer == "Linear") {
     as<nn::Linear>(module, layer);
     return std::make_shared<LinearAdapter>(display_name, std::move(fn));

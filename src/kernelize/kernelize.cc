@@ -97,9 +97,7 @@ struct LoadOutcome {
   const std::vector<KernelEntryInfo>& entries() const {
     return library ? library->entries() : simulated_entries;
   }
-  std::string version() const {
-    return library ? library->version() : resolution.metadata.version;
-  }
+  std::string version() const { return library ? library->version() : resolution.metadata.version; }
 };
 
 class Binder {
@@ -150,8 +148,8 @@ class Binder {
           // Choose as resolve() would, without fetching or loading anything.
           outcome.resolution = hub().explain(kernel.spec, target_, ro);
           if (outcome.resolution.variant.empty()) {
-            outcome.failure = "no variant of " + outcome.resolution.repo + " fits " +
-                              target_.str() + ":";
+            outcome.failure =
+                "no variant of " + outcome.resolution.repo + " fits " + target_.str() + ":";
             for (const auto& d : outcome.resolution.decisions)
               outcome.failure += " " + d.variant + ": " + d.reason + ";";
             outcome.failure.pop_back();
@@ -184,8 +182,8 @@ class Binder {
       if (!entry) {
         std::vector<std::string> all;
         for (const auto& e : outcome.entries()) all.push_back(e.name);
-        why = repo + " " + outcome.version() + " has no entry " + wanted + " (entries: " +
-              join(all) + ")";
+        why = repo + " " + outcome.version() + " has no entry " + wanted +
+              " (entries: " + join(all) + ")";
         return nullptr;
       }
     } else {
@@ -243,8 +241,8 @@ class Binder {
     if (!act || entry.interface != "activation") return false;
     const auto kind = kernel_binding::activation_entry_kind(entry.name);
     if (!kind || *kind == kernel_binding::activation_code(act->kind())) return false;
-    why = "entry " + entry.name + " computes another activation than " + module.type_name() +
-          " (" + module.layer_interface() + ")";
+    why = "entry " + entry.name + " computes another activation than " + module.type_name() + " (" +
+          module.layer_interface() + ")";
     return true;
   }
 
@@ -510,7 +508,8 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
   std::set<std::string> registered;
   for (auto& [path, module] : modules)
     if (!module->layer_interface().empty())
-      for (const std::string& name : kernel_binding::mapping_names(*module)) registered.insert(name);
+      for (const std::string& name : kernel_binding::mapping_names(*module))
+        registered.insert(name);
   for (const auto& [layer, value] : options.config.kernel_mapping) {
     (void)value;
     if (!registered.count(layer))
@@ -563,7 +562,8 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
               ? binder.pick_entry(outcome, hub::KernelSpec::parse(mk.spec).entry, names, why)
               : nullptr;
       if (entry && binder.activation_mismatch(*entry, *module, why)) entry = nullptr;
-      const std::string mapped = choice->rule.layer == layer ? "" : " (as " + choice->rule.layer + ")";
+      const std::string mapped =
+          choice->rule.layer == layer ? "" : " (as " + choice->rule.layer + ")";
       if (!outcome.usable()) {
         d.reason = mk.spec + mapped + " unusable: " + outcome.failure + "; built-in";
       } else if (!entry) {

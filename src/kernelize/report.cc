@@ -44,9 +44,9 @@ std::string KernelizeReport::to_json() const {
 std::string KernelizeReport::to_text() const {
   std::ostringstream os;
   if (!simulated_target.empty())
-    os << "kernelize: simulated selection for " << simulated_target << ", mode "
-       << mode_name(mode) << " — nothing was fetched or loaded; " << num_kernels() << " of "
-       << layers.size() << " layers would get a kernel\n";
+    os << "kernelize: simulated selection for " << simulated_target << ", mode " << mode_name(mode)
+       << " — nothing was fetched or loaded; " << num_kernels() << " of " << layers.size()
+       << " layers would get a kernel\n";
   else
     os << "kernelize: device " << device << ", mode " << mode_name(mode) << ", " << num_kernels()
        << " of " << layers.size() << " layers on kernels\n";

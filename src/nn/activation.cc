@@ -45,7 +45,8 @@ const ActSpec& spec_of(const std::string& name) {
   for (const ActSpec& a : kActs)
     if (name == a.hidden_act) return a;
   std::string supported;
-  for (const ActSpec& a : kActs) supported += std::string(supported.empty() ? "" : ", ") + a.hidden_act;
+  for (const ActSpec& a : kActs)
+    supported += std::string(supported.empty() ? "" : ", ") + a.hidden_act;
   throw InvalidArgument("hidden_act '" + name + "' is not supported; supported: " + supported);
 }
 

@@ -21,9 +21,8 @@ class BuiltinMultiScaleDeformableAttention final : public MultiScaleDeformableAt
                 const TensorView& sampling_locations, const TensorView& attention_weights,
                 const TensorView* dvalue, const TensorView* dsampling_locations,
                 const TensorView* dattention_weights, Stream stream) const override {
-    ops::ms_deform_attn_backward(dout, value, spatial_shapes, sampling_locations,
-                                 attention_weights, dvalue, dsampling_locations,
-                                 dattention_weights, stream);
+    ops::ms_deform_attn_backward(dout, value, spatial_shapes, sampling_locations, attention_weights,
+                                 dvalue, dsampling_locations, dattention_weights, stream);
   }
 };
 

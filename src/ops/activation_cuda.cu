@@ -1,5 +1,5 @@
-// CUDA activations (SiLU, GELU, GELU-tanh, QuickGELU), their backward, and the gated act_mul (SwiGLU/GeGLU)
-// with its backward.
+// CUDA activations (SiLU, GELU, GELU-tanh, QuickGELU), their backward, and the gated act_mul
+// (SwiGLU/GeGLU) with its backward.
 //
 // Forward ops use the elementwise engine (16-byte vectors on dense rows). act_mul rounds act(gate)
 // to the storage dtype before the product, as Transformers' `act_fn(gate) * up` does. The

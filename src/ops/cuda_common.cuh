@@ -17,8 +17,8 @@
 #include <string>
 
 #include "core/cuda_check.h"
-#include "hk/kernel_sdk_cuda.cuh"
 #include "hk/error.h"
+#include "hk/kernel_sdk_cuda.cuh"
 #include "hk/ops.h"
 #include "hk/tensor.h"
 

@@ -56,8 +56,8 @@ void ms_deform_attn(const TensorView& value, const SpatialShapes& spatial_shapes
                                       {"out", &out}});
   check_problem(ck, value, spatial_shapes, sampling_locations, attention_weights);
   check_out(ck, out, "out", value, sampling_locations);
-  HK_OPS_DISPATCH(ck, ms_deform_attn, value, spatial_shapes, sampling_locations,
-                  attention_weights, out, stream);
+  HK_OPS_DISPATCH(ck, ms_deform_attn, value, spatial_shapes, sampling_locations, attention_weights,
+                  out, stream);
 }
 
 void ms_deform_attn_backward(const TensorView& dout, const TensorView& value,

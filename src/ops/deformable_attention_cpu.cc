@@ -23,8 +23,8 @@ Dims dims_of(const TensorView& value, const TensorView& loc) {
 // The four neighbours of (x, y) in an h×w map with their bilinear weights; outside = weight 0.
 template <class T>
 struct Corners {
-  int64_t row[4];  // index into the level's h·w, -1 when outside the map
-  T w[4];          // bilinear weights
+  int64_t row[4];    // index into the level's h·w, -1 when outside the map
+  T w[4];            // bilinear weights
   T dwx[4], dwy[4];  // their derivatives in pixel x and y
 };
 

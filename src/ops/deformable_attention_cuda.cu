@@ -57,8 +57,8 @@ __device__ __forceinline__ Corners corners(float loc_x, float loc_y, int64_t hei
 }
 
 __global__ void forward_kernel(Problem pb, const void* __restrict__ value,
-                               const void* __restrict__ loc, const void* __restrict__ att,
-                               DType dt, void* __restrict__ out) {
+                               const void* __restrict__ loc, const void* __restrict__ att, DType dt,
+                               void* __restrict__ out) {
   const int64_t n = pb.b * pb.q * pb.h * pb.d;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -73,9 +73,8 @@ __global__ void forward_kernel(Problem pb, const void* __restrict__ value,
         for (int k = 0; k < 4; ++k)
           if (c.row[k] >= 0)
             acc += a * c.w[k] *
-                   load_f32(value, dt, ((b * pb.s + pb.levels.start[l] + c.row[k]) * pb.h + h) *
-                                               pb.d +
-                                           d);
+                   load_f32(value, dt,
+                            ((b * pb.s + pb.levels.start[l] + c.row[k]) * pb.h + h) * pb.d + d);
       }
     store_f32(out, dt, i, acc);
   }
@@ -114,8 +113,8 @@ __global__ void dpoint_kernel(Problem pb, const void* __restrict__ dout,
     const int64_t l = (j / pb.p) % pb.l, bqh = j / (pb.p * pb.l), h = bqh % pb.h,
                   b = bqh / (pb.h * pb.q);
     const int64_t height = pb.levels.height[l], width = pb.levels.width[l];
-    const Corners c = corners(load_f32(loc, dt, 2 * j), load_f32(loc, dt, 2 * j + 1), height,
-                              width);
+    const Corners c =
+        corners(load_f32(loc, dt, 2 * j), load_f32(loc, dt, 2 * j + 1), height, width);
     float sample_dot = 0.0f, gx = 0.0f, gy = 0.0f;
     for (int k = 0; k < 4; ++k) {
       if (c.row[k] < 0) continue;

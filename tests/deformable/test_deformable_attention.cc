@@ -184,9 +184,9 @@ TEST(DeformableAttention, BackwardMatchesFiniteDifferences) {
     const std::vector<double>* grad;
     const char* name;
   };
-  for (const Input& in : {Input{&Case::value, &r.dvalue, "value"},
-                          Input{&Case::loc, &r.dloc, "sampling_locations"},
-                          Input{&Case::att, &r.datt, "attention_weights"}}) {
+  for (const Input& in :
+       {Input{&Case::value, &r.dvalue, "value"}, Input{&Case::loc, &r.dloc, "sampling_locations"},
+        Input{&Case::att, &r.datt, "attention_weights"}}) {
     const int64_t n = (c.*in.member).numel();
     for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 23)) {
       Case k = c;
@@ -298,7 +298,8 @@ TEST_F(DeformableKernel, WithoutKernelsTheBuiltinRuns) {
   Case c = random_case(9, 1, 2, 1, 2, 1, {{2, 2}}, 1.0);
   Tensor out = Tensor::empty({1, 2, 2}, DType::F32, dev());
   layer_->forward(as_dtype(c.value, DType::F32).to(dev()), c.shapes,
-                  as_dtype(c.loc, DType::F32).to(dev()), as_dtype(c.att, DType::F32).to(dev()), out);
+                  as_dtype(c.loc, DType::F32).to(dev()), as_dtype(c.att, DType::F32).to(dev()),
+                  out);
   const Grads want = run_op(c, DType::F32, dev());
   expect_close(host(out), want.out, 0, 0, "builtin layer");
 }

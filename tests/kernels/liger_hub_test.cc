@@ -402,8 +402,7 @@ TEST(LigerHub, ActivationRepoGeluFamilyAndGatedEntries) {
     EXPECT_THROW(fn.forward({x}, {y}, wrong), hk::InvalidArgument);
   }
   // Transformers' entry names for the same functions (Silu, Gelu) compute the same values.
-  for (const auto& [name, act, kind] :
-       std::vector<std::tuple<const char*, liger::Act, uint32_t>>{
+  for (const auto& [name, act, kind] : std::vector<std::tuple<const char*, liger::Act, uint32_t>>{
            {"Silu", liger::Act::SiLU, hk::kActivationSiLU},
            {"Gelu", liger::Act::GeluErf, hk::kActivationGELU}}) {
     SCOPED_TRACE(name);

@@ -76,7 +76,9 @@ class SeedExamples : public ::testing::Test {
     return o;
   }
   // A model as the example loads it (C++ form).
-  static CausalLM load(const LoadOptions& o) { return AutoModelForCausalLM::from_pretrained(model_dir(), o); }
+  static CausalLM load(const LoadOptions& o) {
+    return AutoModelForCausalLM::from_pretrained(model_dir(), o);
+  }
 
   static std::vector<double> logits(const CausalLM& m) {
     const Tensor ids = Tensor::from_ints({1, 5, 9, 42, 7, 3}, {1, 6});
@@ -127,7 +129,8 @@ class SeedExamples : public ::testing::Test {
   }
 };
 
-// ---- Kernels page: "Hub kernels" -----------------------------------------------------------------
+// ---- Kernels page: "Hub kernels"
+// -----------------------------------------------------------------
 //   kernel_config = KernelConfig(kernel_mapping={"RMSNorm": "kernels-community/rmsnorm"})
 //   model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen3-0.6B", use_kernels=True,
 //                                                kernel_config=kernel_config)
@@ -158,11 +161,13 @@ TEST_F(SeedExamples, K1_KernelConfigWithARepo) {
   const auto j = nlohmann::json::parse(with.out);
   EXPECT_EQ(j["ids"], nlohmann::json::parse(without.out)["ids"]);
   int bound = 0;
-  for (const auto& l : j["kernelize"]["layers"]) bound += l["kernel"] == "kernels-community/rmsnorm:RMSNorm";
+  for (const auto& l : j["kernelize"]["layers"])
+    bound += l["kernel"] == "kernels-community/rmsnorm:RMSNorm";
   EXPECT_GT(bound, 0);
 }
 
-// ---- Loading guide -------------------------------------------------------------------------------
+// ---- Loading guide
+// -------------------------------------------------------------------------------
 //   model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen3-0.6B", use_kernels=True,
 //                                                device_map="auto")   (and device_map="cuda")
 TEST_F(SeedExamples, L1_UseKernelsTakesTheDeviceAwareDefaults) {
@@ -268,8 +273,8 @@ TEST_F(SeedExamples, L8_KernelizeWithAnExplicitMode) {
 //   (the guide's attn_implementation half is the attention issue's)
 TEST_F(SeedExamples, L9_RepoAndEntryAtTheDefaultVersion) {
   LoadOptions o = load_options();
-  o.kernel_config =
-      KernelConfig{{{"RMSNorm", "kernels-community/liger-kernels:LigerRMSNorm"}}};  // implies use_kernels
+  o.kernel_config = KernelConfig{
+      {{"RMSNorm", "kernels-community/liger-kernels:LigerRMSNorm"}}};  // implies use_kernels
   CausalLM model = load(o);
   const KernelizeReport& r = *model.kernelize_report();
   EXPECT_EQ(decision(r, kNorm).kernel, "kernels-community/liger-kernels:LigerRMSNorm")
@@ -279,18 +284,21 @@ TEST_F(SeedExamples, L9_RepoAndEntryAtTheDefaultVersion) {
       << decision(r, kNorm).reason;
   expect_same_logits(model);
   expect_same_decisions(
-      cli_report(R"({"kernel_mapping": {"RMSNorm": "kernels-community/liger-kernels:LigerRMSNorm"}})"),
+      cli_report(
+          R"({"kernel_mapping": {"RMSNorm": "kernels-community/liger-kernels:LigerRMSNorm"}})"),
       r);
 }
 
-//   KernelConfig(kernel_mapping={"RMSNorm": {"cuda": "kernels-community/liger-kernels:LigerRMSNorm",
-//       "rocm": "kernels-community/liger-kernels:LigerRMSNorm", "xpu": "kernels-community/rmsnorm:RMSNorm"}})
+//   KernelConfig(kernel_mapping={"RMSNorm": {"cuda":
+//   "kernels-community/liger-kernels:LigerRMSNorm",
+//       "rocm": "kernels-community/liger-kernels:LigerRMSNorm", "xpu":
+//       "kernels-community/rmsnorm:RMSNorm"}})
 TEST_F(SeedExamples, L10_APerDeviceMapping) {
-  const KernelConfig config{{{"RMSNorm",
-                              KernelMappingValue::devices(
-                                  {{"cuda", {"kernels-community/liger-kernels:LigerRMSNorm", {}}},
-                                   {"rocm", {"kernels-community/liger-kernels:LigerRMSNorm", {}}},
-                                   {"xpu", {"kernels-community/rmsnorm:RMSNorm", {}}}})}}};
+  const KernelConfig config{
+      {{"RMSNorm",
+        KernelMappingValue::devices({{"cuda", {"kernels-community/liger-kernels:LigerRMSNorm", {}}},
+                                     {"rocm", {"kernels-community/liger-kernels:LigerRMSNorm", {}}},
+                                     {"xpu", {"kernels-community/rmsnorm:RMSNorm", {}}}})}}};
   LoadOptions o = load_options();
   o.kernel_config = config;
   CausalLM model = load(o);
@@ -316,8 +324,9 @@ TEST_F(SeedExamples, L10_APerDeviceMapping) {
   k.dtype = DType::BF16;
   k.device = Device{DeviceType::XPU, 0, 0};
   const KernelizeReport xpu = kernelize(model.module(), Mode::Inference, k);
-  EXPECT_NE(decision(xpu, kNorm).reason.find("kernels-community/rmsnorm:RMSNorm unusable: no "
-                                             "variant"),
+  EXPECT_NE(decision(xpu, kNorm)
+                .reason.find("kernels-community/rmsnorm:RMSNorm unusable: no "
+                             "variant"),
             std::string::npos)
       << decision(xpu, kNorm).reason;
   k.device = Device{DeviceType::ROCM, 0, 94};
@@ -328,7 +337,8 @@ TEST_F(SeedExamples, L10_APerDeviceMapping) {
   EXPECT_EQ(cli_xpu["simulated"], true);
 }
 
-//   KernelConfig(kernel_mapping={"RMSNorm": ("kernels-community/liger-kernels:LigerRMSNorm", {"version": 3})})
+//   KernelConfig(kernel_mapping={"RMSNorm": ("kernels-community/liger-kernels:LigerRMSNorm",
+//   {"version": 3})})
 TEST_F(SeedExamples, L11_AVersionTuple) {
   LoadOptions o = load_options();
   o.kernel_config =
@@ -354,7 +364,8 @@ TEST_F(SeedExamples, L11_AVersionTuple) {
   }
 }
 
-//   KernelConfig(kernel_mapping={"rotary_pos_emb": ("kernels-community/rotary:apply_rotary_transformers",
+//   KernelConfig(kernel_mapping={"rotary_pos_emb":
+//   ("kernels-community/rotary:apply_rotary_transformers",
 //                {"version": 2})}, inherit_mapping=False)
 TEST_F(SeedExamples, L12_OnlyTheGivenEntriesWithoutInheritedDefaults) {
   KernelConfig config{
@@ -400,10 +411,10 @@ TEST_F(SeedExamples, L14_LocalKernels) {
   const KernelizeReport& r = *model.kernelize_report();
   EXPECT_EQ(decision(r, kNorm).kernel, spec) << decision(r, kNorm).reason;
   expect_same_logits(model);
-  expect_same_decisions(cli_report(nlohmann::json{{"kernel_mapping", {{"RMSNorm", spec}}},
-                                                  {"use_local_kernel", true}}
-                                       .dump()),
-                        r);
+  expect_same_decisions(
+      cli_report(nlohmann::json{{"kernel_mapping", {{"RMSNorm", spec}}}, {"use_local_kernel", true}}
+                     .dump()),
+      r);
   // without use_local_kernel a path is refused with the reason
   LoadOptions bad = load_options();
   bad.kernel_config = KernelConfig{{{"RMSNorm", spec}}};

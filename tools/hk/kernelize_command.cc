@@ -52,8 +52,8 @@ Device simulated_device(const std::string& text, int capability) {
   const std::string type = text.substr(0, colon);
   Device d;
   static const std::pair<const char*, DeviceType> kTypes[] = {
-      {"cpu", DeviceType::CPU},   {"cuda", DeviceType::CUDA}, {"rocm", DeviceType::ROCM},
-      {"xpu", DeviceType::XPU},   {"mps", DeviceType::MPS},   {"npu", DeviceType::NPU}};
+      {"cpu", DeviceType::CPU}, {"cuda", DeviceType::CUDA}, {"rocm", DeviceType::ROCM},
+      {"xpu", DeviceType::XPU}, {"mps", DeviceType::MPS},   {"npu", DeviceType::NPU}};
   bool known = false;
   for (const auto& [name, t] : kTypes)
     if (type == name) d.type = t, known = true;
@@ -77,12 +77,12 @@ void run(const KernelizeArgs& a) {
   const Mode mode = parse_mode(a.mode);
   const std::string type = a.device.substr(0, a.device.find(':'));
   const bool runnable = type == "cpu" || (type == "cuda" && cuda_available());
-  const bool simulate =
-      a.simulate || a.capability > 0 || !a.cuda_runtime.empty() || !runnable;
+  const bool simulate = a.simulate || a.capability > 0 || !a.cuda_runtime.empty() || !runnable;
   if (a.capability < 0) throw InvalidArgument("--capability must be positive (e.g. 90 for sm_90)");
   if ((a.capability > 0 || !a.cuda_runtime.empty()) && type != "cuda" && type != "rocm")
-    throw InvalidArgument("--capability and --cuda-runtime describe a cuda (or rocm) device; "
-                          "pass --device cuda");
+    throw InvalidArgument(
+        "--capability and --cuda-runtime describe a cuda (or rocm) device; "
+        "pass --device cuda");
 
   LoadOptions load;
   load.device = simulate ? "cpu" : a.device;

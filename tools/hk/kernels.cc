@@ -175,7 +175,8 @@ void cmd_info_all(Hub& hub, const std::string& repo, bool json) {
   };
   if (!json) {
     std::cout << repo << "  "
-              << (hub.is_trusted(repo) ? "trusted org" : "untrusted org (needs --trust-remote-code)")
+              << (hub.is_trusted(repo) ? "trusted org"
+                                       : "untrusted org (needs --trust-remote-code)")
               << "\n";
     std::cout << "releases (name one with @vX.Y.Z, @vN or --version N; a config without a version "
                  "gets branch v1):\n";

@@ -3,9 +3,9 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "commands.h"
 #include "hk/error.h"
 #include "hk/version.h"
-#include "commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"hk — transformer runtime with hub-loaded, verified kernels"};

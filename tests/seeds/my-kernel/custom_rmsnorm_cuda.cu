@@ -1,6 +1,7 @@
-// custom_rmsnorm_cuda.cu — owner/my-kernel, the cuda kernel of CustomRMSNorm (see custom_rmsnorm.h):
-// one block per row, an f32 sum of squares reduced in shared memory, the guide's two roundings.
-// No allocation and no host synchronisation, so it may be captured into a CUDA graph.
+// custom_rmsnorm_cuda.cu — owner/my-kernel, the cuda kernel of CustomRMSNorm (see
+// custom_rmsnorm.h): one block per row, an f32 sum of squares reduced in shared memory, the guide's
+// two roundings. No allocation and no host synchronisation, so it may be captured into a CUDA
+// graph.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

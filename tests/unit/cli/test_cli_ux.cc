@@ -36,13 +36,14 @@ TEST(CliUx, AnUnknownCommandNamesItself) {
 }
 
 TEST(CliUx, AMissingModelDirectorySaysSo) {
-  for (const char* cmd : {"generate --model /nonexistent/m --prompt hi",
-                          "generate --model /nonexistent/m --ids 1", "kernelize --model "
-                                                                     "/nonexistent/m --report"}) {
+  for (const char* cmd :
+       {"generate --model /nonexistent/m --prompt hi", "generate --model /nonexistent/m --ids 1",
+        "kernelize --model "
+        "/nonexistent/m --report"}) {
     auto r = run_cli(cmd, kCleanEnv);
     EXPECT_EQ(r.status, 1) << cmd;
-    EXPECT_NE(r.err.find("/nonexistent/m does not exist"), std::string::npos) << cmd << ": "
-                                                                              << r.err;
+    EXPECT_NE(r.err.find("/nonexistent/m does not exist"), std::string::npos)
+        << cmd << ": " << r.err;
   }
 }
 
@@ -118,8 +119,8 @@ TEST(CliUx, KernelizeShowsTheSelectionForADeviceThisMachineLacks) {
   EXPECT_NE(text.out.find("simulated selection for xpu"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("nothing was fetched or loaded"), std::string::npos) << text.out;
   // an impossible flag combination is a sentence
-  auto bad = run_cli("kernelize --model " + model() + " --device cpu --capability 90 --report",
-                     kCleanEnv);
+  auto bad =
+      run_cli("kernelize --model " + model() + " --device cpu --capability 90 --report", kCleanEnv);
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.err.find("--capability"), std::string::npos) << bad.err;
 }
@@ -128,18 +129,18 @@ TEST(CliUx, GenerateWarnsWhenAnExplicitKernelFallsBack) {
   const std::string dir = ::testing::TempDir() + "/hk_cli_ux_config";
   std::filesystem::create_directories(dir);
   const std::string config = dir + "/kernel_config.json";
-  std::ofstream(config) << R"({"kernel_mapping": {"RMSNorm": "kernels-community/rmsnorm:Missing"}})";
-  auto r = run_cli("generate --model " + model() + " --ids 1,2 --max-new-tokens 2 --kernel-config " +
-                       shell_quote(config),
+  std::ofstream(config)
+      << R"({"kernel_mapping": {"RMSNorm": "kernels-community/rmsnorm:Missing"}})";
+  auto r = run_cli("generate --model " + model() +
+                       " --ids 1,2 --max-new-tokens 2 --kernel-config " + shell_quote(config),
                    kCleanEnv);
   ASSERT_EQ(r.status, 0) << r.err;
-  EXPECT_NE(r.err.find("hk: warning: an explicitly requested kernel falls back"),
-            std::string::npos)
+  EXPECT_NE(r.err.find("hk: warning: an explicitly requested kernel falls back"), std::string::npos)
       << r.err;
   EXPECT_NE(r.err.find("has no entry Missing"), std::string::npos) << r.err;
   // without a config (defaults only) nothing is warned
-  auto quiet = run_cli("generate --model " + model() + " --ids 1,2 --max-new-tokens 2 --use-kernels",
-                       kCleanEnv);
+  auto quiet = run_cli(
+      "generate --model " + model() + " --ids 1,2 --max-new-tokens 2 --use-kernels", kCleanEnv);
   ASSERT_EQ(quiet.status, 0);
   EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
 }

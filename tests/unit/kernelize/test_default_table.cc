@@ -88,7 +88,8 @@ TEST(DefaultTable, EveryTransformersRowPerDeviceAndMode) {
       {"rotary_pos_emb", "rocm", I, "kernels-community/aiter-rope:apply_rotary_transformers", 2},
       {"rotary_pos_emb", "rocm", T, "", 0},
       {"rotary_pos_emb", "cpu", T, rotary, 2},
-      {"ForCausalLMLoss", "cuda", T, "kernels-community/liger-kernels:LigerForCausalLMLossLayer", 3},
+      {"ForCausalLMLoss", "cuda", T, "kernels-community/liger-kernels:LigerForCausalLMLossLayer",
+       3},
       {"ForCausalLMLoss", "cpu", T, "", 0},
   };
   const auto rules = effective_rules(KernelConfig{});
@@ -112,8 +113,8 @@ TEST(DefaultTable, EveryTransformersRowPerDeviceAndMode) {
 
 // A copy of the tiny Qwen3 fixture whose config says `hidden_act`.
 fs::path model_with_activation(const std::string& hidden_act) {
-  const fs::path dir = fs::temp_directory_path() / ("hk-act-" + hidden_act + "-" +
-                                                    std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("hk-act-" + hidden_act + "-" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::copy(fixture(), dir, fs::copy_options::recursive);
   std::ifstream in(dir / "config.json");
@@ -202,9 +203,9 @@ TEST_F(EmbeddedHub, AnActivationEntryOfAnotherFunctionIsRefusedAtBind) {
   EXPECT_TRUE(d->kernel.empty());
   EXPECT_NE(d->reason.find("computes another activation"), std::string::npos) << d->reason;
   // hk's earlier layer name still works as a key
-  KernelizeReport old_name = kernelize(
-      model.module(), Mode::Inference,
-      options(model, KernelConfig{{{"GELU", "kernels-community/activation:GELU"}}}));
+  KernelizeReport old_name =
+      kernelize(model.module(), Mode::Inference,
+                options(model, KernelConfig{{{"GELU", "kernels-community/activation:GELU"}}}));
   EXPECT_EQ(old_name.find("model.layers.0.mlp.act_fn")->kernel,
             "kernels-community/activation:GELU");
   fs::remove_all(dir);
@@ -214,7 +215,8 @@ TEST_F(EmbeddedHub, LigerLinearBindsAndKeepsLogits) {
   CausalLM model = AutoModelForCausalLM::from_pretrained(fixture().string(), {});
   const Tensor ids = Tensor::from_ints({3, 1, 4, 1, 5}, {1, 5});
   const std::vector<double> builtin = model.forward(ids).logits.to_doubles();
-  KernelConfig config{{{"Linear", {"kernels-community/liger-kernels:LigerLinear", {.version = 3}}}}};
+  KernelConfig config{
+      {{"Linear", {"kernels-community/liger-kernels:LigerLinear", {.version = 3}}}}};
   config.inherit_mapping = false;
   KernelizeReport report = kernelize(model.module(), Mode::Inference, options(model, config));
   const LayerDecision* d = report.find("model.layers.0.self_attn.q_proj");

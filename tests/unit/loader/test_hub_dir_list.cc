@@ -46,8 +46,9 @@ TEST(HubDirList, FirstDirectoryThatHasTheRepoWins) {
   EXPECT_EQ(std::count(repos.begin(), repos.end(), "kernels-community/rmsnorm"), 1);
   // rmsnorm is only in the embedded hub: found there
   const auto target = hub::Target::for_device(Device::cpu());
-  EXPECT_NE(hub.resolve("kernels-community/rmsnorm", target).dir.string().find(embedded_hub().string()),
-            std::string::npos);
+  EXPECT_NE(
+      hub.resolve("kernels-community/rmsnorm", target).dir.string().find(embedded_hub().string()),
+      std::string::npos);
   // rotary is in mine first: it comes from mine, which has no v2 (no fall-through)
   const auto v1 = hub.resolve("kernels-community/rotary", target);
   EXPECT_EQ(v1.dir.string().rfind(mine.string(), 0), 0u) << v1.dir;

@@ -124,8 +124,8 @@ TEST(TokenizeCli, BadInputExitsWithOneSentence) {
 std::string model_with_tokenizer(const std::string& name, const std::string& tokenizer) {
   const std::string model = env_or("HK_SOURCE_DIR", ".") + "/tests/fixtures/models/qwen3-tiny";
   const std::string dir = ::testing::TempDir() + "/" + name;
-  EXPECT_EQ(std::system(("rm -rf " + quote(dir) + " && cp -r " + quote(model) + " " + quote(dir))
-                            .c_str()),
+  EXPECT_EQ(std::system(
+                ("rm -rf " + quote(dir) + " && cp -r " + quote(model) + " " + quote(dir)).c_str()),
             0);
   std::ofstream(dir + "/tokenizer.json") << tokenizer;
   return dir;
@@ -138,7 +138,8 @@ TEST(TokenizeCli, GenerateWithIdsSurvivesATokenizerItCannotLoad) {
   for (int i = 0; i < 40000; ++i) deep += R"({"type": "Sequence", "decoders": [)";
   deep += R"({"type": "Fuse"})";
   for (int i = 0; i < 40000; ++i) deep += "]}";
-  std::ifstream in(env_or("HK_SOURCE_DIR", ".") + "/tests/fixtures/models/qwen3-tiny/tokenizer.json");
+  std::ifstream in(env_or("HK_SOURCE_DIR", ".") +
+                   "/tests/fixtures/models/qwen3-tiny/tokenizer.json");
   std::ostringstream original;
   original << in.rdbuf();
   nlohmann::json j = nlohmann::json::parse(original.str());

@@ -245,8 +245,7 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(edited([](auto& j) { j.erase("model"); }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["type"] = "WordPiece"; }).dump(), "WordPiece");
   expect_rejected(edited([](auto& j) { j["model"]["byte_fallback"] = "yes"; }).dump(), "model");
-  expect_rejected(edited([](auto& j) { j["model"]["unk_token"] = "<nope>"; }).dump(),
-                  "unk_token");
+  expect_rejected(edited([](auto& j) { j["model"]["unk_token"] = "<nope>"; }).dump(), "unk_token");
   expect_rejected(edited([](auto& j) { j["model"]["dropout"] = 0.1; }).dump(), "dropout");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"] = 3; }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"]["x"] = "seven"; }).dump(), "model");

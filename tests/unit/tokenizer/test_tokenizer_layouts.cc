@@ -146,11 +146,11 @@ TEST(TokenizerLayouts, DeeplyNestedSequencesAreRefusedNotACrash) {
     const char* key;
     const char* leaf;
   };
-  for (const Part& p : {Part{"normalizer", "normalizers", R"({"type": "NFC"})"},
-                        Part{"decoder", "decoders", R"({"type": "Fuse"})"},
-                        Part{"pre_tokenizer", "pretokenizers",
-                             R"({"type": "Metaspace", "replacement": "▁"})"},
-                        Part{"post_processor", "processors", R"({"type": "ByteLevel"})"}}) {
+  for (const Part& p :
+       {Part{"normalizer", "normalizers", R"({"type": "NFC"})"},
+        Part{"decoder", "decoders", R"({"type": "Fuse"})"},
+        Part{"pre_tokenizer", "pretokenizers", R"({"type": "Metaspace", "replacement": "▁"})"},
+        Part{"post_processor", "processors", R"({"type": "ByteLevel"})"}}) {
     try {
       Tokenizer::from_json(with_part(p.part, nested(p.key, p.leaf, 40000)), "deep.json");
       ADD_FAILURE() << p.part << ": a 40,000-deep Sequence was accepted";
@@ -211,8 +211,7 @@ TEST(TokenizerLayouts, SentencePieceStyleEncodesQuickly) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GT(ids.size(), 10000u);
   EXPECT_LT(seconds, 2.0) << "encoding " << text.size() << " bytes took " << seconds << " s";
-  std::cout << "llama2 layout: encode of " << text.size() << " bytes: " << seconds * 1e3
-            << " ms\n";
+  std::cout << "llama2 layout: encode of " << text.size() << " bytes: " << seconds * 1e3 << " ms\n";
 }
 
 }  // namespace

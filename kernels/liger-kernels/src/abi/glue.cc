@@ -531,7 +531,8 @@ size_t linear_ws(const hk_call& call, uint32_t pass) {
 
 // x [..., K] (input `x_index`) and weight [N, K] (input `x_index` + 1).
 void linear_common(const hk_call& call, int x_index, liger::LinearArgs* a) {
-  a->accumulate = (hk::sdk::read_attrs<hk::LinearAttrs>(call).flags & hk::kAccumulateWeightGrads) != 0;
+  a->accumulate =
+      (hk::sdk::read_attrs<hk::LinearAttrs>(call).flags & hk::kAccumulateWeightGrads) != 0;
   a->x = rows_of(hk::sdk::input(call, x_index, "x"), "x");
   a->w = rows_of(hk::sdk::input(call, x_index + 1, "weight"), "weight");
   if (hk::sdk::input(call, x_index + 1, "weight").ndim != 2 || a->w.cols != a->x.cols)
@@ -578,7 +579,8 @@ void linear_bwd_call(const hk_call& call) {
     if (dw->ndim != 2 || a.dw.rows != a.w.rows || a.dw.cols != a.w.cols)
       fail(HK_STATUS_INVALID_ARGUMENT, "linear backward: dweight must be shaped like weight");
   }
-  if (const hk_tensor* db = hk::sdk::optional_output(call, 2)) a.db = vec_of(*db, a.w.rows, "dbias");
+  if (const hk_tensor* db = hk::sdk::optional_output(call, 2))
+    a.db = vec_of(*db, a.w.rows, "dbias");
   check_workspace(call, linear_ws(call, HK_PASS_BACKWARD), "linear backward");
   a.workspace = call.workspace;
   LIGER_RUN(linear_bwd, a, call);

@@ -38,7 +38,7 @@ int broadcast_rows(const Vec& b, const Rows& y, void* stream) {
   if (y.rows == 0 || y.cols == 0) return 0;
   broadcast_rows_kernel<<<grid_for(y.rows * y.cols, 256), 256, 0,
                           static_cast<cudaStream_t>(stream)>>>(b.data, b.dt, y.data, y.dt, y.rows,
-                                                              y.cols, y.row_stride);
+                                                               y.cols, y.row_stride);
   return last_error();
 }
 

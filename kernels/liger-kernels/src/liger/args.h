@@ -249,10 +249,10 @@ struct MlpArgs {
 //           before it)
 // backward: dx = dy·w; dw = dyᵀ·x and db = Σ_rows dy, written or accumulated, f32 sums
 struct LinearArgs {
-  Rows x, w, y;  // forward (x also in backward)
-  Vec b;         // forward bias, data may be null
-  Rows dy, dx, dw;  // backward; dx.data / dw.data may be null
-  Vec db;           // backward bias gradient, data may be null
+  Rows x, w, y;             // forward (x also in backward)
+  Vec b;                    // forward bias, data may be null
+  Rows dy, dx, dw;          // backward; dx.data / dw.data may be null
+  Vec db;                   // backward bias gradient, data may be null
   bool accumulate = false;  // dw / db are added to
   void* workspace = nullptr;
 };
