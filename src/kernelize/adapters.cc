@@ -154,8 +154,10 @@ class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
   using Named::Named;
   std::string name() const override { return name_; }
   void forward(const nn::CausalLMLoss&, const TensorView& logits, const TensorView& labels,
-               const TensorView& loss, Stream stream) const override {
+               const TensorView& loss, const nn::CausalLMLossOptions& options,
+               Stream stream) const override {
     CausalLmLossAttrs attrs;
+    attrs.num_items_in_batch = options.num_items_in_batch;
     call_forward(fn_, {logits, labels}, {loss}, attrs, stream);
   }
 };

@@ -1,0 +1,53 @@
+// The tape of a training forward of the decoder LM (private to src/models; tests read its byte
+// counts): the layer calls of one forward, in order, each with the input its caller keeps and the
+// LayerContext its implementation filled. Backward walks it in reverse, releasing each step's
+// tensors as soon as that step's backward ran, and then the whole tape.
+//
+// What a decoder layer keeps (no gradient checkpointing): its input h and h_mid = h + attn (the two
+// RMSNorm inputs), their rstd, the q/k/v projections (before q/k norm and rotary), the attention
+// output, the attention function's state (probs or lse), and the MLP's gate(x), up(x). The norms'
+// outputs, the normed/rotated q and k and act(gate)·up are recomputed in backward. With gradient
+// checkpointing a layer keeps only its input and re-runs its training forward inside backward.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "decoder_lm.h"
+
+namespace hk {
+
+class TrainingTape {
+ public:
+  // Runs the recorded backward (d loss = 1) and releases everything. Throws on a second call.
+  void backward(Stream stream);
+  bool consumed() const { return consumed_; }
+
+  // Bytes of the distinct storages decoder layer i's step keeps (its input included); 0 for a
+  // checkpointed layer's context (its input is counted).
+  size_t layer_bytes(size_t i) const;
+  // Everything the tape holds.
+  size_t total_bytes() const;
+
+ private:
+  friend class DecoderLM;
+  struct LayerStep {
+    Tensor input;  // the layer's h; the previous step's output
+    nn::LayerContext ctx;
+  };
+
+  std::shared_ptr<const DecoderLM> model_;
+  Stream stream_;
+  bool checkpointing_ = false;
+  bool fused_loss_ = false;
+  nn::CausalLMLossOptions loss_options_;
+  PreparedInputs inputs_;
+  nn::LayerContext embed_;
+  std::vector<LayerStep> layers_;
+  Tensor final_hidden_;  // the final norm's input
+  nn::LayerContext final_norm_, lm_head_, loss_;
+  Tensor logits_;  // undefined with a fused loss
+  bool consumed_ = false;
+};
+
+}  // namespace hk
