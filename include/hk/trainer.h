@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "hk/error.h"
 #include "hk/kernelize.h"
 #include "hk/models.h"
 #include "hk/stream.h"

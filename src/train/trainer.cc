@@ -17,6 +17,7 @@
 #include "hk/error.h"
 #include "hk/lr_scheduler.h"
 #include "hk/ops.h"
+#include "hk/safetensors.h"
 #include "hk/optim.h"
 #include "hk/train_checkpoint.h"
 #include "train/loss_plot.h"
@@ -446,7 +447,8 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
   Checkpoint weights = Checkpoint::open(dir);
   std::vector<std::pair<std::string, Tensor>> opt_state;
   SafetensorsFile moments = SafetensorsFile::open((fs::path(dir) / "optimizer.safetensors").string());
-  for (const auto& name : moments.names()) opt_state.emplace_back(name, moments.tensor(name));
+  for (const auto& info : moments.tensors())
+    opt_state.emplace_back(info.name, moments.load(info.name));
   if (master) {
     for (const auto& t : tensors) {
       if (!weights.contains(t.name))

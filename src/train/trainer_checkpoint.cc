@@ -8,10 +8,12 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "hk/error.h"
+#include "hk/safetensors.h"
 #include "hk/version.h"
 #include "train/trainer_impl.h"
 
