@@ -1,9 +1,10 @@
 // hk/optim.h — AdamW and global grad-norm clipping, as torch's AdamW and clip_grad_norm_ that
 // Hugging Face's Trainer uses.
 //
-//   hk::optim::AdamW opt(hk::optim::trainable_parameters(model), {.lr = 5e-5, .weight_decay = 0.01});
-//   auto norm = hk::optim::clip_grad_norm(opt.tensors(), /*max_norm=*/1.0);  // device scalars
-//   opt.step(scheduler.lr(step), &norm.clip_coef);                           // no host sync
+//   hk::optim::AdamW opt(hk::optim::trainable_parameters(model), {.lr = 5e-5, .weight_decay =
+//   0.01}); auto norm = hk::optim::clip_grad_norm(opt.tensors(), /*max_norm=*/1.0);  // device
+//   scalars opt.step(scheduler.lr(step), &norm.clip_coef);                           // no host
+//   sync
 //
 // Update (torch.optim.AdamW, decoupled weight decay, bias-corrected), per element in f32:
 //   p ← p·(1 − lr·wd)                   (only for tensors in the decay group)
@@ -62,7 +63,9 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // for the decay group; the other group has 0
-  // Keep f32 master parameters and f32 moments; the model's tensors are refreshed from them.
+  // Keep f32 master parameters (copied from the values at construction) and f32 moments; the
+  // model's tensors, which may be converted to 16 bits afterwards, are rewritten from the masters
+  // after every step.
   bool master_weights = false;
 };
 
@@ -111,6 +114,7 @@ struct GradNorm {
 // torch.nn.utils.clip_grad_norm_ without modifying the gradients: the coefficient is applied by
 // AdamW::step (grad_scale), which reads each gradient once anyway. Undefined gradients are
 // skipped. All gradients must be on one device.
-GradNorm clip_grad_norm(const std::vector<OptimTensor>& tensors, double max_norm, Stream stream = {});
+GradNorm clip_grad_norm(const std::vector<OptimTensor>& tensors, double max_norm,
+                        Stream stream = {});
 
 }  // namespace hk::optim

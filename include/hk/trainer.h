@@ -50,7 +50,7 @@ struct TrainerOptions {
   // into every checkpoint from here. Required unless save_strategy is "no" (a checkpoint without
   // config.json cannot be loaded by hk or Transformers).
   std::string model_dir;
-  bool use_kernels = false;  // kernelize with the hub's default mapping (Mode::Training)
+  bool use_kernels = false;       // kernelize with the hub's default mapping (Mode::Training)
   std::shared_ptr<hub::Hub> hub;  // null: from the environment
   Stream stream;
   // Write output_dir/model.safetensors (+ configs, tokenizer) at the end, as save_model() does.
@@ -76,7 +76,7 @@ struct TrainProgress {
   double epoch = 0;
   double last_loss = 0;  // NaN before the first log
   double learning_rate = 0;
-  double tokens_per_s = 0;   // since the start of this run (host clock)
+  double tokens_per_s = 0;  // since the start of this run (host clock)
   double elapsed_s = 0;
   double eta_s = 0;
 };

@@ -21,7 +21,6 @@
 #include <string_view>
 #include <vector>
 
-
 #include "hk/kernel_config.h"
 
 namespace hk {
@@ -39,8 +38,8 @@ struct TrainingArguments {
   double num_train_epochs = 3.0;
   int64_t max_steps = -1;  // > 0 overrides num_train_epochs
   std::string lr_scheduler_type = "linear";
-  double warmup_steps = 0;  // ≥ 1: steps; in (0, 1): ratio of the total (Transformers 5)
-  double warmup_ratio = 0;  // Transformers 4's field, used when warmup_steps is 0
+  double warmup_steps = 0;     // ≥ 1: steps; in (0, 1): ratio of the total (Transformers 5)
+  double warmup_ratio = 0;     // Transformers 4's field, used when warmup_steps is 0
   double logging_steps = 500;  // ≥ 1: every N steps; in (0, 1): ratio of the total
   bool logging_first_step = false;
   std::string save_strategy = "steps";  // "steps" or "no"

@@ -76,11 +76,11 @@ std::string loss_curve_svg(const std::vector<TrainerLogEntry>& history, const st
   s << "</g>\n<g>\n";
   for (int i = 0; i <= 4; ++i) {
     const double y = y0 + (y1 - y0) * i / 4.0;
-    s << "<text x=\"" << left - 6 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">"
-      << fmt(y) << "</text>\n";
+    s << "<text x=\"" << left - 6 << "\" y=\"" << py(y) + 4 << "\" text-anchor=\"end\">" << fmt(y)
+      << "</text>\n";
     const double x = x0 + (x1 - x0) * i / 4.0;
-    s << "<text x=\"" << px(x) << "\" y=\"" << height - bottom + 18
-      << "\" text-anchor=\"middle\">" << fmt(std::round(x), "%.0f") << "</text>\n";
+    s << "<text x=\"" << px(x) << "\" y=\"" << height - bottom + 18 << "\" text-anchor=\"middle\">"
+      << fmt(std::round(x), "%.0f") << "</text>\n";
   }
   s << "<text x=\"" << (left + width - right) / 2 << "\" y=\"" << height - 10
     << "\" text-anchor=\"middle\">step</text>\n";

@@ -17,8 +17,8 @@
 #include "hk/error.h"
 #include "hk/lr_scheduler.h"
 #include "hk/ops.h"
-#include "hk/safetensors.h"
 #include "hk/optim.h"
+#include "hk/safetensors.h"
 #include "hk/train_checkpoint.h"
 #include "train/loss_plot.h"
 #include "train/trainer_impl.h"
@@ -58,8 +58,7 @@ struct Trainer::Impl : TrainerImpl {
   using TrainerImpl::TrainerImpl;
 };
 
-Trainer::Trainer(CausalLM& model, TrainingArguments args, BlockDataset data,
-                 TrainerOptions options)
+Trainer::Trainer(CausalLM& model, TrainingArguments args, BlockDataset data, TrainerOptions options)
     : impl_(std::make_unique<Impl>(model, std::move(args), std::move(data), std::move(options))) {}
 
 Trainer::~Trainer() = default;
@@ -90,9 +89,8 @@ TrainerImpl::TrainerImpl(CausalLM& m, TrainingArguments a, BlockDataset d, Train
   if (data.block_size() > config.max_position_embeddings)
     throw InvalidArgument("--block-size " + std::to_string(data.block_size()) +
                           " is longer than the model's context (max_position_embeddings = " +
-                          std::to_string(config.max_position_embeddings) +
-                          "); use --block-size " + std::to_string(config.max_position_embeddings) +
-                          " or less");
+                          std::to_string(config.max_position_embeddings) + "); use --block-size " +
+                          std::to_string(config.max_position_embeddings) + " or less");
   if (args.save_strategy != "no" && options.model_dir.empty())
     throw InvalidArgument(
         "Trainer: TrainerOptions::model_dir is needed to write checkpoints (config.json and "
@@ -111,9 +109,9 @@ TrainerImpl::TrainerImpl(CausalLM& m, TrainingArguments a, BlockDataset d, Train
   }
   logging_steps = TrainingArguments::steps_from(args.logging_steps, max_steps);
   save_steps = TrainingArguments::steps_from(args.save_steps, max_steps);
-  scheduler = LRScheduler(parse_scheduler_type(args.lr_scheduler_type), args.learning_rate,
-                          resolve_warmup_steps(args.warmup_steps, args.warmup_ratio, max_steps),
-                          max_steps);
+  scheduler =
+      LRScheduler(parse_scheduler_type(args.lr_scheduler_type), args.learning_rate,
+                  resolve_warmup_steps(args.warmup_steps, args.warmup_ratio, max_steps), max_steps);
 
   // Training mode first: a model loaded with kernel options re-kernelizes here itself.
   model.train();
@@ -230,9 +228,8 @@ double TrainerImpl::flush_window(int64_t step, bool* finite) {
 
 [[noreturn]] void TrainerImpl::fail_non_finite(int64_t step) const {
   const int64_t bad = bad_loss_step == std::numeric_limits<int64_t>::max() ? step : bad_loss_step;
-  std::string where = last_saved.empty()
-                          ? "no checkpoint was written"
-                          : "the last good checkpoint is " + last_saved;
+  std::string where = last_saved.empty() ? "no checkpoint was written"
+                                         : "the last good checkpoint is " + last_saved;
   throw NonFiniteLossError("the loss became NaN or infinite at step " + std::to_string(bad) +
                                "; training stopped (" + where +
                                "). Lower --learning-rate, or check the data and the model",
@@ -271,8 +268,8 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
 
   for (int64_t epoch = start_epoch; epoch < num_train_epochs && state.global_step < max_steps;
        ++epoch) {
-    const std::vector<int64_t> order = epoch_order(data.num_blocks(), args.seed, epoch,
-                                                   args.shuffle);
+    const std::vector<int64_t> order =
+        epoch_order(data.num_blocks(), args.seed, epoch, args.shuffle);
     int64_t micro = epoch == start_epoch ? start_micro : 0;
     while (micro < steps_in_epoch && state.global_step < max_steps) {
       const int64_t n = std::min(ga, steps_in_epoch - micro);
@@ -280,8 +277,9 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
       // are the input ids, none ignored: rows × (block − 1)).
       int64_t num_items = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t rows = std::min(args.per_device_train_batch_size,
-                                      data.num_blocks() - (micro + i) * args.per_device_train_batch_size);
+        const int64_t rows =
+            std::min(args.per_device_train_batch_size,
+                     data.num_blocks() - (micro + i) * args.per_device_train_batch_size);
         num_items += rows * (data.block_size() - 1);
       }
       for (int64_t i = 0; i < n; ++i) {
@@ -312,8 +310,7 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
 
       const bool last = step >= max_steps;
       const bool log_now = step % logging_steps == 0 || (step == 1 && args.logging_first_step);
-      const bool save_now =
-          args.save_strategy == "steps" && (step % save_steps == 0 || last);
+      const bool save_now = args.save_strategy == "steps" && (step % save_steps == 0 || last);
       if (log_now || save_now || last) {
         bool finite = true;
         const double loss = flush_window(step, &finite);  // the sync: the clock is read after it
@@ -338,8 +335,8 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
         if (save_now) {
           last_saved = save_checkpoint(epoch, micro);
           out.last_checkpoint = last_saved;
-          if (args.save_total_limit) rotate_checkpoints(args.output_dir, *args.save_total_limit,
-                                                        last_saved);
+          if (args.save_total_limit)
+            rotate_checkpoints(args.output_dir, *args.save_total_limit, last_saved);
         }
         if (last && window_steps > 0) {  // the unlogged tail counts toward training_loss
           bool tail_finite = true;
@@ -369,15 +366,16 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
   synchronize(device, stream);
   out.global_step = state.global_step;
   out.train_runtime_s = seconds_since(run_start);
-  out.tokens_per_s = out.train_runtime_s > 0 ? static_cast<double>(out.tokens) / out.train_runtime_s : 0;
+  out.tokens_per_s =
+      out.train_runtime_s > 0 ? static_cast<double>(out.tokens) / out.train_runtime_s : 0;
   out.training_loss = run_steps_logged > 0 ? run_loss_sum / static_cast<double>(run_steps_logged)
                                            : std::numeric_limits<double>::quiet_NaN();
   if (options.save_final_model) save_final_model();
   if (options.plot_loss && !state.log_history.empty()) {
     fs::create_directories(args.output_dir);
-    write_file_atomically((fs::path(args.output_dir) / "loss_curve.svg").string(),
-                          loss_curve_svg(state.log_history,
-                                         "training loss (" + model_summary() + ")"));
+    write_file_atomically(
+        (fs::path(args.output_dir) / "loss_curve.svg").string(),
+        loss_curve_svg(state.log_history, "training loss (" + model_summary() + ")"));
   }
   return out;
 }
@@ -399,12 +397,14 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
   if (!missing.empty()) {
     std::string list;
     for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-    throw InvalidArgument("--resume-from-checkpoint: " + dir + " is not a complete hk checkpoint (" +
-                          list + " missing); resume from a checkpoint written by hk train");
+    throw InvalidArgument("--resume-from-checkpoint: " + dir +
+                          " is not a complete hk checkpoint (" + list +
+                          " missing); resume from a checkpoint written by hk train");
   }
   const nlohmann::json meta = read_json((fs::path(dir) / "hk_checkpoint.json").string());
   if (meta.value("parameters_fingerprint", std::string()) != model_fingerprint)
-    throw InvalidArgument("--resume-from-checkpoint: " + dir + " was written for a different model (" +
+    throw InvalidArgument("--resume-from-checkpoint: " + dir +
+                          " was written for a different model (" +
                           meta.value("model", std::string("unknown")) + "); this model is " +
                           model_summary() + ". Resume with the model it was trained from");
   const nlohmann::json ds = read_json((fs::path(dir) / "data_state.json").string());
@@ -446,7 +446,8 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
   // Weights: into the f32 masters (then the bf16 model is refreshed), or into the model itself.
   Checkpoint weights = Checkpoint::open(dir);
   std::vector<std::pair<std::string, Tensor>> opt_state;
-  SafetensorsFile moments = SafetensorsFile::open((fs::path(dir) / "optimizer.safetensors").string());
+  SafetensorsFile moments =
+      SafetensorsFile::open((fs::path(dir) / "optimizer.safetensors").string());
   for (const auto& info : moments.tensors())
     opt_state.emplace_back(info.name, moments.load(info.name));
   if (master) {

@@ -1,9 +1,9 @@
 // Writing the Trainer's checkpoints (hk/train_checkpoint.h has the layout) and the final model.
 //
-// Test hook: with HK_TRAIN_TEST_PAUSE_IN_SAVE=<seconds> set, a save prints
+// Test hook: with HK_TRAIN_TEST_PAUSE_IN_SAVE=<step> set, the save of that step prints
 // "hk: test: pausing inside checkpoint save <staging dir>" to stderr after model.safetensors is
-// written and sleeps, so the kill -9 test can kill the process mid-save deterministically. It
-// changes nothing else.
+// written and sleeps for a minute, so the kill -9 test can kill the process mid-save
+// deterministically. It changes nothing else.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -22,10 +22,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* const kModelFiles[] = {"config.json",          "generation_config.json",
-                                   "tokenizer.json",       "tokenizer_config.json",
-                                   "special_tokens_map.json", "vocab.json",
-                                   "merges.txt",           "added_tokens.json",
+const char* const kModelFiles[] = {"config.json",
+                                   "generation_config.json",
+                                   "tokenizer.json",
+                                   "tokenizer_config.json",
+                                   "special_tokens_map.json",
+                                   "vocab.json",
+                                   "merges.txt",
+                                   "added_tokens.json",
                                    "chat_template.jinja"};
 
 nlohmann::json args_json(const TrainingArguments& a) {
@@ -60,11 +64,11 @@ nlohmann::json args_json(const TrainingArguments& a) {
   return j;
 }
 
-void pause_for_test(const std::string& staging) {
+void pause_for_test(const std::string& staging, int64_t step) {
   const char* v = std::getenv("HK_TRAIN_TEST_PAUSE_IN_SAVE");
-  if (!v || !*v) return;
+  if (!v || !*v || std::atoll(v) != step) return;
   std::cerr << "hk: test: pausing inside checkpoint save " << staging << std::endl;
-  ::sleep(static_cast<unsigned>(std::atoi(v)));
+  ::sleep(60);
 }
 
 }  // namespace
@@ -105,7 +109,7 @@ std::string TrainerImpl::save_checkpoint(int64_t epoch, int64_t micro_batches_do
   std::vector<std::pair<std::string, TensorView>> views;
   for (auto& [n, t] : weights) views.emplace_back(n, t.view());
   writer.write_tensors("model.safetensors", views, {{"format", "pt"}});
-  pause_for_test(writer.staging_dir());
+  pause_for_test(writer.staging_dir(), state.global_step);
   copy_model_files(&writer, "");
 
   // Optimizer: moments only (masters are model.safetensors).

@@ -70,10 +70,9 @@ int64_t TrainingArguments::steps_from(double value, int64_t total_steps) {
 }
 
 const std::vector<std::string>& LigerKernelConfig::known_keys() {
-  static const std::vector<std::string> keys = {"rope",          "swiglu",
-                                                "geglu",         "cross_entropy",
-                                                "fused_linear_cross_entropy", "rms_norm",
-                                                "layer_norm"};
+  static const std::vector<std::string> keys = {
+      "rope",     "swiglu",    "geglu", "cross_entropy", "fused_linear_cross_entropy",
+      "rms_norm", "layer_norm"};
   return keys;
 }
 
@@ -135,8 +134,8 @@ std::map<std::string, bool> LigerKernelConfig::parse(std::string_view text) {
     else if (value == "false" || value == "0" || value == "no" || value == "off")
       on = false;
     else
-      throw InvalidArgument("--liger-kernel-config: value of '" + key + "' must be true or false, got '" +
-                            value + "'");
+      throw InvalidArgument("--liger-kernel-config: value of '" + key +
+                            "' must be true or false, got '" + value + "'");
     out[key] = on;
     if (end == text.size()) break;
   }
@@ -156,8 +155,7 @@ KernelConfig LigerKernelConfig::kernel_config(const std::vector<std::string>& mo
   auto add = [&](bool on, const char* key, const std::string& layer, const char* entry) {
     if (!on) return;
     if (!has_layer(layer)) {
-      if (skipped)
-        skipped->push_back(std::string(key) + ": the model has no " + layer + " layer");
+      if (skipped) skipped->push_back(std::string(key) + ": the model has no " + layer + " layer");
       return;
     }
     config.kernel_mapping[layer] = KernelMappingValue(std::string(kLigerRepo) + entry,
@@ -167,7 +165,8 @@ KernelConfig LigerKernelConfig::kernel_config(const std::vector<std::string>& mo
   add(rope, "rope", "rotary_pos_emb", "LigerRope");
   add(rms_norm, "rms_norm", "RMSNorm", "LigerRMSNorm");
   add(layer_norm, "layer_norm", "LayerNorm", "LigerLayerNorm");
-  if (swiglu && gelu && skipped) skipped->push_back("swiglu: the MLP's activation is " + hidden_act);
+  if (swiglu && gelu && skipped)
+    skipped->push_back("swiglu: the MLP's activation is " + hidden_act);
   if (geglu && !gelu && skipped) skipped->push_back("geglu: the MLP's activation is " + hidden_act);
   add(swiglu && !gelu, "swiglu", "MLP", "LigerSwiGLUMLP");
   add(geglu && gelu, "geglu", "MLP", "LigerGEGLUMLP");
@@ -178,7 +177,7 @@ KernelConfig LigerKernelConfig::kernel_config(const std::vector<std::string>& mo
 }
 
 std::string LigerKernelConfig::str() const {
-  const bool values[] = {rope, swiglu, geglu, cross_entropy, fused_linear_cross_entropy,
+  const bool values[] = {rope,     swiglu,    geglu, cross_entropy, fused_linear_cross_entropy,
                          rms_norm, layer_norm};
   std::string out;
   for (size_t i = 0; i < known_keys().size(); ++i)

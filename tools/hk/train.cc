@@ -114,7 +114,8 @@ void run_train(TrainCliArgs& a) {
     throw hk::InvalidArgument("--block-size " + std::to_string(block_size) +
                               " is longer than the model's context (max_position_embeddings = " +
                               std::to_string(model.config().max_position_embeddings) + ")");
-  hk::BlockDataset data = hk::BlockDataset::from_file(a.data, tokenizer, {.block_size = block_size});
+  hk::BlockDataset data =
+      hk::BlockDataset::from_file(a.data, tokenizer, {.block_size = block_size});
 
   const int64_t num_blocks = data.num_blocks();
   hk::TrainerOptions options;
@@ -125,14 +126,14 @@ void run_train(TrainCliArgs& a) {
   const bool tty = ::isatty(STDERR_FILENO) && !args.disable_tqdm;
   ProgressBar bar(tty);
   if (!a.json) {
-    std::cout << "hk train: " << model.config().model_type << " on " << model.device().str()
-              << " (" << hk::dtype_name(model.dtype()) << (args.bf16 ? ", f32 master weights" : "")
-              << "), " << num_blocks << " blocks of " << block_size << " tokens, "
-              << trainer.max_steps() << " steps, " << trainer.steps_in_epoch()
-              << " micro-batches per epoch\n";
+    std::cout << "hk train: " << model.config().model_type << " on " << model.device().str() << " ("
+              << hk::dtype_name(model.dtype()) << (args.bf16 ? ", f32 master weights" : "") << "), "
+              << num_blocks << " blocks of " << block_size << " tokens, " << trainer.max_steps()
+              << " steps, " << trainer.steps_in_epoch() << " micro-batches per epoch\n";
     if (const hk::KernelizeReport* report = trainer.kernelize_report())
       std::cout << report->to_text();
-    for (const auto& note : trainer.liger_notes()) std::cout << "liger: not applied: " << note << "\n";
+    for (const auto& note : trainer.liger_notes())
+      std::cout << "liger: not applied: " << note << "\n";
     std::cout << std::flush;
   }
   trainer.on_step = [&](const hk::TrainProgress& p) { bar.draw(p); };
@@ -165,17 +166,17 @@ void run_train(TrainCliArgs& a) {
   bar.clear();
   if (a.json) {
     const hk::KernelizeReport* report = trainer.kernelize_report();
-    nlohmann::json j = {{"train_runtime", out.train_runtime_s},
-                        {"train_loss", out.training_loss},
-                        {"global_step", out.global_step},
-                        {"tokens", out.tokens},
-                        {"tokens_per_s", out.tokens_per_s},
-                        {"output_dir", args.output_dir},
-                        {"last_checkpoint", out.last_checkpoint},
-                        {"resumed_from", out.resumed_from},
-                        {"kernelize", report ? nlohmann::json::parse(report->to_json())
-                                             : nlohmann::json(nullptr)},
-                        {"liger_notes", trainer.liger_notes()}};
+    nlohmann::json j = {
+        {"train_runtime", out.train_runtime_s},
+        {"train_loss", out.training_loss},
+        {"global_step", out.global_step},
+        {"tokens", out.tokens},
+        {"tokens_per_s", out.tokens_per_s},
+        {"output_dir", args.output_dir},
+        {"last_checkpoint", out.last_checkpoint},
+        {"resumed_from", out.resumed_from},
+        {"kernelize", report ? nlohmann::json::parse(report->to_json()) : nlohmann::json(nullptr)},
+        {"liger_notes", trainer.liger_notes()}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
     char line[256];
@@ -183,7 +184,8 @@ void run_train(TrainCliArgs& a) {
                   static_cast<long long>(out.global_step), out.train_runtime_s, out.training_loss,
                   out.tokens_per_s);
     std::cout << line << "\n";
-    if (!out.last_checkpoint.empty()) std::cout << "last checkpoint: " << out.last_checkpoint << "\n";
+    if (!out.last_checkpoint.empty())
+      std::cout << "last checkpoint: " << out.last_checkpoint << "\n";
     std::cout << "model and loss_curve.svg: " << args.output_dir << std::endl;
   }
 }

@@ -59,8 +59,8 @@ const std::regex& checkpoint_name() {
 // Removes `dir` after renaming it to a hidden name, so that a crash during the removal never
 // leaves a partial directory under a checkpoint name.
 void remove_checkpoint_dir(const fs::path& dir) {
-  fs::path hidden = dir.parent_path() / ("." + dir.filename().string() + ".deleting-" +
-                                         std::to_string(::getpid()));
+  fs::path hidden = dir.parent_path() /
+                    ("." + dir.filename().string() + ".deleting-" + std::to_string(::getpid()));
   std::error_code ec;
   fs::rename(dir, hidden, ec);
   if (ec) throw RuntimeFailure("cannot remove checkpoint " + dir.string() + ": " + ec.message());
@@ -72,8 +72,8 @@ void remove_checkpoint_dir(const fs::path& dir) {
 
 void write_file_atomically(const std::string& path, const std::string& text) {
   const fs::path p(path);
-  const fs::path tmp = p.parent_path() / ("." + p.filename().string() + ".tmp-" +
-                                          std::to_string(::getpid()));
+  const fs::path tmp =
+      p.parent_path() / ("." + p.filename().string() + ".tmp-" + std::to_string(::getpid()));
   write_and_sync(tmp.string(), text);
   std::error_code ec;
   fs::rename(tmp, p, ec);
@@ -96,11 +96,10 @@ std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string&
 }
 
 std::vector<std::string> missing_checkpoint_files(const std::string& dir) {
-  static const char* required[] = {"model.safetensors",     "config.json",
-                                   "trainer_state.json",    "optimizer.safetensors",
-                                   "optimizer.json",        "scheduler.json",
-                                   "rng_state.json",        "data_state.json",
-                                   "hk_checkpoint.json"};
+  static const char* required[] = {
+      "model.safetensors",     "config.json",     "trainer_state.json",
+      "optimizer.safetensors", "optimizer.json",  "scheduler.json",
+      "rng_state.json",        "data_state.json", "hk_checkpoint.json"};
   std::vector<std::string> missing;
   for (const char* f : required)
     if (!fs::is_regular_file(fs::path(dir) / f)) missing.emplace_back(f);

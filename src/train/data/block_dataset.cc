@@ -17,8 +17,7 @@ namespace fs = std::filesystem;
 std::string read_file(const std::string& path) {
   if (!fs::exists(path)) throw NotFound("training data file " + path + " does not exist");
   if (fs::is_directory(path))
-    throw InvalidArgument("training data " + path +
-                          " is a directory; give a .txt or .jsonl file");
+    throw InvalidArgument("training data " + path + " is a directory; give a .txt or .jsonl file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw NotFound("training data file " + path + " cannot be opened");
   std::ostringstream ss;
@@ -33,7 +32,8 @@ size_t line_break_at(const std::string& s, size_t i) {
   if (c == '\n' || c == '\v' || c == '\f' || c == 0x1c || c == 0x1d || c == 0x1e) return 1;
   if (c == 0xc2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) return 2;
   if (c == 0xe2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
-      (static_cast<unsigned char>(s[i + 2]) == 0xa8 || static_cast<unsigned char>(s[i + 2]) == 0xa9))
+      (static_cast<unsigned char>(s[i + 2]) == 0xa8 ||
+       static_cast<unsigned char>(s[i + 2]) == 0xa9))
     return 3;
   return 0;
 }
@@ -57,7 +57,8 @@ std::vector<std::string> split_lines(const std::string& s) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -88,8 +89,8 @@ std::vector<std::string> BlockDataset::read_documents(const std::string& path) {
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {
-      throw InvalidArgument(path + ":" + std::to_string(line_no) +
-                            ": not a JSON object (" + e.what() + ")");
+      throw InvalidArgument(path + ":" + std::to_string(line_no) + ": not a JSON object (" +
+                            e.what() + ")");
     }
     if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
       throw InvalidArgument(path + ":" + std::to_string(line_no) +
@@ -133,8 +134,8 @@ BlockDataset BlockDataset::from_documents(const std::vector<std::vector<int64_t>
     for (size_t d = g; d < std::min(documents.size(), g + group); ++d)
       concat.insert(concat.end(), documents[d].begin(), documents[d].end());
     out.num_corpus_tokens_ += static_cast<int64_t>(concat.size());
-    const size_t keep = concat.size() / static_cast<size_t>(out.block_size_) *
-                        static_cast<size_t>(out.block_size_);
+    const size_t keep =
+        concat.size() / static_cast<size_t>(out.block_size_) * static_cast<size_t>(out.block_size_);
     out.tokens_.insert(out.tokens_.end(), concat.begin(), concat.begin() + static_cast<long>(keep));
   }
   out.num_blocks_ = static_cast<int64_t>(out.tokens_.size()) / out.block_size_;

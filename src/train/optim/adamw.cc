@@ -30,7 +30,9 @@ struct AdamW::Impl {
 #endif
 
   // The tensor the update writes: the master when there is one, else the model's value.
-  const Tensor& target(size_t i) const { return master[i].defined() ? master[i] : *tensors[i].value; }
+  const Tensor& target(size_t i) const {
+    return master[i].defined() ? master[i] : *tensors[i].value;
+  }
   void step_cpu(double lr, const Tensor* grad_scale);
 };
 
@@ -45,10 +47,6 @@ void check_hyperparameters(const AdamWOptions& o) {
            "AdamW: adam_beta2 must be in [0, 1), got " + std::to_string(o.beta2));
   HK_CHECK(o.weight_decay >= 0,
            "AdamW: weight_decay must be >= 0, got " + std::to_string(o.weight_decay));
-}
-
-bool is_16bit(DType d) {
-  return d == DType::BF16 || d == DType::F16;
 }
 
 }  // namespace
@@ -74,7 +72,7 @@ AdamW::AdamW(std::vector<OptimTensor> tensors, AdamWOptions options, Stream stre
                                                 t.value->device().str() + ", others on " +
                                                 s.device.str() + "; keep the model on one device");
     first = false;
-    const bool master = options.master_weights && is_16bit(t.value->dtype());
+    const bool master = options.master_weights;
     const DType state_dtype = master ? DType::F32 : t.value->dtype();
     s.exp_avg.push_back(Tensor::zeros(t.value->sizes(), state_dtype, s.device, stream));
     s.exp_avg_sq.push_back(Tensor::zeros(t.value->sizes(), state_dtype, s.device, stream));
@@ -108,8 +106,8 @@ const std::vector<OptimTensor>& AdamW::tensors() const {
 }
 
 void AdamW::Impl::step_cpu(double lr, const Tensor* grad_scale) {
-  const detail::AdamWScalars sc = detail::adamw_scalars(
-      lr, options.beta1, options.beta2, options.eps, options.weight_decay, steps);
+  const detail::AdamWScalars sc = detail::adamw_scalars(lr, options.beta1, options.beta2,
+                                                        options.eps, options.weight_decay, steps);
   const float scale = grad_scale ? grad_scale->data_as<float>()[0] : 1.0f;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& g = *tensors[i].grad;

@@ -21,8 +21,8 @@ GradNorm clip_grad_norm(const std::vector<OptimTensor>& tensors, double max_norm
     HK_CHECK(t.grad->is_contiguous(), "clip_grad_norm: gradient of '" + t.name +
                                           "' is not contiguous (" + t.grad->view().str() + ")");
     if (!any) device = t.grad->device();
-    HK_CHECK(t.grad->device() == device, "clip_grad_norm: gradients on " + device.str() +
-                                             " and " + t.grad->device().str() +
+    HK_CHECK(t.grad->device() == device, "clip_grad_norm: gradients on " + device.str() + " and " +
+                                             t.grad->device().str() +
                                              "; keep the model on one device");
     any = true;
   }
@@ -60,8 +60,8 @@ GradNorm clip_grad_norm(const std::vector<OptimTensor>& tensors, double max_norm
     }
     cuda::TensorTable table(device);
     table.update(std::move(slots), stream);
-    Tensor partials = Tensor::empty({std::max<int64_t>(1, table.num_chunks())}, DType::F32,
-                                    device, stream);
+    Tensor partials =
+        Tensor::empty({std::max<int64_t>(1, table.num_chunks())}, DType::F32, device, stream);
     cuda::grad_norm(table, partials.data_as<float>(), max_norm, out.norm.data_as<float>(),
                     out.clip_coef.data_as<float>(), stream);
     return out;

@@ -113,8 +113,8 @@ __global__ void finish_norm_kernel(const float* partials, int64_t n, double max_
     const float total_norm = static_cast<float>(sqrt(sums[0]));
     norm[0] = total_norm;
     // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1.
-    coef[0] = max_norm > 0 ? fminf(1.0f, static_cast<float>(max_norm) / (total_norm + 1e-6f))
-                           : 1.0f;
+    coef[0] =
+        max_norm > 0 ? fminf(1.0f, static_cast<float>(max_norm) / (total_norm + 1e-6f)) : 1.0f;
   }
 }
 
@@ -146,8 +146,8 @@ void TensorTable::update(std::vector<TensorSlot> slots, Stream stream) {
   }
   // Pageable source: the runtime stages it before returning, so `slots` may go away after this.
   if (bytes)
-    HK_CUDA_CHECK(cudaMemcpyAsync(device_, slots.data(), bytes, cudaMemcpyHostToDevice,
-                                  native(stream)));
+    HK_CUDA_CHECK(
+        cudaMemcpyAsync(device_, slots.data(), bytes, cudaMemcpyHostToDevice, native(stream)));
   host_ = std::move(slots);
   num_chunks_ = chunks;
 }
@@ -169,17 +169,16 @@ void copy_master_to_model(const TensorTable& table, Stream stream) {
   HK_CUDA_CHECK_LAUNCH();
 }
 
-void grad_norm(const TensorTable& table, float* partials, double max_norm, float* norm,
-               float* coef, Stream stream) {
+void grad_norm(const TensorTable& table, float* partials, double max_norm, float* norm, float* coef,
+               Stream stream) {
   DeviceGuard guard(table.device());
   if (table.num_chunks() > 0) {
-    sum_squares_kernel<<<static_cast<unsigned>(table.num_chunks()), kThreads, 0,
-                         native(stream)>>>(table.device_slots(),
-                                           static_cast<int>(table.num_tensors()), partials);
+    sum_squares_kernel<<<static_cast<unsigned>(table.num_chunks()), kThreads, 0, native(stream)>>>(
+        table.device_slots(), static_cast<int>(table.num_tensors()), partials);
     HK_CUDA_CHECK_LAUNCH();
   }
   finish_norm_kernel<<<1, 1024, 0, native(stream)>>>(partials, table.num_chunks(), max_norm, norm,
-                                                      coef);
+                                                     coef);
   HK_CUDA_CHECK_LAUNCH();
 }
 

@@ -20,13 +20,13 @@ namespace hk::optim::cuda {
 
 // One tensor of a multi-tensor launch. Unused pointers are null.
 struct TensorSlot {
-  void* param = nullptr;          // the tensor AdamW updates (the master when there is one)
-  const void* grad = nullptr;     // its gradient (any floating dtype)
-  void* exp_avg = nullptr;        // first moment
-  void* exp_avg_sq = nullptr;     // second moment
-  void* model_copy = nullptr;     // master weights: the model's 16-bit tensor, rewritten from param
+  void* param = nullptr;       // the tensor AdamW updates (the master when there is one)
+  const void* grad = nullptr;  // its gradient (any floating dtype)
+  void* exp_avg = nullptr;     // first moment
+  void* exp_avg_sq = nullptr;  // second moment
+  void* model_copy = nullptr;  // master weights: the model's 16-bit tensor, rewritten from param
   int64_t numel = 0;
-  int64_t chunk_begin = 0;        // filled by TensorTable
+  int64_t chunk_begin = 0;  // filled by TensorTable
   DType param_dtype = DType::F32;
   DType grad_dtype = DType::F32;
   DType state_dtype = DType::F32;
@@ -67,7 +67,7 @@ void copy_master_to_model(const TensorTable& table, Stream stream);
 // Σ g² over the table's `grad` tensors into partials[num_chunks] (f32), then norm[0] = √Σ and
 // coef[0] = min(1, max_norm / (norm + 1e-6)) (1 when max_norm <= 0). partials has num_chunks
 // elements (device memory owned by the caller).
-void grad_norm(const TensorTable& table, float* partials, double max_norm, float* norm,
-               float* coef, Stream stream);
+void grad_norm(const TensorTable& table, float* partials, double max_norm, float* norm, float* coef,
+               Stream stream);
 
 }  // namespace hk::optim::cuda

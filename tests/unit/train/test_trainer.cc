@@ -1,0 +1,345 @@
+// The Trainer against Transformers: 20-step AdamW curves of the tiny Qwen3 and Llama fixtures
+// (tests/fixtures/train/golden-*.json, the same steps run by transformers.Trainer) with the
+// built-in layers, with gradient checkpointing and with Liger's cpu kernels; resume equality (10 +
+// resume 10 steps == 20 steps, bit for bit); a checkpoint of another model refused; a NaN loss
+// stopping training with the last good checkpoint kept.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+
+#include "hk/error.h"
+#include "hk/models.h"
+#include "hk/ops.h"
+#include "hk/safetensors.h"
+#include "hk/tokenizer.h"
+#include "hk/train_checkpoint.h"
+#include "hk/trainer.h"
+#include "train_test_util.h"
+
+namespace hk {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Curve {
+  std::vector<double> losses, grad_norms, lrs, epochs;
+};
+
+struct RunSpec {
+  std::string model;
+  int64_t batch = 2, ga = 1, steps = 20;
+  bool gradient_checkpointing = false;
+  bool liger = false;
+  std::map<std::string, bool> liger_config;
+  std::string scheduler = "constant";
+  double lr = 1e-3, weight_decay = 0.01, warmup_steps = 0;
+  bool shuffle = false;
+  std::string output_dir;  // empty: no checkpoints
+  int64_t save_steps = 500;
+  std::string resume;
+  int64_t stop_after = 0;  // > 0: abort the run after this step (simulated interruption)
+};
+
+BlockDataset corpus_blocks(const std::string& model, int64_t block_size = 32) {
+  return BlockDataset::from_file(test::train_fixture("corpus.txt"),
+                                 Tokenizer::from_pretrained(test::model_fixture(model)),
+                                 {.block_size = block_size});
+}
+
+struct Interrupted {};
+
+Curve train_curve(const RunSpec& spec, const KernelizeReport** report_out = nullptr,
+                  std::optional<KernelizeReport>* report_copy = nullptr) {
+  LoadOptions load;
+  load.dtype = DType::F32;  // bf16 fixtures upcast, as Transformers loads them with dtype=float32
+  CausalLM model = AutoModelForCausalLM::from_pretrained(test::model_fixture(spec.model), load);
+  TrainingArguments args;
+  args.output_dir = spec.output_dir.empty() ? "unused" : spec.output_dir;
+  args.per_device_train_batch_size = spec.batch;
+  args.gradient_accumulation_steps = spec.ga;
+  args.learning_rate = spec.lr;
+  args.weight_decay = spec.weight_decay;
+  args.lr_scheduler_type = spec.scheduler;
+  args.warmup_steps = spec.warmup_steps;
+  args.max_steps = spec.steps;
+  args.logging_steps = 1;
+  args.save_strategy = spec.output_dir.empty() ? "no" : "steps";
+  args.save_steps = static_cast<double>(spec.save_steps);
+  args.shuffle = spec.shuffle;
+  args.gradient_checkpointing = spec.gradient_checkpointing;
+  args.use_liger_kernel = spec.liger;
+  args.liger_kernel_config = spec.liger_config;
+  args.resume_from_checkpoint = spec.resume;
+  TrainerOptions options;
+  options.model_dir = test::model_fixture(spec.model);
+  options.save_final_model = false;
+  options.plot_loss = false;
+  Trainer trainer(model, args, corpus_blocks(spec.model), options);
+  if (report_copy && trainer.kernelize_report()) *report_copy = *trainer.kernelize_report();
+  (void)report_out;
+  Curve c;
+  trainer.on_log = [&](const TrainLog& log) {
+    c.losses.push_back(log.loss);
+    c.grad_norms.push_back(log.grad_norm);
+    c.lrs.push_back(log.learning_rate);
+    c.epochs.push_back(log.epoch);
+  };
+  trainer.on_step = [&](const TrainProgress& p) {
+    if (spec.stop_after > 0 && p.step >= spec.stop_after) throw Interrupted{};
+  };
+  try {
+    trainer.train();
+  } catch (const Interrupted&) {
+  }
+  return c;
+}
+
+void expect_matches_golden(const Curve& c, const nlohmann::json& ref, double loss_tol,
+                           const std::string& what) {
+  const auto losses = ref["losses"].get<std::vector<double>>();
+  const auto norms = ref["grad_norms"].get<std::vector<double>>();
+  const auto lrs = ref["learning_rates"].get<std::vector<double>>();
+  const auto epochs = ref["epochs"].get<std::vector<double>>();
+  ASSERT_EQ(c.losses.size(), losses.size()) << what;
+  double worst = 0;
+  for (size_t i = 0; i < losses.size(); ++i) {
+    worst = std::max(worst, std::fabs(c.losses[i] - losses[i]));
+    EXPECT_NEAR(c.losses[i], losses[i], loss_tol) << what << " step " << i + 1;
+    EXPECT_NEAR(c.grad_norms[i], norms[i], 1e-3 * norms[i] + 1e-4) << what << " step " << i + 1;
+    EXPECT_DOUBLE_EQ(c.lrs[i], lrs[i]) << what << " step " << i + 1;
+    EXPECT_NEAR(c.epochs[i], epochs[i], 1e-12) << what << " step " << i + 1;
+  }
+  std::cout << what << ": worst |loss - Transformers| over " << losses.size()
+            << " steps = " << worst << "\n";
+}
+
+struct GoldenCase {
+  const char* fixture;
+  const char* model;
+  int64_t batch, ga;
+};
+const GoldenCase kCases[] = {{"golden-qwen3-b2.json", "qwen3-tiny", 2, 1},
+                             {"golden-qwen3-b1-ga2.json", "qwen3-tiny", 1, 2},
+                             {"golden-llama-b2.json", "llama-tiny-bf16", 2, 1}};
+
+TEST(TrainerGolden, BuiltinCurvesMatchTransformers) {
+  for (const auto& gc : kCases) {
+    const auto ref = test::read_json(test::train_fixture(gc.fixture));
+    RunSpec spec;
+    spec.model = gc.model;
+    spec.batch = gc.batch;
+    spec.ga = gc.ga;
+    expect_matches_golden(train_curve(spec), ref, 1e-4, gc.fixture);
+  }
+}
+
+TEST(TrainerGolden, GradientCheckpointingGivesTheSameCurve) {
+  for (const auto& gc : kCases) {
+    const auto ref = test::read_json(test::train_fixture(gc.fixture));
+    RunSpec spec;
+    spec.model = gc.model;
+    spec.batch = gc.batch;
+    spec.ga = gc.ga;
+    spec.gradient_checkpointing = true;
+    expect_matches_golden(train_curve(spec), ref, 1e-4,
+                          std::string(gc.fixture) + " + gradient checkpointing");
+  }
+}
+
+// Liger's kernels (cpu variants of kernels-community/liger-kernels, from the embedded hub) with
+// Liger's defaults (rope, rms_norm, swiglu, fused_linear_cross_entropy), then with cross_entropy
+// instead of the fused loss.
+TEST(TrainerGolden, LigerCpuKernelsMatchTransformers) {
+  const std::vector<std::map<std::string, bool>> configs = {
+      {}, {{"cross_entropy", true}, {"fused_linear_cross_entropy", false}}};
+  for (const auto& gc : kCases) {
+    const auto ref = test::read_json(test::train_fixture(gc.fixture));
+    for (const auto& config : configs) {
+      RunSpec spec;
+      spec.model = gc.model;
+      spec.batch = gc.batch;
+      spec.ga = gc.ga;
+      spec.liger = true;
+      spec.liger_config = config;
+      std::optional<KernelizeReport> report;
+      const Curve c = train_curve(spec, nullptr, &report);
+      ASSERT_TRUE(report.has_value());
+      // Every layer Liger names trained on its kernel, not silently on the built-in path.
+      for (const char* layer : {"RMSNorm", "rotary_pos_emb", "MLP", "ForCausalLMLoss"}) {
+        size_t seen = 0;
+        for (const auto& d : report->layers) {
+          if (d.layer != layer) continue;
+          ++seen;
+          EXPECT_EQ(d.kernel.rfind("kernels-community/liger-kernels:", 0), 0u)
+              << gc.fixture << " " << d.path << ": " << d.reason;
+        }
+        EXPECT_GT(seen, 0u) << layer;
+      }
+      expect_matches_golden(
+          c, ref, 1e-4,
+          std::string(gc.fixture) + " + liger " + (config.empty() ? "defaults" : "cross_entropy"));
+    }
+  }
+}
+
+TEST(TrainerResume, TenPlusResumedTenEqualsTwentyBitForBit) {
+  // Shuffled blocks, a warmup + linear schedule, weight decay, gradient accumulation: everything
+  // a resume has to restore.
+  RunSpec base;
+  base.model = "qwen3-tiny";
+  base.batch = 2;
+  base.ga = 2;
+  base.scheduler = "linear";
+  base.warmup_steps = 3;
+  base.shuffle = true;
+  base.steps = 30;  // crosses an epoch boundary (21 micro-batches per epoch = 11 steps)
+  const Curve straight = train_curve(base);
+  ASSERT_EQ(straight.losses.size(), 30u);
+
+  test::TempDir out;
+  RunSpec first = base;
+  first.output_dir = out.str();
+  first.save_steps = 10;
+  first.stop_after = 10;
+  const Curve head = train_curve(first);
+  ASSERT_EQ(head.losses.size(), 10u);
+  ASSERT_TRUE(fs::is_directory(out / "checkpoint-10"));
+  RunSpec second = base;
+  second.output_dir = out.str();
+  second.save_steps = 10;
+  second.resume = "latest";
+  const Curve tail = train_curve(second);
+  ASSERT_EQ(tail.losses.size(), 20u);
+  for (size_t i = 0; i < 30; ++i) {
+    const double resumed = i < 10 ? head.losses[i] : tail.losses[i - 10];
+    EXPECT_EQ(resumed, straight.losses[i]) << "step " << i + 1;  // bit for bit
+    const double lr = i < 10 ? head.lrs[i] : tail.lrs[i - 10];
+    EXPECT_EQ(lr, straight.lrs[i]) << "step " << i + 1;
+  }
+  // The resumed run appended to the checkpoint's log history.
+  const auto state = TrainerState::from_json(
+      [&] {
+        std::ifstream in(out / "checkpoint-30/trainer_state.json");
+        return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      }(),
+      "trainer_state.json");
+  EXPECT_EQ(state.global_step, 30);
+  EXPECT_EQ(state.log_history.size(), 30u);
+}
+
+TEST(TrainerResume, CheckpointOfAnotherModelIsRefused) {
+  test::TempDir out;
+  RunSpec qwen;
+  qwen.model = "qwen3-tiny";
+  qwen.steps = 2;
+  qwen.output_dir = out.str();
+  qwen.save_steps = 2;
+  train_curve(qwen);
+  ASSERT_TRUE(fs::is_directory(out / "checkpoint-2"));
+  RunSpec llama = qwen;
+  llama.model = "llama-tiny-bf16";
+  llama.resume = out / "checkpoint-2";
+  try {
+    train_curve(llama);
+    FAIL() << "resuming a Qwen3 checkpoint into Llama must fail";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
+  }
+  RunSpec other_batch = qwen;
+  other_batch.batch = 3;
+  other_batch.resume = "latest";
+  EXPECT_THROW(train_curve(other_batch), InvalidArgument);
+  RunSpec nothing = qwen;
+  nothing.output_dir = out / "empty";
+  nothing.resume = "latest";
+  EXPECT_THROW(train_curve(nothing), NotFound);
+}
+
+TEST(TrainerErrors, NonFiniteLossStopsAndKeepsTheLastGoodCheckpoint) {
+  test::TempDir out;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(test::model_fixture("qwen3-tiny"));
+  TrainingArguments args;
+  args.output_dir = out.str();
+  args.per_device_train_batch_size = 2;
+  args.max_steps = 10;
+  args.logging_steps = 5;  // the NaN is found at the save, before the next log
+  args.save_steps = 1;
+  args.shuffle = false;
+  Trainer trainer(model, args, corpus_blocks("qwen3-tiny"),
+                  {.model_dir = test::model_fixture("qwen3-tiny")});
+  trainer.on_step = [&](const TrainProgress& p) {
+    if (p.step == 2)  // poison a weight: step 3's loss is NaN
+      for (auto& [name, param] : model.named_parameters())
+        if (name == "model.norm.weight") ops::fill(param->value, std::nan(""));
+  };
+  try {
+    trainer.train();
+    FAIL() << "a NaN loss must stop training";
+  } catch (const NonFiniteLossError& e) {
+    EXPECT_EQ(e.step(), 3);
+    EXPECT_NE(std::string(e.what()).find("step 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("checkpoint-2"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(fs::is_directory(out / "checkpoint-2"));
+  EXPECT_FALSE(fs::exists(out / "checkpoint-3"));
+  EXPECT_EQ(last_checkpoint(out.str()), out / "checkpoint-2");
+}
+
+TEST(TrainerErrors, BlockLongerThanTheContextIsRefused) {
+  CausalLM model = AutoModelForCausalLM::from_pretrained(test::model_fixture("qwen3-tiny"));
+  TrainingArguments args;
+  args.output_dir = "unused";
+  args.save_strategy = "no";
+  // The fixture's context is 128: a 256-token block cannot be trained on.
+  std::vector<std::vector<int64_t>> docs(1, std::vector<int64_t>(600, 5));
+  try {
+    Trainer t(model, args, BlockDataset::from_documents(docs, {.block_size = 256}));
+    FAIL();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("max_position_embeddings"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainerPrecision, Bf16OverAnF32ModelKeepsF32MastersInCheckpoints) {
+  test::TempDir out;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(test::model_fixture("qwen3-tiny"));
+  ASSERT_EQ(model.dtype(), DType::F32);
+  TrainingArguments args;
+  args.output_dir = out.str();
+  args.per_device_train_batch_size = 2;
+  args.max_steps = 3;
+  args.logging_steps = 1;
+  args.save_steps = 3;
+  args.learning_rate = 1e-3;
+  args.lr_scheduler_type = "constant";
+  args.weight_decay = 0.01;
+  args.shuffle = false;
+  args.bf16 = true;
+  Trainer trainer(model, args, corpus_blocks("qwen3-tiny"),
+                  {.model_dir = test::model_fixture("qwen3-tiny")});
+  EXPECT_EQ(model.dtype(), DType::BF16);  // computes in bf16
+  std::vector<double> losses;
+  trainer.on_log = [&](const TrainLog& l) { losses.push_back(l.loss); };
+  trainer.train();
+  ASSERT_EQ(losses.size(), 3u);
+  for (double l : losses) EXPECT_TRUE(std::isfinite(l));
+  // Close to the f32 curve (bf16 compute): within bf16 tolerance of golden-qwen3-b2 (same data).
+  const auto ref = test::read_json(test::train_fixture("golden-qwen3-b2.json"));
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(losses[i], ref["losses"][i].get<double>(), 5e-2);
+  SafetensorsFile f = SafetensorsFile::open(out / "checkpoint-3/model.safetensors");
+  for (const auto& info : f.tensors()) EXPECT_EQ(info.dtype_name, "F32") << info.name;
+  // The bf16 model equals its f32 masters rounded.
+  auto masters = f.load("model.norm.weight");
+  for (auto& [name, p] : model.named_parameters())
+    if (name == "model.norm.weight") {
+      const auto m = masters.to_doubles(), b = p->value.to_doubles();
+      for (size_t i = 0; i < m.size(); ++i)
+        EXPECT_EQ(b[i], round_to(DType::BF16, static_cast<float>(m[i])));
+    }
+}
+
+}  // namespace
+}  // namespace hk
