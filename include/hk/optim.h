@@ -1,10 +1,9 @@
 // hk/optim.h — AdamW and global grad-norm clipping, as torch's AdamW and clip_grad_norm_ that
 // Hugging Face's Trainer uses.
 //
-//   hk::optim::AdamW opt(hk::optim::trainable_parameters(model), {.lr = 5e-5, .weight_decay =
-//   0.01}); auto norm = hk::optim::clip_grad_norm(opt.tensors(), /*max_norm=*/1.0);  // device
-//   scalars opt.step(scheduler.lr(step), &norm.clip_coef);                           // no host
-//   sync
+//   hk::optim::AdamW opt(tensors, {.lr = 5e-5, .weight_decay = 0.01});
+//   hk::optim::GradNorm norm = opt.clip_grad_norm(/*max_norm=*/1.0);  // device scalars
+//   opt.step(scheduler.lr(step), &norm.clip_coef);                    // no host sync
 //
 // Update (torch.optim.AdamW, decoupled weight decay, bias-corrected), per element in f32:
 //   p ← p·(1 − lr·wd)                   (only for tensors in the decay group)
@@ -20,7 +19,9 @@
 //
 // CPU: plain loops. CUDA: one fused multi-tensor kernel over every tensor (a chunk table uploaded
 // only when tensor addresses change), plus two small kernels for the norm (per-chunk partial sums,
-// then one block that sums them in a fixed order: deterministic, no atomics).
+// then one block that sums them in a fixed order: deterministic, no atomics). Once the table is on
+// the device, AdamW::clip_grad_norm and AdamW::step only launch kernels: no allocation, no copy,
+// no synchronisation (they can be captured in a CUDA graph).
 //
 // Decay groups follow Trainer.get_decay_parameter_names: no weight decay for a parameter whose
 // lower-cased dotted path matches `bias`, `layernorm`, `rmsnorm`, `(^|\.)norm($|\.)` or
@@ -57,6 +58,13 @@ bool excluded_from_weight_decay(const std::string& path, const std::string& modu
 // with the decay rule applied, in named_parameters order.
 std::vector<OptimTensor> trainable_parameters(nn::Module& root);
 
+// Result of clip_grad_norm: f32 scalars ([1]) on the gradients' device. Reading them on the host
+// (Tensor::to(Device::cpu())) is the only synchronisation, done when the norm is logged.
+struct GradNorm {
+  Tensor norm;       // global L2 norm of all gradients, before clipping
+  Tensor clip_coef;  // min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0
+};
+
 struct AdamWOptions {
   double lr = 1e-3;  // used by step() when no lr is passed
   double beta1 = 0.9;
@@ -83,6 +91,10 @@ class AdamW {
   // scalar on the parameters' device multiplying every gradient (clip_grad_norm's clip_coef), or
   // null. Enqueued on `stream`; never blocks the host on CUDA.
   void step(double lr, const Tensor* grad_scale = nullptr, Stream stream = {});
+  // The global gradient norm over this optimizer's tensors and the clipping coefficient (see
+  // hk::optim::clip_grad_norm), in buffers the optimizer owns: the result is overwritten by the
+  // next call.
+  GradNorm clip_grad_norm(double max_norm, Stream stream = {});
   // Number of completed steps (torch's state["step"]).
   int64_t steps() const;
   const AdamWOptions& options() const;
@@ -102,13 +114,6 @@ class AdamW {
 
  private:
   std::unique_ptr<Impl> impl_;
-};
-
-// Result of clip_grad_norm: f32 scalars ([1]) on the gradients' device. Reading them on the host
-// (Tensor::to(Device::cpu())) is the only synchronisation, done when the norm is logged.
-struct GradNorm {
-  Tensor norm;       // global L2 norm of all gradients, before clipping
-  Tensor clip_coef;  // min(1, max_norm / (norm + 1e-6)); 1 when max_norm <= 0
 };
 
 // torch.nn.utils.clip_grad_norm_ without modifying the gradients: the coefficient is applied by

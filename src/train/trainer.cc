@@ -298,7 +298,7 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
         state.num_input_tokens_seen += ids.numel();
       }
       micro += n;
-      norm = optim::clip_grad_norm(tensors, args.max_grad_norm, stream);
+      norm = optimizer->clip_grad_norm(args.max_grad_norm, stream);
       const double lr = scheduler.lr(state.global_step);
       optimizer->step(lr, args.max_grad_norm > 0 ? &norm.clip_coef : nullptr, stream);
       model.zero_grad(/*set_to_none=*/false);

@@ -4,6 +4,7 @@
 // Deliberately one step count for all tensors (torch keeps one per parameter; they differ only
 // when a parameter misses gradients on some steps, which causal-LM training never does), and no
 // amsgrad / maximize / capturable variants: HF Trainer's default AdamW uses none of them.
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -12,6 +13,7 @@
 #include "hk/optim.h"
 #include "ops/cpu_util.h"
 #include "train/optim/adamw_math.h"
+#include "train/optim/grad_norm_cpu.h"
 #ifdef HK_HAVE_CUDA
 #include "train/optim/optim_cuda.h"
 #endif
@@ -24,6 +26,8 @@ struct AdamW::Impl {
   std::vector<Tensor> exp_avg, exp_avg_sq, master;  // master[i] undefined without master weights
   int64_t steps = 0;
   Device device;
+  GradNorm norm;     // clip_grad_norm's results, reused
+  Tensor partials;   // CUDA: per-chunk Σg², reused
 #ifdef HK_HAVE_CUDA
   std::unique_ptr<cuda::TensorTable> table;
   std::vector<cuda::TensorSlot> slots() const;
@@ -193,6 +197,30 @@ void AdamW::step(double lr, const Tensor* grad_scale, Stream stream) {
                                          s.options.weight_decay, s.steps),
                    grad_scale ? grad_scale->data_as<float>() : nullptr, stream);
 #endif
+}
+
+GradNorm AdamW::clip_grad_norm(double max_norm, Stream stream) {
+  Impl& s = *impl_;
+  HK_CHECK(std::isfinite(max_norm), "clip_grad_norm: max_norm must be finite");
+  if (!s.norm.norm.defined()) {
+    s.norm.norm = Tensor::zeros({1}, DType::F32, s.device, stream);
+    s.norm.clip_coef = Tensor::zeros({1}, DType::F32, s.device, stream);
+  }
+  if (s.device.is_cpu()) {
+    detail::grad_norm_cpu(s.tensors, max_norm, s.norm.norm.data_as<float>(),
+                          s.norm.clip_coef.data_as<float>());
+    return s.norm;
+  }
+#ifdef HK_HAVE_CUDA
+  if (!s.table) s.table = std::make_unique<cuda::TensorTable>(s.device);
+  s.table->update(s.slots(), stream);
+  const int64_t chunks = std::max<int64_t>(1, s.table->num_chunks());
+  if (!s.partials.defined() || s.partials.numel() < chunks)
+    s.partials = Tensor::empty({chunks}, DType::F32, s.device, stream);
+  cuda::grad_norm(*s.table, s.partials.data_as<float>(), max_norm, s.norm.norm.data_as<float>(),
+                  s.norm.clip_coef.data_as<float>(), stream);
+#endif
+  return s.norm;
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state() const {

@@ -6,11 +6,31 @@
 #include "hk/error.h"
 #include "hk/optim.h"
 #include "ops/cpu_util.h"
+#include "train/optim/grad_norm_cpu.h"
 #ifdef HK_HAVE_CUDA
 #include "train/optim/optim_cuda.h"
 #endif
 
 namespace hk::optim {
+
+void detail::grad_norm_cpu(const std::vector<OptimTensor>& tensors, double max_norm, float* norm_out,
+                           float* coef_out) {
+  double sum = 0.0;
+  for (const OptimTensor& t : tensors) {
+    if (t.grad == nullptr || !t.grad->defined()) continue;
+    const char* p = static_cast<const char*>(t.grad->view().ptr());
+    const size_t es = dtype_size(t.grad->dtype());
+    const int64_t n = t.grad->numel();
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = ops::cpu::load_one<double>(p + i * es, t.grad->dtype());
+      sum += g * g;
+    }
+  }
+  const float norm = static_cast<float>(std::sqrt(sum));
+  *norm_out = norm;
+  // torch: clip_coef = max_norm / (total_norm + 1e-6), clamped to 1
+  *coef_out = max_norm > 0 ? std::fmin(1.0f, static_cast<float>(max_norm) / (norm + 1e-6f)) : 1.0f;
+}
 
 GradNorm clip_grad_norm(const std::vector<OptimTensor>& tensors, double max_norm, Stream stream) {
   HK_CHECK(std::isfinite(max_norm), "clip_grad_norm: max_norm must be finite");
@@ -30,21 +50,8 @@ GradNorm clip_grad_norm(const std::vector<OptimTensor>& tensors, double max_norm
   out.norm = Tensor::empty({1}, DType::F32, device, stream);
   out.clip_coef = Tensor::empty({1}, DType::F32, device, stream);
   if (device.is_cpu()) {
-    double sum = 0.0;
-    for (const OptimTensor& t : tensors) {
-      if (t.grad == nullptr || !t.grad->defined()) continue;
-      const char* p = static_cast<const char*>(t.grad->view().ptr());
-      const size_t es = dtype_size(t.grad->dtype());
-      const int64_t n = t.grad->numel();
-      for (int64_t i = 0; i < n; ++i) {
-        const double g = ops::cpu::load_one<double>(p + i * es, t.grad->dtype());
-        sum += g * g;
-      }
-    }
-    const float norm = static_cast<float>(std::sqrt(sum));
-    out.norm.data_as<float>()[0] = norm;
-    out.clip_coef.data_as<float>()[0] =
-        max_norm > 0 ? std::fmin(1.0f, static_cast<float>(max_norm) / (norm + 1e-6f)) : 1.0f;
+    detail::grad_norm_cpu(tensors, max_norm, out.norm.data_as<float>(),
+                          out.clip_coef.data_as<float>());
     return out;
   }
 #ifdef HK_HAVE_CUDA

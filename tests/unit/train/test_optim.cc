@@ -135,6 +135,17 @@ TEST(ClipGradNorm, MatchesTorchAndClipsThroughTheStep) {
   EXPECT_EQ(optim::clip_grad_norm(ts, 1e9).clip_coef.to_doubles()[0], 1.0);  // below the limit
 }
 
+TEST(ClipGradNorm, OptimizerMemberEqualsTheFreeFunction) {
+  Tensor w = Tensor::zeros({2}, DType::F32), g = Tensor::from_floats({3, 4}, {2});
+  Tensor b = Tensor::zeros({1}, DType::BF16), gb = Tensor::from_floats({12}, {1}, DType::BF16);
+  std::vector<optim::OptimTensor> ts = {{"w", &w, &g, true}, {"b", &b, &gb, false}};
+  optim::AdamW opt(ts, {});
+  const auto member = opt.clip_grad_norm(1.0), free = optim::clip_grad_norm(ts, 1.0);
+  EXPECT_EQ(member.norm.to_doubles(), free.norm.to_doubles());
+  EXPECT_EQ(member.clip_coef.to_doubles(), free.clip_coef.to_doubles());
+  EXPECT_NEAR(member.norm.to_doubles()[0], 13.0, 1e-5);
+}
+
 TEST(ClipGradNorm, SkipsUndefinedGradients) {
   Tensor w = Tensor::zeros({2}, DType::F32), g = Tensor::from_floats({3, 4}, {2});
   Tensor w2 = Tensor::zeros({2}, DType::F32), g2;

@@ -17,104 +17,17 @@
 #include "hk/tokenizer.h"
 #include "hk/train_checkpoint.h"
 #include "hk/trainer.h"
-#include "train_test_util.h"
+#include "trainer_test_util.h"
 
 namespace hk {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Curve {
-  std::vector<double> losses, grad_norms, lrs, epochs;
-};
-
-struct RunSpec {
-  std::string model;
-  int64_t batch = 2, ga = 1, steps = 20;
-  bool gradient_checkpointing = false;
-  bool liger = false;
-  std::map<std::string, bool> liger_config;
-  std::string scheduler = "constant";
-  double lr = 1e-3, weight_decay = 0.01, warmup_steps = 0;
-  bool shuffle = false;
-  std::string output_dir;  // empty: no checkpoints
-  int64_t save_steps = 500;
-  std::string resume;
-  int64_t stop_after = 0;  // > 0: abort the run after this step (simulated interruption)
-};
-
-BlockDataset corpus_blocks(const std::string& model, int64_t block_size = 32) {
-  return BlockDataset::from_file(test::train_fixture("corpus.txt"),
-                                 Tokenizer::from_pretrained(test::model_fixture(model)),
-                                 {.block_size = block_size});
-}
-
-struct Interrupted {};
-
-Curve train_curve(const RunSpec& spec, const KernelizeReport** report_out = nullptr,
-                  std::optional<KernelizeReport>* report_copy = nullptr) {
-  LoadOptions load;
-  load.dtype = DType::F32;  // bf16 fixtures upcast, as Transformers loads them with dtype=float32
-  CausalLM model = AutoModelForCausalLM::from_pretrained(test::model_fixture(spec.model), load);
-  TrainingArguments args;
-  args.output_dir = spec.output_dir.empty() ? "unused" : spec.output_dir;
-  args.per_device_train_batch_size = spec.batch;
-  args.gradient_accumulation_steps = spec.ga;
-  args.learning_rate = spec.lr;
-  args.weight_decay = spec.weight_decay;
-  args.lr_scheduler_type = spec.scheduler;
-  args.warmup_steps = spec.warmup_steps;
-  args.max_steps = spec.steps;
-  args.logging_steps = 1;
-  args.save_strategy = spec.output_dir.empty() ? "no" : "steps";
-  args.save_steps = static_cast<double>(spec.save_steps);
-  args.shuffle = spec.shuffle;
-  args.gradient_checkpointing = spec.gradient_checkpointing;
-  args.use_liger_kernel = spec.liger;
-  args.liger_kernel_config = spec.liger_config;
-  args.resume_from_checkpoint = spec.resume;
-  TrainerOptions options;
-  options.model_dir = test::model_fixture(spec.model);
-  options.save_final_model = false;
-  options.plot_loss = false;
-  Trainer trainer(model, args, corpus_blocks(spec.model), options);
-  if (report_copy && trainer.kernelize_report()) *report_copy = *trainer.kernelize_report();
-  (void)report_out;
-  Curve c;
-  trainer.on_log = [&](const TrainLog& log) {
-    c.losses.push_back(log.loss);
-    c.grad_norms.push_back(log.grad_norm);
-    c.lrs.push_back(log.learning_rate);
-    c.epochs.push_back(log.epoch);
-  };
-  trainer.on_step = [&](const TrainProgress& p) {
-    if (spec.stop_after > 0 && p.step >= spec.stop_after) throw Interrupted{};
-  };
-  try {
-    trainer.train();
-  } catch (const Interrupted&) {
-  }
-  return c;
-}
-
-void expect_matches_golden(const Curve& c, const nlohmann::json& ref, double loss_tol,
-                           const std::string& what) {
-  const auto losses = ref["losses"].get<std::vector<double>>();
-  const auto norms = ref["grad_norms"].get<std::vector<double>>();
-  const auto lrs = ref["learning_rates"].get<std::vector<double>>();
-  const auto epochs = ref["epochs"].get<std::vector<double>>();
-  ASSERT_EQ(c.losses.size(), losses.size()) << what;
-  double worst = 0;
-  for (size_t i = 0; i < losses.size(); ++i) {
-    worst = std::max(worst, std::fabs(c.losses[i] - losses[i]));
-    EXPECT_NEAR(c.losses[i], losses[i], loss_tol) << what << " step " << i + 1;
-    EXPECT_NEAR(c.grad_norms[i], norms[i], 1e-3 * norms[i] + 1e-4) << what << " step " << i + 1;
-    EXPECT_DOUBLE_EQ(c.lrs[i], lrs[i]) << what << " step " << i + 1;
-    EXPECT_NEAR(c.epochs[i], epochs[i], 1e-12) << what << " step " << i + 1;
-  }
-  std::cout << what << ": worst |loss - Transformers| over " << losses.size()
-            << " steps = " << worst << "\n";
-}
+using test::corpus_blocks;
+using test::Curve;
+using test::expect_matches_golden;
+using test::RunSpec;
+using test::train_curve;
 
 struct GoldenCase {
   const char* fixture;
@@ -165,7 +78,7 @@ TEST(TrainerGolden, LigerCpuKernelsMatchTransformers) {
       spec.liger = true;
       spec.liger_config = config;
       std::optional<KernelizeReport> report;
-      const Curve c = train_curve(spec, nullptr, &report);
+      const Curve c = train_curve(spec, &report);
       ASSERT_TRUE(report.has_value());
       // Every layer Liger names trained on its kernel, not silently on the built-in path.
       for (const char* layer : {"RMSNorm", "rotary_pos_emb", "MLP", "ForCausalLMLoss"}) {
@@ -182,6 +95,20 @@ TEST(TrainerGolden, LigerCpuKernelsMatchTransformers) {
           c, ref, 1e-4,
           std::string(gc.fixture) + " + liger " + (config.empty() ? "defaults" : "cross_entropy"));
     }
+  }
+}
+
+// The model's dtype throughout: bf16 parameters, gradients and AdamW moments, against torch
+// training the bf16 fixtures in bf16 on the CPU (golden-bf16-cpu.json).
+TEST(TrainerGolden, Bf16ModelCurvesMatchTorchBf16OnCpu) {
+  const auto ref = test::read_json(test::train_fixture("golden-bf16-cpu.json"))["cases"];
+  for (const auto& [name, model] : std::vector<std::pair<std::string, std::string>>{
+           {"qwen3-b2-bf16", "qwen3-tiny-bf16"}, {"llama-b2-bf16", "llama-tiny-bf16"}}) {
+    RunSpec spec;
+    spec.model = model;
+    spec.dtype = DType::BF16;
+    expect_matches_golden(train_curve(spec), ref[name], test::kBf16LossTolerance, name + " (cpu)",
+                          test::kBf16GradNormTolerance);
   }
 }
 
