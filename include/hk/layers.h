@@ -470,6 +470,11 @@ class CausalLMLoss : public LayerModule<CausalLMLossImpl> {
   }
 };
 
+// The built-in loss from logits (what the built-in implementation's forward computes): for
+// implementations that have logits only in some forwards.
+void causal_lm_loss(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                    const CausalLMLossOptions& options, Stream stream = {});
+
 // Labels [B, S] shifted as ForCausalLMLoss does: out[b, t] = labels[b, t + 1], out[b, S-1] = -100
 // (i64, labels' device). Used by the loss implementations so logits need no shifted copy.
 Tensor shift_labels(const Tensor& labels, Stream stream = {});
