@@ -67,6 +67,12 @@ class LayerContext {
 // Thrown by the default training methods of an Impl.
 [[noreturn]] void throw_no_training(const LayerImpl& impl, const char* layer);
 
+// The dtype of saved statistics (rstd, lse, probabilities) and of the loss for activations of
+// dtype `x`: f32, or f64 for the f64 CPU reference path (finite-difference tests).
+inline DType statistics_dtype(DType x) {
+  return x == DType::F64 ? DType::F64 : DType::F32;
+}
+
 // Helper base: a module whose forward goes through an `Impl` object of one interface type.
 template <class Impl>
 class LayerModule : public Module {

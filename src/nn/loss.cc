@@ -54,8 +54,8 @@ class BuiltinCausalLMLoss final : public CausalLMLossImpl {
                      Stream stream) const override {
     check_shapes(logits, labels);
     Tensor shifted = shift_labels(labels, stream);
-    Tensor lse =
-        Tensor::empty({logits.size(0) * logits.size(1)}, DType::F32, logits.device(), stream);
+    Tensor lse = Tensor::empty({logits.size(0) * logits.size(1)}, statistics_dtype(logits.dtype()),
+                               logits.device(), stream);
     shifted_loss(logits, shifted, loss, options, &lse.view(), stream);
     ctx.save("shifted_labels", shifted);
     ctx.save("lse", lse);
@@ -69,7 +69,7 @@ class BuiltinCausalLMLoss final : public CausalLMLossImpl {
                  dlogits.view().str() + " must be contiguous and of one shape");
     const int64_t n = logits.size(0) * logits.size(1), v = logits.size(2);
     // d(sum / n) = dloss / n per summed term. Filled on the device: no host-device copy.
-    Tensor upstream = Tensor::empty({1}, DType::F32, logits.device(), stream);
+    Tensor upstream = Tensor::empty({1}, statistics_dtype(logits.dtype()), logits.device(), stream);
     const double n_items = static_cast<double>(options.num_items_in_batch);
     ops::fill(upstream, options.num_items_in_batch > 0 ? dloss / n_items : dloss, stream);
     const Tensor& lse = ctx.saved("lse");
