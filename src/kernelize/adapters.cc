@@ -55,12 +55,13 @@ TensorView view_or_absent(const nn::ParamGradWriter& w) {
 
 // Several weight gradients written by one kernel call share its single accumulate flag: when
 // they disagree (one new, one already holding a gradient), the new ones start at zero.
-uint32_t shared_accumulate_flag(std::initializer_list<const nn::ParamGradWriter*> writers) {
+uint32_t shared_accumulate_flag(std::initializer_list<const nn::ParamGradWriter*> writers,
+                                Stream stream) {
   bool any_accumulate = false;
   for (const auto* w : writers) any_accumulate = any_accumulate || (w->active() && w->accumulate());
   if (!any_accumulate) return 0;
   for (const auto* w : writers)
-    if (w->active() && !w->accumulate()) ops::fill(w->buffer(), 0.0);
+    if (w->active() && !w->accumulate()) ops::fill(w->buffer(), 0.0, stream);
   return kAccumulateWeightGrads;
 }
 
@@ -217,7 +218,7 @@ class MLPAdapter final : public nn::MLPImpl, Named {
     nn::ParamGradWriter ddown(*layer.down_proj, "weight", {dw.dtype()}, false, stream);
     MlpAttrs attrs;
     attrs.activation = activation_code(layer.act_fn->kind());
-    attrs.flags = shared_accumulate_flag({&dgate, &dup, &ddown});
+    attrs.flags = shared_accumulate_flag({&dgate, &dup, &ddown}, stream);
     call_backward(fn_, {dy, x, gw, uw, dw},
                   {dx, view_or_absent(dgate), view_or_absent(dup), view_or_absent(ddown)}, attrs,
                   stream);
@@ -287,7 +288,8 @@ class LinearAdapter final : public nn::LinearImpl, Named {
     if (layer.has_bias())
       db.emplace(layer, "bias", std::initializer_list<DType>{w.dtype()}, false, stream);
     LinearAttrs attrs;
-    attrs.flags = db ? shared_accumulate_flag({&dw, &*db}) : shared_accumulate_flag({&dw});
+    attrs.flags =
+        db ? shared_accumulate_flag({&dw, &*db}, stream) : shared_accumulate_flag({&dw}, stream);
     auto run = [&](const TensorView& dx_out) {
       call_backward(fn_, {dy, x, w},
                     {dx_out, view_or_absent(dw), db ? view_or_absent(*db) : absent()}, attrs,

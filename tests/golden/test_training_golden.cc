@@ -248,6 +248,51 @@ TEST_P(LigerTrainingGolden, FusedLossIsNotBoundForInference) {
   EXPECT_NE(d->reason.find("training"), std::string::npos) << d->reason;
 }
 
+// The user path: a kernel_config at load (kernelized for Inference, where the fused loss stays
+// built-in), then model.train() re-kernelizes for Training and the fused loss takes over.
+TEST_P(LigerTrainingGolden, TrainReKernelizesAKernelConfigModel) {
+  setenv("HK_KERNELS_CACHE", cache_.c_str(), 1);
+  GradFixture f = GradFixture::open(GetParam());
+  CausalLM model = AutoModelForCausalLM::from_pretrained(
+      testing::model_fixture(GetParam()),
+      {.dtype = DType::F32,
+       .kernel_config =
+           KernelConfig{{{"RMSNorm", liger("LigerRMSNorm")},
+                         {"ForCausalLMLoss", liger("LigerFusedLinearCrossEntropyLoss")}}}});
+  ASSERT_NE(model.kernelize_report(), nullptr);
+  EXPECT_EQ(model.kernelize_report()->find("loss_function")->kernel, "");
+  model.train();
+  EXPECT_EQ(model.kernelize_report()->mode, Mode::Training);
+  EXPECT_EQ(model.kernelize_report()->find("loss_function")->kernel,
+            kLiger + "LigerFusedLinearCrossEntropyLoss")
+      << model.kernelize_report()->find("loss_function")->reason;
+  ForwardOptions o{.key_start = f.key_start, .labels = f.labels};
+  CausalLMOutput out = model.forward(f.input_ids, o);
+  EXPECT_FALSE(out.logits.defined());
+  out.loss.backward();
+  testing::expect_all_grads(model, f, kTol, "kernel_config + train()");
+  model.eval();  // back to inference: logits again, the built-in loss
+  EXPECT_TRUE(model.forward(f.input_ids, o).logits.defined());
+  unsetenv("HK_KERNELS_CACHE");
+}
+
+// use_kernels (the hub's default mapping: on cpu kernels-community/rmsnorm, rotary, activation)
+// in training mode gives Transformers' gradients too.
+TEST_P(LigerTrainingGolden, DefaultMappingTrains) {
+  setenv("HK_KERNELS_CACHE", cache_.c_str(), 1);
+  GradFixture f = GradFixture::open(GetParam());
+  CausalLM model = AutoModelForCausalLM::from_pretrained(
+      testing::model_fixture(GetParam()), {.dtype = DType::F32, .use_kernels = true});
+  model.train();
+  const KernelizeReport& report = *model.kernelize_report();
+  for (const char* path : {"model.layers.0.input_layernorm", "model.layers.1.self_attn.rotary_fn",
+                           "model.layers.0.mlp.act_fn"})
+    EXPECT_NE(report.find(path)->kernel, "") << path << ": " << report.find(path)->reason;
+  testing::train_step(model, f);
+  testing::expect_all_grads(model, f, kTol, "use_kernels");
+  unsetenv("HK_KERNELS_CACHE");
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, LigerTrainingGolden,
                          ::testing::ValuesIn(testing::grad_fixture_names()),
                          testing::fixture_case_name<::testing::TestParamInfo<std::string>>);
