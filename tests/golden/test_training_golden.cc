@@ -276,6 +276,34 @@ TEST_P(LigerTrainingGolden, TrainReKernelizesAKernelConfigModel) {
   unsetenv("HK_KERNELS_CACHE");
 }
 
+// Every Linear (projections, MLP, untied lm_head) through a linear@1 kernel's backward (a reference
+// kernel of the training test hub): dx summed over q/k/v, weight and bias gradients via the ABI.
+TEST_P(LigerTrainingGolden, LinearKernelBackward) {
+  GradFixture f = GradFixture::open(GetParam());
+  CausalLM model = load_f32(GetParam());
+  hub::HubConfig hc = hub::HubConfig::from_environment();
+  hc.endpoint.clear();
+  hc.hub_dir = fs::path(std::getenv("HK_BINARY_DIR")) / "training-test-hub";
+  hc.cache_dir = cache_;
+  hc.offline = false;
+  hc.local_kernels.clear();
+  KernelConfig config{{{"Linear", "kernels-community/test-linear:Linear"}}};
+  config.inherit_mapping = false;
+  KernelizeOptions o{.device = model.device(),
+                     .dtype = model.dtype(),
+                     .config = config,
+                     .hub = std::make_shared<hub::Hub>(hc)};
+  model.train();
+  KernelizeReport report = kernelize(model.module(), Mode::Training, o);
+  for (const char* path : {"model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"})
+    ASSERT_EQ(report.find(path)->kernel, "kernels-community/test-linear:Linear")
+        << report.find(path)->reason;
+  testing::train_step(model, f);
+  testing::expect_all_grads(model, f, kTol, "linear@1 kernel");
+  testing::train_step(model, f);  // the second backward accumulates through the kernel's flag
+  testing::expect_all_grads(model, f, kTol, "linear@1 kernel, accumulated", 2.0);
+}
+
 // use_kernels (the hub's default mapping: on cpu kernels-community/rmsnorm, rotary, activation)
 // in training mode gives Transformers' gradients too.
 TEST_P(LigerTrainingGolden, DefaultMappingTrains) {
