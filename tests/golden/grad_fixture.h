@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "golden/fixture_util.h"
+#include "hk/hub.h"
 #include "hk/models.h"
 #include "hk/ops.h"
 #include "hk/safetensors.h"
@@ -41,7 +44,26 @@ struct GradFixture {
     return file.load(name, Device::cpu(), DType::F32).to_doubles();
   }
   double loss(const std::string& name = "loss") const { return values(name).at(0); }
+  // num_items_in_batch's gradients are the mean's times this (targets / num_items_in_batch).
+  double num_items_scale() const {
+    return std::stod(file.metadata().at("targets")) / static_cast<double>(num_items_in_batch);
+  }
 };
+
+// A hub reading only `hub_dir` (a build's embedded or test hub), caching into `cache`.
+inline std::shared_ptr<hub::Hub> local_hub(const std::filesystem::path& hub_dir,
+                                           const std::filesystem::path& cache) {
+  hub::HubConfig hc = hub::HubConfig::from_environment();
+  hc.endpoint.clear();
+  hc.hub_dir = hub_dir;
+  hc.cache_dir = cache;
+  hc.offline = false;
+  hc.local_kernels.clear();
+  return std::make_shared<hub::Hub>(hc);
+}
+inline std::filesystem::path build_dir() {
+  return std::filesystem::path(std::getenv("HK_BINARY_DIR"));
+}
 
 // Host f64 copy of any tensor.
 inline std::vector<double> host_values(const Tensor& t) {

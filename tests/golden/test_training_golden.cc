@@ -78,9 +78,7 @@ TEST_P(TrainingGolden, NumItemsInBatchSumsAndDivides) {
         << name;
   }
   // ... and every gradient is the mean's times targets / num_items_in_batch.
-  const double targets = std::stod(f.file.metadata().at("targets"));
-  testing::expect_all_grads(model, f, kTol, "num_items_in_batch",
-                            targets / static_cast<double>(f.num_items_in_batch));
+  testing::expect_all_grads(model, f, kTol, "num_items_in_batch", f.num_items_scale());
 }
 
 TEST_P(TrainingGolden, BackwardAccumulatesAndZeroGradClears) {
@@ -134,18 +132,12 @@ class LigerTrainingGolden : public ::testing::TestWithParam<std::string> {
   void TearDown() override { fs::remove_all(cache_); }
 
   KernelizeReport kernelize_training(CausalLM& model, KernelConfig config) {
-    hub::HubConfig hc = hub::HubConfig::from_environment();
-    hc.endpoint.clear();
-    hc.hub_dir = fs::path(std::getenv("HK_BINARY_DIR")) / "hub";  // the embedded hub
-    hc.cache_dir = cache_;
-    hc.offline = false;
-    hc.local_kernels.clear();
     KernelizeOptions o;
     o.device = model.device();
     o.dtype = model.dtype();
     o.config = std::move(config);
     o.config.inherit_mapping = false;
-    o.hub = std::make_shared<hub::Hub>(hc);
+    o.hub = testing::local_hub(testing::build_dir() / "hub", cache_);  // the embedded hub
     model.train();
     return kernelize(model.module(), Mode::Training, o);
   }
@@ -193,9 +185,7 @@ TEST_P(LigerTrainingGolden, FusedKernelsMatchTransformers) {
   model.zero_grad();
   Loss loss = testing::train_step(model, f, /*num_items=*/true);
   EXPECT_LE(rel(loss.to_doubles()[0], f.loss("loss.num_items")), kTol);
-  const double targets = std::stod(f.file.metadata().at("targets"));
-  testing::expect_all_grads(model, f, kTol, "liger fused, num_items_in_batch",
-                            targets / static_cast<double>(f.num_items_in_batch));
+  testing::expect_all_grads(model, f, kTol, "liger fused, num_items_in_batch", f.num_items_scale());
 }
 
 TEST_P(LigerTrainingGolden, LigerForCausalLMLossMatchesTransformers) {
@@ -231,16 +221,11 @@ TEST_P(LigerTrainingGolden, FusedLossWithGradientCheckpointing) {
 
 TEST_P(LigerTrainingGolden, FusedLossIsNotBoundForInference) {
   CausalLM model = load_f32(GetParam());
-  hub::HubConfig hc = hub::HubConfig::from_environment();
-  hc.endpoint.clear();
-  hc.hub_dir = fs::path(std::getenv("HK_BINARY_DIR")) / "hub";
-  hc.cache_dir = cache_;
-  hc.local_kernels.clear();
   KernelizeOptions o{
       .device = model.device(),
       .dtype = model.dtype(),
       .config = KernelConfig{{{"ForCausalLMLoss", liger("LigerFusedLinearCrossEntropyLoss")}}},
-      .hub = std::make_shared<hub::Hub>(hc)};
+      .hub = testing::local_hub(testing::build_dir() / "hub", cache_)};
   KernelizeReport report = kernelize(model.module(), Mode::Inference, o);
   const LayerDecision* d = report.find("loss_function");
   ASSERT_NE(d, nullptr);
@@ -281,18 +266,12 @@ TEST_P(LigerTrainingGolden, TrainReKernelizesAKernelConfigModel) {
 TEST_P(LigerTrainingGolden, LinearKernelBackward) {
   GradFixture f = GradFixture::open(GetParam());
   CausalLM model = load_f32(GetParam());
-  hub::HubConfig hc = hub::HubConfig::from_environment();
-  hc.endpoint.clear();
-  hc.hub_dir = fs::path(std::getenv("HK_BINARY_DIR")) / "training-test-hub";
-  hc.cache_dir = cache_;
-  hc.offline = false;
-  hc.local_kernels.clear();
   KernelConfig config{{{"Linear", "kernels-community/test-linear:Linear"}}};
   config.inherit_mapping = false;
   KernelizeOptions o{.device = model.device(),
                      .dtype = model.dtype(),
                      .config = config,
-                     .hub = std::make_shared<hub::Hub>(hc)};
+                     .hub = testing::local_hub(testing::build_dir() / "training-test-hub", cache_)};
   model.train();
   KernelizeReport report = kernelize(model.module(), Mode::Training, o);
   for (const char* path : {"model.layers.0.self_attn.k_proj", "model.layers.1.mlp.down_proj"})

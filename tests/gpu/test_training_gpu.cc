@@ -87,16 +87,10 @@ class TrainingGpu : public ::testing::TestWithParam<Case> {
     } else {
       config.kernel_mapping = {{"ForCausalLMLoss", liger("LigerForCausalLMLoss")}};
     }
-    hub::HubConfig hc = hub::HubConfig::from_environment();
-    hc.endpoint.clear();
-    hc.hub_dir = fs::path(std::getenv("HK_BINARY_DIR")) / "hub";
-    hc.cache_dir = cache_;
-    hc.offline = false;
-    hc.local_kernels.clear();
     KernelizeOptions o{.device = model.device(),
                        .dtype = model.dtype(),
                        .config = config,
-                       .hub = std::make_shared<hub::Hub>(hc)};
+                       .hub = testing::local_hub(testing::build_dir() / "hub", cache_)};
     KernelizeReport report = kernelize(model.module(), Mode::Training, o);
     const LayerDecision* loss = report.find("loss_function");
     EXPECT_NE(loss, nullptr);

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <functional>
-#include <random>
 
+#include "common/op_testing.h"
 #include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/layers.h"
@@ -16,47 +16,30 @@
 namespace hk {
 namespace {
 
-std::mt19937& rng() {
-  static std::mt19937 g(7);
-  return g;
+uint64_t next_seed() {
+  static uint64_t seed = 7;
+  return seed++;
 }
 
+// Uniform in offset ± scale, f64.
 Tensor randn(const Shape& shape, double scale = 1.0, double offset = 0.0) {
-  Tensor t = Tensor::empty(shape, DType::F64);
-  std::normal_distribution<double> dist(0.0, 1.0);
-  double* p = t.data_as<double>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = offset + scale * dist(rng());
-  return t;
+  return test::random_tensor(shape, DType::F64, next_seed(), offset - scale, offset + scale);
 }
 
 double dot(const Tensor& a, const Tensor& b) {
-  const std::vector<double> x = a.to_doubles(), y = b.to_doubles();
-  double s = 0;
-  for (size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
-  return s;
+  return test::weighted_sum(a, b.to_doubles());
 }
 
-// Central differences of `objective` w.r.t. up to `max_checks` elements of `x` (a contiguous
-// f64 CPU tensor the objective reads), compared with `analytic`.
+// `analytic` against central differences of `objective` with respect to every element of `x`
+// (a contiguous f64 CPU tensor the objective reads).
 void check_fd(const Tensor& x, const Tensor& analytic, const std::function<double()>& objective,
-              const std::string& what, int64_t max_checks = 48) {
+              const std::string& what) {
   ASSERT_TRUE(analytic.defined()) << what << ": no gradient";
   ASSERT_EQ(analytic.sizes(), x.sizes()) << what;
   const std::vector<double> a = analytic.to_doubles();
-  double* p = x.data_as<double>();
-  const int64_t n = x.numel(), step = std::max<int64_t>(1, n / max_checks);
-  const double h = 1e-5;
-  for (int64_t i = 0; i < n; i += step) {
-    const double old = p[i];
-    p[i] = old + h;
-    const double up = objective();
-    p[i] = old - h;
-    const double down = objective();
-    p[i] = old;
-    const double numeric = (up - down) / (2 * h);
-    EXPECT_NEAR(a[static_cast<size_t>(i)], numeric, 1e-7 + 1e-6 * std::abs(numeric))
-        << what << " element " << i;
-  }
+  const std::vector<double> numeric = test::numeric_gradient(x, objective, 1e-5);
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_NEAR(a[i], numeric[i], 1e-7 + 1e-6 * std::abs(numeric[i])) << what << " element " << i;
 }
 
 void set_param(nn::Module& m, const std::string& name, Tensor value) {
@@ -355,7 +338,7 @@ TEST_P(LossBackward, MatchesFiniteDifferences) {
   EXPECT_NEAR(loss.to_doubles()[0], objective(), 1e-12);
   Tensor dlogits = like(logits);
   loss_fn.typed_impl().backward(loss_fn, logits, labels, options, ctx, 1.0f, dlogits, {});
-  check_fd(logits, dlogits, objective, "dlogits", 56);
+  check_fd(logits, dlogits, objective, "dlogits");
   // The last position predicts nothing: its gradient is zero.
   for (int64_t r = 0; r < 2; ++r)
     for (double g : dlogits.select(0, r).select(0, 3).contiguous().to_doubles()) EXPECT_EQ(g, 0.0);
