@@ -67,6 +67,12 @@ class LayerContext {
 // Thrown by the default training methods of an Impl.
 [[noreturn]] void throw_no_training(const LayerImpl& impl, const char* layer);
 
+// The dtype of saved statistics (rstd, lse, probabilities) and of the loss for activations of
+// dtype `x`: f32, or f64 for the f64 CPU reference path (finite-difference tests).
+inline DType statistics_dtype(DType x) {
+  return x == DType::F64 ? DType::F64 : DType::F32;
+}
+
 // Helper base: a module whose forward goes through an `Impl` object of one interface type.
 template <class Impl>
 class LayerModule : public Module {
@@ -469,6 +475,11 @@ class CausalLMLoss : public LayerModule<CausalLMLossImpl> {
     typed_impl().forward(*this, logits, labels, loss, options, stream);
   }
 };
+
+// The built-in loss from logits (what the built-in implementation's forward computes): for
+// implementations that have logits only in some forwards.
+void causal_lm_loss(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                    const CausalLMLossOptions& options, Stream stream = {});
 
 // Labels [B, S] shifted as ForCausalLMLoss does: out[b, t] = labels[b, t + 1], out[b, S-1] = -100
 // (i64, labels' device). Used by the loss implementations so logits need no shifted copy.

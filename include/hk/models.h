@@ -80,6 +80,7 @@ class Loss : public Tensor {
   bool has_tape() const;
 
  private:
+  friend class TrainingTape;  // reads the tape for memory accounting
   std::shared_ptr<TrainingTape> tape_;
 };
 

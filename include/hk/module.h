@@ -134,6 +134,8 @@ class Module {
   // none yet and `g` has the value's dtype, `g` itself becomes the gradient (no copy): the caller
   // must not write to it afterwards. No-op when the parameter does not require a gradient.
   void accumulate_grad(const std::string& name, const Tensor& g, Stream stream = {}) const;
+  // Whether the gradient slot of `name` (ties followed) wants a gradient; allocates nothing.
+  bool requires_grad(const std::string& name) const { return gradient_slot(name).requires_grad; }
 
   // ---- mode and placement ----------------------------------------------------------------------
   // Sets training mode on the subtree (and returns *this); eval() == train(false).

@@ -217,7 +217,7 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
 
   if (in.labels.defined()) {
     HK_CHECK(keep == s, "forward: labels need logits for every position (logits_to_keep = 0)");
-    Tensor loss = Tensor::empty({1}, DType::F32, device, stream);
+    Tensor loss = Tensor::empty({1}, nn::statistics_dtype(dtype), device, stream);
     loss_function->forward(out.logits, in.labels, loss, {options.num_items_in_batch}, stream);
     out.loss = Loss(loss);
   }

@@ -125,7 +125,7 @@ CausalLMOutput DecoderLM::forward_train(const Tensor& input_ids,
   model->norm->forward_train(h, normed, tape->final_norm_, stream);
 
   CausalLMOutput out;
-  Tensor loss = Tensor::empty({1}, DType::F32, device, stream);
+  Tensor loss = Tensor::empty({1}, nn::statistics_dtype(dtype), device, stream);
   const nn::CausalLMLossImpl& loss_impl = loss_function->typed_impl();
   if (loss_impl.fuses_lm_head()) {
     tape->fused_loss_ = true;
@@ -231,6 +231,21 @@ size_t TrainingTape::total_bytes() const {
   size_t total = 0;
   for (const auto& [p, n] : seen) total += n;
   return total;
+}
+
+size_t decoder_layer_tape_bytes(const ModelConfig& c, bool qk_norm, int64_t tokens, DType dtype,
+                                size_t attention_state_bytes) {
+  const size_t e = dtype_size(dtype), stat = dtype_size(nn::statistics_dtype(dtype));
+  const size_t n = static_cast<size_t>(tokens);
+  const size_t hq = static_cast<size_t>(c.num_attention_heads * c.head_dim);
+  const size_t hkv = static_cast<size_t>(c.num_key_value_heads * c.head_dim);
+  size_t bytes = 2 * n * static_cast<size_t>(c.hidden_size) * e;  // h, h_mid
+  bytes += 2 * n * stat;                                          // their rstd
+  bytes += n * (2 * hq + 2 * hkv) * e;                            // q, attn; k, v
+  if (qk_norm)
+    bytes += n * static_cast<size_t>(c.num_attention_heads + c.num_key_value_heads) * stat;
+  bytes += 2 * n * static_cast<size_t>(c.intermediate_size) * e;  // gate, up
+  return bytes + attention_state_bytes;
 }
 
 // ---- Loss ------------------------------------------------------------------------------------

@@ -23,11 +23,14 @@ class TrainingTape {
   void backward(Stream stream);
   bool consumed() const { return consumed_; }
 
-  // Bytes of the distinct storages decoder layer i's step keeps (its input included); 0 for a
-  // checkpointed layer's context (its input is counted).
+  // Bytes of the distinct storages decoder layer i's step keeps (its input included); a
+  // checkpointed layer keeps its input only.
   size_t layer_bytes(size_t i) const;
+  size_t num_layers() const { return layers_.size(); }
   // Everything the tape holds.
   size_t total_bytes() const;
+  // The tape a training forward attached to `loss` (null for an eval loss).
+  static const TrainingTape* of(const Loss& loss) { return loss.tape_.get(); }
 
  private:
   friend class DecoderLM;
@@ -49,5 +52,12 @@ class TrainingTape {
   Tensor logits_;  // undefined with a fused loss
   bool consumed_ = false;
 };
+
+// What one decoder layer's step keeps without gradient checkpointing, for `tokens` = B·S tokens
+// in `dtype` (see the top of this file): 2 hidden-state tensors, q/k/v and the attention output,
+// gate and up, the rstd rows, plus `attention_state_bytes`, what the attention function saves
+// (eager: f32 probabilities [B, Hq, S, S]; flash-style: f32 lse [B, Hq, S]).
+size_t decoder_layer_tape_bytes(const ModelConfig& config, bool qk_norm, int64_t tokens,
+                                DType dtype, size_t attention_state_bytes);
 
 }  // namespace hk

@@ -27,8 +27,8 @@ void eager_attention(const TensorView& q, const TensorView& k, const TensorView&
 // Eager training form: the f32 probabilities [B, Hq, S, T] are the saved state.
 Tensor eager_attention_train(const TensorView& q, const TensorView& k, const TensorView& v,
                              const TensorView& out, const AttentionCall& call, Stream stream) {
-  Tensor probs =
-      Tensor::empty({q.shape[0], q.shape[2], q.shape[1], k.shape[1]}, DType::F32, q.device, stream);
+  Tensor probs = Tensor::empty({q.shape[0], q.shape[2], q.shape[1], k.shape[1]},
+                               statistics_dtype(q.dtype), q.device, stream);
   ops::attention(q, k, v, out, op_options(call), &probs.view(), stream);
   return probs;
 }

@@ -26,8 +26,8 @@ ops::CrossEntropyOptions ce_options(const CausalLMLossOptions& options) {
 }
 
 // loss = CE(logits, shifted labels) (mean, or sum / num_items_in_batch); lse written when given.
-void causal_lm_loss(const TensorView& logits, const Tensor& shifted, const TensorView& loss,
-                    const CausalLMLossOptions& options, const TensorView* lse, Stream stream) {
+void shifted_loss(const TensorView& logits, const Tensor& shifted, const TensorView& loss,
+                  const CausalLMLossOptions& options, const TensorView* lse, Stream stream) {
   const int64_t n = logits.shape[0] * logits.shape[1], v = logits.shape[2];
   Tensor dense = Tensor::wrap(logits);
   if (!dense.is_contiguous()) dense = dense.contiguous(stream);
@@ -46,8 +46,7 @@ class BuiltinCausalLMLoss final : public CausalLMLossImpl {
                const TensorView& loss, const CausalLMLossOptions& options,
                Stream stream) const override {
     check_shapes(logits, labels);
-    causal_lm_loss(logits, shift_labels(Tensor::wrap(labels), stream), loss, options, nullptr,
-                   stream);
+    nn::causal_lm_loss(logits, labels, loss, options, stream);
   }
 
   void forward_train(const CausalLMLoss&, const Tensor& logits, const Tensor& labels,
@@ -55,9 +54,9 @@ class BuiltinCausalLMLoss final : public CausalLMLossImpl {
                      Stream stream) const override {
     check_shapes(logits, labels);
     Tensor shifted = shift_labels(labels, stream);
-    Tensor lse =
-        Tensor::empty({logits.size(0) * logits.size(1)}, DType::F32, logits.device(), stream);
-    causal_lm_loss(logits, shifted, loss, options, &lse.view(), stream);
+    Tensor lse = Tensor::empty({logits.size(0) * logits.size(1)}, statistics_dtype(logits.dtype()),
+                               logits.device(), stream);
+    shifted_loss(logits, shifted, loss, options, &lse.view(), stream);
     ctx.save("shifted_labels", shifted);
     ctx.save("lse", lse);
   }
@@ -70,7 +69,7 @@ class BuiltinCausalLMLoss final : public CausalLMLossImpl {
                  dlogits.view().str() + " must be contiguous and of one shape");
     const int64_t n = logits.size(0) * logits.size(1), v = logits.size(2);
     // d(sum / n) = dloss / n per summed term. Filled on the device: no host-device copy.
-    Tensor upstream = Tensor::empty({1}, DType::F32, logits.device(), stream);
+    Tensor upstream = Tensor::empty({1}, statistics_dtype(logits.dtype()), logits.device(), stream);
     const double n_items = static_cast<double>(options.num_items_in_batch);
     ops::fill(upstream, options.num_items_in_batch > 0 ? dloss / n_items : dloss, stream);
     const Tensor& lse = ctx.saved("lse");
@@ -81,6 +80,12 @@ class BuiltinCausalLMLoss final : public CausalLMLossImpl {
 };
 
 }  // namespace
+
+void causal_lm_loss(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                    const CausalLMLossOptions& options, Stream stream) {
+  check_shapes(logits, labels);
+  shifted_loss(logits, shift_labels(Tensor::wrap(labels), stream), loss, options, nullptr, stream);
+}
 
 Tensor shift_labels(const Tensor& labels, Stream stream) {
   HK_CHECK(labels.ndim() == 2, "shift_labels: labels must be [B, S], got " + labels.view().str());

@@ -18,7 +18,8 @@ class BuiltinRMSNorm final : public RMSNormImpl {
   bool supports_training() const override { return true; }
   void forward_train(const RMSNorm& layer, const Tensor& x, const Tensor& y, LayerContext& ctx,
                      Stream stream) const override {
-    Tensor rstd = Tensor::empty({x.numel() / layer.dim()}, DType::F32, x.device(), stream);
+    Tensor rstd =
+        Tensor::empty({x.numel() / layer.dim()}, statistics_dtype(x.dtype()), x.device(), stream);
     ops::rms_norm(x, layer.weight(), static_cast<float>(layer.eps()), y, &rstd.view(), stream);
     ctx.save("rstd", rstd);
   }
