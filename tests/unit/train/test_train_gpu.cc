@@ -57,9 +57,10 @@ void new_grads(TensorSet& s, const OptimCase& c, Device device, uint32_t seed) {
   }
 }
 
-const OptimCase kOptimCases[] = {{"f32", DType::F32, DType::F32, false},
-                                 {"bf16", DType::BF16, DType::BF16, false},
-                                 {"bf16 model, f32 masters and grads", DType::BF16, DType::F32, true}};
+const OptimCase kOptimCases[] = {
+    {"f32", DType::F32, DType::F32, false},
+    {"bf16", DType::BF16, DType::BF16, false},
+    {"bf16 model, f32 masters and grads", DType::BF16, DType::F32, true}};
 
 double rtol_of(DType d) {
   return d == DType::F32 ? 2e-6 : 8e-3;  // f32: FMA contraction on the device; bf16: one ulp
@@ -82,8 +83,9 @@ TEST(TrainGpu, FusedAdamWAndGradNormMatchTheCpu) {
                   n_cpu.clip_coef.to_doubles()[0], 1e-6)
           << c.name;
       // The free function over the same tensors agrees too.
-      EXPECT_NEAR(gpu_testing::to_cpu(optim::clip_grad_norm(gpu.list(), max_norm).norm).to_doubles()[0],
-                  nc, 1e-5 * nc);
+      EXPECT_NEAR(
+          gpu_testing::to_cpu(optim::clip_grad_norm(gpu.list(), max_norm).norm).to_doubles()[0], nc,
+          1e-5 * nc);
       a_cpu.step(1e-2 * (step + 1), &n_cpu.clip_coef);
       a_gpu.step(1e-2 * (step + 1), &n_gpu.clip_coef);
       if (step == 2) {
@@ -187,10 +189,10 @@ TEST(TrainGpu, Bf16CurvesWithLigerKernelsMatchTransformersBf16) {
             d.layer == "rotary_pos_emb" || d.layer == "ForCausalLMLoss")
           EXPECT_EQ(d.kernel.rfind("kernels-community/liger-kernels:", 0), 0u)
               << name << " " << d.path << ": " << d.reason;
-      test::expect_matches_golden(curve, ref[name], test::kBf16LossTolerance,
-                                  name + " (cuda, liger " +
-                                      (config.empty() ? "defaults" : "cross_entropy") + ")",
-                                  test::kBf16GradNormTolerance);
+      test::expect_matches_golden(
+          curve, ref[name], test::kBf16LossTolerance,
+          name + " (cuda, liger " + (config.empty() ? "defaults" : "cross_entropy") + ")",
+          test::kBf16GradNormTolerance);
     }
 }
 

@@ -55,7 +55,8 @@ inline BlockDataset corpus_blocks(const std::string& model, int64_t block_size =
 
 struct Interrupted {};
 
-inline Curve train_curve(const RunSpec& spec, std::optional<KernelizeReport>* report_copy = nullptr) {
+inline Curve train_curve(const RunSpec& spec,
+                         std::optional<KernelizeReport>* report_copy = nullptr) {
   LoadOptions load;
   load.dtype = spec.dtype;  // f32: bf16 fixtures upcast, as Transformers loads them with float32
   load.device = spec.device;
