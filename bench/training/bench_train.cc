@@ -169,11 +169,7 @@ nlohmann::json run_config(const Args& a, const std::string& config) {
     // One step as the Trainer runs it, with every layer call timed: forward, backward, the
     // norm + AdamW update, zero_grad. The Trainer (and its optimizer) is gone, the kernels it
     // bound stay bound; a fresh AdamW on the same parameters does the update.
-    std::vector<hk::optim::OptimTensor> tensors;
-    for (auto& [name, p] : model.named_parameters())
-      if (p->requires_grad)
-        tensors.push_back(
-            {name, &p->value, &p->grad, !hk::optim::excluded_from_weight_decay(name)});
+    std::vector<hk::optim::OptimTensor> tensors = hk::optim::trainable_parameters(model.module());
     hk::optim::AdamW optimizer(tensors, {.lr = 1e-5});
     std::vector<int64_t> ids(data.block(0), data.block(0) + a.batch * a.seq);
     hk::Tensor input = hk::Tensor::from_ints(ids, {a.batch, a.seq}).to(device);

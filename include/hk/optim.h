@@ -54,8 +54,9 @@ struct OptimTensor {
 // Trainer.get_decay_parameter_names' rule for one parameter path (see above).
 bool excluded_from_weight_decay(const std::string& path, const std::string& module_type = "");
 
-// The trainable parameters of a module tree (requires_grad, tied storage once, buffers excluded)
-// with the decay rule applied, in named_parameters order.
+// The trainable parameters of a module tree (requires_grad, tied storage once under the name of
+// the parameter it is tied to, buffers excluded) with the decay rule applied, in the tree's
+// parameter order — for a CausalLM, `trainable_parameters(model.module())`.
 std::vector<OptimTensor> trainable_parameters(nn::Module& root);
 
 // Result of clip_grad_norm: f32 scalars ([1]) on the gradients' device. Reading them on the host

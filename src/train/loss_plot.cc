@@ -54,7 +54,7 @@ std::string loss_curve_svg(const std::vector<TrainerLogEntry>& history, const st
     y1 += 0.5;
   }
   const double pad = 0.05 * (y1 - y0);
-  y0 -= pad;
+  y0 = y0 >= 0 ? std::max(0.0, y0 - pad) : y0 - pad;  // a loss axis does not go below 0
   y1 += pad;
   auto px = [&](double x) { return left + (x - x0) / (x1 - x0) * (width - left - right); };
   auto py = [&](double y) { return top + (y1 - y) / (y1 - y0) * (height - top - bottom); };

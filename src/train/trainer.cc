@@ -117,10 +117,7 @@ TrainerImpl::TrainerImpl(CausalLM& m, TrainingArguments a, BlockDataset d, Train
   model.train();
   model.gradient_checkpointing_enable(args.gradient_checkpointing);
 
-  for (auto& [name, p] : model.named_parameters()) {
-    if (!p->requires_grad) continue;
-    tensors.push_back({name, &p->value, &p->grad, !optim::excluded_from_weight_decay(name)});
-  }
+  tensors = optim::trainable_parameters(model.module());
   HK_CHECK(!tensors.empty(), "Trainer: the model has no trainable parameters");
   model_fingerprint = parameter_fingerprint();
 

@@ -43,4 +43,13 @@ bool excluded_from_weight_decay(const std::string& path, const std::string& modu
   return false;
 }
 
+std::vector<OptimTensor> trainable_parameters(nn::Module& root) {
+  std::vector<OptimTensor> out;
+  for (auto& [path, p] : root.named_parameters("", /*include_buffers=*/false)) {
+    if (p->is_buffer || !p->tied_to.empty() || !p->requires_grad) continue;
+    out.push_back({path, &p->value, &p->grad, !excluded_from_weight_decay(path)});
+  }
+  return out;
+}
+
 }  // namespace hk::optim
