@@ -70,8 +70,8 @@ void DecoderLayer::backward(const Tensor& h, const nn::AttentionState& state, nn
     post_attention_layernorm->forward(h_mid, normed, stream);
     mlp->backward(normed, ctx.child("mlp"), dh, dnormed, stream);
     ctx.child("mlp").clear();
-    post_attention_layernorm->backward(h_mid, ctx.child("post_attention_layernorm"), dnormed,
-                                       dres, stream);
+    post_attention_layernorm->backward(h_mid, ctx.child("post_attention_layernorm"), dnormed, dres,
+                                       stream);
   }
   ctx.release("h_mid");
   ops::add(dh, dres, dh, 1.0f, stream);  // d(h_mid)
