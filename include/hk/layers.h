@@ -51,6 +51,8 @@ class LayerContext {
   // Throws InvalidArgument naming the tensor when it was not saved.
   const Tensor& saved(const std::string& name) const;
   LayerContext& child(const std::string& name);
+  // Drops one saved tensor (a backward done with it early).
+  void release(const std::string& name) { tensors_.erase(name); }
   // Drops everything (the memory goes back to the allocator once nothing else holds it).
   void clear();
   // Bytes of the distinct storages this context and its children hold (a storage saved twice,

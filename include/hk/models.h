@@ -74,7 +74,9 @@ class Loss : public Tensor {
   // Walks the tape in reverse and ACCUMULATES d(loss) into every trainable Parameter::grad
   // (allocating zeros first), then releases the tape. Runs on `stream`; the default {} means the
   // forward's stream (ForwardOptions::stream). Throws InvalidArgument with what to do when there
-  // is no tape (a forward in eval mode, or without labels) or backward already ran.
+  // is no tape (a forward in eval mode, or without labels) or backward already ran. Dropping
+  // out.logits before backward (`out.logits = {}`) lets the logits-based loss write d(logits) over
+  // them: one [tokens, vocab] buffer less at the peak.
   void backward(Stream stream = {}) const;
   // True while a tape is attached and backward has not run.
   bool has_tape() const;

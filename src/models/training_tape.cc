@@ -61,19 +61,24 @@ Tensor DecoderLayer::forward_train(const Tensor& h, const nn::AttentionState& st
 
 void DecoderLayer::backward(const Tensor& h, const nn::AttentionState& state, nn::LayerContext& ctx,
                             const Tensor& dh, Stream stream) const {
-  const Tensor h_mid = ctx.saved("h_mid");
   Tensor normed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
   Tensor dnormed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
   Tensor dres = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
-  // h_out = h_mid + mlp(norm2(h_mid))
-  post_attention_layernorm->forward(h_mid, normed, stream);
-  mlp->backward(normed, ctx.child("mlp"), dh, dnormed, stream);
-  post_attention_layernorm->backward(h_mid, ctx.child("post_attention_layernorm"), dnormed, dres,
-                                     stream);
+  // h_out = h_mid + mlp(norm2(h_mid)); each sub-layer's saved tensors go as soon as it is done.
+  {
+    const Tensor h_mid = ctx.saved("h_mid");
+    post_attention_layernorm->forward(h_mid, normed, stream);
+    mlp->backward(normed, ctx.child("mlp"), dh, dnormed, stream);
+    ctx.child("mlp").clear();
+    post_attention_layernorm->backward(h_mid, ctx.child("post_attention_layernorm"), dnormed, dres,
+                                       stream);
+  }
+  ctx.release("h_mid");
   ops::add(dh, dres, dh, 1.0f, stream);  // d(h_mid)
   // h_mid = h + attn(norm1(h))
   input_layernorm->forward(h, normed, stream);
   self_attn->backward(normed, state, ctx.child("self_attn"), dh, dnormed, stream);
+  ctx.child("self_attn").clear();
   input_layernorm->backward(h, ctx.child("input_layernorm"), dnormed, dres, stream);
   ops::add(dh, dres, dh, 1.0f, stream);  // d(h)
 }
@@ -181,7 +186,11 @@ void TrainingTape::backward(Stream stream) {
       loss_impl.backward_fused(*lm.loss_function, *lm.lm_head, normed, inputs_.labels,
                                loss_options_, loss_, 1.0f, dnormed, s);
     } else {
-      Tensor dlogits = Tensor::empty(logits_.sizes(), logits_.dtype(), logits_.device(), s);
+      // When the caller dropped out.logits, d(logits) overwrites them: one [tokens, vocab] buffer
+      // instead of two (the loss backward reads each element before writing it).
+      Tensor dlogits = logits_.storage() && logits_.storage().use_count() == 1
+                           ? logits_
+                           : Tensor::empty(logits_.sizes(), logits_.dtype(), logits_.device(), s);
       loss_impl.backward(*lm.loss_function, logits_, inputs_.labels, loss_options_, loss_, 1.0f,
                          dlogits, s);
       loss_.clear();

@@ -99,6 +99,16 @@ TEST_P(TrainingGolden, BackwardAccumulatesAndZeroGradClears) {
   for (auto& [name, p] : model.named_parameters()) EXPECT_FALSE(p->grad.defined()) << name;
 }
 
+TEST_P(TrainingGolden, DroppedLogitsAreReusedForTheirGradient) {
+  GradFixture f = GradFixture::open(GetParam());
+  CausalLM model = load_f32(GetParam());
+  model.train();
+  CausalLMOutput out = model.forward(f.input_ids, {.key_start = f.key_start, .labels = f.labels});
+  out.logits = Tensor();  // backward may now overwrite them with d(logits)
+  out.loss.backward();
+  testing::expect_all_grads(model, f, kTol, "logits dropped before backward");
+}
+
 TEST_P(TrainingGolden, FrozenParametersGetNoGradient) {
   GradFixture f = GradFixture::open(GetParam());
   CausalLM model = load_f32(GetParam());
