@@ -40,6 +40,7 @@
 #include "hk/kernelize.h"
 #include "hk/models.h"
 #include "hk/stream.h"
+#include "hk/train_checkpoint.h"
 #include "hk/train_data.h"
 #include "hk/training_args.h"
 
@@ -59,13 +60,9 @@ struct TrainerOptions {
   bool plot_loss = true;
 };
 
-// One logged step (also what `hk train --json` prints).
-struct TrainLog {
-  int64_t step = 0;
-  double epoch = 0;
-  double loss = 0;
-  double grad_norm = 0;
-  double learning_rate = 0;
+// One logged step: the log_history entry (step, epoch, loss, grad_norm, learning_rate) plus the
+// throughput since the previous log — what `hk train --json` prints.
+struct TrainLog : TrainerLogEntry {
   double tokens_per_s = 0;
 };
 

@@ -321,7 +321,7 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
           log.grad_norm = norm.norm.to(Device::cpu(), stream).data_as<float>()[0];
           log.learning_rate = lr;
           log.tokens_per_s = wall > 0 ? static_cast<double>(window_tokens) / wall : 0.0;
-          state.log_history.push_back({step, state.epoch, loss, log.grad_norm, lr});
+          state.log_history.push_back(log);
           out.logs.push_back(log);
           last_logged_loss = loss;
           run_loss_sum += loss * static_cast<double>(window_steps);

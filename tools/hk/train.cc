@@ -143,7 +143,7 @@ void run_train(TrainCliArgs& a) {
       nlohmann::json j = {{"step", log.step},
                           {"epoch", log.epoch},
                           {"loss", log.loss},
-                          {"grad_norm", log.grad_norm},
+                          {"grad_norm", log.grad_norm.value_or(0.0)},
                           {"learning_rate", log.learning_rate},
                           {"tokens_per_s", log.tokens_per_s}};
       std::cout << j.dump() << std::endl;
@@ -151,8 +151,8 @@ void run_train(TrainCliArgs& a) {
       char line[256];
       std::snprintf(line, sizeof line,
                     "step %lld  epoch %.3f  loss %.4f  grad_norm %.4f  lr %.4g  %.0f tok/s",
-                    static_cast<long long>(log.step), log.epoch, log.loss, log.grad_norm,
-                    log.learning_rate, log.tokens_per_s);
+                    static_cast<long long>(log.step), log.epoch, log.loss,
+                    log.grad_norm.value_or(0.0), log.learning_rate, log.tokens_per_s);
       std::cout << line << std::endl;
     }
   };

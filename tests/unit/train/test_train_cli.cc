@@ -89,6 +89,30 @@ TEST(CliTrain, TextModeReportsLigerNotesAndSaveTotalLimitRotates) {
   EXPECT_EQ(left[1].first, 6);
 }
 
+TEST(CliTrain, UseKernelsAndLigerTrainOnHubKernelsAndReportIt) {
+  test::TempDir out;
+  for (const char* flags :
+       {"--use-kernels", "--use-liger-kernel", "--use-kernels --use-liger-kernel"}) {
+    auto r = test::run_hk(
+        base_args("qwen3-tiny", out.str()) + " --max-steps 2 --save-strategy no --json " + flags,
+        /*stderr_to_null=*/true);
+    ASSERT_EQ(r.status, 0) << flags << ": " << r.out;
+    const auto lines = json_lines(r.out);
+    ASSERT_EQ(lines.size(), 3u) << r.out;
+    const auto& report = lines.back()["kernelize"];
+    ASSERT_TRUE(report.is_object()) << flags << ": " << r.out;
+    EXPECT_EQ(report["mode"], "training");
+    size_t on_kernels = 0, liger = 0;
+    for (const auto& l : report["layers"])
+      if (l["kernel"].is_string()) {
+        ++on_kernels;
+        liger += l["kernel"].get<std::string>().rfind("kernels-community/liger-kernels:", 0) == 0;
+      }
+    EXPECT_GT(on_kernels, 0u) << flags;
+    if (std::string(flags).find("liger") != std::string::npos) EXPECT_GT(liger, 0u) << flags;
+  }
+}
+
 struct BadCase {
   const char* name;
   std::string args;

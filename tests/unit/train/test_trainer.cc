@@ -38,13 +38,18 @@ const GoldenCase kCases[] = {{"golden-qwen3-b2.json", "qwen3-tiny", 2, 1},
                              {"golden-qwen3-b1-ga2.json", "qwen3-tiny", 1, 2},
                              {"golden-llama-b2.json", "llama-tiny-bf16", 2, 1}};
 
+RunSpec spec_for(const GoldenCase& gc) {
+  RunSpec spec;
+  spec.model = gc.model;
+  spec.batch = gc.batch;
+  spec.ga = gc.ga;
+  return spec;
+}
+
 TEST(TrainerGolden, BuiltinCurvesMatchTransformers) {
   for (const auto& gc : kCases) {
     const auto ref = test::read_json(test::train_fixture(gc.fixture));
-    RunSpec spec;
-    spec.model = gc.model;
-    spec.batch = gc.batch;
-    spec.ga = gc.ga;
+    RunSpec spec = spec_for(gc);
     expect_matches_golden(train_curve(spec), ref, 1e-4, gc.fixture);
   }
 }
@@ -52,10 +57,7 @@ TEST(TrainerGolden, BuiltinCurvesMatchTransformers) {
 TEST(TrainerGolden, GradientCheckpointingGivesTheSameCurve) {
   for (const auto& gc : kCases) {
     const auto ref = test::read_json(test::train_fixture(gc.fixture));
-    RunSpec spec;
-    spec.model = gc.model;
-    spec.batch = gc.batch;
-    spec.ga = gc.ga;
+    RunSpec spec = spec_for(gc);
     spec.gradient_checkpointing = true;
     expect_matches_golden(train_curve(spec), ref, 1e-4,
                           std::string(gc.fixture) + " + gradient checkpointing");
@@ -71,10 +73,7 @@ TEST(TrainerGolden, LigerCpuKernelsMatchTransformers) {
   for (const auto& gc : kCases) {
     const auto ref = test::read_json(test::train_fixture(gc.fixture));
     for (const auto& config : configs) {
-      RunSpec spec;
-      spec.model = gc.model;
-      spec.batch = gc.batch;
-      spec.ga = gc.ga;
+      RunSpec spec = spec_for(gc);
       spec.liger = true;
       spec.liger_config = config;
       std::optional<KernelizeReport> report;

@@ -88,7 +88,7 @@ inline Curve train_curve(const RunSpec& spec,
   Curve c;
   trainer.on_log = [&](const TrainLog& log) {
     c.losses.push_back(log.loss);
-    c.grad_norms.push_back(log.grad_norm);
+    c.grad_norms.push_back(log.grad_norm.value_or(-1.0));
     c.lrs.push_back(log.learning_rate);
     c.epochs.push_back(log.epoch);
   };
