@@ -1,5 +1,6 @@
-// Activation adapters (see activation_binding.h). The attrs say which function the module
-// computes (ActivationAttrs::kind); a kernel that computes another refuses the call. The gated
+// Activation adapters (see activation_binding.h), forward and, for training, backward through the
+// entry's backward. The attrs say which function the module computes (ActivationAttrs::kind); a
+// kernel that computes another refuses the call. The gated
 // product uses the library's "<act>_and_mul" entry (kernels-community/activation ships
 // silu_and_mul, gelu_and_mul, gelu_tanh_and_mul) when it exists for this device and layout, else
 // the activation followed by ops::mul — both round act(gate) to the dtype before the product, as
@@ -52,6 +53,34 @@ class ActivationAdapter final : public nn::ActivationImpl {
     ActivationAttrs attrs;
     attrs.kind = activation_code(layer.kind());
     fn_.forward({x}, {y}, attrs, options);
+  }
+
+  bool supports_training() const override { return fn_.entry().has_backward; }
+  void backward(const nn::Activation& layer, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                Stream stream) const override {
+    KernelCallOptions options;
+    options.stream = stream;
+    if (fn_.entry().interface == "silu") {
+      fn_.backward({dy, x}, {dx}, SiluAttrs{}, options);
+      return;
+    }
+    ActivationAttrs attrs;
+    attrs.kind = activation_code(layer.kind());
+    fn_.backward({dy, x}, {dx}, attrs, options);
+  }
+  // out = round(act(gate))·up, composed as in forward (and as autograd sees Transformers' MLP):
+  // dup = dout·round(act(gate)), dgate = act'(gate)·round(dout·up). dgate/dup may alias gate/up.
+  // (The fused act_and_mul backward rounds once, not like autograd, so it is not used here.)
+  void backward_mul(const nn::Activation& layer, const Tensor& gate, const Tensor& up,
+                    const Tensor& dout, const Tensor& dgate, const Tensor& dup,
+                    Stream stream) const override {
+    Tensor act = Tensor::empty(gate.sizes(), gate.dtype(), gate.device(), stream);
+    Tensor dact = Tensor::empty(gate.sizes(), gate.dtype(), gate.device(), stream);
+    forward(layer, gate, act, stream);
+    ops::mul(dout, up, dact, stream);  // before dup may overwrite up
+    ops::mul(dout, act, dup, stream);
+    backward(layer, gate, dact, act, stream);  // act := dgate (gate is still intact)
+    copy_view(dgate, act, stream);
   }
 
   void forward_mul(const nn::Activation& layer, const TensorView& gate, const TensorView& up,

@@ -53,7 +53,16 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
 }
 
 bool serves(const KernelEntryInfo& entry, const std::string& layer) {
-  return kernel_binding::entry_serves_layer(entry.interface, entry.interface_version, layer);
+  return kernel_binding::entry_serves(entry, layer);
+}
+
+// Whether an entry is the one to take for `layer` when the spec names none: one of the layer's own
+// interface (an activation@1 for activation layers), not a stand-in such as the fused linear
+// cross-entropy that can serve ForCausalLMLoss only when named.
+bool default_entry_for(const KernelEntryInfo& entry, const std::string& layer) {
+  const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);
+  return (info && layer == info->layer) ||
+         (entry.interface == "activation" && kernel_binding::is_activation_layer(layer));
 }
 
 // What metadata.json says of a variant's entries, in the loader's form: enough to choose an entry
@@ -189,10 +198,11 @@ class Binder {
     } else {
       for (const auto& e : outcome.entries())
         for (const std::string& n : names)
-          if (!entry && lower(e.name) == lower(n) && serves(e, layer) && e.device == device_type_)
+          if (!entry && lower(e.name) == lower(n) && default_entry_for(e, layer) &&
+              e.device == device_type_)
             entry = &e;
       for (const auto& e : outcome.entries())
-        if (!entry && serves(e, layer) && e.device == device_type_ &&
+        if (!entry && default_entry_for(e, layer) && e.device == device_type_ &&
             !kernel_binding::is_activation_layer(layer))
           entry = &e;
       if (!entry) {
@@ -562,6 +572,8 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
               ? binder.pick_entry(outcome, hub::KernelSpec::parse(mk.spec).entry, names, why)
               : nullptr;
       if (entry && binder.activation_mismatch(*entry, *module, why)) entry = nullptr;
+      if (entry) why = kernel_binding::adapter_refusal(*module, layer, *entry, mode);
+      if (entry && !why.empty()) entry = nullptr;
       const std::string mapped =
           choice->rule.layer == layer ? "" : " (as " + choice->rule.layer + ")";
       if (!outcome.usable()) {

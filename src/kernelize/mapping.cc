@@ -5,9 +5,7 @@
 #include <algorithm>
 #include <set>
 
-#include "hk/layer_interfaces.h"
 #include "hk/layers.h"
-#include "kernelize/activation_binding.h"
 
 namespace hk::kernel_binding {
 
@@ -87,12 +85,6 @@ std::vector<std::string> mapping_names(const nn::Module& module) {
     names.push_back("GELUTanh");
   }
   return names;
-}
-
-bool entry_serves_layer(const std::string& interface, uint32_t version, const std::string& layer) {
-  if (interface == "activation" && version == 1) return is_activation_layer(layer);
-  const InterfaceInfo* info = find_interface(interface, version);
-  return info && layer == info->layer;
 }
 
 }  // namespace hk::kernel_binding

@@ -60,8 +60,5 @@ std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
 // default table; activation layers also answer to hk's earlier names ("GELU", "GELUTanh").
 std::vector<std::string> mapping_names(const nn::Module& module);
 
-// Whether an entry implementing `interface`@`version` can serve `layer`: the interface's own layer
-// (hk/layer_interfaces.h), or activation@1 for any activation layer.
-bool entry_serves_layer(const std::string& interface, uint32_t version, const std::string& layer);
 
 }  // namespace hk::kernel_binding
