@@ -192,6 +192,44 @@ TEST_F(EmbeddedHub, EveryActivationAConfigCanNameBindsItsEntry) {
   }
 }
 
+TEST_F(EmbeddedHub, ActivationKernelsTrainWithTheBuiltinGradients) {
+  // Training through the activation entries' backward (and the gated product composed as
+  // autograd sees it): loss and every gradient as with the built-in activations.
+  const Tensor ids = Tensor::from_ints({1, 5, 9, 42, 7, 3}, {1, 6});
+  for (const char* hidden_act : {"gelu", "quick_gelu", "silu"}) {
+    SCOPED_TRACE(hidden_act);
+    const fs::path dir = model_with_activation(hidden_act);
+    auto grads = [&](bool kernels) {
+      CausalLM model = AutoModelForCausalLM::from_pretrained(dir.string(), {});
+      if (kernels) {
+        KernelConfig config;
+        config.inherit_mapping = false;
+        const std::string layer = model.module().find_module("model.layers.0.mlp.act_fn")
+                                      ->layer_interface();
+        const std::string entry = layer == "GeLU" ? "Gelu" : layer == "SiLU" ? "Silu" : layer;
+        config.kernel_mapping[layer] = "kernels-community/activation:" + entry;
+        KernelizeReport r = kernelize(model.module(), Mode::Training, options(model, config));
+        EXPECT_EQ(r.find("model.layers.0.mlp.act_fn")->kernel,
+                  "kernels-community/activation:" + entry)
+            << r.find("model.layers.0.mlp.act_fn")->reason;
+      }
+      model.train(true);
+      auto out = model.forward(ids, ids);
+      out.loss.backward();
+      std::vector<double> all = out.loss.to_doubles();
+      for (auto& [name, p] : model.named_parameters())
+        if (p->grad.defined())
+          for (double g : p->grad.to_doubles()) all.push_back(g);
+      return all;
+    };
+    const std::vector<double> builtin = grads(false), kernelized = grads(true);
+    ASSERT_EQ(kernelized.size(), builtin.size());
+    for (size_t i = 0; i < builtin.size(); ++i)
+      ASSERT_NEAR(kernelized[i], builtin[i], 1e-5 + 1e-5 * std::fabs(builtin[i])) << i;
+    fs::remove_all(dir);
+  }
+}
+
 TEST_F(EmbeddedHub, AnActivationEntryOfAnotherFunctionIsRefusedAtBind) {
   const fs::path dir = model_with_activation("gelu");
   CausalLM model = AutoModelForCausalLM::from_pretrained(dir.string(), {});
