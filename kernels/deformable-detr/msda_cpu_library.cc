@@ -4,26 +4,14 @@
 // output; dvalue summed in an f32 buffer. A portable variant, not a fast one.
 #include <vector>
 
-#include "hk/dtype.h"
 #include "msda_call.h"
 
 namespace {
 
 using msda::Problem;
 
-float load(const void* base, int32_t dtype, int64_t i) {
-  if (dtype == HK_DTYPE_F32) return static_cast<const float*>(base)[i];
-  if (dtype == HK_DTYPE_BF16) return hk::bf16_to_float(static_cast<const hk::bf16_t*>(base)[i]);
-  return static_cast<float>(static_cast<const _Float16*>(base)[i]);
-}
-void store(void* base, int32_t dtype, int64_t i, float v) {
-  if (dtype == HK_DTYPE_F32)
-    static_cast<float*>(base)[i] = v;
-  else if (dtype == HK_DTYPE_BF16)
-    static_cast<hk::bf16_t*>(base)[i] = hk::float_to_bf16(v);
-  else
-    static_cast<_Float16*>(base)[i] = static_cast<_Float16>(v);
-}
+using hk::sdk::load_float;
+using hk::sdk::store_float;
 
 int64_t value_index(const Problem& p, int64_t b, int64_t l, int64_t row, int64_t h) {
   return ((b * p.rows + p.start[l] + row) * p.heads + h) * p.channels;
@@ -39,17 +27,19 @@ void forward(const hk_call& call) {
     for (int64_t l = 0; l < p.levels; ++l)
       for (int64_t pt = 0; pt < p.points; ++pt) {
         const int64_t j = (bqh * p.levels + l) * p.points + pt;
-        const msda::Corners c = msda::corners(
-            load(p.loc, p.dtype, 2 * j), load(p.loc, p.dtype, 2 * j + 1), p.height[l], p.width[l]);
-        const float a = load(p.att, p.dtype, j);
+        const msda::Corners c =
+            msda::corners(load_float(p.loc, p.dtype, 2 * j), load_float(p.loc, p.dtype, 2 * j + 1),
+                          p.height[l], p.width[l]);
+        const float a = load_float(p.att, p.dtype, j);
         for (int k = 0; k < 4; ++k) {
           if (c.row[k] < 0) continue;
           const int64_t v = value_index(p, b, l, c.row[k], h);
           for (int64_t d = 0; d < p.channels; ++d)
-            acc[d] += a * c.w[k] * load(p.value, p.dtype, v + d);
+            acc[d] += a * c.w[k] * load_float(p.value, p.dtype, v + d);
         }
       }
-    for (int64_t d = 0; d < p.channels; ++d) store(p.out, p.dtype, bqh * p.channels + d, acc[d]);
+    for (int64_t d = 0; d < p.channels; ++d)
+      store_float(p.out, p.dtype, bqh * p.channels + d, acc[d]);
   }
 }
 
@@ -64,32 +54,33 @@ void backward(const hk_call& call) {
     for (int64_t l = 0; l < p.levels; ++l)
       for (int64_t pt = 0; pt < p.points; ++pt) {
         const int64_t j = (bqh * p.levels + l) * p.points + pt;
-        const msda::Corners c = msda::corners(
-            load(p.loc, p.dtype, 2 * j), load(p.loc, p.dtype, 2 * j + 1), p.height[l], p.width[l]);
-        const float a = load(p.att, p.dtype, j);
+        const msda::Corners c =
+            msda::corners(load_float(p.loc, p.dtype, 2 * j), load_float(p.loc, p.dtype, 2 * j + 1),
+                          p.height[l], p.width[l]);
+        const float a = load_float(p.att, p.dtype, j);
         float sample_dot = 0.0f, gx = 0.0f, gy = 0.0f;
         for (int k = 0; k < 4; ++k) {
           if (c.row[k] < 0) continue;
           const int64_t v = value_index(p, b, l, c.row[k], h);
           float dot = 0.0f;
           for (int64_t d = 0; d < p.channels; ++d) {
-            const float g = load(p.dout, p.dtype, bqh * p.channels + d);
-            dot += g * load(p.value, p.dtype, v + d);
+            const float g = load_float(p.dout, p.dtype, bqh * p.channels + d);
+            dot += g * load_float(p.value, p.dtype, v + d);
             if (p.dvalue) dvalue[v + d] += a * c.w[k] * g;
           }
           sample_dot += c.w[k] * dot;
           gx += c.dwx[k] * dot;
           gy += c.dwy[k] * dot;
         }
-        if (p.datt) store(p.datt, p.dtype, j, sample_dot);
+        if (p.datt) store_float(p.datt, p.dtype, j, sample_dot);
         if (p.dloc) {
-          store(p.dloc, p.dtype, 2 * j, a * gx * static_cast<float>(p.width[l]));
-          store(p.dloc, p.dtype, 2 * j + 1, a * gy * static_cast<float>(p.height[l]));
+          store_float(p.dloc, p.dtype, 2 * j, a * gx * static_cast<float>(p.width[l]));
+          store_float(p.dloc, p.dtype, 2 * j + 1, a * gy * static_cast<float>(p.height[l]));
         }
       }
   }
   for (size_t i = 0; i < dvalue.size(); ++i)
-    store(p.dvalue, p.dtype, static_cast<int64_t>(i), dvalue[i]);
+    store_float(p.dvalue, p.dtype, static_cast<int64_t>(i), dvalue[i]);
 }
 
 const hk_kernel_entry kEntries[] = {hk::sdk::make_entry({

@@ -60,5 +60,4 @@ std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
 // default table; activation layers also answer to hk's earlier names ("GELU", "GELUTanh").
 std::vector<std::string> mapping_names(const nn::Module& module);
 
-
 }  // namespace hk::kernel_binding

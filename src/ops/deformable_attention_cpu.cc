@@ -1,8 +1,7 @@
 // CPU multi-scale deformable attention, forward and backward: loops over (b, q, h, l, p), the
 // bilinear sample of grid_sample(align_corners=False, padding zeros) and its derivatives, in f32
 // (f64 for f64 tensors, the reference dtype of the tests). Simple on purpose (the "eager" one).
-#include <cmath>
-
+#include "hk/deformable_sampling.h"
 #include "ops/cpu_ops.h"
 #include "ops/cpu_util.h"
 
@@ -20,33 +19,9 @@ Dims dims_of(const TensorView& value, const TensorView& loc) {
           loc.shape[1],   loc.shape[3],   loc.shape[4]};
 }
 
-// The four neighbours of (x, y) in an h×w map with their bilinear weights; outside = weight 0.
+using deformable::corners;
 template <class T>
-struct Corners {
-  int64_t row[4];    // index into the level's h·w, -1 when outside the map
-  T w[4];            // bilinear weights
-  T dwx[4], dwy[4];  // their derivatives in pixel x and y
-};
-
-template <class T>
-Corners<T> corners(T loc_x, T loc_y, int64_t height, int64_t width) {
-  const T x = loc_x * static_cast<T>(width) - T(0.5), y = loc_y * static_cast<T>(height) - T(0.5);
-  const T x0f = std::floor(x), y0f = std::floor(y);
-  const int64_t x0 = static_cast<int64_t>(x0f), y0 = static_cast<int64_t>(y0f);
-  const T lx = x - x0f, ly = y - y0f, hx = T(1) - lx, hy = T(1) - ly;
-  Corners<T> c;
-  const int64_t xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
-  const T ws[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
-  const T wx[4] = {-hy, hy, -ly, ly}, wy[4] = {-hx, -lx, hx, lx};
-  for (int k = 0; k < 4; ++k) {
-    const bool inside = xs[k] >= 0 && xs[k] < width && ys[k] >= 0 && ys[k] < height;
-    c.row[k] = inside ? ys[k] * width + xs[k] : -1;
-    c.w[k] = ws[k];
-    c.dwx[k] = wx[k];
-    c.dwy[k] = wy[k];
-  }
-  return c;
-}
+using Corners = deformable::Corners<T>;
 
 std::vector<int64_t> level_starts(const SpatialShapes& shapes) {
   std::vector<int64_t> start(shapes.size(), 0);

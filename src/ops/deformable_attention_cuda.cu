@@ -7,6 +7,7 @@
 // temporary cast back once), and one thread per sampling point (b, q, h, l, p) for d(location)
 // and d(weight), reducing over d itself. Inputs that are not contiguous are copied first; atomic
 // order makes dvalue's last bits run-to-run nondeterministic, as in PyTorch. At most 16 levels.
+#include "hk/deformable_sampling.h"
 #include "ops/cuda_common.cuh"
 #include "ops/cuda_ops.h"
 
@@ -28,32 +29,10 @@ struct Problem {
   Levels levels;
 };
 
-// The four neighbours of a sampling point (grid_sample, align_corners=False, zeros outside).
-struct Corners {
-  int64_t row[4];  // row within the level's map, -1 outside
-  float w[4], dwx[4], dwy[4];
-};
-
+using Corners = deformable::Corners<float>;
 __device__ __forceinline__ Corners corners(float loc_x, float loc_y, int64_t height,
                                            int64_t width) {
-  const float x = loc_x * static_cast<float>(width) - 0.5f;
-  const float y = loc_y * static_cast<float>(height) - 0.5f;
-  const float x0f = floorf(x), y0f = floorf(y);
-  const int64_t x0 = static_cast<int64_t>(x0f), y0 = static_cast<int64_t>(y0f);
-  const float lx = x - x0f, ly = y - y0f, hx = 1.0f - lx, hy = 1.0f - ly;
-  Corners c;
-  const int64_t xs[4] = {x0, x0 + 1, x0, x0 + 1}, ys[4] = {y0, y0, y0 + 1, y0 + 1};
-  const float ws[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
-  const float wx[4] = {-hy, hy, -ly, ly}, wy[4] = {-hx, -lx, hx, lx};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const bool inside = xs[k] >= 0 && xs[k] < width && ys[k] >= 0 && ys[k] < height;
-    c.row[k] = inside ? ys[k] * width + xs[k] : -1;
-    c.w[k] = ws[k];
-    c.dwx[k] = wx[k];
-    c.dwy[k] = wy[k];
-  }
-  return c;
+  return deformable::corners<float>(loc_x, loc_y, height, width);
 }
 
 __global__ void forward_kernel(Problem pb, const void* __restrict__ value,

@@ -3,28 +3,12 @@
 #include <cmath>
 
 #include "custom_rmsnorm.h"
-#include "hk/dtype.h"
 
 namespace {
 
-float load(const void* base, int32_t dtype, int64_t i) {
-  if (dtype == HK_DTYPE_F32) return static_cast<const float*>(base)[i];
-  if (dtype == HK_DTYPE_BF16) return hk::bf16_to_float(static_cast<const hk::bf16_t*>(base)[i]);
-  return static_cast<float>(static_cast<const _Float16*>(base)[i]);
-}
-float round_to(int32_t dtype, float v) {
-  if (dtype == HK_DTYPE_BF16) return hk::bf16_to_float(hk::float_to_bf16(v));
-  if (dtype == HK_DTYPE_F16) return static_cast<float>(static_cast<_Float16>(v));
-  return v;
-}
-void store(void* base, int32_t dtype, int64_t i, float v) {
-  if (dtype == HK_DTYPE_F32)
-    static_cast<float*>(base)[i] = v;
-  else if (dtype == HK_DTYPE_BF16)
-    static_cast<hk::bf16_t*>(base)[i] = hk::float_to_bf16(v);
-  else
-    static_cast<_Float16*>(base)[i] = static_cast<_Float16>(v);
-}
+using hk::sdk::load_float;
+using hk::sdk::round_float;
+using hk::sdk::store_float;
 
 void forward(const hk_call& call) {
   const custom_rmsnorm::Rows r = custom_rmsnorm::check(call, HK_DEVICE_CPU);
@@ -32,13 +16,13 @@ void forward(const hk_call& call) {
     const int64_t xo = row * r.x_stride, yo = row * r.y_stride;
     float sum = 0.0f;
     for (int64_t j = 0; j < r.hidden; ++j) {
-      const float h = load(r.x, r.dtype, xo + j);
+      const float h = load_float(r.x, r.dtype, xo + j);
       sum += h * h;
     }
     const float rstd = 1.0f / std::sqrt(sum / static_cast<float>(r.hidden) + r.eps);
     for (int64_t j = 0; j < r.hidden; ++j) {
-      const float normed = round_to(r.dtype, load(r.x, r.dtype, xo + j) * rstd);
-      store(r.y, r.dtype, yo + j, load(r.scale, r.dtype, j) * normed);
+      const float normed = round_float(r.dtype, load_float(r.x, r.dtype, xo + j) * rstd);
+      store_float(r.y, r.dtype, yo + j, load_float(r.scale, r.dtype, j) * normed);
     }
   }
 }

@@ -204,8 +204,8 @@ TEST_F(EmbeddedHub, ActivationKernelsTrainWithTheBuiltinGradients) {
       if (kernels) {
         KernelConfig config;
         config.inherit_mapping = false;
-        const std::string layer = model.module().find_module("model.layers.0.mlp.act_fn")
-                                      ->layer_interface();
+        const std::string layer =
+            model.module().find_module("model.layers.0.mlp.act_fn")->layer_interface();
         const std::string entry = layer == "GeLU" ? "Gelu" : layer == "SiLU" ? "Silu" : layer;
         config.kernel_mapping[layer] = "kernels-community/activation:" + entry;
         KernelizeReport r = kernelize(model.module(), Mode::Training, options(model, config));

@@ -12,29 +12,17 @@
 
 #include "hk/error.h"
 #include "hk/tokenizer.h"
+#include "tokenizer_test_util.h"
 
 namespace hk {
 namespace {
 
-std::string fixture_dir() {
-  const char* src = std::getenv("HK_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/fixtures/tokenizer";
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "missing " << path;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tokenizer_test::fixture_dir;
+using tokenizer_test::ids_of;
+using tokenizer_test::read_text;
 
 nlohmann::json expected(const std::string& name) {
   return nlohmann::json::parse(read_text(fixture_dir() + "/" + name + "/expected.json"));
-}
-
-std::vector<int64_t> ids_of(const nlohmann::json& j) {
-  return j.get<std::vector<int64_t>>();
 }
 
 class Reference : public ::testing::TestWithParam<std::string> {};
