@@ -1,5 +1,6 @@
 // hk/attention_functions.h — the name-keyed registry of attention functions (Transformers'
-// ALL_ATTENTION_FUNCTIONS): "eager" and "sdpa" are built in (both the eager op of hk/ops.h);
+// ALL_ATTENTION_FUNCTIONS): "eager" (the eager op of hk/ops.h) and "sdpa" (the fused attention
+// hk::ops::fused_attention: flash kernels on CUDA, a blocked online softmax on CPU) are built in;
 // kernelize registers more (e.g. a hub flash-attention entry under its hub id) and points a model's
 // attention layers at them with `Attention::set_attn_implementation`. Functions take the same
 // arguments as the built-in `attention` layer implementation; this header deliberately does not
@@ -24,5 +25,17 @@ void register_attention_function(const std::string& name, AttentionFunction fn);
 const AttentionFunction& attention_function(const std::string& name);
 bool has_attention_function(const std::string& name);
 std::vector<std::string> attention_function_names();
+
+// ---- training forms -----------------------------------------------------------------------------
+// A training form runs the forward and returns what its backward needs (flash: f32 lse [B,Hq,S]),
+// and the backward writes dq/dk/dv from it.
+using AttentionForwardTrain = std::function<Tensor(const TensorView& q, const TensorView& k, const TensorView& v,
+    const TensorView& out, const AttentionCall& call, Stream stream)>;     // returns the saved state (flash: f32 lse [B,Hq,S])
+using AttentionBackward = std::function<void(const TensorView& dout, const TensorView& q, const TensorView& k,
+    const TensorView& v, const TensorView& out, const Tensor& saved, const TensorView& dq, const TensorView& dk,
+    const TensorView& dv, const AttentionCall& call, Stream stream)>;     // dk/dv summed over each kv group, written
+struct AttentionTraining { AttentionForwardTrain forward; AttentionBackward backward; };
+void register_attention_training(const std::string& name, AttentionTraining fns);
+const AttentionTraining* attention_training(const std::string& name);
 
 }  // namespace hk::nn

@@ -1,7 +1,6 @@
 // Kernel adapters for the layer interfaces models register (see adapters.h).
 #include "kernelize/adapters.h"
 
-#include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
 
@@ -285,18 +284,6 @@ FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, K
   return {std::make_shared<IdentityRMSNorm>(display_name + " (fused into the MLP)"),
           std::make_shared<FusedRMSNormMLP>(display_name, std::move(fn),
                                             static_cast<float>(norm.eps()), std::move(params))};
-}
-
-nn::AttentionFunction make_attention_function(KernelFunction fn) {
-  return [fn = std::move(fn)](const TensorView& q, const TensorView& k, const TensorView& v,
-                              const TensorView& out, const nn::AttentionCall& call, Stream stream) {
-    AttentionAttrs attrs;
-    attrs.scale = call.scale;
-    attrs.causal = call.causal ? 1u : 0u;
-    std::vector<TensorView> inputs{q, k, v};
-    if (call.key_start) inputs.push_back(*call.key_start);
-    call_forward(fn, inputs, {out}, attrs, stream);
-  };
 }
 
 }  // namespace hk::kernel_binding

@@ -10,14 +10,14 @@
 #include <memory>
 #include <string>
 
-#include "hk/attention_functions.h"
 #include "hk/kernel_loader.h"
 #include "hk/layers.h"
 
 namespace hk::kernel_binding {
 
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
-// "ForCausalLMLoss"); attention goes through attention functions instead.
+// "ForCausalLMLoss"); attention goes through attention functions instead
+// (kernelize/attention_binding.h).
 bool has_adapter(const std::string& layer);
 // An implementation of `module`'s layer calling `fn`; throws InvalidArgument when the layer has
 // no adapter or the module is not of the layer's class. `layout_params` (from
@@ -40,7 +40,5 @@ struct FusedPair {
 };
 FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
                                   const std::string& display_name, std::vector<Tensor> params);
-// An attention function (hk/attention_functions.h signature) calling an attention@1 entry.
-nn::AttentionFunction make_attention_function(KernelFunction fn);
 
 }  // namespace hk::kernel_binding
