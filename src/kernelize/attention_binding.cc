@@ -99,8 +99,8 @@ nn::AttentionTraining make_attention_training(AttentionKernels kernels) {
   t.forward = [kernels](const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView& out, const nn::AttentionCall& c,
                         Stream stream) -> Tensor {
-    const Shape shape = packed(c) ? Shape{q.shape[2], q.shape[1]}
-                                  : Shape{q.shape[0], q.shape[2], q.shape[1]};
+    const Shape shape =
+        packed(c) ? Shape{q.shape[2], q.shape[1]} : Shape{q.shape[0], q.shape[2], q.shape[1]};
     Tensor lse = Tensor::empty(shape, DType::F32, q.device, stream);
     const TensorView lse_view = lse.view();
     forward(kernels, q, k, v, out, c, &lse_view, stream);
@@ -112,8 +112,8 @@ nn::AttentionTraining make_attention_training(AttentionKernels kernels) {
                          const nn::AttentionCall& c, Stream stream) {
     if (packed(c)) {
       call(varlen_of(kernels), true,
-           {unbatched(dout), unbatched(q), unbatched(k), unbatched(v), unbatched(out),
-            saved.view(), *c.cu_seqlens_q, *c.cu_seqlens_k},
+           {unbatched(dout), unbatched(q), unbatched(k), unbatched(v), unbatched(out), saved.view(),
+            *c.cu_seqlens_q, *c.cu_seqlens_k},
            {unbatched(dq), unbatched(dk), unbatched(dv)}, varlen_attrs(c), stream);
       return;
     }

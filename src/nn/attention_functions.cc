@@ -57,8 +57,8 @@ ops::FusedAttentionOptions fused_options(const AttentionCall& call) {
 TensorView unbatched(const TensorView& t, const AttentionCall& call) {
   if (!packed(call)) return t;
   if (t.ndim != 4 || t.shape[0] != 1)
-    throw InvalidArgument("attention with cu_seqlens takes q/k/v as [1, total, heads, head_dim], got " +
-                          t.str());
+    throw InvalidArgument(
+        "attention with cu_seqlens takes q/k/v as [1, total, heads, head_dim], got " + t.str());
   return t.select(0, 0);
 }
 

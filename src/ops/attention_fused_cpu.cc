@@ -17,8 +17,8 @@
 #include <limits>
 #include <vector>
 
-#include "ops/attention_fused.h"
 #include "hk/error.h"
+#include "ops/attention_fused.h"
 #include "ops/cpu_util.h"
 
 namespace hk::ops::cpu {
@@ -120,8 +120,8 @@ T dot(const T* a, const T* b, int64_t n) {
 }
 
 template <class T>
-void forward_t(const TensorView& q, const TensorView& k, const TensorView& v,
-               const TensorView& out, const FusedAttentionOptions& o, const TensorView* lse) {
+void forward_t(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+               const FusedAttentionOptions& o, const TensorView* lse) {
   const Layout L(q, k, o);
   const std::vector<T> qs = load<T>(q), ks = load<T>(k), vs = load<T>(v);
   std::vector<T> os(qs.size(), T(0));

@@ -100,10 +100,10 @@ TEST_F(KernelizeAttention, SdpaIsTheFusedAttentionWithEagersLogits) {
 }
 
 TEST_F(KernelizeAttention, FlashNamesFallBackOnCpuWithReasonAndWarning) {
-  for (const char* name : {"flash_attention_2", "flash_attention_3", "flash_attention_4",
-                           "kernels-community/flash-attn2@v2.1.0",
-                           "kernels-community/flash-attn2@>=2.0,<3.0",
-                           "kernels-community/flash-attn3:flash_attn_func"}) {
+  for (const char* name :
+       {"flash_attention_2", "flash_attention_3", "flash_attention_4",
+        "kernels-community/flash-attn2@v2.1.0", "kernels-community/flash-attn2@>=2.0,<3.0",
+        "kernels-community/flash-attn3:flash_attn_func"}) {
     SCOPED_TRACE(name);
     std::string err;
     auto report = bind(name, &err);
@@ -121,9 +121,9 @@ TEST_F(KernelizeAttention, FlashNamesFallBackOnCpuWithReasonAndWarning) {
 }
 
 TEST_F(KernelizeAttention, VersionsThatDoNotExistAreErrors) {
-  for (const char* name : {"kernels-community/flash-attn2@v9.9.9",
-                           "kernels-community/flash-attn2@>=5.0,<6.0",
-                           "kernels-community/flash-attn9"}) {
+  for (const char* name :
+       {"kernels-community/flash-attn2@v9.9.9", "kernels-community/flash-attn2@>=5.0,<6.0",
+        "kernels-community/flash-attn9"}) {
     SCOPED_TRACE(name);
     EXPECT_THROW(bind(name), NotFound);
   }
@@ -145,8 +145,8 @@ TEST_F(KernelizeAttention, FlashRepoVersionsAreRealBuildsThatSayWhatTheyAre) {
   EXPECT_EQ(variants[0].version, "2.1.0");
   EXPECT_NE(variants[0].provenance_json.find("FA2 algorithm"), std::string::npos)
       << variants[0].provenance_json;
-  for (const char* entry : {"FlashAttention", "flash_attn_func", "flash_attn_varlen_func",
-                            "flash_attn_with_kvcache"}) {
+  for (const char* entry :
+       {"FlashAttention", "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"}) {
     const auto names = variants[0].entry_names();
     EXPECT_NE(std::find(names.begin(), names.end(), entry), names.end()) << entry;
   }

@@ -93,8 +93,8 @@ void run_case(const Case& c, DType dt, bool strided, bool backward) {
   Tensor lse = Tensor::empty({c.b, c.hq, c.s}, DType::F32);
   ops::fused_attention(qv, kv, vv, out, o, &lse.view());
   EXPECT_TRUE(attention_close(values(out), ref.out, attention_tolerance(dt), "out"));
-  EXPECT_TRUE(attention_close(values(lse), batch_lse(p, ref.lse),
-                              attention_tolerance(DType::F32), "lse"));
+  EXPECT_TRUE(
+      attention_close(values(lse), batch_lse(p, ref.lse), attention_tolerance(DType::F32), "lse"));
   if (!backward) return;
   Tensor dq = Tensor::empty(q.sizes(), dt), dk = Tensor::empty(k.sizes(), dt),
          dv = Tensor::empty(v.sizes(), dt);
@@ -127,7 +127,8 @@ const std::vector<Case>& cases() {
 
 TEST(FusedAttentionCpu, ForwardMatchesReferenceEveryFeatureAndDtype) {
   for (const Case& c : cases())
-    for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64}) run_case(c, dt, false, false);
+    for (DType dt : {DType::F32, DType::BF16, DType::F16, DType::F64})
+      run_case(c, dt, false, false);
 }
 
 TEST(FusedAttentionCpu, StridedViews) {
@@ -143,7 +144,8 @@ TEST(FusedAttentionCpu, FullyMaskedRowsGiveZerosAndInfiniteLse) {
   // S > T causal: queries 0..S-T-1 see no key; key_start past every key masks a whole batch row
   Case c{"masked", 2, 6, 3, 2, 1, 16};
   const AttnProblem p = problem_of(c);
-  Tensor q = random_tensor({2, 6, 2, 16}, DType::F32, 1), k = random_tensor({2, 3, 1, 16}, DType::F32, 2);
+  Tensor q = random_tensor({2, 6, 2, 16}, DType::F32, 1),
+         k = random_tensor({2, 3, 1, 16}, DType::F32, 2);
   Tensor v = random_tensor({2, 3, 1, 16}, DType::F32, 3);
   Tensor out = Tensor::empty(q.sizes(), DType::F32), lse = Tensor::empty({2, 2, 6}, DType::F32);
   Tensor ks = Tensor::from_ints({0, 5}, {2}, DType::I64);
@@ -223,8 +225,10 @@ TEST(FusedAttentionCpu, VarlenMatchesReferenceAndPerSequenceCalls) {
 TEST(FusedAttentionCpu, BackwardMatchesFiniteDifferences) {
   // f64, tiny: d(Σ w·out)/d(q, k, v) numerically vs the op's backward (softcap + window + GQA)
   Case c{"fd", 1, 5, 7, 2, 1, 4, true, 2.0, 3};
-  Tensor q = random_tensor({1, 5, 2, 4}, DType::F64, 31), k = random_tensor({1, 7, 1, 4}, DType::F64, 32),
-         v = random_tensor({1, 7, 1, 4}, DType::F64, 33), w = random_tensor({1, 5, 2, 4}, DType::F64, 34);
+  Tensor q = random_tensor({1, 5, 2, 4}, DType::F64, 31),
+         k = random_tensor({1, 7, 1, 4}, DType::F64, 32),
+         v = random_tensor({1, 7, 1, 4}, DType::F64, 33),
+         w = random_tensor({1, 5, 2, 4}, DType::F64, 34);
   const ops::FusedAttentionOptions o = options_of(c, nullptr);
   Tensor out = Tensor::empty(q.sizes(), DType::F64), lse = Tensor::empty({1, 2, 5}, DType::F32);
   auto loss = [&] {

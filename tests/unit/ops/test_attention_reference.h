@@ -95,7 +95,8 @@ inline AttnRef attention_reference(const AttnProblem& p, const std::vector<doubl
         double sum = 0;
         for (int64_t j = 0; j < T; ++j)
           if (vis[j]) sum += std::exp(sc[j] - m);
-        r.lse[h * nq + q0 + s] = sum > 0 ? m + std::log(sum) : std::numeric_limits<double>::infinity();
+        r.lse[h * nq + q0 + s] =
+            sum > 0 ? m + std::log(sum) : std::numeric_limits<double>::infinity();
         if (sum == 0) continue;
         std::vector<double> pr(T, 0.0), dp(T, 0.0);
         for (int64_t j = 0; j < T; ++j) {
@@ -152,8 +153,8 @@ inline AttnTolerance attention_tolerance(DType dtype, bool gradient = false) {
 // Compares `got` with `ref` (same layout); `what` names the tensor in the message. Non-finite
 // values in got fail unless the reference has the same non-finite value there.
 inline ::testing::AssertionResult attention_close(const std::vector<double>& got,
-                                                  const std::vector<double>& ref,
-                                                  AttnTolerance tol, const std::string& what) {
+                                                  const std::vector<double>& ref, AttnTolerance tol,
+                                                  const std::string& what) {
   if (got.size() != ref.size())
     return ::testing::AssertionFailure()
            << what << ": " << got.size() << " values, reference " << ref.size();
@@ -175,10 +176,9 @@ inline ::testing::AssertionResult attention_close(const std::vector<double>& got
   const double rel_max = max_ref > 0 ? max_err / max_ref : max_err;
   if (rel <= tol.rel_l2 && rel_max <= tol.rel_max) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
-         << what << ": relative L2 error " << rel << " (limit " << tol.rel_l2
-         << "), max error " << max_err << " = " << rel_max << " of max |ref| " << max_ref
-         << " (limit " << tol.rel_max << ") at [" << worst << "]: got " << got[worst] << " ref "
-         << ref[worst];
+         << what << ": relative L2 error " << rel << " (limit " << tol.rel_l2 << "), max error "
+         << max_err << " = " << rel_max << " of max |ref| " << max_ref << " (limit " << tol.rel_max
+         << ") at [" << worst << "]: got " << got[worst] << " ref " << ref[worst];
 }
 
 }  // namespace hk::test

@@ -51,8 +51,9 @@ hk_flash::CallOptions options_of(const hk::AttentionAttrs& a) {
   return o;
 }
 
-// ---- attention@1 ---------------------------------------------------------------------------------
-// forward: q, k, v, key_start? → out, lse?
+// ---- attention@1
+// --------------------------------------------------------------------------------- forward: q, k,
+// v, key_start? → out, lse?
 template <bool kSm90>
 void attention_forward(const hk_call& call) {
   translate([&] {
@@ -111,7 +112,8 @@ inline size_t attention_workspace(const hk_call& call, uint32_t pass) {
   return bytes;
 }
 
-// ---- attention_varlen@1 --------------------------------------------------------------------------
+// ---- attention_varlen@1
+// --------------------------------------------------------------------------
 template <bool kSm90>
 hk_flash::CallOptions varlen_options(const hk_call& call, const TensorView& cu_q,
                                      const TensorView& cu_k) {
@@ -175,8 +177,9 @@ inline size_t varlen_workspace(const hk_call& call, uint32_t pass) {
   return bytes;
 }
 
-// ---- attention_kvcache@1 -------------------------------------------------------------------------
-// forward: q, k_cache, v_cache, cache_seqlens, k_new?, v_new?, key_start? → out, lse?
+// ---- attention_kvcache@1
+// ------------------------------------------------------------------------- forward: q, k_cache,
+// v_cache, cache_seqlens, k_new?, v_new?, key_start? → out, lse?
 template <bool kSm90>
 void kvcache_forward(const hk_call& call) {
   translate([&] {
@@ -198,8 +201,7 @@ void kvcache_forward(const hk_call& call) {
     p.seqlens_k = hk_flash::views::i32_vector(seqlens, p.batch, "cache_seqlens");
     const hk_tensor* kn = hk::sdk::optional_input(call, 4);
     const hk_tensor* vn = hk::sdk::optional_input(call, 5);
-    hk_flash::views::require((kn == nullptr) == (vn == nullptr),
-                             "k_new and v_new come together");
+    hk_flash::views::require((kn == nullptr) == (vn == nullptr), "k_new and v_new come together");
     if (kn != nullptr) {
       k_new = view(*kn);
       v_new = view(*vn);
@@ -237,35 +239,49 @@ void kvcache_forward(const hk_call& call) {
 }  // namespace flash_glue
 
 // The entry table of one flash-attn repo (FLASH_SM90: may the Hopper forward run).
-#define FLASH_ATTN_ENTRIES(FLASH_SM90)                                                           \
-  namespace {                                                                                    \
-  constexpr uint32_t kFlashDtypes = HK_DTYPE_BIT(HK_DTYPE_BF16) | HK_DTYPE_BIT(HK_DTYPE_F16);    \
-  constexpr uint32_t kFlashModes = HK_MODE_INFERENCE | HK_MODE_TRAINING | HK_MODE_CAPTURE;       \
-  const hk_kernel_entry kEntries[] = {                                                           \
-      hk::sdk::make_entry(                                                                       \
-          {.name = "FlashAttention", .interface = "attention", .interface_version = 1,           \
-           .modes = kFlashModes, .device = "cuda", .dtypes = kFlashDtypes,                       \
-           .forward = hk::sdk::entry_point<flash_glue::attention_forward<FLASH_SM90>>,           \
-           .backward = hk::sdk::entry_point<flash_glue::attention_backward<FLASH_SM90>>,         \
-           .workspace_size = hk::sdk::workspace_point<flash_glue::attention_workspace>}),        \
-      hk::sdk::make_entry(                                                                       \
-          {.name = "flash_attn_func", .interface = "attention", .interface_version = 1,          \
-           .modes = kFlashModes, .device = "cuda", .dtypes = kFlashDtypes,                       \
-           .forward = hk::sdk::entry_point<flash_glue::attention_forward<FLASH_SM90>>,           \
-           .backward = hk::sdk::entry_point<flash_glue::attention_backward<FLASH_SM90>>,         \
-           .workspace_size = hk::sdk::workspace_point<flash_glue::attention_workspace>}),        \
-      hk::sdk::make_entry(                                                                       \
-          {.name = "flash_attn_varlen_func", .interface = "attention_varlen",                    \
-           .interface_version = 1, .modes = kFlashModes, .device = "cuda",                       \
-           .dtypes = kFlashDtypes,                                                               \
-           .forward = hk::sdk::entry_point<flash_glue::varlen_forward<FLASH_SM90>>,              \
-           .backward = hk::sdk::entry_point<flash_glue::varlen_backward<FLASH_SM90>>,            \
-           .workspace_size = hk::sdk::workspace_point<flash_glue::varlen_workspace>}),           \
-      hk::sdk::make_entry(                                                                       \
-          {.name = "flash_attn_with_kvcache", .interface = "attention_kvcache",                  \
-           .interface_version = 1, .modes = HK_MODE_INFERENCE | HK_MODE_CAPTURE,                 \
-           .device = "cuda", .dtypes = kFlashDtypes,                                             \
-           .forward = hk::sdk::entry_point<flash_glue::kvcache_forward<FLASH_SM90>>}),           \
-  };                                                                                             \
-  }                                                                                              \
+#define FLASH_ATTN_ENTRIES(FLASH_SM90)                                                        \
+  namespace {                                                                                 \
+  constexpr uint32_t kFlashDtypes = HK_DTYPE_BIT(HK_DTYPE_BF16) | HK_DTYPE_BIT(HK_DTYPE_F16); \
+  constexpr uint32_t kFlashModes = HK_MODE_INFERENCE | HK_MODE_TRAINING | HK_MODE_CAPTURE;    \
+  const hk_kernel_entry kEntries[] = {                                                        \
+      hk::sdk::make_entry(                                                                    \
+          {.name = "FlashAttention",                                                          \
+           .interface = "attention",                                                          \
+           .interface_version = 1,                                                            \
+           .modes = kFlashModes,                                                              \
+           .device = "cuda",                                                                  \
+           .dtypes = kFlashDtypes,                                                            \
+           .forward = hk::sdk::entry_point<flash_glue::attention_forward<FLASH_SM90>>,        \
+           .backward = hk::sdk::entry_point<flash_glue::attention_backward<FLASH_SM90>>,      \
+           .workspace_size = hk::sdk::workspace_point<flash_glue::attention_workspace>}),     \
+      hk::sdk::make_entry(                                                                    \
+          {.name = "flash_attn_func",                                                         \
+           .interface = "attention",                                                          \
+           .interface_version = 1,                                                            \
+           .modes = kFlashModes,                                                              \
+           .device = "cuda",                                                                  \
+           .dtypes = kFlashDtypes,                                                            \
+           .forward = hk::sdk::entry_point<flash_glue::attention_forward<FLASH_SM90>>,        \
+           .backward = hk::sdk::entry_point<flash_glue::attention_backward<FLASH_SM90>>,      \
+           .workspace_size = hk::sdk::workspace_point<flash_glue::attention_workspace>}),     \
+      hk::sdk::make_entry(                                                                    \
+          {.name = "flash_attn_varlen_func",                                                  \
+           .interface = "attention_varlen",                                                   \
+           .interface_version = 1,                                                            \
+           .modes = kFlashModes,                                                              \
+           .device = "cuda",                                                                  \
+           .dtypes = kFlashDtypes,                                                            \
+           .forward = hk::sdk::entry_point<flash_glue::varlen_forward<FLASH_SM90>>,           \
+           .backward = hk::sdk::entry_point<flash_glue::varlen_backward<FLASH_SM90>>,         \
+           .workspace_size = hk::sdk::workspace_point<flash_glue::varlen_workspace>}),        \
+      hk::sdk::make_entry(                                                                    \
+          {.name = "flash_attn_with_kvcache",                                                 \
+           .interface = "attention_kvcache",                                                  \
+           .interface_version = 1,                                                            \
+           .modes = HK_MODE_INFERENCE | HK_MODE_CAPTURE,                                      \
+           .device = "cuda",                                                                  \
+           .dtypes = kFlashDtypes,                                                            \
+           .forward = hk::sdk::entry_point<flash_glue::kvcache_forward<FLASH_SM90>>}),        \
+  };                                                                                          \
+  }                                                                                           \
   HK_KERNEL_LIBRARY(kEntries)

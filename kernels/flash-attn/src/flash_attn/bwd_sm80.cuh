@@ -54,15 +54,14 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 
 // ---- 1. Di = Σ dO·O (and zero the dq accumulator) ----------------------------------------------
 template <class T, int D>
-__global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const BackwardParams p,
-                                                                   float* di, float* dq_accum) {
+__global__ void __launch_bounds__(256)
+    flash_bwd_preprocess_kernel(const BackwardParams p, float* di, float* dq_accum) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int s = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
   const SeqInfo seq = seq_info(p, b);
   if (s >= seq.S) return;
   const T* o = static_cast<const T*>(p.out) + row_offset(p.out_strides, b, seq.q_row0, s, h);
-  const T* dout =
-      static_cast<const T*>(p.dout) + row_offset(p.dout_strides, b, seq.q_row0, s, h);
+  const T* dout = static_cast<const T*>(p.dout) + row_offset(p.dout_strides, b, seq.q_row0, s, h);
   float acc = 0.0f;
   for (int d = lane * 2; d < D; d += 64) {
     const float2 a = unpack2<T>(*reinterpret_cast<const uint32_t*>(o + d));
@@ -80,9 +79,8 @@ __global__ void __launch_bounds__(256) flash_bwd_preprocess_kernel(const Backwar
 
 // ---- 3a. dq = scale · accumulator --------------------------------------------------------------
 template <class T, int D>
-__global__ void __launch_bounds__(256) flash_bwd_convert_dq_kernel(const BackwardParams p,
-                                                                   const float* dq_accum,
-                                                                   float scale) {
+__global__ void __launch_bounds__(256)
+    flash_bwd_convert_dq_kernel(const BackwardParams p, const float* dq_accum, float scale) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int s = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
   const SeqInfo seq = seq_info(p, b);
@@ -98,7 +96,7 @@ __device__ __forceinline__ int2 query_rows_seeing(const Params& p, const SeqInfo
                                                   int n1) {
   const int shift = seq.T - seq.S;  // query s's diagonal key is s + shift
   int m_lo = 0, m_hi = seq.S;
-  if (p.causal) m_lo = max(0, n0 - shift);                              // s + shift ≥ n0
+  if (p.causal) m_lo = max(0, n0 - shift);                                       // s + shift ≥ n0
   if (p.window_left >= 0) m_hi = min(m_hi, n1 - 1 - shift + p.window_left + 1);  // lo(s) ≤ n1-1
   if (n1 <= seq.key_start) m_hi = 0;
   return make_int2(m_lo, max(m_lo, m_hi));
@@ -268,7 +266,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         st[i][e] = pr;
         dpt[i][e] = ds;
       }
-    // dV += Pᵀ·dO, dK += dSᵀ·Q
+      // dV += Pᵀ·dO, dK += dSᵀ·Q
 #pragma unroll
     for (int kq = 0; kq < kBlockM / 16; ++kq) {
       uint32_t ap[4], as[4];
@@ -320,9 +318,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 #pragma unroll
         for (int jd = 0; jd < kDQ / 16; ++jd) {
           uint32_t bk[4];
-          ldmatrix_x4_trans(bk, s_k + tile_offset(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                                  part * (kDQ / 8) + 2 * jd + (lane >> 4),
-                                                  kRowBytes));
+          ldmatrix_x4_trans(bk,
+                            s_k + tile_offset(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                              part * (kDQ / 8) + 2 * jd + (lane >> 4), kRowBytes));
           mma_16816<T>(dq[2 * jd], a, bk[0], bk[1]);
           mma_16816<T>(dq[2 * jd + 1], a, bk[2], bk[3]);
         }
@@ -333,7 +331,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         if (s >= seq.S) continue;
         float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, s, h) + part * kDQ + 2 * t4;
 #pragma unroll
-        for (int i = 0; i < kDQ / 8; ++i) red_add_f32x2(dst + 8 * i, dq[i][2 * r], dq[i][2 * r + 1]);
+        for (int i = 0; i < kDQ / 8; ++i)
+          red_add_f32x2(dst + 8 * i, dq[i][2 * r], dq[i][2 * r + 1]);
       }
     }
   }
@@ -357,7 +356,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   }
 }
 
-// ---- 3b. deterministic dQ ------------------------------------------------------------------------
+// ---- 3b. deterministic dQ
+// ------------------------------------------------------------------------
 template <int D>
 struct BwdDq {
   static constexpr int kBlockM = 64, kThreads = 128, kStages = 2;
@@ -370,8 +370,8 @@ constexpr size_t bwd_dq_smem_bytes() {
 }
 
 template <class T, int D>
-__global__ void __launch_bounds__(128) flash_bwd_dq_sm80_kernel(const BackwardParams p,
-                                                                 const float* di) {
+__global__ void __launch_bounds__(128)
+    flash_bwd_dq_sm80_kernel(const BackwardParams p, const float* di) {
   using Cfg = BwdDq<D>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr int kRowBytes = D * 2, kNT = kBlockN / 8, kDT = D / 8;
@@ -482,7 +482,7 @@ __global__ void __launch_bounds__(128) flash_bwd_dq_sm80_kernel(const BackwardPa
         }
         s[i][e] = ds;
       }
-    // dQ += dS·K
+      // dQ += dS·K
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       uint32_t a[4];

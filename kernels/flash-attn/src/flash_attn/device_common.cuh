@@ -22,7 +22,8 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---- tensor-core primitives (sm_80+) -------------------------------------------------------------
+// ---- tensor-core primitives (sm_80+)
+// -------------------------------------------------------------
 template <class T>
 __device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                           uint32_t b1);
@@ -59,8 +60,7 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 // 16-byte global → shared copy; zero-fills when !valid (src is then not read).
 __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
   const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
@@ -186,34 +186,32 @@ __device__ __forceinline__ KeyRange key_range(const Params& p, const SeqInfo& q,
 // Element offsets of row `row` (packed or batch) of head `h` of a strided [.., rows, H, D] tensor.
 __device__ __forceinline__ int64_t row_offset(const Strides& st, int b, int64_t row0, int row,
                                               int h) {
-  return static_cast<int64_t>(b) * st.batch + (row0 + row) * st.row + static_cast<int64_t>(h) * st.head;
+  return static_cast<int64_t>(b) * st.batch + (row0 + row) * st.row +
+         static_cast<int64_t>(h) * st.head;
 }
 __device__ __forceinline__ int64_t lse_offset(const Params& p, int b, int64_t row0, int row,
                                               int h) {
-  return p.cu_seqlens_q != nullptr
-             ? h * p.lse_head + row0 + row
-             : static_cast<int64_t>(b) * p.lse_batch + h * p.lse_head + row;
+  return p.cu_seqlens_q != nullptr ? h * p.lse_head + row0 + row
+                                   : static_cast<int64_t>(b) * p.lse_batch + h * p.lse_head + row;
 }
 
 // The backward's f32 row dots Di = Σ dO·O and dq accumulator: contiguous [B, Hq, S] / [Hq, Sq]
 // and [B, S, Hq, D] / [Sq, Hq, D].
-__device__ __forceinline__ int64_t di_offset(const Params& p, int b, int64_t row0, int row,
-                                             int h) {
-  return p.cu_seqlens_q != nullptr
-             ? static_cast<int64_t>(h) * p.total_q + row0 + row
-             : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row;
+__device__ __forceinline__ int64_t di_offset(const Params& p, int b, int64_t row0, int row, int h) {
+  return p.cu_seqlens_q != nullptr ? static_cast<int64_t>(h) * p.total_q + row0 + row
+                                   : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row;
 }
 __device__ __forceinline__ int64_t dq_accum_offset(const Params& p, int b, int64_t row0, int row,
                                                    int h) {
-  const int64_t r = p.cu_seqlens_q != nullptr ? row0 + row
-                                              : static_cast<int64_t>(b) * p.seqlen_q + row;
+  const int64_t r =
+      p.cu_seqlens_q != nullptr ? row0 + row : static_cast<int64_t>(b) * p.seqlen_q + row;
   return (r * p.heads_q + h) * p.head_dim;
 }
 
 // scale·log2(e) folded for exp2; with softcap the scores go through c·tanh(s·scale/c) first.
 struct ScoreMap {
-  float mul;        // no softcap: scale·log2e; softcap: scale/softcap
-  float cap_log2;   // softcap·log2e (0 when no softcap)
+  float mul;       // no softcap: scale·log2e; softcap: scale/softcap
+  float cap_log2;  // softcap·log2e (0 when no softcap)
   __device__ __forceinline__ float operator()(float s) const {
     return cap_log2 == 0.0f ? s * mul : cap_log2 * tanhf(s * mul);
   }

@@ -90,17 +90,17 @@ inline Params forward_params(const hk::TensorView& q, const hk::TensorView& k,
   const int rank = varlen ? 3 : 4;
   require(q.ndim == rank && k.ndim == rank && v.ndim == rank && out.ndim == rank,
           std::string("attention tensors must be ") +
-              (varlen ? "[rows, heads, head_dim]" : "[batch, seq, heads, head_dim]") +
-              ", got q " + shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) +
-              ", out " + shape_str(out));
+              (varlen ? "[rows, heads, head_dim]" : "[batch, seq, heads, head_dim]") + ", got q " +
+              shape_str(q) + ", k " + shape_str(k) + ", v " + shape_str(v) + ", out " +
+              shape_str(out));
   for (int i = 0; i < rank; ++i) {
     require(k.shape[i] == v.shape[i], "k " + shape_str(k) + " and v " + shape_str(v) + " differ");
     require(q.shape[i] == out.shape[i],
             "out " + shape_str(out) + " must have q's shape " + shape_str(q));
   }
   const int hd = rank - 1, hh = rank - 2;
-  require(q.shape[hd] == k.shape[hd], "q and k/v head dims differ: " + shape_str(q) + " vs " +
-                                          shape_str(k));
+  require(q.shape[hd] == k.shape[hd],
+          "q and k/v head dims differ: " + shape_str(q) + " vs " + shape_str(k));
   require(k.shape[hh] > 0 && q.shape[hh] % k.shape[hh] == 0,
           "q heads (" + std::to_string(q.shape[hh]) + ") must be a multiple of kv heads (" +
               std::to_string(k.shape[hh]) + ")");
@@ -144,10 +144,10 @@ inline Params forward_params(const hk::TensorView& q, const hk::TensorView& k,
     p.seqlen_k = static_cast<int>(k.shape[1]);
   }
   if (lse != nullptr) {
-    const bool ok = varlen ? lse->ndim == 2 && lse->shape[0] == p.heads_q &&
-                                 lse->shape[1] == q.shape[0]
-                           : lse->ndim == 3 && lse->shape[0] == p.batch &&
-                                 lse->shape[1] == p.heads_q && lse->shape[2] == p.seqlen_q;
+    const bool ok =
+        varlen ? lse->ndim == 2 && lse->shape[0] == p.heads_q && lse->shape[1] == q.shape[0]
+               : lse->ndim == 3 && lse->shape[0] == p.batch && lse->shape[1] == p.heads_q &&
+                     lse->shape[2] == p.seqlen_q;
     require(ok && lse->dtype == hk::DType::F32 && on_cuda(*lse) &&
                 (lse->strides[lse->ndim - 1] == 1 || lse->shape[lse->ndim - 1] <= 1),
             std::string("lse must be f32 ") + (varlen ? "[heads, rows]" : "[batch, heads, seq]") +
@@ -192,9 +192,9 @@ inline BackwardParams backward_params(const hk::TensorView& dout, const hk::Tens
             "dk " + shape_str(dk) + " and dv " + shape_str(dv) + " must have k's shape " +
                 shape_str(k));
   }
-  require(dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype &&
-              dv.dtype == q.dtype,
-          "dout, dq, dk and dv must have q's dtype");
+  require(
+      dout.dtype == q.dtype && dq.dtype == q.dtype && dk.dtype == q.dtype && dv.dtype == q.dtype,
+      "dout, dq, dk and dv must have q's dtype");
   require(on_cuda(dout) && on_cuda(dq) && on_cuda(dk) && on_cuda(dv),
           "attention gradients must be on the CUDA device");
   p.lse_in = p.lse;

@@ -1,4 +1,5 @@
-// flash_attn/fwd_sm80.cuh — the mma.sync flash-attention forward (the FA2 algorithm), every feature.
+// flash_attn/fwd_sm80.cuh — the mma.sync flash-attention forward (the FA2 algorithm), every
+// feature.
 //
 // A block owns 16·kRowWarps query rows of one head and walks its visible key tiles from the last
 // to the first (so the one tile that needs the causal mask comes first), kStages deep through
@@ -40,7 +41,11 @@ struct FwdConfig {
 
 // Prefill / batch shapes: 4 row warps, one key group; tiles sized to the head dim's registers.
 template <int D>
-using FwdPrefill = FwdConfig<4, 1, (D <= 64 ? 128 : D <= 128 ? 64 : 32), 2, false>;
+using FwdPrefill = FwdConfig<4, 1,
+                             (D <= 64    ? 128
+                              : D <= 128 ? 64
+                                         : 32),
+                             2, false>;
 // Decode shapes: 16 packed rows, 4 warps splitting each 64-key tile.
 template <int D>
 using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
@@ -86,7 +91,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     row_begin = m_block * kBlockM;
     valid_rows = min(kBlockM, seq.S - row_begin);
   }
-  if (valid_rows <= 0) return;  // uniform over a decode cluster (same rows, same batch)
+  if (valid_rows <= 0) return;   // uniform over a decode cluster (same rows, same batch)
   auto row_query = [&](int r) {  // query index s and head of block row r (clamped to valid rows)
     const int rr = row_begin + min(r, valid_rows - 1);
     if constexpr (Cfg::kDecode) return make_int2(rr / group, hk * group + rr % group);
@@ -194,7 +199,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
         }
         s[i][e] = x;
       }
-    // online softmax per row
+      // online softmax per row
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
@@ -230,9 +235,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
 #pragma unroll
       for (int jd = 0; jd < D / 16; ++jd) {
         uint32_t bv[4];
-        ldmatrix_x4_trans(bv, v_tile + tile_offset(key_local0 + 16 * kk + (lane & 7) +
-                                                       ((lane >> 3) & 1) * 8,
-                                                   2 * jd + (lane >> 4), kRowBytes));
+        ldmatrix_x4_trans(
+            bv, v_tile + tile_offset(key_local0 + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                     2 * jd + (lane >> 4), kRowBytes));
         mma_16816<T>(o[2 * jd], a, bv[0], bv[1]);
         mma_16816<T>(o[2 * jd + 1], a, bv[2], bv[3]);
       }

@@ -4,7 +4,8 @@
 // A block of 3 warpgroups owns 128 query rows of one head:
 //   - warpgroup 0, the producer, drops to 24 registers (setmaxnreg); one thread issues TMA bulk
 //     tensor copies of the Q tile and of each K and V tile (kStages deep), every copy completing
-//     on the tile's "full" mbarrier; it waits on the tile's "empty" mbarrier before reusing a stage.
+//     on the tile's "full" mbarrier; it waits on the tile's "empty" mbarrier before reusing a
+//     stage.
 //   - warpgroups 1 and 2, the consumers, rise to 240 registers and take 64 rows each. S = Q·Kᵀ is
 //     one wgmma chain with both operands in shared memory (the 128-byte swizzle TMA wrote); P stays
 //     in registers as the A operand of O += P·V (V as the transposed B operand). Within a
@@ -24,11 +25,11 @@ template <int D>
 struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = 2;
   static constexpr int kThreads = 384;
-  static constexpr int kColBlocks = D / 64;                         // 64-column TMA boxes
-  static constexpr uint32_t kBoxBytes = 128 * 128;                  // 128 rows × 128 bytes
-  static constexpr uint32_t kTileBytes = kColBlocks * kBoxBytes;    // a Q, K or V tile
-  static constexpr uint32_t kSmem = (1 + 2 * kStages) * kTileBytes + 1024 /* barriers */ +
-                                    1024 /* alignment */;
+  static constexpr int kColBlocks = D / 64;                       // 64-column TMA boxes
+  static constexpr uint32_t kBoxBytes = 128 * 128;                // 128 rows × 128 bytes
+  static constexpr uint32_t kTileBytes = kColBlocks * kBoxBytes;  // a Q, K or V tile
+  static constexpr uint32_t kSmem =
+      (1 + 2 * kStages) * kTileBytes + 1024 /* barriers */ + 1024 /* alignment */;
 };
 
 struct Sm90Maps {
@@ -46,9 +47,9 @@ __global__ void __launch_bounds__(384, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024 B
   const uint32_t s_q = base;
-  const uint32_t s_k = s_q + kTile;                 // [kStages] K tiles
-  const uint32_t s_v = s_k + kStages * kTile;       // [kStages] V tiles
-  const uint32_t s_bar = s_v + kStages * kTile;     // mbarriers (8 bytes each)
+  const uint32_t s_k = s_q + kTile;              // [kStages] K tiles
+  const uint32_t s_v = s_k + kStages * kTile;    // [kStages] V tiles
+  const uint32_t s_bar = s_v + kStages * kTile;  // mbarriers (8 bytes each)
   const uint32_t bar_q = s_bar;
   auto bar_full_k = [&](int s) { return s_bar + 8 * (1 + s); };
   auto bar_full_v = [&](int s) { return s_bar + 8 * (1 + kStages + s); };
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(384, 1)
   if (wg == 0) {
     // ---------------- producer ----------------
     regs_decrease<24>();
-    if (tid == 0) {
+    if (tid == 0 && n_iters > 0) {  // no keys: no copies (none may land after the block exits)
       prefetch_tma(&maps.q);
       prefetch_tma(&maps.k);
       prefetch_tma(&maps.v);
@@ -116,13 +117,13 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---------------- consumers ----------------
   regs_increase<240>();
-  const int cw = wg - 1;                 // consumer warpgroup 0 / 1: rows [64·cw, 64·cw + 64)
-  const int ltid = tid - 128 * wg;       // thread within the warpgroup
+  const int cw = wg - 1;            // consumer warpgroup 0 / 1: rows [64·cw, 64·cw + 64)
+  const int ltid = tid - 128 * wg;  // thread within the warpgroup
   const int warp_in_wg = ltid / 32, lane = ltid & 31;
   const int g = lane >> 2, t4 = lane & 3;
   const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
   const ScoreMap smap = score_map(p, scale);
-  const int wg_row0 = 64 * cw;  // within the block
+  const int wg_row0 = 64 * cw;                     // within the block
   const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
 
   KeyRange rng[2];
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(384, 1)
   };
   if (cw == 0 && n_iters > 0) named_arrive(my_bar, 256);  // consumer 0 starts
 
-  auto issue_s = [&](float (&s)[kNS], int stage) {
+  auto issue_s = [&](float(&s)[kNS], int stage) {
     const uint32_t k_tile = s_k + stage * kTile;
     wgmma_fence();
 #pragma unroll
@@ -180,7 +181,7 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_commit();
   };
   // Masks, scales and exponentiates S in place; returns the per-row rescale factors.
-  auto softmax = [&](float (&s)[kNS], int n_block, float (&alpha)[2]) {
+  auto softmax = [&](float(&s)[kNS], int n_block, float(&alpha)[2]) {
     const int key0 = n_block * kBlockN;
     const bool need_mask = key0 + kBlockN > wg_first.hi || key0 < wg_last.lo;
 #pragma unroll
@@ -216,7 +217,7 @@ __global__ void __launch_bounds__(384, 1)
       l_row[r] = l_row[r] * alpha[r] + sum;
     }
   };
-  auto to_pa = [&](const float (&s)[kNS]) {
+  auto to_pa = [&](const float(&s)[kNS]) {
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
       pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);

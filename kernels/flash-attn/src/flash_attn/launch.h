@@ -28,8 +28,7 @@ int decode_splits(const Params& p, int sms);
 template <class T, int D>
 void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits);
 template <class T, int D>
-void launch_backward_sm80(const BackwardParams& p, cudaStream_t stream, float* di,
-                          float* dq_accum);
+void launch_backward_sm80(const BackwardParams& p, cudaStream_t stream, float* di, float* dq_accum);
 template <class T, int D>
 void launch_append_kv(const AppendParams& p, cudaStream_t stream);
 

@@ -118,10 +118,9 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "flash KV-cache append launch");
 }
 
-#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                    \
-  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);               \
-  template void launch_backward_sm80<T, D>(const BackwardParams&, cudaStream_t, float*,    \
-                                           float*);                                        \
+#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                          \
+  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                     \
+  template void launch_backward_sm80<T, D>(const BackwardParams&, cudaStream_t, float*, float*); \
   template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
 
 }  // namespace hk_flash
