@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -48,6 +49,11 @@ bool strides_multiple(const Strides& s, int64_t m, bool batch_used) {
   return s.row % m == 0 && s.head % m == 0 && (!batch_used || s.batch % m == 0);
 }
 }  // namespace
+
+bool verbose() {
+  const char* v = std::getenv("HK_FLASH_VERBOSE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
 
 int device_sm_count() {
   return attribute(cudaDevAttrMultiProcessorCount);
@@ -93,7 +99,7 @@ int decode_splits(const Params& p, int sms) {
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
   if (rows > 64 || !env_on("HK_FLASH_DECODE")) return 0;
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * ((rows + 15) / 16);
-  const int64_t key_tiles = (p.seqlen_k + 63) / 64;
+  const int64_t key_tiles = (p.seqlen_k + 127) / 128;
   int64_t splits = blocks >= sms ? 1 : sms / blocks;
   splits = std::min<int64_t>({splits, 16, std::max<int64_t>(key_tiles, 1)});
   return static_cast<int>(std::max<int64_t>(splits, 1));
@@ -171,6 +177,8 @@ void forward(const Params& in, Stream stream_handle) {
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
   const int splits = decode_splits(p, p.device_sms);
   const bool sm90 = sm90_applies(p, splits);
+  if (verbose() && splits == 0)
+    std::fprintf(stderr, "hk flash: forward on the %s kernel\n", sm90 ? "sm90 wgmma" : "sm80 mma");
   if (p.dtype == Dtype::BF16)
     forward_typed<__nv_bfloat16>(p, stream, splits, sm90);
   else

@@ -15,6 +15,8 @@
 //      price of no atomics).
 #pragma once
 
+#include <type_traits>
+
 #include "flash_attn/device_common.cuh"
 
 namespace hk_flash {
@@ -242,30 +244,41 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           dpt[i][e] += other[(32 + i * 4 + e) * 32 + lane];
         }
     }
-    // P and dS (in place: st ← P, dpt ← dS)
-    // hi is smallest for the first query, lo largest for the last
+    // P and dS (in place: st ← P, dpt ← dS); softcap and masks branch once per tile. hi is
+    // smallest for the first query, lo largest for the last.
     const bool need_mask = n0 + kBlockN > key_range(p, seq, m0).hi ||
                            n0 < key_range(p, seq, min(m0 + kBlockM, seq.S) - 1).lo;
+    const float sl2 = smap.scale_log2;
+    auto probabilities = [&](auto softcap_tag, auto mask_tag) {
+      constexpr bool kCap = decltype(softcap_tag)::value, kMask = decltype(mask_tag)::value;
 #pragma unroll
-    for (int i = 0; i < kQT; ++i)
+      for (int i = 0; i < kQT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int qi = 8 * i + 2 * t4 + (e & 1);  // query row in the tile
-        float x = smap(st[i][e]);
-        if (need_mask) {
-          const int key = key_a + 8 * (e >> 1);
-          const KeyRange kr = key_range(p, seq, min(m0 + qi, seq.S - 1));
-          if (key < kr.lo || key >= kr.hi) x = -INFINITY;
+        for (int e = 0; e < 4; ++e) {
+          const int qi = 8 * i + 2 * t4 + (e & 1);  // query row in the tile
+          float x = st[i][e];
+          if constexpr (kCap) x = smap.cap(x);
+          if constexpr (kMask) {
+            const int key = key_a + 8 * (e >> 1);
+            const KeyRange kr = key_range(p, seq, min(m0 + qi, seq.S - 1));
+            if (key < kr.lo || key >= kr.hi) x = -INFINITY;
+          }
+          const float pr = fast_exp2(fmaf(x, sl2, -lse_rows[qi]));
+          float ds = pr * (dpt[i][e] - di_rows[qi]);
+          if constexpr (kCap) {
+            const float th = x / smap.cap_out;
+            ds = pr > 0.0f ? ds * (1.0f - th * th) : 0.0f;
+          }
+          st[i][e] = pr;
+          dpt[i][e] = ds;
         }
-        const float pr = fast_exp2(x - lse_rows[qi]);
-        float ds = pr * (dpt[i][e] - di_rows[qi]);
-        if (smap.cap_log2 != 0.0f && pr > 0.0f) {
-          const float th = x / smap.cap_log2;
-          ds *= 1.0f - th * th;
-        }
-        st[i][e] = pr;
-        dpt[i][e] = ds;
-      }
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (smap.softcap())
+      need_mask ? probabilities(Yes{}, Yes{}) : probabilities(Yes{}, No{});
+    else
+      need_mask ? probabilities(No{}, Yes{}) : probabilities(No{}, No{});
       // dV += Pᵀ·dO, dK += dSᵀ·Q
 #pragma unroll
     for (int kq = 0; kq < kBlockM / 16; ++kq) {
@@ -466,22 +479,36 @@ __global__ void __launch_bounds__(128)
       }
     }
     const int key0 = n_block * kBlockN;
+    const float sl2 = smap.scale_log2;
+    const bool need_mask = key0 < last.lo || key0 + kBlockN > first.hi;
+    auto gradients = [&](auto softcap_tag, auto mask_tag) {
+      constexpr bool kCap = decltype(softcap_tag)::value, kMask = decltype(mask_tag)::value;
 #pragma unroll
-    for (int i = 0; i < kNT; ++i)
+      for (int i = 0; i < kNT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const int key = key0 + 8 * i + 2 * t4 + (e & 1);
-        float x = smap(s[i][e]);
-        if (key < rng[r].lo || key >= rng[r].hi) x = -INFINITY;
-        const float pr = fast_exp2(x - lse_r[r]);
-        float ds = pr * (dp[i][e] - di_r[r]);
-        if (smap.cap_log2 != 0.0f && pr > 0.0f) {
-          const float th = x / smap.cap_log2;
-          ds *= 1.0f - th * th;
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          float x = s[i][e];
+          if constexpr (kCap) x = smap.cap(x);
+          if constexpr (kMask) {
+            const int key = key0 + 8 * i + 2 * t4 + (e & 1);
+            if (key < rng[r].lo || key >= rng[r].hi) x = -INFINITY;
+          }
+          const float pr = fast_exp2(fmaf(x, sl2, -lse_r[r]));
+          float ds = pr * (dp[i][e] - di_r[r]);
+          if constexpr (kCap) {
+            const float th = x / smap.cap_out;
+            ds = pr > 0.0f ? ds * (1.0f - th * th) : 0.0f;
+          }
+          s[i][e] = ds;
         }
-        s[i][e] = ds;
-      }
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    if (smap.softcap())
+      need_mask ? gradients(Yes{}, Yes{}) : gradients(Yes{}, No{});
+    else
+      need_mask ? gradients(No{}, Yes{}) : gradients(No{}, No{});
       // dQ += dS·K
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {

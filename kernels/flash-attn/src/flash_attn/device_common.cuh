@@ -116,8 +116,11 @@ __device__ __forceinline__ float quad_sum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
+// 2^x on the special-function unit (flushes denormal results to 0; 2^-inf = 0).
 __device__ __forceinline__ float fast_exp2(float x) {
-  return exp2f(x);  // ex2.approx; exp2(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 __device__ __forceinline__ float tanh_approx(float x) {
   float y;
@@ -208,22 +211,25 @@ __device__ __forceinline__ int64_t dq_accum_offset(const Params& p, int b, int64
   return (r * p.heads_q + h) * p.head_dim;
 }
 
-// scale·log2(e) folded for exp2; with softcap the scores go through c·tanh(s·scale/c) first.
+// How raw q·k dots become log2-domain scores: without softcap one FFMA per element inside the
+// exponent (exp2(s·scale_log2 − m)), so the row max is taken over the raw dots (scale > 0 keeps
+// the order); with softcap the dots first become softcap·tanh(s·scale/softcap) (natural units)
+// and scale_log2 is log2(e). Kernels branch on `softcap` once per tile, never per element.
 struct ScoreMap {
-  float mul;       // no softcap: scale·log2e; softcap: scale/softcap
-  float cap_log2;  // softcap·log2e (0 when no softcap)
-  __device__ __forceinline__ float operator()(float s) const {
-    return cap_log2 == 0.0f ? s * mul : cap_log2 * tanhf(s * mul);
-  }
+  float scale_log2;
+  float cap_in = 0.0f;   // scale / softcap
+  float cap_out = 0.0f;  // softcap (0: none)
+  __device__ __forceinline__ bool softcap() const { return cap_out != 0.0f; }
+  __device__ __forceinline__ float cap(float s) const { return cap_out * tanhf(s * cap_in); }
 };
 __device__ __forceinline__ ScoreMap score_map(const Params& p, float scale) {
   ScoreMap m;
   if (p.softcap > 0.0f) {
-    m.mul = scale / p.softcap;
-    m.cap_log2 = p.softcap * kLog2e;
+    m.scale_log2 = kLog2e;
+    m.cap_in = scale / p.softcap;
+    m.cap_out = p.softcap;
   } else {
-    m.mul = scale * kLog2e;
-    m.cap_log2 = 0.0f;
+    m.scale_log2 = scale * kLog2e;
   }
   return m;
 }

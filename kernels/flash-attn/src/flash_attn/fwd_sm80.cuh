@@ -46,9 +46,10 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows, 4 warps splitting each 64-key tile.
+// Decode shapes: 16 packed rows; 8 warps split each 128-key tile (4 warps and 64 keys at head dim
+// 256), three tiles deep, so a block keeps ~128 KB of the cache in flight.
 template <int D>
-using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+using FwdDecode = FwdConfig<1, (D <= 128 ? 8 : 4), 16, (D <= 128 ? 3 : 2), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
@@ -184,28 +185,32 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
         mma_16816<T>(s[2 * jn + 1], a, bk[2], bk[3]);
       }
     }
-    // scores → log2 domain, masked
+    // softcap (natural units), mask, then the online softmax with the scale inside exp2
     const int key0 = n_block * kBlockN + key_local0;
     const bool need_mask = n_block * kBlockN < lo_max || (n_block + 1) * kBlockN > hi_min;
+    if (smap.softcap()) {
 #pragma unroll
-    for (int i = 0; i < kNT; ++i)
+      for (int i = 0; i < kNT; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = smap(s[i][e]);
-        if (need_mask) {
+        for (int e = 0; e < 4; ++e) s[i][e] = smap.cap(s[i][e]);
+    }
+    if (need_mask) {
+#pragma unroll
+      for (int i = 0; i < kNT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
           const int j = key0 + 8 * i + 2 * t4 + (e & 1);
           const KeyRange& kr = rng[e >> 1];
-          if (j < kr.lo || j >= kr.hi) x = -INFINITY;
+          if (j < kr.lo || j >= kr.hi) s[i][e] = -INFINITY;
         }
-        s[i][e] = x;
-      }
-      // online softmax per row
+    }
+    const float sl2 = smap.scale_log2;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = -INFINITY;
 #pragma unroll
       for (int i = 0; i < kNT; ++i) mx = fmaxf(mx, fmaxf(s[i][2 * r], s[i][2 * r + 1]));
-      mx = quad_max(mx);
+      mx = quad_max(mx) * sl2;
       const float m_new = fmaxf(m_row[r], mx);
       const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
       const float alpha = fast_exp2(m_row[r] - m_ref);
@@ -213,8 +218,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
       float sum = 0.0f;
 #pragma unroll
       for (int i = 0; i < kNT; ++i) {
-        s[i][2 * r] = fast_exp2(s[i][2 * r] - m_ref);
-        s[i][2 * r + 1] = fast_exp2(s[i][2 * r + 1] - m_ref);
+        s[i][2 * r] = fast_exp2(fmaf(s[i][2 * r], sl2, -m_ref));
+        s[i][2 * r + 1] = fast_exp2(fmaf(s[i][2 * r + 1], sl2, -m_ref));
         sum += s[i][2 * r] + s[i][2 * r + 1];
       }
       l_row[r] = l_row[r] * alpha + sum;

@@ -18,6 +18,8 @@ void check_cuda(cudaError_t status, const char* what);
 int device_sm_count();
 int device_capability();
 int device_max_smem_per_block();
+// HK_FLASH_VERBOSE=1: launchers say on stderr which kernel (and split) they chose.
+bool verbose();
 // Raises a kernel's dynamic shared-memory limit (and allows non-portable cluster sizes) once per
 // process and kernel.
 void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster = false);

@@ -2,6 +2,8 @@
 // included by the inst/ files that instantiate them (see launch.h).
 #pragma once
 
+#include <cstdio>
+
 #include "flash_attn/bwd_sm80.cuh"
 #include "flash_attn/fwd_sm80.cuh"
 #include "flash_attn/launch.h"
@@ -46,6 +48,8 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
     (void)cudaGetLastError();
     if (!sixteen_fits) splits = 8;
   }
+  if (verbose())
+    std::fprintf(stderr, "hk flash: split-kv decode over clusters of %d blocks\n", splits);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
   config.blockDim = dim3(Cfg::kThreads);

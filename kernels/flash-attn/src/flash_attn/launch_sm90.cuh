@@ -13,10 +13,10 @@ namespace hk_flash {
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
-// A 4-D map over [B, rows, H, D] (innermost first: D, rows, H, B) with 64 × 128 boxes.
+// A 4-D map over [B, rows, H, D] (innermost first: D, rows, H, B) with 64 × box_rows boxes.
 template <class T>
 CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int head_dim,
-                          const Strides& st) {
+                          const Strides& st, int box_rows) {
   CUtensorMap map;
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(st.row) * sizeof(T);
   // A dimension of size 1 is never stepped over; give it a stride TMA accepts.
@@ -27,7 +27,7 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
-  const cuuint32_t box[4] = {64, 128, 1, 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -46,9 +46,9 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream) {
 #if HK_FLASH_HAVE_SM90A
   using Cfg = Sm90Config<D>;
   Sm90Maps maps;
-  maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides);
-  maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides);
-  maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides);
+  maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
+  maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
+  maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
   auto kernel = flash_fwd_sm90_kernel<T, D>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
