@@ -46,10 +46,13 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 8 warps split each 128-key tile (4 warps and 64 keys at head dim
-// 256), three tiles deep, so a block keeps ~128 KB of the cache in flight.
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
+// dim 256), so two blocks fit an SM and a 16-block cluster fits half a GPC. FwdDecodeWide (8
+// warps, 128-key tiles: one block per SM) is the alternative HK_FLASH_DECODE_CONFIG=wide selects.
 template <int D>
-using FwdDecode = FwdConfig<1, (D <= 128 ? 8 : 4), 16, (D <= 128 ? 3 : 2), true>;
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+template <int D>
+using FwdDecodeWide = FwdConfig<1, (D <= 128 ? 8 : 4), 16, (D <= 128 ? 3 : 2), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {

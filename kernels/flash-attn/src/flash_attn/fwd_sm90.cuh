@@ -21,12 +21,13 @@
 
 namespace hk_flash {
 
-// 128 query rows (two consumer warpgroups of 64); key tiles of 128 at head dim 64 and of 96 at
-// 128, so that S (kBlockN/2 floats), O (D/2) and P (kBlockN/4 words) of a consumer thread stay in
-// registers while both GEMMs are in flight (no serialised wgmma, no spills); three stages deep.
-template <int D>
+// 128 query rows (two consumer warpgroups of 64), key tiles of kBlockN, kStages deep. Head dim 64
+// takes 128-key tiles; at 128 the tile is a run-time choice (HK_FLASH_SM90_TILE, see
+// launch_sm90.cuh) because S (kBlockN/2 floats), O (64) and P (kBlockN/4 words) of a consumer
+// thread must all stay in registers while both GEMMs are in flight.
+template <int D, int kBlockN_ = 128, int kStages_ = 3>
 struct Sm90Config {
-  static constexpr int kBlockM = 128, kBlockN = D <= 64 ? 128 : 96, kStages = 3;
+  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kStages = kStages_;
   static constexpr int kThreads = 384;
   static constexpr int kColBlocks = D / 64;                 // 64-column TMA boxes
   static constexpr uint32_t kQBox = 128 * 128;              // 128 rows × 128 bytes
@@ -42,11 +43,10 @@ struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
-template <class T, int D>
+template <class T, int D, class Cfg>
 __global__ void __launch_bounds__(384, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Sm90Config<D>;
   using namespace sm90;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr uint32_t kQTile = Cfg::kQTile, kQBox = Cfg::kQBox;

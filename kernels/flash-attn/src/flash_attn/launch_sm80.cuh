@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "flash_attn/bwd_sm80.cuh"
 #include "flash_attn/fwd_sm80.cuh"
@@ -10,26 +12,18 @@
 
 namespace hk_flash {
 
-template <class T, int D>
-void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
-  if (splits == 0) {
-    using Cfg = FwdPrefill<D>;
-    constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
-    auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
-    allow_smem(reinterpret_cast<const void*>(kernel), smem);
-    const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
-    kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
-    check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
-    return;
-  }
-  using Cfg = FwdDecode<D>;
+// Split-KV decode: clusters of `splits` blocks (16 needs the non-portable size; where fewer
+// 16-block clusters than the grid has can be resident at once, 8 is used).
+template <class T, int D, class Cfg>
+void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
   auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
   allow_smem(reinterpret_cast<const void*>(kernel), smem, /*non_portable_cluster=*/true);
   const int group = p.heads_q / p.heads_kv;
   const int tiles = (p.seqlen_q * group + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  if (splits > 8) {  // 16 needs a non-portable cluster; fall back to 8 where none fits
-    static const bool sixteen_fits = [&] {
+  const int clusters = tiles * p.heads_kv * p.batch;
+  if (splits > 8) {
+    static const int resident16 = [&] {
       cudaLaunchConfig_t probe = {};
       probe.gridDim = dim3(16, 1, 1);
       probe.blockDim = dim3(Cfg::kThreads);
@@ -41,15 +35,16 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
       a.val.clusterDim.z = 1;
       probe.attrs = &a;
       probe.numAttrs = 1;
-      int clusters = 0;
-      return cudaOccupancyMaxActiveClusters(&clusters, kernel, &probe) == cudaSuccess &&
-             clusters > 0;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &probe) != cudaSuccess) n = 0;
+      (void)cudaGetLastError();
+      return n;
     }();
-    (void)cudaGetLastError();
-    if (!sixteen_fits) splits = 8;
+    if (resident16 < clusters) splits = 8;
   }
   if (verbose())
-    std::fprintf(stderr, "hk flash: split-kv decode over clusters of %d blocks\n", splits);
+    std::fprintf(stderr, "hk flash: split-kv decode (%d warps, %d-key tiles) over clusters of %d\n",
+                 Cfg::kWarps, Cfg::kBlockN, splits);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
   config.blockDim = dim3(Cfg::kThreads);
@@ -63,6 +58,25 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
   config.attrs = attr;
   config.numAttrs = splits > 1 ? 1 : 0;
   check_cuda(cudaLaunchKernelEx(&config, kernel, p), "flash split-kv decode (sm80) launch");
+}
+
+template <class T, int D>
+void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
+  if (splits == 0) {
+    using Cfg = FwdPrefill<D>;
+    constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
+    auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
+    allow_smem(reinterpret_cast<const void*>(kernel), smem);
+    const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+    kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
+    check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
+    return;
+  }
+  const char* wide = std::getenv("HK_FLASH_DECODE_CONFIG");
+  if (wide != nullptr && std::strcmp(wide, "wide") == 0)
+    launch_decode<T, D, FwdDecodeWide<D>>(p, stream, splits);
+  else
+    launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
 }
 
 template <class T, int D>
