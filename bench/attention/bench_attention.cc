@@ -136,25 +136,6 @@ std::string prefill(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D) {
     Env e("HK_FLASH_SM90", "0");
     t_fwd80 = time_ms(fwd);
   }
-  // every head-dim-128 key tile of the Hopper kernel the canaries passed (scripts/gpu-test)
-  std::string tiles_json;
-  if (const char* tiles = std::getenv("HK_BENCH_SM90_TILES")) {
-    std::string list = tiles;
-    size_t pos = 0;
-    while (pos < list.size()) {
-      const size_t end = list.find(' ', pos);
-      const std::string tile =
-          list.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-      pos = end == std::string::npos ? list.size() : end + 1;
-      if (tile.empty()) continue;
-      Env e("HK_FLASH_SM90_TILE", tile.c_str());
-      const double t = time_ms(fwd);
-      std::printf("    sm90 tile %s: fwd %.3f ms %.1f TF/s\n", tile.c_str(), t,
-                  flops / (t * 1e-3) / 1e12);
-      tiles_json += std::string(tiles_json.empty() ? "" : ", ") + "\"" + tile +
-                    "\": " + json_num(flops / (t * 1e-3) / 1e12);
-    }
-  }
   const double t_fb = time_ms(fwd_bwd);
   o.deterministic = true;
   const double t_fb_det = time_ms(fwd_bwd);
@@ -178,8 +159,7 @@ std::string prefill(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D) {
          ", \"fwdbwd_ms\": " + json_num(t_fb) +
          ", \"fwdbwd_tflops\": " + json_num(tf(3.5 * flops, t_fb)) +
          ", \"fwdbwd_deterministic_ms\": " + json_num(t_fb_det) +
-         ", \"fwdbwd_deterministic_tflops\": " + json_num(tf(3.5 * flops, t_fb_det)) +
-         ", \"fwd_sm90_tile_tflops\": {" + tiles_json + "}}";
+         ", \"fwdbwd_deterministic_tflops\": " + json_num(tf(3.5 * flops, t_fb_det)) + "}";
 }
 
 std::string decode(int64_t T, double copy_gbps) {
@@ -220,15 +200,6 @@ std::string decode(int64_t T, double copy_gbps) {
   cudaGraphExec_t split = graph_of();
   const double t_split = time_ms([&] { check(cudaGraphLaunch(split, s), "launch"); }, s) / kCalls;
   cudaGraphExecDestroy(split);
-  double t_wide = 0;
-  {
-    Env e("HK_FLASH_DECODE_CONFIG", "wide");
-    Env verbose("HK_FLASH_VERBOSE", "1");
-    hk::ops::fused_attention(q, ks[0], vs[0], out, o, nullptr, hs);
-    cudaGraphExec_t w = graph_of();
-    t_wide = time_ms([&] { check(cudaGraphLaunch(w, s), "launch"); }, s) / kCalls;
-    cudaGraphExecDestroy(w);
-  }
   double t_one = 0;
   {
     Env e("HK_FLASH_DECODE", "0");
@@ -249,8 +220,6 @@ std::string decode(int64_t T, double copy_gbps) {
          ", \"Hq\": 16, \"Hkv\": 8, \"D\": 128, \"kv_bytes\": " + json_num(kv_bytes) +
          ", \"graph_us\": " + json_num(t_split * 1e3) + ", \"gbps\": " + json_num(gbps) +
          ", \"pct_of_copy\": " + json_num(100 * gbps / copy_gbps) +
-         ", \"wide_graph_us\": " + json_num(t_wide * 1e3) +
-         ", \"wide_gbps\": " + json_num(kv_bytes / (t_wide * 1e-3) / 1e9) +
          ", \"prefill_kernel_graph_us\": " + json_num(t_one * 1e3) +
          ", \"per_call_us\": " + json_num(per_call * 1e3) + "}";
 }

@@ -21,13 +21,14 @@
 
 namespace hk_flash {
 
-// 128 query rows (two consumer warpgroups of 64), key tiles of kBlockN, kStages deep. Head dim 64
-// takes 128-key tiles; at 128 the tile is a run-time choice (HK_FLASH_SM90_TILE, see
-// launch_sm90.cuh) because S (kBlockN/2 floats), O (64) and P (kBlockN/4 words) of a consumer
-// thread must all stay in registers while both GEMMs are in flight.
-template <int D, int kBlockN_ = 128, int kStages_ = 3>
+// 128 query rows (two consumer warpgroups of 64), 128-key tiles, three stages deep at head dim
+// 64 and two at 128 (shared memory). At head dim 128 a consumer thread holds S (64 floats), O (64)
+// and P (32 words) while both GEMMs run; ptxas then spills a little and serialises some wgmma
+// (C7512) — measured and kept, because 64- and 96-key tiles, which fit, gave wrong results on the
+// H200 (2026-12-01; cause not found, see docs/performance.md).
+template <int D>
 struct Sm90Config {
-  static constexpr int kBlockM = 128, kBlockN = kBlockN_, kStages = kStages_;
+  static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
   static constexpr int kThreads = 384;
   static constexpr int kColBlocks = D / 64;                 // 64-column TMA boxes
   static constexpr uint32_t kQBox = 128 * 128;              // 128 rows × 128 bytes
@@ -43,10 +44,11 @@ struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
-template <class T, int D, class Cfg>
+template <class T, int D>
 __global__ void __launch_bounds__(384, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = Sm90Config<D>;
   using namespace sm90;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr uint32_t kQTile = Cfg::kQTile, kQBox = Cfg::kQBox;

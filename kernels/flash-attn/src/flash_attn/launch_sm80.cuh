@@ -3,8 +3,6 @@
 #pragma once
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "flash_attn/bwd_sm80.cuh"
 #include "flash_attn/fwd_sm80.cuh"
@@ -72,11 +70,7 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
     check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
     return;
   }
-  const char* wide = std::getenv("HK_FLASH_DECODE_CONFIG");
-  if (wide != nullptr && std::strcmp(wide, "wide") == 0)
-    launch_decode<T, D, FwdDecodeWide<D>>(p, stream, splits);
-  else
-    launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
+  launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
 }
 
 template <class T, int D>

@@ -6,8 +6,6 @@
 
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-
 #include "flash_attn/fwd_sm90.cuh"
 #include "flash_attn/launch.h"
 
@@ -43,44 +41,19 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
   return map;
 }
 
-template <class T, int D, class Cfg>
-void launch_sm90_config(const Params& p, cudaStream_t stream) {
+template <class T, int D>
+bool launch_forward_sm90(const Params& p, cudaStream_t stream) {
+#if HK_FLASH_HAVE_SM90A
+  using Cfg = Sm90Config<D>;
   Sm90Maps maps;
   maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
-  auto kernel = flash_fwd_sm90_kernel<T, D, Cfg>;
+  auto kernel = flash_fwd_sm90_kernel<T, D>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
   check_cuda(cudaGetLastError(), "flash forward (sm90) launch");
-}
-
-// Head dim 128's key tile: HK_FLASH_SM90_TILE = 128 (2 stages), 96 or 64 (3 stages).
-inline int sm90_tile_choice() {
-  const char* v = std::getenv("HK_FLASH_SM90_TILE");
-  if (v == nullptr) return 128;
-  const int n = std::atoi(v);
-  return n == 64 || n == 96 ? n : 128;
-}
-
-template <class T, int D>
-bool launch_forward_sm90(const Params& p, cudaStream_t stream) {
-#if HK_FLASH_HAVE_SM90A
-  if constexpr (D == 64) {
-    launch_sm90_config<T, D, Sm90Config<64, 128, 3>>(p, stream);
-  } else {
-    switch (sm90_tile_choice()) {
-      case 64:
-        launch_sm90_config<T, D, Sm90Config<128, 64, 3>>(p, stream);
-        break;
-      case 96:
-        launch_sm90_config<T, D, Sm90Config<128, 96, 3>>(p, stream);
-        break;
-      default:
-        launch_sm90_config<T, D, Sm90Config<128, 128, 2>>(p, stream);
-    }
-  }
   return true;
 #else
   (void)p;
