@@ -5,7 +5,8 @@
 //            blocked online softmax on CPU; never materialises the scores. On CUDA, a case the
 //            flash kernels do not serve (f32, other head dims) runs the eager op instead when the
 //            call uses only what the eager op has (no softcap, window or packed sequences).
-// Training forms: "sdpa" saves the f32 lse [B, Hq, S] ([Hq, total] for packed sequences) and
+// Training forms: "eager" saves the op's f32 probabilities [B, Hq, S, T] (ops::attention_backward);
+// "sdpa" saves the f32 lse [B, Hq, S] ([Hq, total] for packed sequences) and
 // its backward is hk::ops::fused_attention_backward; when the flash kernels cannot serve a CUDA
 // call it delegates to the registered "eager" training form (its saved state is then the eager
 // one, which its backward recognises by rank). Kernelize registers hub kernels' forms under their
@@ -21,17 +22,41 @@
 namespace hk::nn {
 namespace {
 
-void eager_attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                     const TensorView& out, const AttentionCall& call, Stream stream) {
+void require_eager_call(const AttentionCall& call) {
   if (call.softcap > 0.0f || call.window_left >= 0 || call.cu_seqlens_q != nullptr)
     throw Unsupported(
         "attn_implementation=eager has no softcap, sliding window or packed sequences; use "
         "sdpa or a flash kernel");
+}
+
+ops::AttentionOptions op_options(const AttentionCall& call) {
+  require_eager_call(call);
   ops::AttentionOptions options;
   options.scale = call.scale;
   options.causal = call.causal;
   options.key_start = call.key_start;
-  ops::attention(q, k, v, out, options, nullptr, stream);
+  return options;
+}
+
+void eager_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const AttentionCall& call, Stream stream) {
+  ops::attention(q, k, v, out, op_options(call), nullptr, stream);
+}
+
+// Eager training form: the f32 probabilities [B, Hq, S, T] are the saved state.
+Tensor eager_attention_train(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const TensorView& out, const AttentionCall& call, Stream stream) {
+  Tensor probs = Tensor::empty({q.shape[0], q.shape[2], q.shape[1], k.shape[1]},
+                               statistics_dtype(q.dtype), q.device, stream);
+  ops::attention(q, k, v, out, op_options(call), &probs.view(), stream);
+  return probs;
+}
+
+void eager_attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                              const TensorView& v, const TensorView& /*out*/, const Tensor& saved,
+                              const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                              const AttentionCall& call, Stream stream) {
+  ops::attention_backward(dout, q, k, v, saved, dq, dk, dv, op_options(call), stream);
 }
 
 bool packed(const AttentionCall& call) {
@@ -95,7 +120,8 @@ struct Registry {
   std::map<std::string, AttentionFunction> functions{{"eager", eager_attention},
                                                      {"sdpa", sdpa_attention}};
   std::map<std::string, AttentionTraining> training{
-      {"sdpa", AttentionTraining{sdpa_forward_train, sdpa_backward}}};
+      {"eager", {eager_attention_train, eager_attention_backward}},
+      {"sdpa", {sdpa_forward_train, sdpa_backward}}};
 };
 
 Registry& registry() {
@@ -105,10 +131,7 @@ Registry& registry() {
 
 const AttentionTraining* eager_training() {
   const AttentionTraining* eager = attention_training("eager");
-  if (!eager)
-    throw Unsupported(
-        "sdpa training: the flash kernels cannot serve this call and no \"eager\" training form "
-        "is registered");
+  HK_CHECK(eager != nullptr, "sdpa training: no \"eager\" training form to fall back to");
   return eager;
 }
 
@@ -185,6 +208,13 @@ const AttentionTraining* attention_training(const std::string& name) {
   std::lock_guard<std::mutex> lock(registry().mutex);
   auto it = registry().training.find(name);
   return it == registry().training.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> attention_training_names() {
+  std::lock_guard<std::mutex> lock(registry().mutex);
+  std::vector<std::string> out;
+  for (const auto& [n, f] : registry().training) out.push_back(n);
+  return out;
 }
 
 }  // namespace hk::nn
