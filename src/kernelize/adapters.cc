@@ -13,25 +13,10 @@
 namespace hk::kernel_binding {
 namespace {
 
-// Calls `fn` (forward or backward pass) with a workspace from the caching allocator when the
-// entry asks for one.
 template <class Attrs>
 void call_pass(const KernelFunction& fn, bool backward, const std::vector<TensorView>& inputs,
                const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
-  KernelCallOptions options;
-  options.stream = stream;
-  Tensor workspace;
-  const size_t bytes = fn.workspace_size(backward, inputs, outputs, &attrs, sizeof(Attrs));
-  if (bytes > 0) {
-    workspace =
-        Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, outputs.front().device, stream);
-    options.workspace = workspace.view().ptr();
-    options.workspace_size = bytes;
-  }
-  if (backward)
-    fn.backward(inputs, outputs, attrs, options);
-  else
-    fn.forward(inputs, outputs, attrs, options);
+  call_kernel_pass(fn, backward, inputs, outputs, &attrs, sizeof(Attrs), stream);
 }
 template <class Attrs>
 void call_forward(const KernelFunction& fn, const std::vector<TensorView>& inputs,
@@ -419,6 +404,25 @@ const Module& as(const nn::Module& module, const std::string& layer) {
 }
 
 }  // namespace
+
+void call_kernel_pass(const KernelFunction& fn, bool backward,
+                      const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                      const void* attrs, size_t attrs_size, Stream stream) {
+  KernelCallOptions options;
+  options.stream = stream;
+  Tensor workspace;
+  const size_t bytes = fn.workspace_size(backward, inputs, outputs, attrs, attrs_size);
+  if (bytes > 0) {
+    workspace =
+        Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, outputs.front().device, stream);
+    options.workspace = workspace.view().ptr();
+    options.workspace_size = bytes;
+  }
+  if (backward)
+    fn.backward(inputs, outputs, attrs, attrs_size, options);
+  else
+    fn.forward(inputs, outputs, attrs, attrs_size, options);
+}
 
 bool entry_serves(const KernelEntryInfo& entry, const std::string& layer) {
   const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);

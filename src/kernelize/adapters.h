@@ -12,12 +12,19 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hk/kernel_loader.h"
 #include "hk/layers.h"
 #include "hk/mode.h"
 
 namespace hk::kernel_binding {
+
+// Calls one pass of `fn` (forward, or backward when `backward`) with a workspace from the caching
+// allocator on `stream` when the entry asks for one (adapters and attention bindings share it).
+void call_kernel_pass(const KernelFunction& fn, bool backward,
+                      const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                      const void* attrs, size_t attrs_size, Stream stream);
 
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
 // "ForCausalLMLoss"); attention goes through attention functions instead

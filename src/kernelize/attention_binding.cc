@@ -3,6 +3,7 @@
 
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
+#include "kernelize/adapters.h"
 
 namespace hk::kernel_binding {
 namespace {
@@ -43,24 +44,10 @@ const KernelFunction& varlen_of(const AttentionKernels& k) {
   return k.varlen;
 }
 
-// Calls one pass of `fn` with the workspace it asks for.
 template <class Attrs>
 void call(const KernelFunction& fn, bool backward, const std::vector<TensorView>& inputs,
           const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
-  KernelCallOptions options;
-  options.stream = stream;
-  Tensor workspace;
-  const size_t bytes = fn.workspace_size(backward, inputs, outputs, &attrs, sizeof(Attrs));
-  if (bytes > 0) {
-    workspace =
-        Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, outputs.front().device, stream);
-    options.workspace = workspace.view().ptr();
-    options.workspace_size = bytes;
-  }
-  if (backward)
-    fn.backward(inputs, outputs, attrs, options);
-  else
-    fn.forward(inputs, outputs, attrs, options);
+  call_kernel_pass(fn, backward, inputs, outputs, &attrs, sizeof(Attrs), stream);
 }
 
 // Forward with an optional lse output.

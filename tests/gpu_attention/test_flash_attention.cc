@@ -41,6 +41,7 @@ using test::attention_reference;
 using test::attention_tolerance;
 using test::AttnProblem;
 using test::AttnRef;
+using test::batch_lse;
 
 std::vector<double> host_values(const Tensor& t) {
   return to_cpu(t).to_doubles();
@@ -126,14 +127,6 @@ AttnProblem problem_of(const Case& c, int64_t d) {
   if (c.key_start)
     for (int64_t b = 0; b < c.b; ++b) p.key_start.push_back((b * 37 + 3) % (c.t + 2));
   return p;
-}
-std::vector<double> batch_lse(const AttnProblem& p, const std::vector<double>& lse) {
-  const int64_t S = p.S[0], nq = p.rows_q();
-  std::vector<double> out;
-  for (int64_t b = 0; b < p.batch(); ++b)
-    for (int64_t h = 0; h < p.hq; ++h)
-      for (int64_t s = 0; s < S; ++s) out.push_back(lse[h * nq + b * S + s]);
-  return out;
 }
 
 struct Inputs {

@@ -45,16 +45,6 @@ AttnProblem problem_of(const Case& c) {
   return p;
 }
 
-// lse [B, Hq, S] from the reference's [Hq, rows] layout.
-std::vector<double> batch_lse(const AttnProblem& p, const std::vector<double>& lse) {
-  const int64_t S = p.S[0], nq = p.rows_q();
-  std::vector<double> out;
-  for (int64_t b = 0; b < p.batch(); ++b)
-    for (int64_t h = 0; h < p.hq; ++h)
-      for (int64_t s = 0; s < S; ++s) out.push_back(lse[h * nq + b * S + s]);
-  return out;
-}
-
 // A [B, S, H, D] view of `x` stored heads-major.
 Tensor heads_major(const Tensor& x) {
   const Shape s = x.sizes();

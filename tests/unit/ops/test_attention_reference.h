@@ -131,6 +131,16 @@ inline AttnRef attention_reference(const AttnProblem& p, const std::vector<doubl
   return r;
 }
 
+// The reference lse ([Hq, rows]) in the batch layout [B, Hq, S] (every S[b] equal).
+inline std::vector<double> batch_lse(const AttnProblem& p, const std::vector<double>& lse) {
+  const int64_t S = p.S[0], nq = p.rows_q();
+  std::vector<double> out;
+  for (int64_t b = 0; b < p.batch(); ++b)
+    for (int64_t h = 0; h < p.hq; ++h)
+      for (int64_t s = 0; s < S; ++s) out.push_back(lse[h * nq + b * S + s]);
+  return out;
+}
+
 // Accuracy a fused kernel in `dtype` must reach against the double reference: relative L2 error
 // and the largest element error relative to the largest reference magnitude.
 struct AttnTolerance {

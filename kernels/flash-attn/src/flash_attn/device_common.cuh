@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "flash_attn/flash.h"
+#include "hk/kernel_sdk_cuda.cuh"
 
 namespace hk_flash {
 
@@ -82,21 +83,6 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
 }
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <class T>
-__device__ __forceinline__ float to_float(T v) {
-  return static_cast<float>(v);
-}
-
 template <class T>
 __device__ __forceinline__ float2 unpack2(uint32_t v);
 template <>

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
           const float* part = part_of(c);
           acc += part[row * D + d] * fast_exp2(part[16 * D + row] - m_ref);
         }
-        dst[d] = from_float<T>(acc * inv);
+        dst[d] = hk::sdk::cuda::from_f32<T>(acc * inv);
       }
       if (p.lse != nullptr && tid == 0)
         p.lse[lse_offset(p, b, seq.q_row0, sh.x, sh.y)] =
