@@ -1,6 +1,10 @@
 // Hub attention kernels as attention functions and training forms (see attention_binding.h).
 #include "kernelize/attention_binding.h"
 
+#include <iostream>
+#include <mutex>
+#include <set>
+
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
 #include "kernelize/adapters.h"
@@ -69,13 +73,29 @@ void forward(const AttentionKernels& k, const TensorView& q, const TensorView& k
   call(k.attention, false, inputs, outputs, attention_attrs(c), stream);
 }
 
+// A call the kernel refuses as unsupported (a head dim it has no code for, f32, a layout) runs
+// the built-in fused attention instead, with one note on stderr per kernel: a model whose shapes
+// the kernel cannot serve keeps working, as kernelize promises.
+void note_fallback(const KernelFunction& fn, const Unsupported& e) {
+  static std::mutex mutex;
+  static std::set<std::string> noted;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (noted.insert(fn.qualified_name()).second)
+    std::cerr << "hk: note: " << e.what() << "; these calls use the built-in sdpa instead\n";
+}
+
 }  // namespace
 
 nn::AttentionFunction make_attention_function(AttentionKernels kernels) {
   return [kernels = std::move(kernels)](const TensorView& q, const TensorView& k,
                                         const TensorView& v, const TensorView& out,
                                         const nn::AttentionCall& c, Stream stream) {
-    forward(kernels, q, k, v, out, c, nullptr, stream);
+    try {
+      forward(kernels, q, k, v, out, c, nullptr, stream);
+    } catch (const Unsupported& e) {
+      note_fallback(kernels.attention, e);
+      nn::attention_function("sdpa")(q, k, v, out, c, stream);
+    }
   };
 }
 
@@ -90,13 +110,18 @@ nn::AttentionTraining make_attention_training(AttentionKernels kernels) {
         packed(c) ? Shape{q.shape[2], q.shape[1]} : Shape{q.shape[0], q.shape[2], q.shape[1]};
     Tensor lse = Tensor::empty(shape, DType::F32, q.device, stream);
     const TensorView lse_view = lse.view();
-    forward(kernels, q, k, v, out, c, &lse_view, stream);
+    try {
+      forward(kernels, q, k, v, out, c, &lse_view, stream);
+    } catch (const Unsupported& e) {
+      note_fallback(kernels.attention, e);
+      return nn::attention_training("sdpa")->forward(q, k, v, out, c, stream);
+    }
     return lse;
   };
-  t.backward = [kernels](const TensorView& dout, const TensorView& q, const TensorView& k,
-                         const TensorView& v, const TensorView& out, const Tensor& saved,
-                         const TensorView& dq, const TensorView& dk, const TensorView& dv,
-                         const nn::AttentionCall& c, Stream stream) {
+  auto backward_kernel = [kernels](const TensorView& dout, const TensorView& q, const TensorView& k,
+                                   const TensorView& v, const TensorView& out, const Tensor& saved,
+                                   const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                                   const nn::AttentionCall& c, Stream stream) {
     if (packed(c)) {
       call(varlen_of(kernels), true,
            {unbatched(dout), unbatched(q), unbatched(k), unbatched(v), unbatched(out), saved.view(),
@@ -107,6 +132,24 @@ nn::AttentionTraining make_attention_training(AttentionKernels kernels) {
     std::vector<TensorView> inputs{dout, q, k, v, out, saved.view()};
     if (c.key_start) inputs.push_back(*c.key_start);
     call(kernels.attention, true, inputs, {dq, dk, dv}, attention_attrs(c), stream);
+  };
+  t.backward = [kernels, backward_kernel](
+                   const TensorView& dout, const TensorView& q, const TensorView& k,
+                   const TensorView& v, const TensorView& out, const Tensor& saved,
+                   const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                   const nn::AttentionCall& c, Stream stream) {
+    // saved state the kernel did not make (its forward fell back): the built-in backward
+    const int lse_rank = packed(c) ? 2 : 3;
+    if (saved.ndim() != lse_rank || saved.dtype() != DType::F32) {
+      nn::attention_training("sdpa")->backward(dout, q, k, v, out, saved, dq, dk, dv, c, stream);
+      return;
+    }
+    try {
+      backward_kernel(dout, q, k, v, out, saved, dq, dk, dv, c, stream);
+    } catch (const Unsupported& e) {
+      note_fallback(kernels.attention, e);
+      nn::attention_training("sdpa")->backward(dout, q, k, v, out, saved, dq, dk, dv, c, stream);
+    }
   };
   return t;
 }
