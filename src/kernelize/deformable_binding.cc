@@ -7,6 +7,7 @@
 
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
+#include "kernelize/adapters.h"
 
 namespace hk::kernel_binding {
 namespace {
@@ -38,7 +39,7 @@ class DeformableAttentionAdapter final : public nn::MultiScaleDeformableAttentio
                const TensorView& attention_weights, const TensorView& out,
                Stream stream) const override {
     call(false, {value, sampling_locations, attention_weights}, {out},
-         attrs_of(layer, spatial_shapes), out.device, stream);
+         attrs_of(layer, spatial_shapes), stream);
   }
   void backward(const nn::MultiScaleDeformableAttention& layer, const TensorView& dout,
                 const TensorView& value, const nn::SpatialShapes& spatial_shapes,
@@ -48,12 +49,12 @@ class DeformableAttentionAdapter final : public nn::MultiScaleDeformableAttentio
     auto given = [](const TensorView* t) { return t ? *t : TensorView{}; };
     call(true, {dout, value, sampling_locations, attention_weights},
          {given(dvalue), given(dsampling_locations), given(dattention_weights)},
-         attrs_of(layer, spatial_shapes), value.device, stream);
+         attrs_of(layer, spatial_shapes), stream);
   }
 
  private:
   void call(bool backward, std::vector<TensorView> inputs, std::vector<TensorView> outputs,
-            const MsDeformAttnAttrs& attrs, Device device, Stream stream) const {
+            const MsDeformAttnAttrs& attrs, Stream stream) const {
     std::vector<Tensor> keep;
     for (TensorView& v : inputs)
       if (v.ptr() && !v.is_contiguous()) {
@@ -67,19 +68,7 @@ class DeformableAttentionAdapter final : public nn::MultiScaleDeformableAttentio
         copy_back.emplace_back(v, temp);
         v = temp.view();
       }
-    KernelCallOptions options;
-    options.stream = stream;
-    Tensor workspace;
-    const size_t bytes = fn_.workspace_size(backward, inputs, outputs, &attrs, sizeof(attrs));
-    if (bytes > 0) {
-      workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, device, stream);
-      options.workspace = workspace.view().ptr();
-      options.workspace_size = bytes;
-    }
-    if (backward)
-      fn_.backward(inputs, outputs, attrs, options);
-    else
-      fn_.forward(inputs, outputs, attrs, options);
+    call_kernel_pass(fn_, backward, inputs, outputs, &attrs, sizeof(attrs), stream);
     for (auto& [target, temp] : copy_back) copy_view(target, temp.view(), stream);
   }
 
