@@ -150,8 +150,8 @@ std::string prefill(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D) {
   const double t_bwd = t_fb - t_fwd;
   auto tf = [](double f, double ms) { return f / (ms * 1e-3) / 1e12; };
   char name[128];
-  std::snprintf(name, sizeof(name), "B%ldxH%ld(kv%ld)xS%ld%s", long(B), long(Hq), long(Hkv), long(S),
-                D == 128 ? "" : (" D" + std::to_string(D)).c_str());
+  std::snprintf(name, sizeof(name), "B%ldxH%ld(kv%ld)xS%ld%s", long(B), long(Hq), long(Hkv),
+                long(S), D == 128 ? "" : (" D" + std::to_string(D)).c_str());
   std::printf(
       "%-26s fwd %8.3f ms %6.1f TF/s (sm80 %6.1f) | fwd+bwd %8.3f ms %6.1f TF/s "
       "(deterministic %6.1f, sm80 backward %6.1f) | bwd %6.1f TF/s\n",

@@ -83,7 +83,8 @@ int main(int argc, char** argv) {
     };
     std::string json = "{\"gpu\": \"" + std::string(prop.name) + "\", \"shapes\": [";
     std::string table =
-        "shape                                   | fwd   | bwd sm80 | bwd sm90 tma | bwd sm90 atomic "
+        "shape                                   | fwd   | bwd sm80 | bwd sm90 tma | bwd sm90 "
+        "atomic "
         "| bwd sm90 det | fwd+bwd (default) | sm90/sm80 bwd\n";
     for (size_t si = 0; si < shapes.size(); ++si) {
       const Shape& sh = shapes[si];
@@ -122,17 +123,17 @@ int main(int argc, char** argv) {
       table += row;
       std::fprintf(stderr, "%s", row);
       char js[1024];
-      std::snprintf(js, sizeof js,
-                    "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
-                    "\"fwd_ms\": %.5f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
-                    "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
-                    "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
-                    "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
-                    "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
-                    si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t80, t90, t90a,
-                    t90d, t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80),
-                    tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
-                    tf(3.5 * fwd_flops, t_fb));
+      std::snprintf(
+          js, sizeof js,
+          "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
+          "\"fwd_ms\": %.5f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
+          "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
+          "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
+          "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
+          "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
+          si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t80, t90, t90a, t90d,
+          t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
+          tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));
       json += js;
     }
     json += "]}\n";

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "flash_attn/flash.h"
+#include "gpu_attention/attention_cases.h"
 
 namespace flash_harness {
 
@@ -54,14 +55,16 @@ inline uint16_t nan_bits(hk_flash::Dtype dt) {
 }
 
 // A [B, rows, H, D] tensor of 16-bit values on the device; pad_heads > 0 stores each row with
-// that many extra heads (as a slice of a fused qkv buffer would be), the tensor starting one head in.
+// that many extra heads (as a slice of a fused qkv buffer would be), the tensor starting one head
+// in.
 struct DevTensor {
   int64_t b = 0, rows = 0, h = 0, d = 0, pad = 0;
   hk_flash::Dtype dt = hk_flash::Dtype::BF16;
   uint16_t* base = nullptr;  // the allocation
   size_t alloc_elems = 0;
   DevTensor() = default;
-  DevTensor(int64_t b_, int64_t rows_, int64_t h_, int64_t d_, hk_flash::Dtype dt_, int64_t pad_ = 0)
+  DevTensor(int64_t b_, int64_t rows_, int64_t h_, int64_t d_, hk_flash::Dtype dt_,
+            int64_t pad_ = 0)
       : b(b_), rows(rows_), h(h_), d(d_), pad(pad_), dt(dt_) {
     alloc_elems = static_cast<size_t>(b * rows * (h + pad) * d) + 8;
     check(cudaMalloc(&base, alloc_elems * 2), "cudaMalloc");
@@ -137,7 +140,9 @@ inline RandomValues random_values(size_t n, hk_flash::Dtype dt, uint32_t seed) {
 struct DevFloats {
   float* ptr = nullptr;
   size_t n = 0;
-  explicit DevFloats(size_t n_) : n(n_) { check(cudaMalloc(&ptr, std::max<size_t>(n, 1) * 4), "cudaMalloc"); }
+  explicit DevFloats(size_t n_) : n(n_) {
+    check(cudaMalloc(&ptr, std::max<size_t>(n, 1) * 4), "cudaMalloc");
+  }
   DevFloats(const DevFloats&) = delete;
   DevFloats& operator=(const DevFloats&) = delete;
   ~DevFloats() { cudaFree(ptr); }
@@ -149,30 +154,7 @@ struct DevFloats {
   }
 };
 
-// Sets an environment variable for a scope and restores what was there.
-class EnvScope {
- public:
-  EnvScope(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~EnvScope() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using attention_cases::EnvScope;
 
 // The backward variants: the mma.sync kernel, and the Hopper kernel with dq by TMA reduce-add or
 // by atomics, each in the default (atomic dq) mode; `deterministic` on top.
@@ -205,16 +187,20 @@ struct Buffers {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   explicit Buffers(const Problem& p)
-      : q(p.b, p.s, p.hq, p.d, p.dt, p.pad), k(p.b, p.t, p.hkv, p.d, p.dt, p.pad),
-        v(p.b, p.t, p.hkv, p.d, p.dt, p.pad), out(p.b, p.s, p.hq, p.d, p.dt, p.pad),
-        dout(p.b, p.s, p.hq, p.d, p.dt, p.pad), dq(p.b, p.s, p.hq, p.d, p.dt, p.pad),
-        dk(p.b, p.t, p.hkv, p.d, p.dt, p.pad), dv(p.b, p.t, p.hkv, p.d, p.dt, p.pad),
+      : q(p.b, p.s, p.hq, p.d, p.dt, p.pad),
+        k(p.b, p.t, p.hkv, p.d, p.dt, p.pad),
+        v(p.b, p.t, p.hkv, p.d, p.dt, p.pad),
+        out(p.b, p.s, p.hq, p.d, p.dt, p.pad),
+        dout(p.b, p.s, p.hq, p.d, p.dt, p.pad),
+        dq(p.b, p.s, p.hq, p.d, p.dt, p.pad),
+        dk(p.b, p.t, p.hkv, p.d, p.dt, p.pad),
+        dv(p.b, p.t, p.hkv, p.d, p.dt, p.pad),
         lse(static_cast<size_t>(p.b) * p.hq * p.s) {
     if (!p.key_start.empty()) {
       check(cudaMalloc(&key_start, p.key_start.size() * 4), "cudaMalloc");
-      check(cudaMemcpy(key_start, p.key_start.data(), p.key_start.size() * 4,
-                       cudaMemcpyHostToDevice),
-            "key_start");
+      check(
+          cudaMemcpy(key_start, p.key_start.data(), p.key_start.size() * 4, cudaMemcpyHostToDevice),
+          "key_start");
     }
   }
   Buffers(const Buffers&) = delete;

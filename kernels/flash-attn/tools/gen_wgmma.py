@@ -5,7 +5,8 @@ The PTX of one wgmma names every accumulator register, so each (shape, operand s
 its own asm block; this script writes them between the GENERATED markers of the header:
   wgmma_ss<N, T, TransA, TransB>(d, desc_a, desc_b, scale_d)   both operands in shared memory
   wgmma_rs<N, T>(d, a, desc_b)                                 A in registers, B MN-major (transposed)
-for N in 64, 128 and T in bf16, f16. Run from anywhere: python3 gen_wgmma.py
+for N in 64, 128 and T in bf16, f16. Run from anywhere: python3 gen_wgmma.py, then
+clang-format -i the header.
 """
 import pathlib
 import re

@@ -259,9 +259,9 @@ void backward(const BackwardParams& in, Stream stream_handle) {
   const bool sm90 = backward_sm90_applies(p);
   const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
   if (verbose())
-    std::fprintf(stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
-                 sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by TMA reduce)" : " (dq by atomics)")
-                                             : "");
+    std::fprintf(
+        stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
+        sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by TMA reduce)" : " (dq by atomics)") : "");
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto steps = [&](auto dim) {

@@ -31,14 +31,14 @@ namespace hk_flash {
 template <int D>
 struct Sm90BwdConfig {
   static constexpr int kBlockM = 64, kBlockN = 128, kStages = 2, kThreads = 256;
-  static constexpr int kColBlocks = D / 64;                 // 64-column TMA boxes
-  static constexpr uint32_t kQBox = kBlockM * 128;          // 64 rows × 128 bytes
-  static constexpr uint32_t kKBox = kBlockN * 128;          // 128 rows × 128 bytes
-  static constexpr uint32_t kQTile = kColBlocks * kQBox;    // a Q or dO tile
-  static constexpr uint32_t kKTile = kColBlocks * kKBox;    // the K or V tile
+  static constexpr int kColBlocks = D / 64;                   // 64-column TMA boxes
+  static constexpr uint32_t kQBox = kBlockM * 128;            // 64 rows × 128 bytes
+  static constexpr uint32_t kKBox = kBlockN * 128;            // 128 rows × 128 bytes
+  static constexpr uint32_t kQTile = kColBlocks * kQBox;      // a Q or dO tile
+  static constexpr uint32_t kKTile = kColBlocks * kKBox;      // the K or V tile
   static constexpr uint32_t kDsTile = kBlockN * kBlockM * 2;  // dSᵀ [128 keys][64 queries]
-  static constexpr uint32_t kDqBox = 64 * 128;              // f32 [64 rows][32 columns]
-  static constexpr uint32_t kDqPart = 2 * kDqBox;           // a warpgroup's 64 × 64 f32 dQ
+  static constexpr uint32_t kDqBox = 64 * 128;                // f32 [64 rows][32 columns]
+  static constexpr uint32_t kDqPart = 2 * kDqBox;             // a warpgroup's 64 × 64 f32 dQ
   // dQ of a warpgroup: columns [64·cw, +64) over all keys (D 128) or all columns over its keys
   static constexpr int kDqKeys = D == 128 ? kBlockN : kBlockN / 2;
   static constexpr uint32_t kOffK = 0, kOffV = kKTile, kOffQ = 2 * kKTile;
@@ -216,7 +216,8 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           pa[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-          if constexpr (kCap) cap_grad[kk][e] = pack2<T>(cg[8 * kk + 2 * e], cg[8 * kk + 2 * e + 1]);
+          if constexpr (kCap)
+            cap_grad[kk][e] = pack2<T>(cg[8 * kk + 2 * e], cg[8 * kk + 2 * e + 1]);
         }
     };
     using Yes = std::true_type;
@@ -314,7 +315,8 @@ __global__ void __launch_bounds__(256, 1)
         if (s_row >= seq.S) continue;
         float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, s_row, h) + dq_col0 + 2 * t4;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        for (int j = 0; j < 8; ++j)
+          red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
       }
     } else {
       // stage [64 rows][64 columns] f32 as two 128-byte-swizzled [64][32] boxes, reduce-add by TMA
@@ -354,7 +356,8 @@ __global__ void __launch_bounds__(256, 1)
     for (int j = 0; j < D / 8; ++j) {
       *reinterpret_cast<uint32_t*>(dk_row + 8 * j) =
           pack2<T>(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
-      *reinterpret_cast<uint32_t*>(dv_row + 8 * j) = pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+      *reinterpret_cast<uint32_t*>(dv_row + 8 * j) =
+          pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
     }
   }
 #else

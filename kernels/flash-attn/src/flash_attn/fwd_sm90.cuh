@@ -166,21 +166,19 @@ __global__ void __launch_bounds__(384, 1)
     if (cw == 0 && n_iters > 0) named_arrive(my_bar, 256);  // consumer 0 starts
 
     auto issue_s = [&](float(&s)[kNS], int stage) {
-      const uint32_t k_tile = opaque_u32(s_k) + stage * kTile;
-      const uint32_t q_tile = opaque_u32(s_q);
+      const uint32_t k_tile = s_k + stage * kTile;
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < D / 16; ++kk) {
         const uint32_t within = (kk % 4) * 32;
-        const uint64_t da =
-            make_desc(q_tile + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
+        const uint64_t da = make_desc(s_q + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
         const uint64_t db = make_desc(k_tile + (kk / 4) * kBox + within, 16, 1024);
         wgmma_ss<kBlockN, T>(s, da, db, kk > 0 ? 1 : 0);
       }
       wgmma_commit();
     };
     auto issue_pv = [&](int stage) {
-      const uint32_t v_tile = opaque_u32(s_v) + stage * kTile;
+      const uint32_t v_tile = s_v + stage * kTile;
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {

@@ -2,8 +2,8 @@
 //
 // Each is explicitly instantiated once in inst/<kernel family>_<dtype>_hd<D>.cu, so the build
 // compiles exactly the combinations dispatch can reach (bf16/f16 × 64/128/256 for the mma.sync
-// family, bf16/f16 × 64/128 for the Hopper forward and backward) and nothing else; flags such as causal,
-// softcap or window are run-time arguments of one kernel, not template parameters.
+// family, bf16/f16 × 64/128 for the Hopper forward and backward) and nothing else; flags such as
+// causal, softcap or window are run-time arguments of one kernel, not template parameters.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -142,13 +142,14 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "flash KV-cache append launch");
 }
 
-#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                          \
-  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                     \
-  template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*, float*); \
+#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
+  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                       \
+  template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*,         \
+                                              float*);                                             \
   template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
-                                                float*);                                          \
-  template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,   \
-                                             const float*);                                       \
+                                                float*);                                           \
+  template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
+                                             const float*);                                        \
   template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
 
 }  // namespace hk_flash

@@ -1,7 +1,7 @@
 // flash_attn/launch_sm90.cuh — internal: the Hopper forward's and backward's launchers (TMA
-// descriptors + launch), included by the inst/sm90_*.cu files. The tensor maps are encoded on the host for every
-// call (a few microseconds, no device work, no synchronisation: capture-safe) through the driver
-// entry point, so kernels need not link libcuda.
+// descriptors + launch), included by the inst/sm90_*.cu files. The tensor maps are encoded on the
+// host for every call (a few microseconds, no device work, no synchronisation: capture-safe)
+// through the driver entry point, so kernels need not link libcuda.
 #pragma once
 
 #include <cudaTypedefs.h>
@@ -77,10 +77,10 @@ inline CUtensorMap make_dq_accum_map(float* dq_accum, int rows, int heads, int b
   const cuuint64_t strides[3] = {row_bytes, head_bytes, row_bytes * rows};
   const cuuint32_t box[4] = {32, 64, 1, 1};
   const cuuint32_t elem[4] = {1, 1, 1, 1};
-  const CUresult r = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dq_accum, dims, strides, box, elem,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dq_accum, dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
     throw DeviceError("cuTensorMapEncodeTiled (dq accumulator) failed with CUresult " +
                       std::to_string(r));
@@ -119,9 +119,9 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
 #endif
 }
 
-#define HK_FLASH_INSTANTIATE_SM90(T, D)                                                     \
-  template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t);                     \
-  template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t,         \
-                                                const float*, float*, bool);
+#define HK_FLASH_INSTANTIATE_SM90(T, D)                                                            \
+  template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t);                            \
+  template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t, const float*, \
+                                                float*, bool);
 
 }  // namespace hk_flash
