@@ -86,8 +86,8 @@ double rtol_of(DType d) {
       const auto* x0 = static_cast<const char*>(x.view().ptr());
       const auto* y0 = static_cast<const char*>(y.view().ptr());
       if (x0 < y0 + y.nbytes() && y0 < x0 + x.nbytes())
-        return ::testing::AssertionFailure() << all[a].first << " and " << all[b].first
-                                             << " share device memory";
+        return ::testing::AssertionFailure()
+               << all[a].first << " and " << all[b].first << " share device memory";
     }
   return ::testing::AssertionSuccess();
 }
