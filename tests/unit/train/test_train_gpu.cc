@@ -26,7 +26,9 @@ struct OptimCase {
   bool master;
 };
 
-// A set of tensors: sizes below, at and across the 16384-element chunk, one without a gradient.
+// A set of tensors: sizes below, at and across the 16384-element chunk, one that starts 2 bytes
+// (bf16) or 4 bytes (f32) into its allocation (not 16-byte aligned: the fused kernels' element-wise
+// path), and a last one without a gradient.
 struct TensorSet {
   std::vector<Tensor> values, grads;
   std::vector<optim::OptimTensor> list() {
@@ -37,24 +39,35 @@ struct TensorSet {
   }
 };
 
-const std::vector<Shape> kShapes = {{1}, {7}, {3, 1000}, {2 * 16384 + 5}, {16384}, {5, 3}};
+const std::vector<Shape> kShapes = {{1}, {7}, {3, 1000}, {2 * 16384 + 5}, {16384}, {4099}, {5, 3}};
+constexpr size_t kMisaligned = 5;
+
+// random_cpu on `device`; the kMisaligned tensor is a view one element into a longer one.
+Tensor random_on(size_t i, DType dtype, Device device, uint32_t seed, float lo, float hi) {
+  if (i != kMisaligned) {
+    Tensor t = random_cpu(kShapes[i], dtype, seed, lo, hi);
+    return device.is_cpu() ? t : t.to(device);
+  }
+  Tensor t = random_cpu({kShapes[i][0] + 1}, dtype, seed, lo, hi);
+  if (!device.is_cpu()) t = t.to(device);
+  return t.slice(0, 1, kShapes[i][0] + 1);
+}
 
 TensorSet make_set(const OptimCase& c, Device device, uint32_t seed) {
   TensorSet s;
   for (size_t i = 0; i < kShapes.size(); ++i) {
-    Tensor v = random_cpu(kShapes[i], c.param, seed + static_cast<uint32_t>(i));
-    Tensor g = random_cpu(kShapes[i], c.grad, seed + 100 + static_cast<uint32_t>(i), -0.3f, 0.3f);
-    s.values.push_back(device.is_cpu() ? v : v.to(device));
-    s.grads.push_back(i == 5 ? Tensor() : (device.is_cpu() ? g : g.to(device)));  // no gradient
+    const uint32_t k = static_cast<uint32_t>(i);
+    s.values.push_back(random_on(i, c.param, device, seed + k, -1.0f, 1.0f));
+    s.grads.push_back(i + 1 == kShapes.size()  // no gradient
+                          ? Tensor()
+                          : random_on(i, c.grad, device, seed + 100 + k, -0.3f, 0.3f));
   }
   return s;
 }
 
 void new_grads(TensorSet& s, const OptimCase& c, Device device, uint32_t seed) {
-  for (size_t i = 0; i + 1 < s.grads.size(); ++i) {
-    Tensor g = random_cpu(kShapes[i], c.grad, seed + static_cast<uint32_t>(i), -0.3f, 0.3f);
-    s.grads[i] = device.is_cpu() ? g : g.to(device);  // a new buffer: the table must follow
-  }
+  for (size_t i = 0; i + 1 < s.grads.size(); ++i)  // a new buffer: the table must follow
+    s.grads[i] = random_on(i, c.grad, device, seed + static_cast<uint32_t>(i), -0.3f, 0.3f);
 }
 
 const OptimCase kOptimCases[] = {
