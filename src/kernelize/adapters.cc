@@ -386,8 +386,28 @@ class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named 
       ops::scale(dx, factor, dh, stream);
     if (ctx.has("dweight")) {
       const Tensor dw = ctx.saved("dweight");
-      if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
-      lm_head.accumulate_grad("weight", dw, stream);  // ties: into the embedding's gradient
+      // Ties: into the embedding's gradient. When that is handed out for writing (the first
+      // backward after zero_grad_lazily, or none yet), the scaled copy goes straight there: one
+      // pass over the [vocab, hidden] table instead of scale + copy (or add).
+      const nn::Module::GradTarget t = lm_head.grad_target("weight", false, stream);
+      if (t.grad.defined() && !t.accumulate && t.grad.dtype() == dw.dtype()) {
+        if (factor == 1.0f)
+          copy_view(t.grad, dw, stream);
+        else
+          ops::scale(dw, factor, t.grad, stream);
+      } else if (t.grad.defined()) {
+        if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
+        if (t.accumulate) {
+          Tensor addend = dw;
+          if (dw.dtype() != t.grad.dtype()) {  // e.g. into f32 master gradients
+            addend = Tensor::empty(dw.sizes(), t.grad.dtype(), dw.device(), stream);
+            ops::cast(dw, addend, stream);
+          }
+          ops::add(t.grad, addend, t.grad, 1.0f, stream);
+        } else {
+          ops::cast(dw, t.grad, stream);
+        }
+      }
     }
   }
 };
