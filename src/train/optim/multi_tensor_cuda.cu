@@ -87,6 +87,19 @@ __device__ const TensorSlot& find_slot(const TensorSlot* slots, int n, int64_t c
   return slots[lo];
 }
 
+// The chunk this block handles: its slot and the element range [begin, end) within it.
+struct Chunk {
+  const TensorSlot* t;
+  int64_t begin, end;
+};
+__device__ __forceinline__ Chunk this_chunk(const TensorSlot* slots, int num_slots,
+                                            int64_t first_chunk) {
+  const int64_t chunk = first_chunk + blockIdx.x;
+  const TensorSlot& t = find_slot(slots, num_slots, chunk);
+  const int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
+  return {&t, begin, min(begin + kChunkElements, t.numel)};
+}
+
 // 8 consecutive elements of storage type T, 16-byte aligned (one access for 16-bit types, two
 // for f32).
 template <class T>
@@ -127,13 +140,12 @@ template <class P, class G, class S, class M, bool kCopy>
 __global__ void __launch_bounds__(kThreads)
     adamw_typed_kernel(const TensorSlot* slots, int num_slots, int64_t first_chunk,
                        detail::AdamWScalars s, const float* grad_scale) {
-  const int64_t chunk = first_chunk + blockIdx.x;
-  const TensorSlot& t = find_slot(slots, num_slots, chunk);
-  if (t.grad == nullptr) return;
-  const int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
-  const int64_t end = min(begin + kChunkElements, t.numel);
+  const Chunk ch = this_chunk(slots, num_slots, first_chunk);
+  if (ch.t->grad == nullptr) return;
+  const TensorSlot& t = *ch.t;
   const float scale = grad_scale ? *grad_scale : 1.0f;
   const bool decay = t.decay != 0;
+  const int64_t begin = ch.begin, end = ch.end;
   int64_t scalar_from = begin;
   if (t.vector_ok) {
     const int64_t vend = begin + ((end - begin) / kVec) * kVec;
@@ -160,19 +172,16 @@ __global__ void __launch_bounds__(kThreads)
 // Any dtype mix: a run-time switch per access (uniform per block).
 __global__ void adamw_generic_kernel(const TensorSlot* slots, int num_slots, int64_t first_chunk,
                                      detail::AdamWScalars s, const float* grad_scale) {
-  const int64_t chunk = first_chunk + blockIdx.x;
-  const TensorSlot& t = find_slot(slots, num_slots, chunk);
-  if (t.grad == nullptr) return;
-  const int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
-  const int64_t end = min(begin + kChunkElements, t.numel);
+  const Chunk ch = this_chunk(slots, num_slots, first_chunk);
+  if (ch.t->grad == nullptr) return;
+  const TensorSlot& t = *ch.t;
   const float scale = grad_scale ? *grad_scale : 1.0f;
-  const bool decay = t.decay != 0;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+  for (int64_t i = ch.begin + threadIdx.x; i < ch.end; i += blockDim.x) {
     float p = load_f32(t.param, t.param_dtype, i);
     float m = load_f32(t.exp_avg, t.state_dtype, i);
     float v = load_f32(t.exp_avg_sq, t.state_dtype, i);
     const float g = load_f32(t.grad, t.grad_dtype, i) * scale;
-    detail::adamw_update(p, m, v, g, decay, s);
+    detail::adamw_update(p, m, v, g, t.decay != 0, s);
     store_f32(t.param, t.param_dtype, i, p);
     store_f32(t.exp_avg, t.state_dtype, i, m);
     store_f32(t.exp_avg_sq, t.state_dtype, i, v);
@@ -208,12 +217,11 @@ template <class G>
 __global__ void __launch_bounds__(kThreads)
     sum_squares_typed_kernel(const TensorSlot* slots, int num_slots, int64_t first_chunk,
                              float* partials) {
-  const int64_t chunk = first_chunk + blockIdx.x;
-  const TensorSlot& t = find_slot(slots, num_slots, chunk);
+  const Chunk ch = this_chunk(slots, num_slots, first_chunk);
+  const TensorSlot& t = *ch.t;
   float acc = 0.0f;
   if (t.grad != nullptr) {
-    const int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
-    const int64_t end = min(begin + kChunkElements, t.numel);
+    const int64_t begin = ch.begin, end = ch.end;
     int64_t scalar_from = begin;
     if (aligned16(t.grad)) {
       const int64_t vend = begin + ((end - begin) / kVec) * kVec;
@@ -231,23 +239,22 @@ __global__ void __launch_bounds__(kThreads)
       acc += g * g;
     }
   }
-  block_sum_to(acc, &partials[chunk]);
+  block_sum_to(acc, &partials[first_chunk + blockIdx.x]);
 }
 
 __global__ void sum_squares_generic_kernel(const TensorSlot* slots, int num_slots,
                                            int64_t first_chunk, float* partials) {
-  const int64_t chunk = first_chunk + blockIdx.x;
-  const TensorSlot& t = find_slot(slots, num_slots, chunk);
+  const Chunk ch = this_chunk(slots, num_slots, first_chunk);
+  const TensorSlot& t = *ch.t;
   float acc = 0.0f;
   if (t.grad != nullptr) {
-    const int64_t begin = (chunk - t.chunk_begin) * kChunkElements;
-    const int64_t end = min(begin + kChunkElements, t.numel);
+    const int64_t begin = ch.begin, end = ch.end;
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const float g = load_f32(t.grad, t.grad_dtype, i);
       acc += g * g;
     }
   }
-  block_sum_to(acc, &partials[chunk]);
+  block_sum_to(acc, &partials[first_chunk + blockIdx.x]);
 }
 
 __global__ void finish_norm_kernel(const float* partials, int64_t n, double max_norm, float* norm,

@@ -200,6 +200,21 @@ __device__ __forceinline__ float lanes_sum(float v) {
   return v;
 }
 
+// rstd of a row held as one pack per lane of a G-lane group (every lane calls it; `live` false
+// for a lane past the last row, which then contributes nothing).
+template <class T, int N, int G>
+__device__ __forceinline__ float pack_row_rstd(const Pack<T, N>& x, bool live, int64_t cols,
+                                               float eps) {
+  float s = 0;
+  if (live)
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float d = to_f32(x.e[i]);
+      s += d * d;
+    }
+  return rsqrtf(lanes_sum<G>(s) / cols + eps);
+}
+
 constexpr int kRowsInFlight = 4;
 
 // RMSNorm forward for rows of exactly G packs (G = 8 or 16): a G-lane group owns a row; the
@@ -225,14 +240,7 @@ __global__ void __launch_bounds__(kThreads) rms_fwd_rows(NormP p) {
     for (int u = 0; u < U; ++u) {
       const int64_t r = r0 + u * groups;
       const bool live = r < p.rows;
-      float s = 0;
-      if (live)
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-          const float d = to_f32(xv[u].e[i]);
-          s += d * d;
-        }
-      const float rstd = rsqrtf(lanes_sum<G>(s) / p.cols + p.eps);
+      const float rstd = pack_row_rstd<T, N, G>(xv[u], live, p.cols, p.eps);
       if (!live) continue;
       if (lane == 0 && p.rstd_out) p.rstd_out[r] = rstd;
       Pack<T, N> out;
@@ -419,14 +427,7 @@ __global__ void __launch_bounds__(kThreads, 2) rms_bwd_rows(NormP p) {
       if (p.rstd_in) {
         if (live) rstd = p.rstd_in[r];
       } else {
-        float s = 0;
-        if (live)
-#pragma unroll
-          for (int i = 0; i < N; ++i) {
-            const float d = to_f32(xv[u].e[i]);
-            s += d * d;
-          }
-        rstd = rsqrtf(lanes_sum<G>(s) / p.cols + p.eps);
+        rstd = pack_row_rstd<T, N, G>(xv[u], live, p.cols, p.eps);
       }
       float s2 = 0;
       if (live)
