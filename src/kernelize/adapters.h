@@ -20,6 +20,10 @@
 
 namespace hk::kernel_binding {
 
+// True when `impl` is an adapter whose kernel entry declares HK_MODE_CAPTURE (safe inside a CUDA
+// graph: no host sync, no allocation, no host reads), or the pass-through half of a fusion. False
+// for any other implementation (callers treat the built-in ones as safe themselves).
+bool declares_capture(const nn::LayerImpl& impl);
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
 // "ForCausalLMLoss"); attention goes through attention functions instead.
 bool has_adapter(const std::string& layer);
