@@ -384,9 +384,20 @@ void DecodeStep::enqueue(Stream stream) const {
       decode::gemv(g, stream);
     } else {
       p.residual_norm(*layer.input_layernorm, cur, pending, stream);
-      at.q_proj->forward(p.normed, p.qkv_cols(0, hq * d), stream);
-      at.k_proj->forward(p.normed, p.qkv_cols(hq * d, (hq + hkv) * d), stream);
-      at.v_proj->forward(p.normed, p.qkv_cols((hq + hkv) * d, p.qkv_width), stream);
+      // Built-in linears write the strided columns of qkv directly; a kernel gets a dense output.
+      auto project = [&](const nn::Linear& proj, int64_t from, int64_t to) {
+        const Tensor cols = p.qkv_cols(from, to);
+        if (proj.uses_builtin()) {
+          proj.forward(p.normed, cols, stream);
+          return;
+        }
+        Tensor dense = Tensor::empty(cols.sizes(), p.dtype, cols.device(), stream);
+        proj.forward(p.normed, dense, stream);
+        cols.copy_from(dense, stream);
+      };
+      project(*at.q_proj, 0, hq * d);
+      project(*at.k_proj, hq * d, (hq + hkv) * d);
+      project(*at.v_proj, (hq + hkv) * d, p.qkv_width);
     }
 
     // q/k norm + rotary + cache write
@@ -416,8 +427,13 @@ void DecodeStep::enqueue(Stream stream) const {
         r.eps = static_cast<float>(at.q_norm->eps());
       }
     } else {
-      Tensor q = p.qkv_cols(0, hq * d).reshape({b, 1, hq, d});
-      Tensor k = p.qkv_cols(hq * d, (hq + hkv) * d).reshape({b, 1, hkv, d});
+      // Layer implementations get dense q and k (kernels may refuse strided rows), as in the
+      // model forward; the results go back into qkv for the attention and the cache write.
+      const Tensor q_cols = p.qkv_cols(0, hq * d), k_cols = p.qkv_cols(hq * d, (hq + hkv) * d);
+      Tensor q = Tensor::empty({b, 1, hq, d}, p.dtype, q_cols.device(), stream);
+      Tensor k = Tensor::empty({b, 1, hkv, d}, p.dtype, k_cols.device(), stream);
+      q.reshape({b, 1, hq * d}).copy_from(q_cols, stream);
+      k.reshape({b, 1, hkv * d}).copy_from(k_cols, stream);
       if (at.q_norm) {
         at.q_norm->forward(q, q, stream);
         at.k_norm->forward(k, k, stream);
@@ -426,6 +442,8 @@ void DecodeStep::enqueue(Stream stream) const {
                           p.rope_theta, 1.0f, p.cos.data_as<float>(), p.sin.data_as<float>(),
                           stream);
       at.rotary_fn->forward(q, k, p.cos, p.sin, stream);
+      q_cols.copy_from(q.reshape({b, 1, hq * d}), stream);
+      k_cols.copy_from(k.reshape({b, 1, hkv * d}), stream);
       r.process_q = false;
       r.rotate = false;
     }
