@@ -37,6 +37,12 @@ const std::vector<InterfaceInfo>& known_interfaces() {
          sizeof(RmsNormMlpAttrs)},
         {"causal_lm_loss", 1, "ForCausalLMLoss", "logits, labels", "loss", "dloss, logits, labels",
          "dlogits", sizeof(CausalLmLossAttrs)},
+        {"attention_varlen", 1, "attention_varlen", "q, k, v, cu_seqlens_q, cu_seqlens_k",
+         "out, lse?", "dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k", "dq, dk, dv",
+         sizeof(AttentionVarlenAttrs)},
+        {"attention_kvcache", 1, "attention_kvcache",
+         "q, k_cache, v_cache, cache_seqlens, k_new?, v_new?, key_start?", "out, lse?", "", "",
+         sizeof(AttentionKvcacheAttrs)},
     };
     std::sort(v.begin(), v.end(), [](const InterfaceInfo& a, const InterfaceInfo& b) {
       int c = std::string(a.name).compare(b.name);
