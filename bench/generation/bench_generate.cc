@@ -108,17 +108,28 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (!std::strcmp(argv[i], "--model")) model_dir = next("--model");
-    else if (!std::strcmp(argv[i], "--device")) device = next("--device");
-    else if (!std::strcmp(argv[i], "--dtype")) dtype = next("--dtype");
-    else if (!std::strcmp(argv[i], "--prefill")) prefill = next("--prefill");
-    else if (!std::strcmp(argv[i], "--batches")) batches = next("--batches");
-    else if (!std::strcmp(argv[i], "--contexts")) contexts = next("--contexts");
-    else if (!std::strcmp(argv[i], "--modes")) modes = next("--modes");
-    else if (!std::strcmp(argv[i], "--eager-batches")) eager_batches = next("--eager-batches");
-    else if (!std::strcmp(argv[i], "--reps")) reps = std::stoi(next("--reps"));
-    else if (!std::strcmp(argv[i], "--use-kernels")) use_kernels = true;
-    else if (!std::strcmp(argv[i], "--out")) out = next("--out");
+    if (!std::strcmp(argv[i], "--model"))
+      model_dir = next("--model");
+    else if (!std::strcmp(argv[i], "--device"))
+      device = next("--device");
+    else if (!std::strcmp(argv[i], "--dtype"))
+      dtype = next("--dtype");
+    else if (!std::strcmp(argv[i], "--prefill"))
+      prefill = next("--prefill");
+    else if (!std::strcmp(argv[i], "--batches"))
+      batches = next("--batches");
+    else if (!std::strcmp(argv[i], "--contexts"))
+      contexts = next("--contexts");
+    else if (!std::strcmp(argv[i], "--modes"))
+      modes = next("--modes");
+    else if (!std::strcmp(argv[i], "--eager-batches"))
+      eager_batches = next("--eager-batches");
+    else if (!std::strcmp(argv[i], "--reps"))
+      reps = std::stoi(next("--reps"));
+    else if (!std::strcmp(argv[i], "--use-kernels"))
+      use_kernels = true;
+    else if (!std::strcmp(argv[i], "--out"))
+      out = next("--out");
     else {
       std::fprintf(stderr, "unknown argument %s (see the header of bench_generate.cc)\n", argv[i]);
       return 2;
@@ -150,7 +161,8 @@ int main(int argc, char** argv) {
     // Bytes of a decode step: weights (each storage once) and KV per cached position and row.
     size_t weight_bytes = 0;
     for (const auto& [name, p] : model.named_parameters()) weight_bytes += p->value.nbytes();
-    if (!cfg.tie_word_embeddings) weight_bytes -= size_t(vocab) * cfg.hidden_size * hk::dtype_size(model.dtype());
+    if (!cfg.tie_word_embeddings)
+      weight_bytes -= size_t(vocab) * cfg.hidden_size * hk::dtype_size(model.dtype());
     const double kv_bytes_per_position = 2.0 * cfg.num_hidden_layers * cfg.num_key_value_heads *
                                          cfg.head_dim * double(hk::dtype_size(model.dtype()));
     const double bandwidth = copy_bandwidth(model.device());
@@ -190,9 +202,7 @@ int main(int argc, char** argv) {
       std::sscanf(ctx.c_str(), "%ld+%ld", &P, &N);
       for (int64_t B : int_list(batches))
         for (const std::string& mode : word_list(modes)) {
-          if (mode != "graph" &&
-              std::find(eager.begin(), eager.end(), B) == eager.end())
-            continue;
+          if (mode != "graph" && std::find(eager.begin(), eager.end(), B) == eager.end()) continue;
           std::vector<std::vector<int64_t>> prompts(static_cast<size_t>(B));
           for (auto& p : prompts) {
             p.resize(static_cast<size_t>(P));
@@ -233,10 +243,10 @@ int main(int argc, char** argv) {
 
     if (!out.empty()) {
       std::ofstream f(out);
-      f << "{\"runtime\": \"hk\", \"model\": " << json_string(model_dir) << ", \"device\": "
-        << json_string(model.device().str()) << ", \"dtype\": " << json_string(dtype)
-        << ", \"kernels\": " << json_string(kernel_summary) << ", \"load_ms\": " << load_ms
-        << ", \"weight_bytes\": " << weight_bytes
+      f << "{\"runtime\": \"hk\", \"model\": " << json_string(model_dir)
+        << ", \"device\": " << json_string(model.device().str())
+        << ", \"dtype\": " << json_string(dtype) << ", \"kernels\": " << json_string(kernel_summary)
+        << ", \"load_ms\": " << load_ms << ", \"weight_bytes\": " << weight_bytes
         << ", \"kv_bytes_per_position\": " << kv_bytes_per_position
         << ", \"copy_bandwidth\": " << bandwidth << ", \"prefill_batch\": " << prefill_batch
         << ", \"prefill_len\": " << prefill_len << ", \"prefill_ms\": " << prefill_med

@@ -8,6 +8,7 @@
 #include "decode_step.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "../kernelize/adapters.h"
 #include "../models/decoder_lm.h"
@@ -15,6 +16,10 @@
 #include "hk/ops.h"
 #ifdef HK_HAVE_CUDA
 #include "ops/decode/decode_kernels.h"
+#endif
+#ifdef HK_HAVE_FLASH_ATTN
+#include "flash_attn/flash.h"
+#include "flash_attn/from_views.h"
 #endif
 
 namespace hk {
@@ -43,6 +48,14 @@ bool builtin_attention_function(const std::string& name) {
   return name == "eager" || name == "sdpa";
 }
 
+// The decode attention kernel: kernels/flash-attn's split-KV decode (device cache lengths,
+// bf16/f16, head dim 64/128/256) unless HK_DECODE_ATTENTION=hk or it cannot serve the call, else
+// hk's own (ops/decode: any dtype and head dim up to 256).
+bool flash_decode_wanted() {
+  const char* v = std::getenv("HK_DECODE_ATTENTION");
+  return !(v && std::string(v) == "hk");
+}
+
 struct LayerPlan {
   const DecoderLayer* layer = nullptr;
   bool qkv_gemv = false;     // q/k/v in one gemv
@@ -65,6 +78,7 @@ struct DecodeStep::Plan {
   Tensor h[2], delta, normed, qkv, attn, act, logits, cos, sin, inv_freq;
   Tensor attn_workspace, attn_counters, greedy_values, greedy_indices, greedy_counters;
   int attn_splits = 1, greedy_blocks = 1;
+  bool flash_attention = false;  // kernels/flash-attn's decode kernel serves the attention
   float rope_theta = 0.0f;
   std::vector<LayerPlan> layers;
   bool head_gemv = false, final_norm_fused = false;
@@ -102,10 +116,28 @@ struct DecodeStep::Plan {
     p.prologue.norm_weight = norm.weight().view().ptr();
     p.prologue.eps = static_cast<float>(norm.eps());
   }
+#ifdef HK_HAVE_FLASH_ATTN
+  // The flash decode call of layer `i`: q from qkv, the whole cache with device lengths + 1.
+  hk_flash::Params flash_params(int64_t i, const DecodeBuffers& st) const {
+    const Tensor q = qkv.slice(2, 0, hq * d).reshape({b, 1, hq, d});
+    const Tensor out = attn.reshape({b, 1, hq, d});
+    hk_flash::CallOptions o;
+    o.scale = lm->model->layers[static_cast<size_t>(i)]->self_attn->scaling();
+    o.causal = true;
+    o.key_start = &st.key_start.view();
+    hk_flash::Params fp =
+        hk_flash::forward_params(q, cache->keys(i), cache->values(i), out, nullptr, o);
+    fp.seqlens_k = st.lengths.data_as<int32_t>();
+    fp.seqlens_k_add = 1;
+    return fp;
+  }
+#endif
   char* qkv_at(int64_t col) const {
     return static_cast<char*>(qkv.view().ptr()) + col * static_cast<int64_t>(dtype_size(dtype));
   }
-  Tensor qkv_cols(int64_t from, int64_t to) const { return qkv.slice(2, from, to); }
+  Tensor qkv_cols(int64_t from, int64_t to) const {
+    return qkv.slice(2, from, to);
+  }
 
   // normed = norm(h[cur] (+= delta when pending)), the unfused residual step.
   void residual_norm(const nn::RMSNorm& norm, int cur, bool& pending, Stream stream) const {
@@ -240,6 +272,15 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     why = "decode attention: " + w;
     return nullptr;
   }
+#ifdef HK_HAVE_FLASH_ATTN
+  if (flash_decode_wanted() && (dt == DType::BF16 || dt == DType::F16)) {
+    try {
+      p.flash_attention = hk_flash::unsupported_reason(p.flash_params(0, state)).empty();
+    } catch (const std::exception&) {
+      p.flash_attention = false;
+    }
+  }
+#endif
   p.attn_splits = decode::attention_splits(b, p.hkv, cache.max_length());
   if (p.attn_splits > 1) {
     p.attn_workspace = Tensor::empty(
@@ -473,7 +514,15 @@ void DecodeStep::enqueue(Stream stream) const {
       ap.workspace = p.attn_workspace.data_as<float>();
       ap.counters = p.attn_counters.data_as<int32_t>();
     }
+#ifdef HK_HAVE_FLASH_ATTN
+    if (p.flash_attention)
+      hk_flash::forward(p.flash_params(static_cast<int64_t>(i), st),
+                        static_cast<hk_flash::Stream>(stream.handle));
+    else
+      decode::attention(ap, stream);
+#else
     decode::attention(ap, stream);
+#endif
 
     // o_proj → delta
     if (lp.o_gemv) {

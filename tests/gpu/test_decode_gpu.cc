@@ -18,9 +18,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <cstdio>
 #include <random>
 
 #include "generation/decode_session.h"
@@ -40,7 +40,8 @@ double atol_mm(DType dt) {
   return dt == DType::F32 ? 2e-4 : dt == DType::F16 ? 4e-3 : 3e-2;
 }
 
-// ---- gemv ----------------------------------------------------------------------------------------
+// ---- gemv
+// ----------------------------------------------------------------------------------------
 
 struct GemvCase {
   DType dt;
@@ -107,8 +108,8 @@ TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
     for (int64_t m : {1, 4, 13})
       for (bool with_delta : {false, true}) {
         const int64_t k = 1024, n = 384;
-        const std::string what = std::string(dtype_name(dt)) + " m" + std::to_string(m) +
-                                 (with_delta ? " +delta" : "");
+        const std::string what =
+            std::string(dtype_name(dt)) + " m" + std::to_string(m) + (with_delta ? " +delta" : "");
         Tensor h = random_cpu({m, k}, dt, seed++), delta = random_cpu({m, k}, dt, seed++);
         Tensor nw = random_cpu({k}, dt, seed++, 0.5f, 1.5f);
         Tensor wg = random_cpu({n, k}, dt, seed++), wu = random_cpu({n, k}, dt, seed++);
@@ -173,9 +174,10 @@ struct AttnCase {
 TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
   HK_REQUIRE_REAL_CUDA();
   uint32_t seed = 7;
-  for (AttnCase c : {AttnCase{DType::BF16, 1, 16, 8, 128, 2304}, AttnCase{DType::BF16, 3, 4, 2, 16, 256},
-                     AttnCase{DType::F16, 2, 8, 1, 64, 300}, AttnCase{DType::F32, 4, 6, 3, 32, 129},
-                     AttnCase{DType::BF16, 64, 16, 8, 128, 256}, AttnCase{DType::F32, 1, 2, 2, 256, 64}})
+  for (AttnCase c :
+       {AttnCase{DType::BF16, 1, 16, 8, 128, 2304}, AttnCase{DType::BF16, 3, 4, 2, 16, 256},
+        AttnCase{DType::F16, 2, 8, 1, 64, 300}, AttnCase{DType::F32, 4, 6, 3, 32, 129},
+        AttnCase{DType::BF16, 64, 16, 8, 128, 256}, AttnCase{DType::F32, 1, 2, 2, 256, 64}})
     for (int splits : {1, 0}) {  // 0: attention_splits' choice
       const std::string what = std::string(dtype_name(c.dt)) + " b" + std::to_string(c.b) + " hq" +
                                std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " d" +
@@ -294,8 +296,7 @@ TEST(DecodeGreedy, FirstMaxPadForFinishedRowsEosAndAdvance) {
       EXPECT_EQ(to_cpu(done).to_int64s(), want_done);
       EXPECT_EQ(to_cpu(pos).to_int64s(), (std::vector<int64_t>{4, 5, 6, 7, 8}));
       EXPECT_EQ(to_cpu(len).to_int64s(), std::vector<int64_t>(b, 11));
-      if (p.blocks_per_row > 1)
-        EXPECT_EQ(to_cpu(counters).to_int64s(), std::vector<int64_t>(b, 0));
+      if (p.blocks_per_row > 1) EXPECT_EQ(to_cpu(counters).to_int64s(), std::vector<int64_t>(b, 0));
     }
 }
 
@@ -336,11 +337,15 @@ std::string fixture(const std::string& name) {
   return std::string(HK_TEST_SOURCE_DIR) + "/tests/fixtures/models/" + name;
 }
 
-std::vector<std::string> models_under_test() {
-  std::vector<std::string> dirs{fixture("qwen3-tiny"), fixture("qwen3-tiny-bf16"),
-                                fixture("llama-tiny-bf16")};
-  if (const char* extra = std::getenv("HK_DECODE_TEST_MODEL")) dirs.push_back(extra);
-  return dirs;
+// (model dir, dtypes): the fixtures in f32 and bf16; HK_DECODE_TEST_MODEL (a real-sized
+// checkpoint, e.g. the benchmark's) in bf16, the dtype it is benchmarked in.
+std::vector<std::pair<std::string, std::vector<DType>>> models_under_test() {
+  std::vector<std::pair<std::string, std::vector<DType>>> out;
+  for (const char* name : {"qwen3-tiny", "qwen3-tiny-bf16", "llama-tiny-bf16"})
+    out.push_back({fixture(name), {DType::F32, DType::BF16}});
+  if (const char* extra = std::getenv("HK_DECODE_TEST_MODEL"); extra && *extra)
+    out.push_back({extra, {DType::BF16}});
+  return out;
 }
 
 CausalLM load(const std::string& dir, DType dtype, LoadOptions options = {}) {
@@ -371,8 +376,8 @@ std::string name_of(const std::string& dir) {
 
 TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
   HK_REQUIRE_REAL_CUDA();
-  for (const std::string& dir : models_under_test())
-    for (DType dt : {DType::F32, DType::BF16}) {
+  for (const auto& [dir, dtypes] : models_under_test())
+    for (DType dt : dtypes) {
       CausalLM model = load(dir, dt);
       const int64_t vocab = model.config().vocab_size;
       struct Case {
@@ -380,8 +385,8 @@ TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
         int64_t min_len, max_len, new_tokens;
       };
       // bucket 256 (short prompts) and bucket 512 (prompts past 256 positions)
-      for (Case c : {Case{1, 5, 5, 24}, Case{8, 3, 17, 24}, Case{1, 260, 260, 12},
-                     Case{8, 240, 300, 12}}) {
+      for (Case c :
+           {Case{1, 5, 5, 24}, Case{8, 3, 17, 24}, Case{1, 260, 260, 12}, Case{8, 240, 300, 12}}) {
         const std::string what = name_of(dir) + " " + dtype_name(dt) + " rows " +
                                  std::to_string(c.rows) + " len " + std::to_string(c.max_len);
         auto prompts = random_prompts(vocab, c.rows, c.min_len, c.max_len, 11);
@@ -391,7 +396,8 @@ TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
         EXPECT_EQ(eager.timings.decode_path, "device") << what << ": " << eager.timings.decode_note;
         o.cuda_graphs = true;
         GenerateOutput graph = model.generate(prompts, o);
-        EXPECT_EQ(graph.timings.decode_path, "cuda-graph") << what << ": " << graph.timings.decode_note;
+        EXPECT_EQ(graph.timings.decode_path, "cuda-graph")
+            << what << ": " << graph.timings.decode_note;
         EXPECT_EQ(graph.sequences, eager.sequences) << what;
         // the cached session replays its graph from the first step
         EXPECT_EQ(model.generate(prompts, o).sequences, eager.sequences) << what << " (replay)";
@@ -413,13 +419,14 @@ TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
 // One device step (fused kernels) against one model forward over the same cache.
 TEST(DeviceDecode, FusedStepGivesTheLogitsOfTheModelForward) {
   HK_REQUIRE_REAL_CUDA();
-  for (const std::string& dir : models_under_test())
-    for (DType dt : {DType::F32, DType::BF16})
+  for (const auto& [dir, dtypes] : models_under_test())
+    for (DType dt : dtypes)
       for (size_t rows : {size_t(1), size_t(8)}) {
         CausalLM model = load(dir, dt);
         DecoderLM& lm = model.impl();
         const ModelConfig& c = lm.config;
-        const std::string what = name_of(dir) + " " + dtype_name(dt) + " rows " + std::to_string(rows);
+        const std::string what =
+            name_of(dir) + " " + dtype_name(dt) + " rows " + std::to_string(rows);
         auto prompts = random_prompts(c.vocab_size, rows, 3, 19, 5);
         int64_t len = 0;
         for (auto& p : prompts) len = std::max<int64_t>(len, static_cast<int64_t>(p.size()));
@@ -443,7 +450,8 @@ TEST(DeviceDecode, FusedStepGivesTheLogitsOfTheModelForward) {
         Tensor first = Tensor::empty({b}, DType::I64, lm.device, session->stream());
         ops::argmax(logits0.reshape({b, c.vocab_size}), first, session->stream());
         std::vector<int64_t> next = to_cpu(first, session->stream()).to_int64s();
-        session->start(next, positions, len, pad, std::vector<int64_t>(static_cast<size_t>(b), 0), {}, 0);
+        session->start(next, positions, len, pad, std::vector<int64_t>(static_cast<size_t>(b), 0),
+                       {}, 0);
         const float* dev = session->sample_step(next);
         std::vector<float> got(dev, dev + b * c.vocab_size);
 
@@ -521,7 +529,8 @@ TEST(DeviceDecode, NonCaptureKernelFallsBackWithItsReasonAndDecodesTheSameIds) {
     if (d.layer != "RMSNorm") continue;
     ++norms;
     EXPECT_TRUE(d.kernel.empty()) << d.path << " " << d.kernel;
-    EXPECT_NE(d.reason.find("not inference|capture"), std::string::npos) << d.path << ": " << d.reason;
+    EXPECT_NE(d.reason.find("not inference|capture"), std::string::npos)
+        << d.path << ": " << d.reason;
   }
   EXPECT_GT(norms, 0u);
   o.cuda_graphs = true;
