@@ -3,15 +3,18 @@
 //
 //   hk_bench_generate --model DIR [--device cuda] [--dtype bf16] [--prefill 8x2048]
 //                     [--batches 1,8,32,64] [--contexts 16+128,2048+128] [--modes graph,device]
-//                     [--eager-batches 1,8] [--reps 3] [--use-kernels] [--out FILE.json]
+//                     [--eager-batches 1,8] [--reps 3] [--attn sdpa] [--use-kernels]
+//                     [--out FILE.json]
 //
-// Prefill: one forward of [batch, len] random ids (logits for the last position only, as
-// generate does), median of 3 after a warm-up, tokens/s. Decode, for every batch × context P+N:
-// `generate` of `batch` random P-token prompts for N new tokens with greedy search and no stop id,
-// decode tok/s = decode steps × batch / decode seconds from generate's own (device-synchronised)
-// timings, median of `reps` after one warm-up call (which also captures the CUDA graph of that
-// batch and cache bucket). Modes: `graph` (the default: the device step replayed as a CUDA
-// graph), `device` (the same step launched eagerly, --no-cuda-graphs), for the batches in
+// Attention: --attn (default sdpa, as Transformers' default and its peer here: flash kernels for
+// prefill and their split-KV form for decode). Prefill: one forward of [batch, len] random ids
+// (logits for the last position only, as generate does), median of 3 after a warm-up, tokens/s.
+// Decode, for every batch × context P+N: `generate` of `batch` random P-token prompts for N new
+// tokens with greedy search and no stop id, decode tok/s = decode steps × batch / decode seconds
+// from generate's own (device-synchronised) timings, median of `reps` after one warm-up call (which
+// also captures the CUDA graph of that batch and cache bucket). Modes: `graph` (the default: the
+// device step replayed as a CUDA graph), `device` (the same step launched eagerly,
+// --no-cuda-graphs), for the batches in
 // --eager-batches only.
 //
 // The bandwidth limit of a decode step: the bytes it must read — every weight once (the tied
@@ -95,7 +98,7 @@ std::string json_string(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string model_dir, device = "cuda", dtype = "bf16", out, prefill = "8x2048";
+  std::string model_dir, device = "cuda", dtype = "bf16", out, prefill = "8x2048", attn = "sdpa";
   std::string batches = "1,8,32,64", contexts = "16+128,2048+128", modes = "graph,device",
               eager_batches = "1,8";
   int reps = 3;
@@ -128,6 +131,8 @@ int main(int argc, char** argv) {
       reps = std::stoi(next("--reps"));
     else if (!std::strcmp(argv[i], "--use-kernels"))
       use_kernels = true;
+    else if (!std::strcmp(argv[i], "--attn"))
+      attn = next("--attn");
     else if (!std::strcmp(argv[i], "--out"))
       out = next("--out");
     else {
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
     load.dtype = hk::parse_dtype(dtype);
     load.use_kernels = use_kernels;
     load.kernelize_capture = use_kernels;
+    load.attn_implementation = attn;
     const auto t0 = std::chrono::steady_clock::now();
     hk::CausalLM model = hk::AutoModelForCausalLM::from_pretrained(model_dir, load);
     const double load_ms =
@@ -246,6 +252,7 @@ int main(int argc, char** argv) {
       f << "{\"runtime\": \"hk\", \"model\": " << json_string(model_dir)
         << ", \"device\": " << json_string(model.device().str())
         << ", \"dtype\": " << json_string(dtype) << ", \"kernels\": " << json_string(kernel_summary)
+        << ", \"attn\": " << json_string(attn)
         << ", \"load_ms\": " << load_ms << ", \"weight_bytes\": " << weight_bytes
         << ", \"kv_bytes_per_position\": " << kv_bytes_per_position
         << ", \"copy_bandwidth\": " << bandwidth << ", \"prefill_batch\": " << prefill_batch

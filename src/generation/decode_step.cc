@@ -42,8 +42,8 @@ bool DecodeStep::matches(const DecoderLM&) const {
 
 namespace {
 
-// Built-in attention functions the device step can stand in for: both compute softmax attention
-// over the cache; the step's decode kernel is the flash-style (sdpa) form of it.
+// Built-in attention functions the device step can stand in for: "eager" with the eager op's
+// rounding of the probabilities, "sdpa" in the flash form (no rounding).
 bool builtin_attention_function(const std::string& name) {
   return name == "eager" || name == "sdpa";
 }
@@ -62,7 +62,9 @@ struct LayerPlan {
   bool norm1_fused = false;  // input_layernorm as that gemv's prologue
   bool rope_fused = false;   // q/k norm + rotary + cache write in one kernel
   bool o_gemv = false;
-  bool mlp_fused = false;    // gate/up (+SwiGLU) and down as gemvs
+  bool mlp_fused = false;  // gate/up (+SwiGLU) and down as gemvs
+  bool eager_attention =
+      false;                 // attn_implementation "eager": probabilities rounded (ops::attention)
   bool norm2_fused = false;  // post_attention_layernorm as the gate/up prologue
 };
 
@@ -273,7 +275,10 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     return nullptr;
   }
 #ifdef HK_HAVE_FLASH_ATTN
-  if (flash_decode_wanted() && (dt == DType::BF16 || dt == DType::F16)) {
+  // flash semantics: for sdpa only ("eager" rounds the probabilities, which flash does not)
+  const bool all_sdpa = std::all_of(p.attention_names.begin(), p.attention_names.end(),
+                                    [](const std::string& n) { return n == "sdpa"; });
+  if (all_sdpa && flash_decode_wanted() && (dt == DType::BF16 || dt == DType::F16)) {
     try {
       p.flash_attention = hk_flash::unsupported_reason(p.flash_params(0, state)).empty();
     } catch (const std::exception&) {
@@ -317,6 +322,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
         lp.norm1_fused = gemv_ok(g);
       }
     }
+    lp.eager_attention = at.attn_implementation() == "eager";
     lp.rope_fused = at.rotary_fn->uses_builtin() &&
                     (!at.q_norm || (at.q_norm->uses_builtin() && at.k_norm->uses_builtin()));
     {
@@ -356,11 +362,9 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     g.segments[0] = Plan::segment(*lm.lm_head, p.logits.view().ptr(), p.vocab);
     g.num_segments = 1;
     p.head_gemv = lm.lm_head->uses_builtin() && gemv_ok(g);
-    if (p.head_gemv && lm.model->norm->uses_builtin()) {
-      p.add_prologue(g, *lm.model->norm, 0, true);
-      g.prologue.residual_out = nullptr;
-      p.final_norm_fused = gemv_ok(g);
-    }
+    // The final norm stays a kernel of its own: lm_head's thousands of blocks would each
+    // recompute it (the layers' products have a few hundred, where the fused prologue pays).
+    p.final_norm_fused = false;
   }
   const int64_t n = static_cast<int64_t>(p.layers.size());
   auto of = [&](int k) { return std::to_string(k) + "/" + std::to_string(n); };
@@ -369,8 +373,12 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
                    ", rmsnorm prologues " + std::to_string(fused_norms) + "/" +
                    std::to_string(2 * n) + ", q/k norm+rope+cache " + of(fused_rope) +
                    ", o_proj gemv " + of(fused_o) + ", gate/up+SwiGLU+down gemv " + of(fused_mlp) +
-                   ", lm_head gemv " + (p.head_gemv ? "yes" : "no") + ", attention splits " +
-                   std::to_string(p.attn_splits) + (decode::pdl_enabled() ? ", PDL" : ", no PDL");
+                   ", lm_head gemv " + (p.head_gemv ? "yes" : "no") +
+                   (p.flash_attention ? ", attention flash-attn decode"
+                    : p.layers[0].eager_attention
+                        ? ", attention hk decode (eager)"
+                        : ", attention hk decode, splits " + std::to_string(p.attn_splits)) +
+                   (decode::pdl_enabled() ? ", PDL" : ", no PDL");
   step->capture_refusal_ = join(refusals);
   return step;
 }
@@ -509,6 +517,7 @@ void DecodeStep::enqueue(Stream stream) const {
     ap.out = p.attn.view().ptr();
     ap.out_batch_stride = hq * d;
     ap.scale = at.scaling();
+    ap.eager = lp.eager_attention;
     ap.splits = p.attn_splits;
     if (p.attn_splits > 1) {
       ap.workspace = p.attn_workspace.data_as<float>();

@@ -54,6 +54,8 @@ TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
   for (GemvCase c : {GemvCase{DType::BF16, 1, 2048, 1024}, GemvCase{DType::BF16, 5, 1000, 96},
                      GemvCase{DType::BF16, 9, 33, 64}, GemvCase{DType::BF16, 16, 4096, 1024},
                      GemvCase{DType::F16, 3, 777, 2048}, GemvCase{DType::F16, 16, 64, 3072},
+                     GemvCase{DType::BF16, 24, 640, 1024}, GemvCase{DType::BF16, 40, 1024, 2048},
+                     GemvCase{DType::F16, 64, 300, 3072}, GemvCase{DType::BF16, 64, 2048, 1024},
                      GemvCase{DType::F32, 1, 300, 1024}, GemvCase{DType::F32, 11, 65, 68}}) {
     const std::string what = std::string(dtype_name(c.dt)) + " m" + std::to_string(c.m) + " n" +
                              std::to_string(c.n) + " k" + std::to_string(c.k);
@@ -147,7 +149,22 @@ TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
         p.epilogue = decode::GemvEpilogue::SiluMul;
         ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
         decode::gemv(p, {});
-        EXPECT_TRUE(close(out, act, atol_mm(dt), 2 * rtol_for(dt))) << what;
+        // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
+        // one-ulp flip of a normalised element moves gate or up by that element's weight, and
+        // the product amplifies it where the other factor is large. So: almost every element
+        // within the elementwise tolerance, none off by more than a few percent of the scale.
+        const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
+        double scale = 0, worst = 0;
+        size_t off = 0;
+        for (double w : want) scale = std::max(scale, std::abs(w));
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double diff = std::abs(got[i] - want[i]);
+          worst = std::max(worst, diff);
+          off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
+        }
+        EXPECT_LE(off, got.size() / 100)
+            << what << " (" << off << " elements off, worst " << worst << ")";
+        EXPECT_LE(worst, 0.03 * scale) << what << " (scale " << scale << ")";
         if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << what << " residual";
       }
 }
@@ -178,7 +195,7 @@ TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
        {AttnCase{DType::BF16, 1, 16, 8, 128, 2304}, AttnCase{DType::BF16, 3, 4, 2, 16, 256},
         AttnCase{DType::F16, 2, 8, 1, 64, 300}, AttnCase{DType::F32, 4, 6, 3, 32, 129},
         AttnCase{DType::BF16, 64, 16, 8, 128, 256}, AttnCase{DType::F32, 1, 2, 2, 256, 64}})
-    for (int splits : {1, 0}) {  // 0: attention_splits' choice
+    for (int splits : {1, 0, -1}) {  // 0: attention_splits' choice; -1: eager semantics
       const std::string what = std::string(dtype_name(c.dt)) + " b" + std::to_string(c.b) + " hq" +
                                std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " d" +
                                std::to_string(c.d) + " t" + std::to_string(c.t) + " splits " +
@@ -215,6 +232,7 @@ TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
       p.out = out.view().ptr();
       p.out_batch_stride = c.hq * c.d;
       p.splits = splits == 0 ? decode::attention_splits(c.b, c.hkv, c.t) : 1;
+      p.eager = splits < 0;
       Tensor ws, counters;
       if (p.splits > 1) {
         ws = Tensor::empty({int64_t(decode::attention_workspace_floats(c.b, c.hq, c.d, p.splits))},
@@ -234,7 +252,9 @@ TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
         ops::attention(q.slice(0, r, r + 1), kc.slice(0, r, r + 1).slice(1, 0, len),
                        vc.slice(0, r, r + 1).slice(1, 0, len), ref.slice(0, r, r + 1), o);
       }
-      EXPECT_TRUE(close(out, ref, c.dt == DType::F32 ? 1e-5 : 2e-2, rtol_for(c.dt))) << what;
+      // The eager form rounds the probabilities as the reference does: a tighter bound.
+      const double atol = c.dt == DType::F32 ? 1e-5 : p.eager ? 4e-3 : 2e-2;
+      EXPECT_TRUE(close(out, ref, atol, rtol_for(c.dt))) << what;
     }
 }
 
@@ -339,17 +359,25 @@ std::string fixture(const std::string& name) {
 
 // (model dir, dtypes): the fixtures in f32 and bf16; HK_DECODE_TEST_MODEL (a real-sized
 // checkpoint, e.g. the benchmark's) in bf16, the dtype it is benchmarked in.
-std::vector<std::pair<std::string, std::vector<DType>>> models_under_test() {
-  std::vector<std::pair<std::string, std::vector<DType>>> out;
+struct ModelUnderTest {
+  std::string dir;
+  std::vector<DType> dtypes;
+  std::vector<std::string> attention;  // attn_implementation values
+};
+std::vector<ModelUnderTest> models_under_test() {
+  std::vector<ModelUnderTest> out;
   for (const char* name : {"qwen3-tiny", "qwen3-tiny-bf16", "llama-tiny-bf16"})
-    out.push_back({fixture(name), {DType::F32, DType::BF16}});
+    out.push_back({fixture(name), {DType::F32, DType::BF16}, {"eager"}});
+  // sdpa on a head dim the flash kernels serve: their split-KV decode with device lengths
   if (const char* extra = std::getenv("HK_DECODE_TEST_MODEL"); extra && *extra)
-    out.push_back({extra, {DType::BF16}});
+    out.push_back({extra, {DType::BF16}, {"eager", "sdpa"}});
   return out;
 }
 
-CausalLM load(const std::string& dir, DType dtype, LoadOptions options = {}) {
+CausalLM load(const std::string& dir, DType dtype, LoadOptions options = {},
+              const std::string& attention = "") {
   options.device = "cuda";
+  options.attn_implementation = attention;
   options.dtype = dtype;
   CausalLM model = AutoModelForCausalLM::from_pretrained(dir, options);
   // The fixtures' 128-position context is a config value; rotary works past it, and the second
@@ -376,105 +404,113 @@ std::string name_of(const std::string& dir) {
 
 TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
   HK_REQUIRE_REAL_CUDA();
-  for (const auto& [dir, dtypes] : models_under_test())
-    for (DType dt : dtypes) {
-      CausalLM model = load(dir, dt);
-      const int64_t vocab = model.config().vocab_size;
-      struct Case {
-        size_t rows;
-        int64_t min_len, max_len, new_tokens;
-      };
-      // bucket 256 (short prompts) and bucket 512 (prompts past 256 positions)
-      for (Case c :
-           {Case{1, 5, 5, 24}, Case{8, 3, 17, 24}, Case{1, 260, 260, 12}, Case{8, 240, 300, 12}}) {
-        const std::string what = name_of(dir) + " " + dtype_name(dt) + " rows " +
-                                 std::to_string(c.rows) + " len " + std::to_string(c.max_len);
-        auto prompts = random_prompts(vocab, c.rows, c.min_len, c.max_len, 11);
-        GenerateOptions o{.max_new_tokens = c.new_tokens, .eos_token_ids = std::vector<int64_t>{}};
-        o.cuda_graphs = false;
-        GenerateOutput eager = model.generate(prompts, o);
-        EXPECT_EQ(eager.timings.decode_path, "device") << what << ": " << eager.timings.decode_note;
-        o.cuda_graphs = true;
-        GenerateOutput graph = model.generate(prompts, o);
-        EXPECT_EQ(graph.timings.decode_path, "cuda-graph")
-            << what << ": " << graph.timings.decode_note;
-        EXPECT_EQ(graph.sequences, eager.sequences) << what;
-        // the cached session replays its graph from the first step
-        EXPECT_EQ(model.generate(prompts, o).sequences, eager.sequences) << what << " (replay)";
-        // with stop ids: rows finish at different steps
-        std::vector<int64_t> eos;
-        for (const auto& row : eager.sequences) eos.push_back(row[row.size() / 2]);
-        o.eos_token_ids = eos;
-        o.cuda_graphs = false;
-        auto eager_eos = model.generate(prompts, o).sequences;
-        o.cuda_graphs = true;
-        auto graph_eos = model.generate(prompts, o).sequences;
-        EXPECT_EQ(graph_eos, eager_eos) << what << " (eos)";
-        for (size_t r = 0; r < c.rows; ++r)
-          EXPECT_LE(graph_eos[r].size(), eager.sequences[r].size() / 2 + 1) << what << " row " << r;
+  for (const ModelUnderTest& mt : models_under_test())
+    for (DType dt : mt.dtypes)
+      for (const std::string& attention : mt.attention) {
+        const std::string& dir = mt.dir;
+        CausalLM model = load(dir, dt, {}, attention);
+        const int64_t vocab = model.config().vocab_size;
+        struct Case {
+          size_t rows;
+          int64_t min_len, max_len, new_tokens;
+        };
+        // bucket 256 (short prompts) and bucket 512 (prompts past 256 positions)
+        for (Case c : {Case{1, 5, 5, 24}, Case{8, 3, 17, 24}, Case{1, 260, 260, 12},
+                       Case{8, 240, 300, 12}}) {
+          const std::string what = name_of(dir) + " " + dtype_name(dt) + " " + attention +
+                                   " rows " + std::to_string(c.rows) + " len " +
+                                   std::to_string(c.max_len);
+          auto prompts = random_prompts(vocab, c.rows, c.min_len, c.max_len, 11);
+          GenerateOptions o{.max_new_tokens = c.new_tokens,
+                            .eos_token_ids = std::vector<int64_t>{}};
+          o.cuda_graphs = false;
+          GenerateOutput eager = model.generate(prompts, o);
+          EXPECT_EQ(eager.timings.decode_path, "device")
+              << what << ": " << eager.timings.decode_note;
+          o.cuda_graphs = true;
+          GenerateOutput graph = model.generate(prompts, o);
+          EXPECT_EQ(graph.timings.decode_path, "cuda-graph")
+              << what << ": " << graph.timings.decode_note;
+          EXPECT_EQ(graph.sequences, eager.sequences) << what;
+          // the cached session replays its graph from the first step
+          EXPECT_EQ(model.generate(prompts, o).sequences, eager.sequences) << what << " (replay)";
+          // with stop ids: rows finish at different steps
+          std::vector<int64_t> eos;
+          for (const auto& row : eager.sequences) eos.push_back(row[row.size() / 2]);
+          o.eos_token_ids = eos;
+          o.cuda_graphs = false;
+          auto eager_eos = model.generate(prompts, o).sequences;
+          o.cuda_graphs = true;
+          auto graph_eos = model.generate(prompts, o).sequences;
+          EXPECT_EQ(graph_eos, eager_eos) << what << " (eos)";
+          for (size_t r = 0; r < c.rows; ++r)
+            EXPECT_LE(graph_eos[r].size(), eager.sequences[r].size() / 2 + 1)
+                << what << " row " << r;
+        }
       }
-    }
 }
 
 // One device step (fused kernels) against one model forward over the same cache.
 TEST(DeviceDecode, FusedStepGivesTheLogitsOfTheModelForward) {
   HK_REQUIRE_REAL_CUDA();
-  for (const auto& [dir, dtypes] : models_under_test())
-    for (DType dt : dtypes)
-      for (size_t rows : {size_t(1), size_t(8)}) {
-        CausalLM model = load(dir, dt);
-        DecoderLM& lm = model.impl();
-        const ModelConfig& c = lm.config;
-        const std::string what =
-            name_of(dir) + " " + dtype_name(dt) + " rows " + std::to_string(rows);
-        auto prompts = random_prompts(c.vocab_size, rows, 3, 19, 5);
-        int64_t len = 0;
-        for (auto& p : prompts) len = std::max<int64_t>(len, static_cast<int64_t>(p.size()));
-        const int64_t b = static_cast<int64_t>(rows);
-        std::vector<int64_t> ids(static_cast<size_t>(b * len), 0), pad(static_cast<size_t>(b)),
-            positions(static_cast<size_t>(b));
-        for (int64_t r = 0; r < b; ++r) {
-          pad[r] = len - static_cast<int64_t>(prompts[r].size());
-          positions[r] = len - pad[r];
-          std::copy(prompts[r].begin(), prompts[r].end(), ids.begin() + r * len + pad[r]);
-        }
-        std::string why;
-        auto session = DecodeSession::create(lm, b, 256, /*greedy=*/false, /*graphs=*/false, why);
-        ASSERT_TRUE(session) << what << ": " << why;
-        ForwardOptions fwd;
-        fwd.cache = &session->cache();
-        fwd.logits_to_keep = 1;
-        fwd.stream = session->stream();
-        fwd.key_start = Tensor::from_ints(pad, {b}, DType::I64);
-        Tensor logits0 = lm.forward(Tensor::from_ints(ids, {b, len}), fwd).logits;
-        Tensor first = Tensor::empty({b}, DType::I64, lm.device, session->stream());
-        ops::argmax(logits0.reshape({b, c.vocab_size}), first, session->stream());
-        std::vector<int64_t> next = to_cpu(first, session->stream()).to_int64s();
-        session->start(next, positions, len, pad, std::vector<int64_t>(static_cast<size_t>(b), 0),
-                       {}, 0);
-        const float* dev = session->sample_step(next);
-        std::vector<float> got(dev, dev + b * c.vocab_size);
+  for (const ModelUnderTest& mt : models_under_test())
+    for (DType dt : mt.dtypes)
+      for (const std::string& attention : mt.attention)
+        for (size_t rows : {size_t(1), size_t(8), size_t(40)}) {
+          const std::string& dir = mt.dir;
+          CausalLM model = load(dir, dt, {}, attention);
+          DecoderLM& lm = model.impl();
+          const ModelConfig& c = lm.config;
+          const std::string what = name_of(dir) + " " + dtype_name(dt) + " " + attention +
+                                   " rows " + std::to_string(rows);
+          auto prompts = random_prompts(c.vocab_size, rows, 3, 19, 5);
+          int64_t len = 0;
+          for (auto& p : prompts) len = std::max<int64_t>(len, static_cast<int64_t>(p.size()));
+          const int64_t b = static_cast<int64_t>(rows);
+          std::vector<int64_t> ids(static_cast<size_t>(b * len), 0), pad(static_cast<size_t>(b)),
+              positions(static_cast<size_t>(b));
+          for (int64_t r = 0; r < b; ++r) {
+            pad[r] = len - static_cast<int64_t>(prompts[r].size());
+            positions[r] = len - pad[r];
+            std::copy(prompts[r].begin(), prompts[r].end(), ids.begin() + r * len + pad[r]);
+          }
+          std::string why;
+          auto session = DecodeSession::create(lm, b, 256, /*greedy=*/false, /*graphs=*/false, why);
+          ASSERT_TRUE(session) << what << ": " << why;
+          ForwardOptions fwd;
+          fwd.cache = &session->cache();
+          fwd.logits_to_keep = 1;
+          fwd.stream = session->stream();
+          fwd.key_start = Tensor::from_ints(pad, {b}, DType::I64);
+          Tensor logits0 = lm.forward(Tensor::from_ints(ids, {b, len}), fwd).logits;
+          Tensor first = Tensor::empty({b}, DType::I64, lm.device, session->stream());
+          ops::argmax(logits0.reshape({b, c.vocab_size}), first, session->stream());
+          std::vector<int64_t> next = to_cpu(first, session->stream()).to_int64s();
+          session->start(next, positions, len, pad, std::vector<int64_t>(static_cast<size_t>(b), 0),
+                         {}, 0);
+          const float* dev = session->sample_step(next);
+          std::vector<float> got(dev, dev + b * c.vocab_size);
 
-        KVCache ref_cache(c.num_hidden_layers, b, len + 2, c.num_key_value_heads, c.head_dim,
-                          lm.dtype, lm.device);
-        ForwardOptions rf;
-        rf.cache = &ref_cache;
-        rf.logits_to_keep = 1;
-        rf.key_start = fwd.key_start;
-        lm.forward(Tensor::from_ints(ids, {b, len}), rf);
-        Tensor ref_logits = lm.forward(Tensor::from_ints(next, {b, 1}), rf).logits;
-        Tensor ref32 = Tensor::empty({b, c.vocab_size}, DType::F32, lm.device);
-        ops::cast(ref_logits.reshape({b, c.vocab_size}), ref32);
-        std::vector<double> want = to_cpu(ref32).to_doubles();
-        double scale = 0, worst = 0;
-        for (double w : want) scale = std::max(scale, std::abs(w));
-        for (size_t i = 0; i < want.size(); ++i)
-          worst = std::max(worst, std::abs(double(got[i]) - want[i]));
-        const double tol = dt == DType::F32 ? 1e-4 * (1 + scale) : 0.06 * (1 + scale);
-        EXPECT_LE(worst, tol) << what << " (max |logit| " << scale << ")";
-        std::printf("[ fused step ] %s: max |logit diff| %.3g (max |logit| %.3g)\n", what.c_str(),
-                    worst, scale);
-      }
+          KVCache ref_cache(c.num_hidden_layers, b, len + 2, c.num_key_value_heads, c.head_dim,
+                            lm.dtype, lm.device);
+          ForwardOptions rf;
+          rf.cache = &ref_cache;
+          rf.logits_to_keep = 1;
+          rf.key_start = fwd.key_start;
+          lm.forward(Tensor::from_ints(ids, {b, len}), rf);
+          Tensor ref_logits = lm.forward(Tensor::from_ints(next, {b, 1}), rf).logits;
+          Tensor ref32 = Tensor::empty({b, c.vocab_size}, DType::F32, lm.device);
+          ops::cast(ref_logits.reshape({b, c.vocab_size}), ref32);
+          std::vector<double> want = to_cpu(ref32).to_doubles();
+          double scale = 0, worst = 0;
+          for (double w : want) scale = std::max(scale, std::abs(w));
+          for (size_t i = 0; i < want.size(); ++i)
+            worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+          const double tol = dt == DType::F32 ? 1e-4 * (1 + scale) : 0.06 * (1 + scale);
+          EXPECT_LE(worst, tol) << what << " (max |logit| " << scale << ")";
+          std::printf("[ fused step ] %s: max |logit diff| %.3g (max |logit| %.3g)\n", what.c_str(),
+                      worst, scale);
+        }
 }
 
 TEST(DeviceDecode, SeededSamplingRepeatsOnTheDeviceStep) {

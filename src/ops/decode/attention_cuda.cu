@@ -9,6 +9,8 @@
 // `splits` blocks whose partial (max, sum, accumulator) land in a workspace; the last block of a
 // (row, kv head) to finish (an atomic counter, reset by it) combines them in split order, so the
 // result does not depend on scheduling. Old cache rows are prefetched into L2 before the PDL wait.
+// With `eager` the probabilities are rounded to the dtype before P·V, as the eager op does (the
+// "eager" attention implementation): two passes over the keys, no splits.
 #include <algorithm>
 #include <cmath>
 
@@ -234,43 +236,193 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   if (threadIdx.x == 0) a.counters[bh] = 0;
 }
 
+// Eager semantics (the eager op and Transformers' eager attention): softmax in f32 over the visible
+// keys, probabilities rounded to the dtype, then P·V accumulated in f32 and rounded once. Two
+// passes over the keys of one (row, kv head) in one block (no key splits: the normalisation must be
+// known before the rounding): the first finds each head's max and sum (online, per warp, combined
+// over the warps in a fixed order), the second accumulates round(p)·v.
+template <class T, int EPL, int MAXG>
+__global__ void __launch_bounds__(kAttnThreads) decode_attention_eager_kernel(const AttnArgs a) {
+  extern __shared__ float sm[];
+  const int bh = blockIdx.x, b = bh / a.heads_kv, hk = bh % a.heads_kv;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int D = a.head_dim, G = a.group;
+  const bool lane_on = lane * EPL < D;
+  const T* kb = static_cast<const T*>(a.k) + int64_t(b) * a.c_bs + int64_t(hk) * D;
+  const T* vb = static_cast<const T*>(a.v) + int64_t(b) * a.c_bs + int64_t(hk) * D;
+  const int len = a.lengths[b] + a.length_add;
+  const int k0 = a.key_start ? max(0, a.key_start[b]) : 0, k1 = len;
+  {
+    const int row_bytes = D * int(sizeof(T));
+    for (int key = k0 + threadIdx.x; key < k1 - a.length_add; key += kAttnThreads)
+      for (int off = 0; off < row_bytes; off += 128) {
+        prefetch_l2(reinterpret_cast<const char*>(kb + int64_t(key) * a.c_rs) + off);
+        prefetch_l2(reinterpret_cast<const char*>(vb + int64_t(key) * a.c_rs) + off);
+      }
+  }
+  grid_wait();
+  grid_launch_dependents();
+
+  float q[MAXG][EPL];
+  const T* qb = static_cast<const T*>(a.q) + int64_t(b) * a.q_bs + int64_t(hk) * G * D;
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g < G && lane_on) {
+      load_pack<T, EPL>(qb + g * D + lane * EPL, q[g]);
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) q[g][e] *= a.scale;
+    } else {
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) q[g][e] = 0.0f;
+    }
+  }
+  constexpr int U = EPL >= 8 ? 4 : 8;
+  // pass 1: max and sum per head
+  float m[MAXG], l[MAXG];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+  }
+  for (int base = k0 + warp; base < k1; base += kAttnWarps * U) {
+    float kv[U][EPL];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * kAttnWarps;
+      if (key < k1 && lane_on) {
+        load_pack<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kv[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) kv[u][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + u * kAttnWarps >= k1) break;  // warp-uniform
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) break;
+        float sc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) sc += q[g][e] * kv[u][e];
+        sc = warp_sum(sc);
+        const float mn = fmaxf(m[g], sc);
+        l[g] = l[g] * expf(m[g] - mn) + expf(sc - mn);
+        m[g] = mn;
+      }
+    }
+  }
+  float* s_m = sm;                         // [warps][MAXG]
+  float* s_l = s_m + kAttnWarps * MAXG;    // [warps][MAXG]
+  float* s_acc = s_l + kAttnWarps * MAXG;  // [warps][MAXG][D]
+  if (lane == 0)
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      s_m[warp * MAXG + g] = m[g];
+      s_l[warp * MAXG + g] = l[g];
+    }
+  __syncthreads();
+  float M[MAXG], inv_l[MAXG];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    float mx = -INFINITY;
+    for (int w = 0; w < kAttnWarps; ++w) mx = fmaxf(mx, s_m[w * MAXG + g]);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+      for (int w = 0; w < kAttnWarps; ++w)
+        if (s_m[w * MAXG + g] != -INFINITY) sum += s_l[w * MAXG + g] * expf(s_m[w * MAXG + g] - mx);
+    M[g] = mx;
+    inv_l[g] = sum > 0.0f ? 1.0f / sum : 0.0f;
+  }
+  // pass 2: acc = sum of round(p)·v
+  float acc[MAXG][EPL];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g)
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
+  for (int base = k0 + warp; base < k1; base += kAttnWarps * U) {
+    float kv[U][EPL], vv[U][EPL];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * kAttnWarps;
+      if (key < k1 && lane_on) {
+        load_pack<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kv[u]);
+        load_pack<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vv[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) kv[u][e] = vv[u][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + u * kAttnWarps >= k1) break;
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) break;
+        float sc = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) sc += q[g][e] * kv[u][e];
+        sc = warp_sum(sc);
+        const float p = round_as<T>(expf(sc - M[g]) * inv_l[g]);
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] += p * vv[u][e];
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g >= G) break;
+    if (lane_on)
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) s_acc[(warp * MAXG + g) * D + lane * EPL + e] = acc[g][e];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < G * D; i += kAttnThreads) {
+    const int g = i / D, d = i % D;
+    float sum = 0.0f;
+    for (int w = 0; w < kAttnWarps; ++w) sum += s_acc[(w * MAXG + g) * D + d];
+    static_cast<T*>(a.out)[int64_t(b) * a.o_bs + int64_t(hk * G + g) * D + d] = from_f32<T>(sum);
+  }
+}
+
 int elements_per_lane(int64_t d) {
   return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : 8;
 }
 
 template <class T, int EPL, int MAXG>
-void launch_attention(const AttnArgs& args, int64_t batch, Stream stream) {
+void launch_attention(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
   const size_t smem =
       sizeof(float) * (size_t(kAttnWarps) * MAXG * args.head_dim + 2 * kAttnWarps * MAXG);
-  auto kernel = decode_attention_kernel<T, EPL, MAXG>;
+  auto kernel =
+      eager ? decode_attention_eager_kernel<T, EPL, MAXG> : decode_attention_kernel<T, EPL, MAXG>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-  launch(kernel, dim3(static_cast<unsigned>(batch * args.heads_kv), args.splits),
+  launch(kernel, dim3(static_cast<unsigned>(batch * args.heads_kv), eager ? 1 : args.splits),
          dim3(kAttnThreads), smem, stream, args);
 }
 
 template <class T, int EPL>
-void dispatch_group(const AttnArgs& args, int64_t batch, Stream stream) {
+void dispatch_group(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
   if (args.group <= 2)
-    launch_attention<T, EPL, 2>(args, batch, stream);
+    launch_attention<T, EPL, 2>(args, batch, eager, stream);
   else if (args.group <= 4)
-    launch_attention<T, EPL, 4>(args, batch, stream);
+    launch_attention<T, EPL, 4>(args, batch, eager, stream);
   else if (args.group <= 8)
-    launch_attention<T, EPL, 8>(args, batch, stream);
+    launch_attention<T, EPL, 8>(args, batch, eager, stream);
   else
-    launch_attention<T, EPL, 16>(args, batch, stream);
+    launch_attention<T, EPL, 16>(args, batch, eager, stream);
 }
 
 template <class T>
-void dispatch_epl(const AttnArgs& args, int64_t batch, Stream stream) {
+void dispatch_epl(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
   switch (elements_per_lane(args.head_dim)) {
     case 1:
-      return dispatch_group<T, 1>(args, batch, stream);
+      return dispatch_group<T, 1>(args, batch, eager, stream);
     case 2:
-      return dispatch_group<T, 2>(args, batch, stream);
+      return dispatch_group<T, 2>(args, batch, eager, stream);
     case 4:
-      return dispatch_group<T, 4>(args, batch, stream);
+      return dispatch_group<T, 4>(args, batch, eager, stream);
     default:
-      return dispatch_group<T, 8>(args, batch, stream);
+      return dispatch_group<T, 8>(args, batch, eager, stream);
   }
 }
 
@@ -307,7 +459,8 @@ std::string attention_unsupported(const DecodeAttentionParams& p) {
       p.cache_batch_stride % align != 0 || p.cache_row_stride % align != 0 ||
       p.head_dim % align != 0)
     return "q or cache rows not aligned for vector loads";
-  if (p.splits > 1 && (!p.workspace || !p.counters)) return "split attention without workspace";
+  if (!p.eager && p.splits > 1 && (!p.workspace || !p.counters))
+    return "split attention without workspace";
   return "";
 }
 
@@ -331,16 +484,16 @@ void attention(const DecodeAttentionParams& p, Stream stream) {
   a.out = p.out;
   a.o_bs = p.out_batch_stride;
   a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-  a.splits = std::max(1, p.splits);
+  a.splits = p.eager ? 1 : std::max(1, p.splits);
   a.ws = p.workspace;
   a.counters = p.counters;
   switch (p.dtype) {
     case DType::BF16:
-      return dispatch_epl<__nv_bfloat16>(a, p.batch, stream);
+      return dispatch_epl<__nv_bfloat16>(a, p.batch, p.eager, stream);
     case DType::F16:
-      return dispatch_epl<__half>(a, p.batch, stream);
+      return dispatch_epl<__half>(a, p.batch, p.eager, stream);
     default:
-      return dispatch_epl<float>(a, p.batch, stream);
+      return dispatch_epl<float>(a, p.batch, p.eager, stream);
   }
 }
 

@@ -3,15 +3,17 @@
 // positions, cache lengths, finished rows) read from device buffers so a captured CUDA graph stays
 // valid from step to step.
 //
-//   gemv           y = x·Wᵀ (+ b) for M ≤ 16 rows of x: bf16/f16 weights through mma.sync with the
-//                  weight streamed once (prefetched into L2 before the kernel waits on its
-//                  predecessor), f32 on CUDA cores. Up to three weights sharing x in one launch (q,
+//   gemv           y = x·Wᵀ (+ b) for M ≤ 64 rows of x: bf16/f16 weights through mma.sync with the
+//                  weight streamed once (prefetched into L2 and its first chunks loaded before
+//                  the kernel waits on its predecessor), f32 (M ≤ 16) on CUDA cores. Up to three
+//                  weights sharing x in one launch (q,
 //                  k and v), an optional RMSNorm prologue (x = rms_norm(residual + delta), the
 //                  residual written back), an optional SwiGLU epilogue (gate and up in one block).
 //   qk_rope_cache  q/k RMSNorm (Qwen3), rotary from device positions and the k/v write into the
 //                  cache at each row's device length, in one launch.
 //   attention      one query per row over its cache [key_start, length + add), split over blocks
-//                  when there are few (row, kv head) pairs, splits combined by the last block.
+//                  when there are few (row, kv head) pairs, splits combined by the last block; or
+//                  with eager semantics (probabilities rounded before P·V, no splits).
 //   greedy         argmax per row (first index on ties, as torch.argmax) plus the generation
 //                  bookkeeping: finished rows get the pad id, eos marks a row finished, positions
 //                  and lengths advance.
@@ -73,7 +75,11 @@ struct GemvParams {
   int num_segments = 0;
   GemvEpilogue epilogue = GemvEpilogue::Store;
 };
-constexpr int64_t kGemvMaxRows = 16;
+constexpr int64_t kGemvMaxRows = 64;     // 16-bit weights (tensor cores, 8 x rows per n-tile)
+constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
+// Rows the 16-bit gemv takes: kGemvMaxRows, or fewer with HK_DECODE_GEMV_MAX_ROWS (larger batches
+// then go through the layers' own products, cuBLASLt for the built-in Linear).
+int64_t gemv_max_rows();
 // Why gemv cannot run `p` (a sentence), or "" when it can.
 std::string gemv_unsupported(const GemvParams& p);
 void gemv(const GemvParams& p, Stream stream);
@@ -121,8 +127,11 @@ struct DecodeAttentionParams {
   const int32_t* key_start = nullptr;  // [B] or null
   void* out = nullptr;                 // row b at out + b·out_batch_stride, like q
   int64_t out_batch_stride = 0;
-  float scale = 0.0f;           // 0 → 1/sqrt(D)
-  int splits = 1;               // from attention_splits; > 1 needs the workspace and counters
+  float scale = 0.0f;  // 0 → 1/sqrt(D)
+  // true: eager semantics (probabilities rounded to the dtype before P·V, as ops::attention and
+  // Transformers' eager attention); false: flash/sdpa semantics (no rounding, online softmax).
+  bool eager = false;
+  int splits = 1;  // from attention_splits (ignored with eager); > 1 needs workspace and counters
   float* workspace = nullptr;   // attention_workspace_floats
   int32_t* counters = nullptr;  // [B·Hkv] zeros (left zero after each call)
 };

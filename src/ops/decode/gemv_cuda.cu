@@ -1,15 +1,16 @@
-// Decode GEMV: y[m, n] = x[m, :]·W[n, :] (+ b[n]) for M ≤ 16 rows of x (decode_kernels.h).
+// Decode GEMV: y[m, n] = x[m, :]·W[n, :] (+ b[n]) for M ≤ 64 rows of x (decode_kernels.h).
 //
 // 16-bit weights: one block of 8 warps per 16 rows of W, the K dimension split over the warps, and
 // the products on tensor cores with W as the 16-row operand and x as the 8-column one
-// (mma.sync.m16n8k16; M ≤ 8 uses one n-tile, M ≤ 16 two). Every lane loads 16 bytes of a W row
-// and the matching 16 bytes of x: the k order inside a 32-wide chunk is permuted identically for
-// both operands, which a dot product does not notice, so no shared-memory staging is needed. The
-// block prefetches its rows of W into L2 before waiting on the previous kernel (PDL), so the
-// weight stream runs while the predecessor finishes. The eight warps' partial sums are added in a
-// fixed order (deterministic). Optional: an RMSNorm prologue (x = rms_norm(residual + delta),
-// normalised into shared memory by every block, the sum written back by block 0) and a SwiGLU
-// epilogue (gate and up rows in the same block, out = round(silu(gate))·up as ops::act_mul).
+// (mma.sync.m16n8k16; one n-tile per 8 rows of x: 1, 2, 4 or 8). Every lane loads 16 bytes of a W
+// row and the matching 16 bytes of x: the k order inside a 32-wide chunk is permuted identically
+// for both operands, which a dot product does not notice, so no shared-memory staging is needed.
+// The block prefetches its rows of W into L2 and loads its first chunks into registers before
+// waiting on the previous kernel (PDL): weights depend on no kernel, so the weight stream runs
+// while the predecessor finishes and only x is read after the wait. The eight warps' partial sums
+// are added in a fixed order (deterministic). Optional: an RMSNorm prologue (x = rms_norm(residual
+// + delta), normalised into shared memory by every block, the sum written back by block 0) and a
+// SwiGLU epilogue (gate and up rows in the same block, out = round(silu(gate))·up as ops::act_mul).
 // f32 weights: one warp per row on CUDA cores (correct, not tuned; tests and f32 models).
 #include <algorithm>
 #include <mutex>
@@ -45,6 +46,15 @@ int device_sm_count() {
 }
 
 }  // namespace detail
+
+int64_t gemv_max_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("HK_DECODE_GEMV_MAX_ROWS");
+    const int64_t r = v ? std::atoll(v) : kGemvMaxRows;
+    return std::clamp<int64_t>(r, 0, kGemvMaxRows);
+  }();
+  return rows;
+}
 
 bool pdl_enabled() {
   static const bool on = [] {
@@ -163,7 +173,8 @@ template <class T, int NT, bool kPrologue, bool kPair>
 __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int kSets = kPair ? 2 : 1;
-  constexpr int U = kPair ? 2 : 4;  // 32-wide k chunks loaded ahead per warp
+  // 32-wide k chunks loaded ahead per warp (fewer when many x rows take registers)
+  constexpr int U = (kPair || NT >= 4) ? 2 : 4;
   const int tile = blockIdx.x;
   const int s = kPair ? 0 : segment_of(a, tile);
   const int r0 = (tile - a.tile_begin[s]) * kMmaRows;
@@ -173,6 +184,32 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
   const int rows_here = min(kMmaRows, n - r0);
   prefetch_rows(w0, rows_here, k);
   if constexpr (kPair) prefetch_rows(w1, rows_here, k);
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t = lane & 3;
+  const bool lo_ok = g < rows_here, hi_ok = g + 8 < rows_here;
+  const T* wlo = w0 + int64_t(g) * k + t * 8;
+  const T* whi = w0 + int64_t(g + 8) * k + t * 8;
+  const T* ulo = kPair ? w1 + int64_t(g) * k + t * 8 : nullptr;
+  const T* uhi = kPair ? w1 + int64_t(g + 8) * k + t * 8 : nullptr;
+  const int chunks = k / 32;
+  uint4 A[kSets][U][2];
+  auto load_weights = [&](int c0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int c = c0 + u * kWarps;
+      const bool ok = c < chunks;
+      const int off = c * 32;
+      A[0][u][0] = ok && lo_ok ? load_stream16(wlo + off) : zero16();
+      A[0][u][1] = ok && hi_ok ? load_stream16(whi + off) : zero16();
+      if constexpr (kPair) {
+        A[kSets - 1][u][0] = ok && lo_ok ? load_stream16(ulo + off) : zero16();
+        A[kSets - 1][u][1] = ok && hi_ok ? load_stream16(uhi + off) : zero16();
+      }
+    }
+  };
+  // The weights depend on no kernel: the first chunks are in flight before the wait.
+  load_weights(warp);
   grid_wait();
   grid_launch_dependents();
 
@@ -184,13 +221,6 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
     __syncthreads();
   }
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const bool lo_ok = g < rows_here, hi_ok = g + 8 < rows_here;
-  const T* wlo = w0 + int64_t(g) * k + t * 8;
-  const T* whi = w0 + int64_t(g + 8) * k + t * 8;
-  const T* ulo = kPair ? w1 + int64_t(g) * k + t * 8 : nullptr;
-  const T* uhi = kPair ? w1 + int64_t(g + 8) * k + t * 8 : nullptr;
   const T* xrow[NT];
   bool x_ok[NT];
 #pragma unroll
@@ -209,20 +239,14 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) acc[q][nt][r] = 0.0f;
 
-  const int chunks = k / 32;
   for (int c0 = warp; c0 < chunks; c0 += kWarps * U) {
-    uint4 A[kSets][U][2], B[U][NT];
+    if (c0 != warp) load_weights(c0);
+    uint4 B[U][NT];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kWarps;
       const bool ok = c < chunks;
       const int off = c * 32;
-      A[0][u][0] = ok && lo_ok ? load_stream16(wlo + off) : zero16();
-      A[0][u][1] = ok && hi_ok ? load_stream16(whi + off) : zero16();
-      if constexpr (kPair) {
-        A[kSets - 1][u][0] = ok && lo_ok ? load_stream16(ulo + off) : zero16();
-        A[kSets - 1][u][1] = ok && hi_ok ? load_stream16(uhi + off) : zero16();
-      }
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         if (ok && x_ok[nt])
@@ -302,9 +326,9 @@ __global__ void __launch_bounds__(kThreads) gemv_f32_kernel(const GemvArgs a) {
   const float* wr = static_cast<const float*>(a.w[s]) + int64_t(j) * k;
   const float* ur = kPair ? static_cast<const float*>(a.w[1]) + int64_t(j) * k : nullptr;
   const float* x = static_cast<const float*>(a.x);
-  float acc[kGemvMaxRows], accu[kGemvMaxRows];
+  float acc[kGemvMaxRowsF32], accu[kGemvMaxRowsF32];
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; ++m) acc[m] = accu[m] = 0.0f;
+  for (int m = 0; m < kGemvMaxRowsF32; ++m) acc[m] = accu[m] = 0.0f;
   for (int i = lane * 4; i < k; i += 128) {
     const uint4 wb = load_stream16(wr + i);
     const float4 wv = *reinterpret_cast<const float4*>(&wb);
@@ -314,7 +338,7 @@ __global__ void __launch_bounds__(kThreads) gemv_f32_kernel(const GemvArgs a) {
       uv = *reinterpret_cast<const float4*>(&ub);
     }
 #pragma unroll
-    for (int m = 0; m < kGemvMaxRows; ++m) {
+    for (int m = 0; m < kGemvMaxRowsF32; ++m) {
       if (m < a.m) {
         const float4 xv = __ldg(reinterpret_cast<const float4*>(x + m * a.x_stride + i));
         acc[m] += wv.x * xv.x + wv.y * xv.y + wv.z * xv.z + wv.w * xv.w;
@@ -323,7 +347,7 @@ __global__ void __launch_bounds__(kThreads) gemv_f32_kernel(const GemvArgs a) {
     }
   }
 #pragma unroll
-  for (int m = 0; m < kGemvMaxRows; ++m) {
+  for (int m = 0; m < kGemvMaxRowsF32; ++m) {
     if (m >= a.m) break;
     float v = warp_sum(acc[m]);
     if constexpr (!kPair) {
@@ -360,8 +384,12 @@ template <class T, bool kPrologue, bool kPair>
 void launch_mma_nt(const GemvArgs& a, int tiles, Stream stream) {
   if (a.m <= 8)
     launch_mma<T, 1, kPrologue, kPair>(a, tiles, stream);
-  else
+  else if (a.m <= 16)
     launch_mma<T, 2, kPrologue, kPair>(a, tiles, stream);
+  else if (a.m <= 32)
+    launch_mma<T, 4, kPrologue, kPair>(a, tiles, stream);
+  else
+    launch_mma<T, 8, kPrologue, kPair>(a, tiles, stream);
 }
 
 template <class T>
@@ -385,9 +413,10 @@ std::string gemv_unsupported(const GemvParams& p) {
   const bool f32 = p.dtype == DType::F32;
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && !f32)
     return std::string("dtype ") + dtype_name(p.dtype) + " (decode gemv takes bf16, f16 or f32)";
-  if (p.m < 1 || p.m > kGemvMaxRows)
+  const int64_t max_rows = f32 ? kGemvMaxRowsF32 : gemv_max_rows();
+  if (p.m < 1 || p.m > max_rows)
     return "batch of " + std::to_string(p.m) + " rows (decode gemv takes 1 to " +
-           std::to_string(kGemvMaxRows) + ")";
+           std::to_string(max_rows) + " for this dtype)";
   const int64_t vec = f32 ? 4 : 8;
   if (p.k <= 0 || p.k % (f32 ? 4 : 32) != 0)
     return "in_features " + std::to_string(p.k) + " is not a multiple of " +
