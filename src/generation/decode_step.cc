@@ -161,7 +161,7 @@ DecodeStep::~DecodeStep() = default;
 namespace {
 
 bool gemv_ok(const decode::GemvParams& p) {
-  return decode::gemv_unsupported(p).empty();
+  return p.m <= decode::gemv_preferred_max_rows() && decode::gemv_unsupported(p).empty();
 }
 
 std::string join(const std::vector<std::string>& v) {

@@ -50,6 +50,7 @@ struct GemvCase {
 
 TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
   HK_REQUIRE_REAL_CUDA();
+  // (the kernel itself, whatever HK_DECODE_GEMV_MAX_ROWS lets the decode step hand it)
   uint32_t seed = 1;
   for (GemvCase c : {GemvCase{DType::BF16, 1, 2048, 1024}, GemvCase{DType::BF16, 5, 1000, 96},
                      GemvCase{DType::BF16, 9, 33, 64}, GemvCase{DType::BF16, 16, 4096, 1024},
@@ -173,8 +174,11 @@ TEST(DecodeGemv, RefusesWhatItCannotServe) {
   HK_REQUIRE_REAL_CUDA();
   decode::GemvParams p;
   p.dtype = DType::BF16;
-  p.m = 17;
+  p.m = 65;
   p.k = 64;
+  EXPECT_NE(decode::gemv_unsupported(p).find("65 rows"), std::string::npos);
+  p.dtype = DType::F32;
+  p.m = 17;
   EXPECT_NE(decode::gemv_unsupported(p).find("17 rows"), std::string::npos);
   p.m = 1;
   p.k = 40;

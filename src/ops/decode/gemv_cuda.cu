@@ -47,10 +47,10 @@ int device_sm_count() {
 
 }  // namespace detail
 
-int64_t gemv_max_rows() {
+int64_t gemv_preferred_max_rows() {
   static const int64_t rows = [] {
     const char* v = std::getenv("HK_DECODE_GEMV_MAX_ROWS");
-    const int64_t r = v ? std::atoll(v) : kGemvMaxRows;
+    const int64_t r = v ? std::atoll(v) : kGemvPreferredMaxRows;
     return std::clamp<int64_t>(r, 0, kGemvMaxRows);
   }();
   return rows;
@@ -413,7 +413,7 @@ std::string gemv_unsupported(const GemvParams& p) {
   const bool f32 = p.dtype == DType::F32;
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && !f32)
     return std::string("dtype ") + dtype_name(p.dtype) + " (decode gemv takes bf16, f16 or f32)";
-  const int64_t max_rows = f32 ? kGemvMaxRowsF32 : gemv_max_rows();
+  const int64_t max_rows = f32 ? kGemvMaxRowsF32 : kGemvMaxRows;
   if (p.m < 1 || p.m > max_rows)
     return "batch of " + std::to_string(p.m) + " rows (decode gemv takes 1 to " +
            std::to_string(max_rows) + " for this dtype)";
