@@ -294,27 +294,31 @@ GraphPool::~GraphPool() {
   delete static_cast<char*>(key_);
 }
 
-size_t GraphPool::reserved_bytes() const {
 #ifdef HK_HAVE_CUDA
-  auto& pool = cuda_pool(device_.index);
+namespace {
+// One counter of a live graph pool (0 once it is gone).
+size_t graph_pool_count(Device device, void* key, size_t GraphPoolInfo::*field) {
+  auto& pool = cuda_pool(device.index);
   std::lock_guard lock(pool.mutex);
-  auto it = pool.graph_pools.find(key_);
-  return it == pool.graph_pools.end() ? 0 : it->second.reserved;
-#else
-  return 0;
-#endif
+  auto it = pool.graph_pools.find(key);
+  return it == pool.graph_pools.end() ? 0 : it->second.*field;
 }
+}  // namespace
 
-size_t GraphPool::num_device_mallocs() const {
-#ifdef HK_HAVE_CUDA
-  auto& pool = cuda_pool(device_.index);
-  std::lock_guard lock(pool.mutex);
-  auto it = pool.graph_pools.find(key_);
-  return it == pool.graph_pools.end() ? 0 : it->second.mallocs;
-#else
-  return 0;
-#endif
+size_t GraphPool::reserved_bytes() const {
+  return graph_pool_count(device_, key_, &GraphPoolInfo::reserved);
 }
+size_t GraphPool::num_device_mallocs() const {
+  return graph_pool_count(device_, key_, &GraphPoolInfo::mallocs);
+}
+#else
+size_t GraphPool::reserved_bytes() const {
+  return 0;
+}
+size_t GraphPool::num_device_mallocs() const {
+  return 0;
+}
+#endif
 
 GraphPoolScope::GraphPoolScope(GraphPool& pool, bool allow_device_malloc)
     : key_(pool.key_),

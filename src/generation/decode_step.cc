@@ -83,7 +83,7 @@ struct DecodeStep::Plan {
   bool flash_attention = false;  // kernels/flash-attn's decode kernel serves the attention
   float rope_theta = 0.0f;
   std::vector<LayerPlan> layers;
-  bool head_gemv = false, final_norm_fused = false;
+  bool head_gemv = false;
   // Bindings the plan was made with: every layer module's implementation and the attention
   // function names.
   std::vector<std::pair<const nn::Module*, const nn::LayerImpl*> > impls;
@@ -106,6 +106,42 @@ struct DecodeStep::Plan {
     s.out_stride = out_stride;
     s.n = linear.out_features();
     return s;
+  }
+  // The products of one layer (and lm_head) as the step launches them; plan() checks the same
+  // parameters against what the gemv serves.
+  decode::GemvParams qkv_product(const nn::Attention& at) const {
+    decode::GemvParams g = gemv_params(normed, hidden);
+    g.segments[0] = segment(*at.q_proj, qkv_at(0), qkv_width);
+    g.segments[1] = segment(*at.k_proj, qkv_at(hq * d), qkv_width);
+    g.segments[2] = segment(*at.v_proj, qkv_at((hq + hkv) * d), qkv_width);
+    g.num_segments = 3;
+    return g;
+  }
+  decode::GemvParams o_product(const nn::Attention& at) const {
+    decode::GemvParams g = gemv_params(attn, hq * d);
+    g.segments[0] = segment(*at.o_proj, delta.view().ptr(), hidden);
+    g.num_segments = 1;
+    return g;
+  }
+  decode::GemvParams gate_up_product(const nn::MLP& mlp) const {
+    decode::GemvParams g = gemv_params(normed, hidden);
+    g.segments[0] = segment(*mlp.gate_proj, act.view().ptr(), inter);
+    g.segments[1] = segment(*mlp.up_proj, act.view().ptr(), inter);
+    g.num_segments = 2;
+    g.epilogue = decode::GemvEpilogue::SiluMul;
+    return g;
+  }
+  decode::GemvParams down_product(const nn::MLP& mlp) const {
+    decode::GemvParams g = gemv_params(act, inter);
+    g.segments[0] = segment(*mlp.down_proj, delta.view().ptr(), hidden);
+    g.num_segments = 1;
+    return g;
+  }
+  decode::GemvParams head_product() const {
+    decode::GemvParams g = gemv_params(normed, hidden);
+    g.segments[0] = segment(*lm->lm_head, logits.view().ptr(), vocab);
+    g.num_segments = 1;
+    return g;
   }
   void add_prologue(decode::GemvParams& p, const nn::RMSNorm& norm, int cur, bool pending) const {
     p.has_prologue = true;
@@ -310,11 +346,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     lp.layer = layer.get();
     const nn::Attention& at = *layer->self_attn;
     {
-      decode::GemvParams g = p.gemv_params(p.normed, p.hidden);
-      g.segments[0] = Plan::segment(*at.q_proj, p.qkv_at(0), p.qkv_width);
-      g.segments[1] = Plan::segment(*at.k_proj, p.qkv_at(p.hq * p.d), p.qkv_width);
-      g.segments[2] = Plan::segment(*at.v_proj, p.qkv_at((p.hq + p.hkv) * p.d), p.qkv_width);
-      g.num_segments = 3;
+      decode::GemvParams g = p.qkv_product(at);
       lp.qkv_gemv = at.q_proj->uses_builtin() && at.k_proj->uses_builtin() &&
                     at.v_proj->uses_builtin() && gemv_ok(g);
       if (lp.qkv_gemv && layer->input_layernorm->uses_builtin()) {
@@ -326,21 +358,13 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     lp.rope_fused = at.rotary_fn->uses_builtin() &&
                     (!at.q_norm || (at.q_norm->uses_builtin() && at.k_norm->uses_builtin()));
     {
-      decode::GemvParams g = p.gemv_params(p.attn, p.hq * p.d);
-      g.segments[0] = Plan::segment(*at.o_proj, p.delta.view().ptr(), p.hidden);
-      g.num_segments = 1;
+      decode::GemvParams g = p.o_product(at);
       lp.o_gemv = at.o_proj->uses_builtin() && gemv_ok(g);
     }
     {
       const nn::MLP& mlp = *layer->mlp;
-      decode::GemvParams g = p.gemv_params(p.normed, p.hidden);
-      g.segments[0] = Plan::segment(*mlp.gate_proj, p.act.view().ptr(), p.inter);
-      g.segments[1] = Plan::segment(*mlp.up_proj, p.act.view().ptr(), p.inter);
-      g.num_segments = 2;
-      g.epilogue = decode::GemvEpilogue::SiluMul;
-      decode::GemvParams down = p.gemv_params(p.act, p.inter);
-      down.segments[0] = Plan::segment(*mlp.down_proj, p.delta.view().ptr(), p.hidden);
-      down.num_segments = 1;
+      decode::GemvParams g = p.gate_up_product(mlp);
+      decode::GemvParams down = p.down_product(mlp);
       lp.mlp_fused = mlp.uses_builtin() && mlp.gate_proj->uses_builtin() &&
                      mlp.up_proj->uses_builtin() && mlp.down_proj->uses_builtin() &&
                      mlp.act_fn->uses_builtin() && mlp.act_fn->kind() == ops::Activation::SiLU &&
@@ -358,13 +382,10 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     p.layers.push_back(lp);
   }
   {
-    decode::GemvParams g = p.gemv_params(p.normed, p.hidden);
-    g.segments[0] = Plan::segment(*lm.lm_head, p.logits.view().ptr(), p.vocab);
-    g.num_segments = 1;
+    decode::GemvParams g = p.head_product();
     p.head_gemv = lm.lm_head->uses_builtin() && gemv_ok(g);
     // The final norm stays a kernel of its own: lm_head's thousands of blocks would each
-    // recompute it (the layers' products have a few hundred, where the fused prologue pays).
-    p.final_norm_fused = false;
+    // recompute it as a prologue (the layers' products have a few hundred, where it pays).
   }
   const int64_t n = static_cast<int64_t>(p.layers.size());
   auto of = [&](int k) { return std::to_string(k) + "/" + std::to_string(n); };
@@ -418,11 +439,7 @@ void DecodeStep::enqueue(Stream stream) const {
 
     // input norm + q/k/v
     if (lp.qkv_gemv) {
-      decode::GemvParams g = p.gemv_params(p.normed, p.hidden);
-      g.segments[0] = Plan::segment(*at.q_proj, p.qkv_at(0), p.qkv_width);
-      g.segments[1] = Plan::segment(*at.k_proj, p.qkv_at(hq * d), p.qkv_width);
-      g.segments[2] = Plan::segment(*at.v_proj, p.qkv_at((hq + hkv) * d), p.qkv_width);
-      g.num_segments = 3;
+      decode::GemvParams g = p.qkv_product(at);
       if (lp.norm1_fused) {
         p.add_prologue(g, *layer.input_layernorm, cur, pending);
         if (pending) cur = 1 - cur;
@@ -535,9 +552,7 @@ void DecodeStep::enqueue(Stream stream) const {
 
     // o_proj → delta
     if (lp.o_gemv) {
-      decode::GemvParams g = p.gemv_params(p.attn, hq * d);
-      g.segments[0] = Plan::segment(*at.o_proj, p.delta.view().ptr(), p.hidden);
-      g.num_segments = 1;
+      decode::GemvParams g = p.o_product(at);
       decode::gemv(g, stream);
     } else {
       at.o_proj->forward(p.attn, p.delta, stream);
@@ -547,11 +562,7 @@ void DecodeStep::enqueue(Stream stream) const {
     // post-attention norm + MLP → delta
     const nn::MLP& mlp = *layer.mlp;
     if (lp.mlp_fused) {
-      decode::GemvParams g = p.gemv_params(p.normed, p.hidden);
-      g.segments[0] = Plan::segment(*mlp.gate_proj, p.act.view().ptr(), p.inter);
-      g.segments[1] = Plan::segment(*mlp.up_proj, p.act.view().ptr(), p.inter);
-      g.num_segments = 2;
-      g.epilogue = decode::GemvEpilogue::SiluMul;
+      decode::GemvParams g = p.gate_up_product(mlp);
       if (lp.norm2_fused) {
         p.add_prologue(g, *layer.post_attention_layernorm, cur, pending);
         cur = 1 - cur;
@@ -560,9 +571,7 @@ void DecodeStep::enqueue(Stream stream) const {
         p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
       }
       decode::gemv(g, stream);
-      decode::GemvParams down = p.gemv_params(p.act, p.inter);
-      down.segments[0] = Plan::segment(*mlp.down_proj, p.delta.view().ptr(), p.hidden);
-      down.num_segments = 1;
+      decode::GemvParams down = p.down_product(mlp);
       decode::gemv(down, stream);
     } else {
       p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
@@ -574,15 +583,8 @@ void DecodeStep::enqueue(Stream stream) const {
   // final norm + lm_head
   const Tensor logits2 = p.logits.reshape({b, p.vocab});
   if (p.head_gemv) {
-    decode::GemvParams g = p.gemv_params(p.normed, p.hidden);
-    g.segments[0] = Plan::segment(*lm.lm_head, p.logits.view().ptr(), p.vocab);
-    g.num_segments = 1;
-    if (p.final_norm_fused) {
-      p.add_prologue(g, *lm.model->norm, cur, pending);
-      g.prologue.residual_out = nullptr;  // the residual is not needed after this
-    } else {
-      p.residual_norm(*lm.model->norm, cur, pending, stream);
-    }
+    decode::GemvParams g = p.head_product();
+    p.residual_norm(*lm.model->norm, cur, pending, stream);
     decode::gemv(g, stream);
   } else {
     p.residual_norm(*lm.model->norm, cur, pending, stream);

@@ -70,6 +70,38 @@ __device__ __forceinline__ void load_pack(const T* p, float (&out)[EPL]) {
   }
 }
 
+// Prefetches the cached key and value rows [k0, k1) of one kv head into L2 (the block's threads).
+template <class T>
+__device__ __forceinline__ void prefetch_cached_rows(const T* kb, const T* vb, int k0, int k1,
+                                                     int d, int64_t row_stride) {
+  const int row_bytes = d * int(sizeof(T));
+  for (int key = k0 + threadIdx.x; key < k1; key += kAttnThreads)
+    for (int off = 0; off < row_bytes; off += 128) {
+      prefetch_l2(reinterpret_cast<const char*>(kb + int64_t(key) * row_stride) + off);
+      prefetch_l2(reinterpret_cast<const char*>(vb + int64_t(key) * row_stride) + off);
+    }
+}
+
+// This lane's EPL elements of the group's q heads (row b, kv head hk), times the scale; zeros
+// for lanes past the head dim and heads past the group.
+template <class T, int EPL, int MAXG>
+__device__ __forceinline__ void load_scaled_q(const AttnArgs& a, int b, int hk, int lane,
+                                              float (&q)[MAXG][EPL]) {
+  const int d = a.head_dim, group = a.group;
+  const T* qb = static_cast<const T*>(a.q) + int64_t(b) * a.q_bs + int64_t(hk) * group * d;
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    if (g < group && lane * EPL < d) {
+      load_pack<T, EPL>(qb + g * d + lane * EPL, q[g]);
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) q[g][e] *= a.scale;
+    } else {
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) q[g][e] = 0.0f;
+    }
+  }
+}
+
 template <class T, int EPL, int MAXG>
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const AttnArgs a) {
   extern __shared__ float sm[];
@@ -88,30 +120,12 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   const int total = max(0, len - ks);
   const int per = (total + a.splits - 1) / a.splits;
   const int k0 = ks + split * per, k1 = min(len, k0 + per);
-  {
-    const int row_bytes = D * int(sizeof(T));
-    for (int key = k0 + threadIdx.x; key < k1 - a.length_add; key += kAttnThreads)
-      for (int off = 0; off < row_bytes; off += 128) {
-        prefetch_l2(reinterpret_cast<const char*>(kb + int64_t(key) * a.c_rs) + off);
-        prefetch_l2(reinterpret_cast<const char*>(vb + int64_t(key) * a.c_rs) + off);
-      }
-  }
+  prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
   grid_wait();
   grid_launch_dependents();
 
   float q[MAXG][EPL];
-  const T* qb = static_cast<const T*>(a.q) + int64_t(b) * a.q_bs + int64_t(hk) * G * D;
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    if (g < G && lane_on) {
-      load_pack<T, EPL>(qb + g * D + lane * EPL, q[g]);
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) q[g][e] *= a.scale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) q[g][e] = 0.0f;
-    }
-  }
+  load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
   float m[MAXG], l[MAXG], acc[MAXG][EPL];
 #pragma unroll
   for (int g = 0; g < MAXG; ++g) {
@@ -252,30 +266,12 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_eager_kernel(co
   const T* vb = static_cast<const T*>(a.v) + int64_t(b) * a.c_bs + int64_t(hk) * D;
   const int len = a.lengths[b] + a.length_add;
   const int k0 = a.key_start ? max(0, a.key_start[b]) : 0, k1 = len;
-  {
-    const int row_bytes = D * int(sizeof(T));
-    for (int key = k0 + threadIdx.x; key < k1 - a.length_add; key += kAttnThreads)
-      for (int off = 0; off < row_bytes; off += 128) {
-        prefetch_l2(reinterpret_cast<const char*>(kb + int64_t(key) * a.c_rs) + off);
-        prefetch_l2(reinterpret_cast<const char*>(vb + int64_t(key) * a.c_rs) + off);
-      }
-  }
+  prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
   grid_wait();
   grid_launch_dependents();
 
   float q[MAXG][EPL];
-  const T* qb = static_cast<const T*>(a.q) + int64_t(b) * a.q_bs + int64_t(hk) * G * D;
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    if (g < G && lane_on) {
-      load_pack<T, EPL>(qb + g * D + lane * EPL, q[g]);
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) q[g][e] *= a.scale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) q[g][e] = 0.0f;
-    }
-  }
+  load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
   constexpr int U = EPL >= 8 ? 4 : 8;
   // pass 1: max and sum per head
   float m[MAXG], l[MAXG];
