@@ -252,8 +252,8 @@ int main(int argc, char** argv) {
       f << "{\"runtime\": \"hk\", \"model\": " << json_string(model_dir)
         << ", \"device\": " << json_string(model.device().str())
         << ", \"dtype\": " << json_string(dtype) << ", \"kernels\": " << json_string(kernel_summary)
-        << ", \"attn\": " << json_string(attn)
-        << ", \"load_ms\": " << load_ms << ", \"weight_bytes\": " << weight_bytes
+        << ", \"attn\": " << json_string(attn) << ", \"load_ms\": " << load_ms
+        << ", \"weight_bytes\": " << weight_bytes
         << ", \"kv_bytes_per_position\": " << kv_bytes_per_position
         << ", \"copy_bandwidth\": " << bandwidth << ", \"prefill_batch\": " << prefill_batch
         << ", \"prefill_len\": " << prefill_len << ", \"prefill_ms\": " << prefill_med
