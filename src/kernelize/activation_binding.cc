@@ -12,6 +12,7 @@
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
 #include "hk/ops.h"
+#include "kernelize/adapters.h"
 
 namespace hk::kernel_binding {
 namespace {
@@ -36,11 +37,16 @@ const char* gated_entry_name(ops::Activation kind) {
   return nullptr;
 }
 
-class ActivationAdapter final : public nn::ActivationImpl {
+class ActivationAdapter final : public nn::ActivationImpl, public CaptureDeclaring {
  public:
   ActivationAdapter(std::string name, KernelFunction fn, KernelFunction gated)
       : name_(std::move(name)), fn_(std::move(fn)), gated_(std::move(gated)) {}
   std::string name() const override { return name_; }
+  // Both entries it may call must be capture-safe (the gated one is used by forward_mul).
+  bool declares_capture() const override {
+    return fn_.entry().supports_mode(kKernelModeCapture) &&
+           (!gated_.valid() || gated_.entry().supports_mode(kKernelModeCapture));
+  }
 
   void forward(const nn::Activation& layer, const TensorView& x, const TensorView& y,
                Stream stream) const override {

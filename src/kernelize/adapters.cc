@@ -67,6 +67,10 @@ class Named {
  public:
   explicit Named(std::string name, KernelFunction fn)
       : name_(std::move(name)), fn_(std::move(fn)) {}
+  virtual ~Named() = default;
+  bool declares_capture() const {
+    return fn_.valid() && fn_.entry().supports_mode(kKernelModeCapture);
+  }
 
  protected:
   bool has_backward() const { return fn_.valid() && fn_.entry().has_backward; }
@@ -74,7 +78,7 @@ class Named {
   KernelFunction fn_;
 };
 
-class RMSNormAdapter final : public nn::RMSNormImpl, Named {
+class RMSNormAdapter final : public nn::RMSNormImpl, public Named {
  public:
   RMSNormAdapter(std::string name, KernelFunction fn, std::vector<Tensor> layout_params)
       : Named(std::move(name), std::move(fn)), layout_params_(std::move(layout_params)) {}
@@ -129,7 +133,7 @@ class IdentityRMSNorm final : public nn::RMSNormImpl {
   std::string name_;
 };
 
-class FusedRMSNormMLP final : public nn::MLPImpl, Named {
+class FusedRMSNormMLP final : public nn::MLPImpl, public Named {
  public:
   FusedRMSNormMLP(std::string name, KernelFunction fn, float eps, std::vector<Tensor> params)
       : Named(std::move(name), std::move(fn)), eps_(eps), params_(std::move(params)) {}
@@ -142,7 +146,7 @@ class FusedRMSNormMLP final : public nn::MLPImpl, Named {
   std::vector<Tensor> params_;
 };
 
-class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
+class RotaryAdapter final : public nn::RotaryApplyImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -164,7 +168,7 @@ class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
   }
 };
 
-class MLPAdapter final : public nn::MLPImpl, Named {
+class MLPAdapter final : public nn::MLPImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -220,7 +224,7 @@ class MLPAdapter final : public nn::MLPImpl, Named {
   }
 };
 
-class LinearAdapter final : public nn::LinearImpl, Named {
+class LinearAdapter final : public nn::LinearImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -260,7 +264,7 @@ class LinearAdapter final : public nn::LinearImpl, Named {
   }
 };
 
-class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
+class CausalLMLossAdapter final : public nn::CausalLMLossImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -293,7 +297,7 @@ class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
 // the gradients for dloss = 1 in the same pass (so the [tokens, vocab] logits never exist), and
 // backward only scales them by dloss (and 1/num_items_in_batch, computed as a sum). A forward that
 // has logits anyway (eval with labels) computes the built-in loss from them.
-class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named {
+class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -441,6 +445,14 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
            " keeps its own copy of the weight (a layout), so its gradient would not reach the "
            "model's parameter; hk trains stateful RMSNorm kernels only after that is solved";
   return "";
+}
+
+bool declares_capture(const nn::LayerImpl& impl) {
+  if (dynamic_cast<const IdentityRMSNorm*>(&impl)) return true;  // a copy, no kernel call
+  if (const auto* other = dynamic_cast<const CaptureDeclaring*>(&impl))
+    return other->declares_capture();  // adapters of activation_binding / deformable_binding
+  const auto* named = dynamic_cast<const Named*>(&impl);
+  return named && named->declares_capture();
 }
 
 bool has_adapter(const std::string& layer) {

@@ -28,11 +28,13 @@ MsDeformAttnAttrs attrs_of(const nn::MultiScaleDeformableAttention& layer,
   return a;
 }
 
-class DeformableAttentionAdapter final : public nn::MultiScaleDeformableAttentionImpl {
+class DeformableAttentionAdapter final : public nn::MultiScaleDeformableAttentionImpl,
+                                         public CaptureDeclaring {
  public:
   DeformableAttentionAdapter(std::string name, KernelFunction fn)
       : name_(std::move(name)), fn_(std::move(fn)) {}
   std::string name() const override { return name_; }
+  bool declares_capture() const override { return fn_.entry().supports_mode(kKernelModeCapture); }
 
   void forward(const nn::MultiScaleDeformableAttention& layer, const TensorView& value,
                const nn::SpatialShapes& spatial_shapes, const TensorView& sampling_locations,
