@@ -6,9 +6,9 @@
 //     torch.compile friendly; hk's LigerRMSNorm is capture-safe (it declares Capture).
 //   - SwiGLUMLP / GeGLUMLP in Training|Capture map to LigerSwiGLUMLP / LigerGEGLUMLP: hk has no
 //     tiled (LigerTiled*) variants; its gated MLP entries have a backward of their own.
-//   - Linear has an Inference row that keeps the built-in GEMM: the mode chain would otherwise
-//     carry Transformers' Training|Capture LigerLinear row into inference for every projection
-//     (Transformers' Llama/Qwen3 register no Linear layer; hk's do).
+//   - Linear has Inference and Inference|Capture rows that keep the built-in GEMM: the mode chain
+//     would otherwise carry Transformers' Training|Capture LigerLinear row into inference for
+//     every projection (Transformers' Llama/Qwen3 register no Linear layer; hk's do).
 //   - The MoE row is keyed by hk's layer name (MoeMLP); Transformers' is MegaBlocksMoeMLP.
 // Repos absent from the hub (megablocks, aiter-rope, mlx_rmsnorm) and devices hk has no runtime
 // for fall back to the built-in implementation with the reason recorded; they are listed so a hub
@@ -57,7 +57,7 @@ const std::vector<MappingRule>& default_mapping() {
     add(t, "GeGLUMLP", "cuda", {kIC, kTC}, "kernels-community/liger-kernels:LigerGEGLUMLP", 3);
     // Linear
     add(t, "Linear", "cuda", {kTC}, "kernels-community/liger-kernels:LigerLinear", 3);
-    add(t, "Linear", "cuda", {kI}, "", 0);
+    add(t, "Linear", "cuda", {kI, kIC}, "", 0);
     // RMSNorm
     add(t, "RMSNorm", "cuda", {kT, kI, kTC, kIC}, liger_rms, 3);
     add(t, "RMSNorm", "rocm", {kT, kI}, liger_rms, 3);

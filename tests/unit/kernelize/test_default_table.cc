@@ -105,10 +105,12 @@ TEST(DefaultTable, EveryTransformersRowPerDeviceAndMode) {
     EXPECT_EQ(choice->rule.kernel.options.version.value_or(0), r.version);
     EXPECT_EQ(choice->rule.source, "default table");
   }
-  // hk keeps the built-in GEMM for Linear in inference (see default_mapping.cc)
-  auto linear = choose_rule(rules, "Linear", "cuda", 90, Mode::Inference);
-  ASSERT_TRUE(linear);
-  EXPECT_TRUE(linear->rule.kernel.disabled());
+  // hk keeps the built-in GEMM for Linear in inference, captured or not (see default_mapping.cc)
+  for (Mode m : {Mode::Inference, Mode::Inference | Mode::Capture}) {
+    auto linear = choose_rule(rules, "Linear", "cuda", 90, m);
+    ASSERT_TRUE(linear);
+    EXPECT_TRUE(linear->rule.kernel.disabled());
+  }
 }
 
 // A copy of the tiny Qwen3 fixture whose config says `hidden_act`.
