@@ -61,6 +61,10 @@ struct ForwardOptions {
   // > 0: loss = sum over non-ignored shifted labels / num_items_in_batch (Transformers'
   // ForCausalLMLoss with num_items_in_batch, for gradient accumulation), else the mean.
   int64_t num_items_in_batch = 0;
+  // MoE models (Qwen3-MoE): in a training forward with labels, add router_aux_loss_coef × the
+  // router load-balancing loss to the loss, as Transformers does; nullopt = the config's
+  // output_router_logits. Eval forwards never add it.
+  std::optional<bool> output_router_logits;
 };
 
 class TrainingTape;  // what a training forward recorded (src/models)
@@ -91,6 +95,9 @@ struct CausalLMOutput {
   // linear + cross-entropy loss (Liger's) made none in a training forward.
   Tensor logits;
   Loss loss;  // f32 [1] when labels were given
+  // MoE models: the load-balancing loss (f32 [1], before router_aux_loss_coef) when a training
+  // forward added it to `loss`; undefined otherwise.
+  Tensor aux_loss;
 };
 
 class DecoderLM;  // the implementation shared by Qwen3 and Llama (src/models)
