@@ -9,6 +9,7 @@
 #include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
+#include "kernelize/moe_adapter.h"
 #include "nn/param_grad.h"
 
 namespace hk::kernel_binding {
@@ -448,7 +449,7 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
 
 bool has_adapter(const std::string& layer) {
   return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" || layer == "SiLU" ||
-         layer == "Linear" || layer == "ForCausalLMLoss";
+         layer == "Linear" || layer == "ForCausalLMLoss" || layer == "MoeMLP";
 }
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
@@ -478,6 +479,10 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   if (layer == "Linear") {
     as<nn::Linear>(module, layer);
     return std::make_shared<LinearAdapter>(display_name, std::move(fn));
+  }
+  if (layer == "MoeMLP") {
+    as<nn::MoeMLP>(module, layer);
+    return make_moe_mlp_adapter(std::move(fn), display_name);
   }
   if (layer == "ForCausalLMLoss") {
     as<nn::CausalLMLoss>(module, layer);

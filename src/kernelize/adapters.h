@@ -21,7 +21,8 @@
 namespace hk::kernel_binding {
 
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
-// "ForCausalLMLoss"); attention goes through attention functions instead.
+// "ForCausalLMLoss", "MoeMLP" — in moe_adapter.cc); attention goes through attention functions
+// instead.
 bool has_adapter(const std::string& layer);
 // True when `entry` can serve `layer`: its interface's layer is `layer`, or `layer` is
 // ForCausalLMLoss and the entry is a fused_linear_cross_entropy@1 (the fused lm_head + loss).
