@@ -111,8 +111,8 @@ class MoeMLP : public LayerModule<MoeMLPImpl> {
 // left out, as Transformers does with the attention mask.
 struct LoadBalancingLoss {
   double value = 0.0;
-  // d(loss)/d(router logits of layer l), f32 (f64 for f64 logits) [rows, E] on the logits' device: the top-k counts
-  // are constants (top-k is not differentiable), the gradient flows through P.
+  // d(loss)/d(router logits of layer l), f32 (f64 for f64 logits) [rows, E] on the logits' device:
+  // the top-k counts are constants (top-k is not differentiable), the gradient flows through P.
   std::vector<Tensor> grads;
 };
 // `router_logits`: one [B·S, E] tensor per MoE layer (any device, float dtype); `key_start`: the

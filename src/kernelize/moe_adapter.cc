@@ -44,7 +44,8 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
     const Tensor x2 = dense_rows(Tensor::wrap(x), layer.hidden_size(), stream);
     Tensor y2 = Tensor::wrap(y);
     const bool direct = y2.is_contiguous();
-    Tensor out = direct ? y2.reshape(x2.sizes()) : Tensor::empty(x2.sizes(), y.dtype, y.device, stream);
+    Tensor out =
+        direct ? y2.reshape(x2.sizes()) : Tensor::empty(x2.sizes(), y.dtype, y.device, stream);
     run(false, inputs(layer, x2), {out}, layer, stream);
     if (!direct) copy_view(y, out.reshape(y2.sizes()), stream);
   }
@@ -58,8 +59,8 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
     const int64_t tokens = x2.size(0), k = layer.top_k();
     Tensor ids = Tensor::empty({tokens, k}, DType::I32, x.device(), stream);
     Tensor weights = Tensor::empty({tokens, k}, DType::F32, x.device(), stream);
-    Tensor gate_up = Tensor::empty({tokens * k, 2 * layer.intermediate_size()}, x.dtype(),
-                                   x.device(), stream);
+    Tensor gate_up =
+        Tensor::empty({tokens * k, 2 * layer.intermediate_size()}, x.dtype(), x.device(), stream);
     run(false, inputs(layer, x2), {y.reshape(x2.sizes()), router_logits, ids, weights, gate_up},
         layer, stream);
     ctx.save("router_logits", router_logits);
@@ -80,9 +81,9 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
       in.push_back(ctx.saved(saved));
     Tensor extra;
     if (drouter_logits) {
-      extra = drouter_logits->dtype() == DType::F32 ? *drouter_logits
-                                                      : Tensor::empty(drouter_logits->sizes(),
-                                                                      DType::F32, dx.device(), stream);
+      extra = drouter_logits->dtype() == DType::F32
+                  ? *drouter_logits
+                  : Tensor::empty(drouter_logits->sizes(), DType::F32, dx.device(), stream);
       if (drouter_logits->dtype() != DType::F32) ops::cast(*drouter_logits, extra, stream);
       in.push_back(extra);
     }
@@ -96,7 +97,9 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
     if (any)
       for (const nn::ParamGradWriter* w : {&dwr, &dgu, &ddown})
         if (w->active() && !w->accumulate()) ops::fill(w->buffer(), 0.0, stream);
-    auto out = [](const nn::ParamGradWriter& w) { return w.active() ? w.buffer().view() : TensorView(); };
+    auto out = [](const nn::ParamGradWriter& w) {
+      return w.active() ? w.buffer().view() : TensorView();
+    };
     run(true, in, {dx.reshape(x2.sizes()), out(dwr), out(dgu), out(ddown)}, layer, stream,
         any ? kAccumulateWeightGrads : 0u);
     dwr.commit();
@@ -120,7 +123,8 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
     options.stream = stream;
     Tensor workspace;
     if (const size_t bytes = fn_.workspace_size(backward, in, out, &attrs, sizeof attrs)) {
-      workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, in.front().device, stream);
+      workspace =
+          Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, in.front().device, stream);
       options.workspace = workspace.view().ptr();
       options.workspace_size = bytes;
     }

@@ -64,8 +64,8 @@ LoadBalancingLoss load_balancing_loss(const std::vector<Tensor>& router_logits, 
   }
   if (total == 0.0) {
     for (const Tensor& logits : router_logits)
-      out.grads.push_back(Tensor::zeros({rows, E}, statistics_dtype(logits.dtype()),
-                                         logits.device(), stream));
+      out.grads.push_back(
+          Tensor::zeros({rows, E}, statistics_dtype(logits.dtype()), logits.device(), stream));
     return out;
   }
   for (int64_t e = 0; e < E; ++e) out.value += (count[e] / total) * (prob_sum[e] / total);

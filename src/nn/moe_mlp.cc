@@ -89,8 +89,7 @@ class BuiltinMoeMLP final : public MoeMLPImpl {
   void forward(const MoeMLP& layer, const TensorView& x, const TensorView& y,
                Stream stream) const override {
     const Tensor x2 = rows_of(x, layer.hidden_size(), stream);
-    Tensor logits =
-        Tensor::empty({x2.size(0), layer.num_experts()}, x.dtype, x.device, stream);
+    Tensor logits = Tensor::empty({x2.size(0), layer.num_experts()}, x.dtype, x.device, stream);
     Tensor gate_up;
     run_forward(layer, x2, rows_of(y, layer.hidden_size(), stream), logits, gate_up, nullptr,
                 stream);
@@ -98,8 +97,7 @@ class BuiltinMoeMLP final : public MoeMLPImpl {
 
   bool supports_training() const override { return true; }
   void forward_train(const MoeMLP& layer, const Tensor& x, const Tensor& y,
-                     const Tensor& router_logits, LayerContext& ctx,
-                     Stream stream) const override {
+                     const Tensor& router_logits, LayerContext& ctx, Stream stream) const override {
     Tensor gate_up, sorted_token;
     run_forward(layer, rows_of(x, layer.hidden_size(), stream),
                 rows_of(y, layer.hidden_size(), stream), router_logits, gate_up, &sorted_token,
@@ -134,8 +132,8 @@ class BuiltinMoeMLP final : public MoeMLPImpl {
     });
     ex.act_fn->forward_mul(gate_up.slice(1, 0, I), gate_up.slice(1, I, 2 * I), act, stream);
     for_each_expert(rt.routing, [&](int64_t e, int64_t r0, int64_t r1) {
-      ops::linear(act.slice(0, r0, r1), ex.down_proj().select(0, e), nullptr,
-                  out.slice(0, r0, r1), stream);
+      ops::linear(act.slice(0, r0, r1), ex.down_proj().select(0, e), nullptr, out.slice(0, r0, r1),
+                  stream);
     });
     ops::mul(out, rt.sorted_weights.expand({n, H}), out, stream);
     ops::fill(y2, 0.0, stream);
@@ -148,8 +146,8 @@ void BuiltinMoeMLP::backward(const MoeMLP& layer, const Tensor& x, LayerContext&
                              const Tensor& dy, const Tensor* drouter_logits, const Tensor& dx,
                              Stream stream) const {
   const MoeExperts& ex = *layer.experts;
-  const int64_t H = layer.hidden_size(), I = layer.intermediate_size(),
-                E = layer.num_experts(), k = layer.top_k();
+  const int64_t H = layer.hidden_size(), I = layer.intermediate_size(), E = layer.num_experts(),
+                k = layer.top_k();
   const Tensor x2 = rows_of(x, H, stream), dy2 = rows_of(dy, H, stream);
   HK_CHECK(dx.is_contiguous() && dx.numel() == x.numel(),
            "MoeMLP backward: dx " + dx.view().str() + " must be contiguous, x's shape");
@@ -172,8 +170,8 @@ void BuiltinMoeMLP::backward(const MoeMLP& layer, const Tensor& x, LayerContext&
   {
     Tensor out = Tensor::empty({n, H}, dt, dev, stream);
     for_each_expert(rt.routing, [&](int64_t e, int64_t r0, int64_t r1) {
-      ops::linear(act.slice(0, r0, r1), ex.down_proj().select(0, e), nullptr,
-                  out.slice(0, r0, r1), stream);
+      ops::linear(act.slice(0, r0, r1), ex.down_proj().select(0, e), nullptr, out.slice(0, r0, r1),
+                  stream);
     });
     // d(weight of row n) = Σ_h dy[token(n), h] · out[n, h] (one f32-accumulated reduction).
     ops::mul(out, dys, out, stream);
@@ -219,8 +217,7 @@ void BuiltinMoeMLP::backward(const MoeMLP& layer, const Tensor& x, LayerContext&
   std::vector<double> dweights(static_cast<size_t>(tokens * k));
   for (size_t a = 0; a < dweights.size(); ++a)
     dweights[a] = dweight_sorted[static_cast<size_t>(rt.routing.position[a])];
-  std::vector<double> dlogits =
-      moe::route_backward(rt.routing, dweights, layer.norm_topk_prob());
+  std::vector<double> dlogits = moe::route_backward(rt.routing, dweights, layer.norm_topk_prob());
   if (drouter_logits) {
     const std::vector<double> extra = host_doubles(*drouter_logits, stream);
     HK_CHECK(extra.size() == dlogits.size(),
@@ -258,9 +255,9 @@ MoeMLP::MoeMLP(const MoeShape& s)
       shape_(s) {
   HK_CHECK(s.hidden_size > 0 && s.num_experts > 0 && s.intermediate_size > 0,
            "MoeMLP: hidden_size, num_experts and moe_intermediate_size must be positive");
-  HK_CHECK(s.top_k > 0 && s.top_k <= s.num_experts,
-           "MoeMLP: num_experts_per_tok must be in [1, num_experts], got " +
-               std::to_string(s.top_k));
+  HK_CHECK(
+      s.top_k > 0 && s.top_k <= s.num_experts,
+      "MoeMLP: num_experts_per_tok must be in [1, num_experts], got " + std::to_string(s.top_k));
   // Transformers registers experts before gate: the same order here (named_parameters).
   experts = register_module("experts", std::make_shared<MoeExperts>(s.prefix + "Experts", s));
   gate = register_module(
@@ -271,8 +268,8 @@ void MoeMLPImpl::forward_train(const MoeMLP&, const Tensor&, const Tensor&, cons
                                LayerContext&, Stream) const {
   throw_no_training(*this, "MoeMLP");
 }
-void MoeMLPImpl::backward(const MoeMLP&, const Tensor&, LayerContext&, const Tensor&,
-                          const Tensor*, const Tensor&, Stream) const {
+void MoeMLPImpl::backward(const MoeMLP&, const Tensor&, LayerContext&, const Tensor&, const Tensor*,
+                          const Tensor&, Stream) const {
   throw_no_training(*this, "MoeMLP");
 }
 

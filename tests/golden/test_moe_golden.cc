@@ -31,7 +31,8 @@ const std::string kMegablocks = "kernels-community/megablocks:MegaBlocksMoeMLP";
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
   EXPECT_EQ(a.size(), b.size());
   double worst = 0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]));
   return worst;
 }
 
@@ -111,14 +112,15 @@ TEST_P(MoeGolden, GreedyIdsMatchTransformers) {
         << "batch row " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Fixtures, MoeGolden, ::testing::Combine(::testing::ValuesIn(moe_fixtures()), ::testing::Bool()),
-    [](const auto& info) {
-      std::string n = std::get<0>(info.param) + (std::get<1>(info.param) ? "_megablocks" : "");
-      for (char& c : n)
-        if (c == '-') c = '_';
-      return n;
-    });
+INSTANTIATE_TEST_SUITE_P(Fixtures, MoeGolden,
+                         ::testing::Combine(::testing::ValuesIn(moe_fixtures()), ::testing::Bool()),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) +
+                                           (std::get<1>(info.param) ? "_megablocks" : "");
+                           for (char& c : n)
+                             if (c == '-') c = '_';
+                           return n;
+                         });
 
 // The module tree: Transformers' class names, sparse layers where the config says.
 TEST(MoeModel, TreeFollowsTheConfig) {
@@ -146,7 +148,8 @@ TEST(MoeModel, TreeFollowsTheConfig) {
   EXPECT_EQ(tiny.config().moe.num_experts, 8);  // from num_experts (the Hub's spelling)
 }
 
-// ---- checkpoint layouts --------------------------------------------------------------------------
+// ---- checkpoint layouts
+// --------------------------------------------------------------------------
 
 void write_tensors(const fs::path& path, const std::map<std::string, Tensor>& tensors) {
   std::vector<std::pair<std::string, TensorView>> views;
@@ -259,7 +262,9 @@ TEST_P(MoeBlockGolden, ForwardAndEveryGradientMatchTransformers) {
   const BlockCase& c = std::get<0>(GetParam());
   SafetensorsFile f =
       SafetensorsFile::open(testing::source_dir() + "/tests/fixtures/moe/blocks.safetensors");
-  auto load = [&](const std::string& n) { return f.load(c.name + "." + n, Device::cpu(), DType::F32); };
+  auto load = [&](const std::string& n) {
+    return f.load(c.name + "." + n, Device::cpu(), DType::F32);
+  };
   nn::MoeMLP block(nn::MoeShape{c.H, c.E, c.k, c.I, c.norm, "silu", "Qwen3Moe"});
   nn::load_state_dict(block, nn::TensorMapSource({{"gate.weight", load("gate")},
                                                   {"experts.gate_up_proj", load("gate_up")},
@@ -286,9 +291,9 @@ TEST_P(MoeBlockGolden, ForwardAndEveryGradientMatchTransformers) {
   EXPECT_LE(testing::relative_error(dx.to_doubles(), load("dx").to_doubles()), 1e-5) << "dx";
   EXPECT_LE(testing::relative_error(grad(*block.gate, "weight"), load("dgate").to_doubles()), 1e-5)
       << "router";
-  EXPECT_LE(testing::relative_error(grad(*block.experts, "gate_up_proj"),
-                                    load("dgate_up").to_doubles()),
-            1e-5)
+  EXPECT_LE(
+      testing::relative_error(grad(*block.experts, "gate_up_proj"), load("dgate_up").to_doubles()),
+      1e-5)
       << "gate_up_proj";
   EXPECT_LE(testing::relative_error(grad(*block.experts, "down_proj"), load("ddown").to_doubles()),
             1e-5)

@@ -50,7 +50,8 @@ inline bool dense(const hk_tensor& t) {
 inline void* tensor_data(const hk_tensor& t, const char* what, std::initializer_list<int64_t> shape,
                          int32_t dtype, int32_t device_type) {
   if (t.device_type != device_type)
-    fail(HK_STATUS_INVALID_ARGUMENT, std::string(what) + " is on another device type than this kernel");
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         std::string(what) + " is on another device type than this kernel");
   bool ok = t.ndim == static_cast<int32_t>(shape.size());
   int d = 0;
   for (int64_t s : shape) ok = ok && t.shape[d++] == s;
@@ -90,8 +91,8 @@ inline MoeCall parse_weights(const hk_call& call, int first, int32_t device_type
   c.k = c.attrs.top_k;
   c.dtype = x.dtype;
   if (c.dtype != HK_DTYPE_F32 && c.dtype != HK_DTYPE_BF16 && c.dtype != HK_DTYPE_F16)
-    fail(HK_STATUS_UNSUPPORTED, std::string("moe_mlp: dtype ") +
-                                    hk::sdk::dtype_code_name(c.dtype) + " is not f32, bf16 or f16");
+    fail(HK_STATUS_UNSUPPORTED, std::string("moe_mlp: dtype ") + hk::sdk::dtype_code_name(c.dtype) +
+                                    " is not f32, bf16 or f16");
   if (c.E <= 0 || c.H <= 0 || c.I <= 0)
     fail(HK_STATUS_INVALID_ARGUMENT, "moe_mlp: E, H and I must be positive");
   if (c.k < 1 || c.k > c.E)
@@ -113,11 +114,11 @@ inline MoeCall parse_forward(const hk_call& call, int32_t device_type) {
   if (const hk_tensor* t = optional(call, false, 1))
     c.router_logits = tensor_data(*t, "router_logits", {c.T, c.E}, c.dtype, device_type);
   if (const hk_tensor* t = optional(call, false, 2))
-    c.topk_ids = static_cast<int32_t*>(
-        tensor_data(*t, "topk_ids", {c.T, c.k}, HK_DTYPE_I32, device_type));
+    c.topk_ids =
+        static_cast<int32_t*>(tensor_data(*t, "topk_ids", {c.T, c.k}, HK_DTYPE_I32, device_type));
   if (const hk_tensor* t = optional(call, false, 3))
-    c.topk_weights = static_cast<float*>(
-        tensor_data(*t, "topk_weights", {c.T, c.k}, HK_DTYPE_F32, device_type));
+    c.topk_weights =
+        static_cast<float*>(tensor_data(*t, "topk_weights", {c.T, c.k}, HK_DTYPE_F32, device_type));
   if (const hk_tensor* t = optional(call, false, 4))
     c.gate_up = tensor_data(*t, "gate_up", {c.T * c.k, 2 * c.I}, c.dtype, device_type);
   return c;
@@ -130,9 +131,9 @@ inline MoeCall parse_backward(const hk_call& call, int32_t device_type) {
                                 {c.T, c.E}, c.dtype, device_type);
   c.topk_ids = static_cast<int32_t*>(tensor_data(hk::sdk::input(call, 6, "topk_ids"), "topk_ids",
                                                  {c.T, c.k}, HK_DTYPE_I32, device_type));
-  c.topk_weights = static_cast<float*>(tensor_data(hk::sdk::input(call, 7, "topk_weights"),
-                                                   "topk_weights", {c.T, c.k}, HK_DTYPE_F32,
-                                                   device_type));
+  c.topk_weights =
+      static_cast<float*>(tensor_data(hk::sdk::input(call, 7, "topk_weights"), "topk_weights",
+                                      {c.T, c.k}, HK_DTYPE_F32, device_type));
   c.gate_up = tensor_data(hk::sdk::input(call, 8, "gate_up"), "gate_up", {c.T * c.k, 2 * c.I},
                           c.dtype, device_type);
   if (const hk_tensor* t = optional(call, true, 9))

@@ -41,8 +41,12 @@ MB_HD bool ranks_before(float pa, int32_t a, float pb, int32_t b) {
   return pa > pb || (pa == pb && a < b);
 }
 
-// One token's routing. `logit(e)` returns the logit of expert e as f32 (already rounded to the
+// One token's routing (templated on a device-only accessor in the cuda variant: nvcc must not
+// check it as host code). `logit(e)` returns the logit of expert e as f32 (already rounded to the
 // activations' dtype). Writes ids[0..k) and weights[0..k) (f32, before rounding to the dtype).
+#if defined(__CUDACC__)
+#pragma nv_exec_check_disable
+#endif
 template <class Logit>
 MB_HD void route_row(const Logit& logit, int32_t E, int32_t k, bool norm_topk_prob, int32_t* ids,
                      float* weights) {
@@ -79,12 +83,11 @@ MB_HD int64_t num_chunks(int64_t assignments) {
   return ceil_div(assignments, kChunk);
 }
 
-// Phase 1 for assignment `a`: its rank among the earlier assignments of its chunk to the same
-// expert (ids: the flat [T·k] expert ids).
-MB_HD int32_t chunk_rank(const int32_t* ids, int64_t a) {
-  const int64_t begin = a - a % kChunk;
+// Phase 1 for the i-th assignment of a chunk (chunk_ids: that chunk's expert ids): its rank among
+// the chunk's earlier assignments to the same expert.
+MB_HD int32_t chunk_rank(const int32_t* chunk_ids, int32_t i) {
   int32_t rank = 0;
-  for (int64_t b = begin; b < a; ++b) rank += ids[b] == ids[a];
+  for (int32_t j = 0; j < i; ++j) rank += chunk_ids[j] == chunk_ids[i];
   return rank;
 }
 
@@ -134,7 +137,8 @@ MB_HD int32_t tile_expert(const int64_t* tile_offsets, int32_t E, int64_t tile) 
   return lo;
 }
 
-// ---- activations ---------------------------------------------------------------------------------
+// ---- activations
+// ---------------------------------------------------------------------------------
 
 MB_HD float act(uint32_t kind, float x) {
   switch (kind) {

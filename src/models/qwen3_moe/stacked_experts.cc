@@ -16,7 +16,8 @@ using ExpertKeys = std::map<std::string, std::map<int64_t, std::map<std::string,
 }  // namespace
 
 StackedExpertsSource::StackedExpertsSource(const nn::StateDictSource& base) : base_(base) {
-  static const std::regex per_expert(R"(^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$)");
+  static const std::regex per_expert(
+      R"(^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$)");
   ExpertKeys groups;
   std::set<std::string> all;
   for (const std::string& key : base.keys()) {
@@ -85,8 +86,8 @@ Shape StackedExpertsSource::shape(const std::string& key) const {
   return it == stacked_.end() ? base_.shape(key) : it->second.shape;
 }
 
-Tensor StackedExpertsSource::load(const std::string& key, Device device,
-                                  std::optional<DType> dtype, Stream stream) const {
+Tensor StackedExpertsSource::load(const std::string& key, Device device, std::optional<DType> dtype,
+                                  Stream stream) const {
   auto it = stacked_.find(key);
   if (it == stacked_.end()) return base_.load(key, device, dtype, stream);
   const Stacked& s = it->second;

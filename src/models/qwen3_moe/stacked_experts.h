@@ -3,7 +3,8 @@
 //
 // The Hub's Qwen3-MoE checkpoints (and what Transformers 5.x save_pretrained writes by default,
 // save_original_format=True) store each expert as three Linear weights,
-//   <layer>.mlp.experts.<e>.gate_proj.weight [I, H], .up_proj.weight [I, H], .down_proj.weight [H, I]
+//   <layer>.mlp.experts.<e>.gate_proj.weight [I, H], .up_proj.weight [I, H], .down_proj.weight [H,
+//   I]
 // while the model (and `save_original_format=False`) holds
 //   <layer>.mlp.experts.gate_up_proj [E, 2I, H] (gate rows first) and .down_proj [E, H, I],
 // which is Transformers' own conversion (MergeModulelist then Concatenate along dim 1). This source

@@ -61,11 +61,11 @@ struct Mat {
 
 // The routing and its canonical permutation (the cuda variant's phases 1-3, chunk by chunk).
 struct Routed {
-  std::vector<int32_t> ids;         // [T·k]
-  std::vector<float> weights;       // [T·k] f32, before rounding
-  std::vector<int64_t> offsets;     // [E + 1]
-  std::vector<int64_t> position;    // [T·k] sorted row of each assignment
-  std::vector<int64_t> sorted_slot; // [T·k] assignment of each sorted row
+  std::vector<int32_t> ids;          // [T·k]
+  std::vector<float> weights;        // [T·k] f32, before rounding
+  std::vector<int64_t> offsets;      // [E + 1]
+  std::vector<int64_t> position;     // [T·k] sorted row of each assignment
+  std::vector<int64_t> sorted_slot;  // [T·k] assignment of each sorted row
 };
 
 // Phases 1-3 over the flat expert ids.
@@ -74,7 +74,7 @@ void permute(const MoeCall& c, Routed& r) {
   const int32_t E = static_cast<int32_t>(c.E);
   std::vector<int32_t> hist(static_cast<size_t>(chunks * E), 0), rank(n);
   for (int64_t a = 0; a < n; ++a) {  // phase 1
-    rank[a] = chunk_rank(r.ids.data(), a);
+    rank[a] = chunk_rank(r.ids.data() + (a - a % kChunk), static_cast<int32_t>(a % kChunk));
     ++hist[(a / kChunk) * E + r.ids[a]];
   }
   std::vector<int64_t> counts(E), tiles(E + 1);
@@ -108,8 +108,8 @@ Routed saved_routing(const MoeCall& c) {
   r.ids.assign(c.topk_ids, c.topk_ids + c.assignments());
   for (int32_t e : r.ids)
     if (e < 0 || e >= c.E)
-      fail(HK_STATUS_INVALID_ARGUMENT, "moe_mlp backward: topk_ids holds expert " +
-                                           std::to_string(e) + ", outside [0, E)");
+      fail(HK_STATUS_INVALID_ARGUMENT,
+           "moe_mlp backward: topk_ids holds expert " + std::to_string(e) + ", outside [0, E)");
   r.weights.assign(c.topk_weights, c.topk_weights + c.assignments());
   permute(c, r);
   return r;
@@ -139,9 +139,9 @@ void forward(const hk_call& call) {
 
   std::vector<float> y(static_cast<size_t>(T * H), 0.0f), h(2 * I), a(I);
   for (int64_t e = 0; e < E; ++e) {
-    const Mat wgu{static_cast<const char*>(c.gate_up_w) +
-                      e * 2 * I * H * hk::sdk::dtype_code_size(c.dtype),
-                  c.dtype, H};
+    const Mat wgu{
+        static_cast<const char*>(c.gate_up_w) + e * 2 * I * H * hk::sdk::dtype_code_size(c.dtype),
+        c.dtype, H};
     const Mat wd{static_cast<const char*>(c.down_w) + e * H * I * hk::sdk::dtype_code_size(c.dtype),
                  c.dtype, I};
     for (int64_t row = r.offsets[e]; row < r.offsets[e + 1]; ++row) {
@@ -222,7 +222,8 @@ void backward(const hk_call& call) {
   for (int64_t t = 0; t < T; ++t) {
     float m = -INFINITY, sum = 0.0f;
     for (int64_t e = 0; e < E; ++e) m = std::fmax(m, load(c.router_logits, c.dtype, t * E + e));
-    for (int64_t e = 0; e < E; ++e) sum += (p[e] = std::exp(load(c.router_logits, c.dtype, t * E + e) - m));
+    for (int64_t e = 0; e < E; ++e)
+      sum += (p[e] = std::exp(load(c.router_logits, c.dtype, t * E + e) - m));
     for (int64_t e = 0; e < E; ++e) p[e] /= sum;
     std::fill(dp.begin(), dp.end(), 0.0f);
     const int32_t* id = &r.ids[t * k];
