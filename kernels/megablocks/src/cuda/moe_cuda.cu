@@ -376,13 +376,12 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const ForwardBuffers<T> b = carve_forward<T>(w, c);
   const Groups experts{b.perm.offsets, b.perm.tile_offsets, static_cast<int32_t>(c.E)};
   const Groups one{b.perm.one_group, b.perm.one_group_tiles, 1};
-  const T* x = static_cast<const T*>(c.x);
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
   const int64_t tiles = ceil_div(c.T, 256);
 
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, b.perm.one_group, b.perm.one_group_tiles);
   MGroupedParams<T> router;
-  router.a = {x, c.H, 0, nullptr};
+  router.a = {static_cast<const T*>(c.x), c.H, 0, nullptr};
   router.b = {static_cast<const T*>(c.router_w), c.H, 0, nullptr};
   router.n = c.E;
   router.k = c.H;
@@ -395,7 +394,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   permute(c, b.ids, b.weights, b.perm, stream);
 
   MGroupedParams<T> up;
-  up.a = {x, c.H, 0, b.perm.sorted_token};
+  up.a = {static_cast<const T*>(c.x), c.H, 0, b.perm.sorted_token};
   up.b = {static_cast<const T*>(c.gate_up_w), c.H, 2 * c.I * c.H, nullptr};
   up.n = c.I;
   up.k = c.H;
@@ -428,8 +427,6 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const Permutation& perm = b.perm;
   const Groups experts{perm.offsets, perm.tile_offsets, static_cast<int32_t>(c.E)};
   const Groups one{perm.one_group, perm.one_group_tiles, 1};
-  const T* x = static_cast<const T*>(c.x);
-  const T* dy = static_cast<const T*>(c.dy);
   const int64_t n = c.assignments(), Ep = padded_experts(c.E);
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
@@ -437,7 +434,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
 
   // d(act)/w = dy[token] · down_w (down_w [H, I] is [K, N]) + the SwiGLU backward.
   MGroupedParams<T> dact;
-  dact.a = {dy, c.H, 0, perm.sorted_token};
+  dact.a = {static_cast<const T*>(c.dy), c.H, 0, perm.sorted_token};
   dact.b = {static_cast<const T*>(c.down_w), c.I, c.H * c.I, nullptr};
   dact.n = c.I;
   dact.k = c.H;
@@ -472,7 +469,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   if (c.drouter_w) {
     KGroupedParams<T> dwr;
     dwr.a = {b.dlogits, Ep, 0, nullptr};
-    dwr.b = {x, c.H, 0, nullptr};
+    dwr.b = {static_cast<const T*>(c.x), c.H, 0, nullptr};
     dwr.m = Ep;
     dwr.m_store = c.E;
     dwr.n = c.H;
@@ -499,7 +496,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
 
   if (c.ddown_w) {  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
     KGroupedParams<T> dd;
-    dd.a = {dy, c.H, 0, perm.sorted_token};
+    dd.a = {static_cast<const T*>(c.dy), c.H, 0, perm.sorted_token};
     dd.b = {b.act_weighted, c.I, 0, nullptr};
     dd.m = dd.m_store = c.H;
     dd.n = c.I;
@@ -511,7 +508,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   if (c.dgate_up_w) {  // Σ_rows d(gate ‖ up)ᵀ ⊗ x[token]  →  [2I, H] per expert
     KGroupedParams<T> dg;
     dg.a = {b.dgate_up, 2 * c.I, 0, nullptr};
-    dg.b = {x, c.H, 0, perm.sorted_token};
+    dg.b = {static_cast<const T*>(c.x), c.H, 0, perm.sorted_token};
     dg.m = dg.m_store = 2 * c.I;
     dg.n = c.H;
     dg.groups = experts;
