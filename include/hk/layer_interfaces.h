@@ -131,14 +131,22 @@ struct LinearAttrs {
 // forward   inputs:  q [B, S, Hq, D], k [B, T, Hkv, D], v [B, T, Hkv, D] (Hq % Hkv == 0),
 //                    key_start [B] i32 (optional: keys before it are masked — left padding)
 //           outputs: out [B, S, Hq, D], lse [B, Hq, S] f32 (optional; saved for backward)
-//   causal: query i (of S) sees keys ≤ T − S + i. A fully masked row gives zeros.
+//   scores = scale·q·kᵀ, then softcap·tanh(scores/softcap) when softcap > 0, softmax in f32.
+//   causal: query i (of S) sees keys ≤ T − S + i (aligned bottom-right, as flash-attn ≥ 2.1).
+//   window_left ≥ 0: query i also sees no key < T − S + i − window_left (sliding window).
+//   A fully masked row gives zeros and lse = +∞ (so its backward contributes nothing).
+//   lse = log Σ exp(scores) over the visible keys, natural log, f32.
 // backward  inputs:  dout, q, k, v, out, lse, key_start (optional)
-//           outputs: dq, dk, dv (dk/dv summed over each kv group)
+//           outputs: dq, dk, dv (dk/dv summed over each kv group; written, never accumulated)
+//   kAttentionDeterministic asks for a backward whose result does not depend on scheduling
+//   (no floating-point atomics); kernels that cannot give one return HK_STATUS_UNSUPPORTED.
+inline constexpr uint32_t kAttentionDeterministic = 1u;
 struct AttentionAttrs {
   float scale = 0.0f;  // 0 → 1/sqrt(D)
   uint32_t causal = 1;
   float softcap = 0.0f;      // 0 = none; else scores = softcap·tanh(scores/softcap)
   int32_t window_left = -1;  // sliding window: keys more than this far left are masked; -1 = ∞
+  uint32_t flags = 0;        // kAttentionDeterministic
 };
 
 // ---- cross_entropy@1 (Liger cross_entropy) ------------------------------------------------------
@@ -209,6 +217,38 @@ struct CausalLmLossAttrs {
 struct RmsNormMlpAttrs {
   float eps = 1e-6f;
   uint32_t activation = kActivationSiLU;
+};
+
+// ---- attention_varlen@1 (function flash_attn_varlen_func: packed sequences) -------------------
+// forward   inputs:  q [Sq, Hq, D], k [Sk, Hkv, D], v [Sk, Hkv, D] (sequences packed back to back),
+//                    cu_seqlens_q [B + 1] i32, cu_seqlens_k [B + 1] i32 (on the device: sequence b
+//                    is rows [cu[b], cu[b+1]); cu[0] = 0)
+//           outputs: out [Sq, Hq, D], lse [Hq, Sq] f32 (optional; saved for backward)
+//   Each sequence b is attention@1 over its own rows (S_b queries, T_b keys, causal aligned
+//   bottom-right within the sequence); no query sees another sequence's keys. max_seqlen_q/_k
+//   bound S_b and T_b (they size the launch, so the host never reads cu_seqlens: capture-safe).
+// backward  inputs:  dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k
+//           outputs: dq, dk, dv
+struct AttentionVarlenAttrs {
+  AttentionAttrs base;
+  int32_t max_seqlen_q = 0;
+  int32_t max_seqlen_k = 0;
+};
+
+// ---- attention_kvcache@1 (function flash_attn_with_kvcache: decode over a KV cache) -----------
+// forward   inputs:  q [B, S, Hq, D], k_cache [B, Tc, Hkv, D], v_cache [B, Tc, Hkv, D],
+//                    cache_seqlens [B] i32 (valid cached positions of each row before this call),
+//                    k_new [B, S, Hkv, D] (optional), v_new [B, S, Hkv, D] (optional, with k_new),
+//                    key_start [B] i32 (optional: left padding, keys before it are masked)
+//           outputs: out [B, S, Hq, D], lse [B, Hq, S] f32 (optional)
+//   When k_new/v_new are given they are first written in place into the caches at positions
+//   [cache_seqlens[b], cache_seqlens[b] + S) (the caller keeps cache_seqlens + S ≤ Tc); the
+//   query rows then attend over keys [key_start[b], cache_seqlens[b] + S_new) of the cache with
+//   attention@1's mask (S_new = S with new keys, 0 without), the queries being the last S
+//   positions. cache_seqlens is not advanced (the caller owns it). Kernels split the keys over
+//   several blocks when B·Hkv is too small to fill the device. No backward (inference).
+struct AttentionKvcacheAttrs {
+  AttentionAttrs base;
 };
 
 // ---- moe_mlp@1 (layer MoeMLP: sparse mixture of experts behind a softmax top-k router) ----------

@@ -37,6 +37,12 @@ const std::vector<InterfaceInfo>& known_interfaces() {
          sizeof(RmsNormMlpAttrs)},
         {"causal_lm_loss", 1, "ForCausalLMLoss", "logits, labels", "loss", "dloss, logits, labels",
          "dlogits", sizeof(CausalLmLossAttrs)},
+        {"attention_varlen", 1, "attention_varlen", "q, k, v, cu_seqlens_q, cu_seqlens_k",
+         "out, lse?", "dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k", "dq, dk, dv",
+         sizeof(AttentionVarlenAttrs)},
+        {"attention_kvcache", 1, "attention_kvcache",
+         "q, k_cache, v_cache, cache_seqlens, k_new?, v_new?, key_start?", "out, lse?", "", "",
+         sizeof(AttentionKvcacheAttrs)},
         {"moe_mlp", 1, "MoeMLP", "x, router_w, gate_up_w, down_w",
          "y, router_logits?, topk_ids?, topk_weights?, gate_up?",
          "dy, x, router_w, gate_up_w, down_w, router_logits, topk_ids, topk_weights, gate_up, "

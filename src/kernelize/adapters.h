@@ -12,17 +12,23 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "hk/attention_functions.h"
 #include "hk/kernel_loader.h"
 #include "hk/layers.h"
 #include "hk/mode.h"
 
 namespace hk::kernel_binding {
 
+// Calls one pass of `fn` (forward, or backward when `backward`) with a workspace from the caching
+// allocator on `stream` when the entry asks for one (adapters and attention bindings share it).
+void call_kernel_pass(const KernelFunction& fn, bool backward,
+                      const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                      const void* attrs, size_t attrs_size, Stream stream);
+
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
 // "ForCausalLMLoss", "MoeMLP" — in moe_adapter.cc); attention goes through attention functions
-// instead.
+// instead (kernelize/attention_binding.h).
 bool has_adapter(const std::string& layer);
 // True when `entry` can serve `layer`: its interface's layer is `layer`, or `layer` is
 // ForCausalLMLoss and the entry is a fused_linear_cross_entropy@1 (the fused lm_head + loss).
@@ -53,7 +59,5 @@ struct FusedPair {
 };
 FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
                                   const std::string& display_name, std::vector<Tensor> params);
-// An attention function (hk/attention_functions.h signature) calling an attention@1 entry.
-nn::AttentionFunction make_attention_function(KernelFunction fn);
 
 }  // namespace hk::kernel_binding

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -25,6 +26,7 @@
 #include "hk/layers.h"
 #include "hk/module.h"
 #include "kernelize/adapters.h"
+#include "kernelize/attention_binding.h"
 #include "kernelize/mapping.h"
 
 namespace hk {
@@ -187,7 +189,15 @@ std::string display_name(const hub::Resolution& res, const KernelEntryInfo& entr
 }
 
 // attn_implementation: built-in names, flash_attention_N → hub repos, or a hub id.
-void bind_attention(nn::Module& root, const KernelizeOptions& options, Binder& binder,
+//
+// Every name here is the user's explicit request, so: an untrusted repo without
+// allow_all_kernels, a repo or pinned version the hub does not have, or a bad spec is an error;
+// a kernel that exists but cannot serve this device, dtype or mode (no variant for the CUDA /
+// capability, no entry for the layer, no backward for training) falls back to the built-in
+// fused attention ("sdpa"), with the reason in the report and a warning on stderr. A bound hub
+// entry also serves packed sequences when its library has an attention_varlen@1 entry, and gets
+// a training form (hk/attention_functions.h) when it has a backward.
+void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options, Binder& binder,
                     KernelizeReport& report) {
   std::vector<std::pair<std::string, nn::Attention*>> layers;
   for (auto& [path, module] : root.named_modules())
@@ -197,46 +207,71 @@ void bind_attention(nn::Module& root, const KernelizeOptions& options, Binder& b
   std::string name = options.attn_implementation.empty() ? "eager" : options.attn_implementation;
   std::string reason;
   std::string kernel, revision, variant;
-  if (name == "eager" || name == "sdpa") {
-    reason = "attn_implementation=" + name + ": built-in attention";
+  auto fall_back = [&](const std::string& why) {
+    reason = "attn_implementation=" + name + " cannot be used on " + report.device + ": " + why +
+             "; using the built-in fused attention (sdpa)";
+    std::cerr << "hk: warning: " << reason << "\n";
+    name = "sdpa";
+  };
+  if (name == "eager") {
+    reason = "attn_implementation=eager: built-in attention";
+  } else if (name == "sdpa") {
+    reason = std::string("attn_implementation=sdpa: built-in fused attention (") +
+             (options.device.is_cuda() ? "hk's flash kernels" : "blocked online softmax") + ")";
   } else {
     std::string spec = name;
     if (name == "flash_attention_2" || name == "flash_attention_3" || name == "flash_attention_4") {
-      // hk has no built-in flash attention for any device: use the hub kernel, as Transformers
+      // hk has no flash attention outside its hub repos: use the hub kernel, as Transformers
       // does when the compiled package is absent.
       spec = "kernels-community/flash-attn" + name.substr(name.size() - 1);
     }
     const hub::KernelSpec parsed = hub::KernelSpec::parse(spec);
-    if (parsed.kind == hub::KernelSpec::Kind::Hub && !binder.hub().is_trusted(parsed.repo()) &&
-        !options.allow_all_kernels)
+    const bool from_hub = parsed.kind == hub::KernelSpec::Kind::Hub;
+    if (from_hub && !binder.hub().is_trusted(parsed.repo()) && !options.allow_all_kernels)
       throw InvalidArgument("attn_implementation " + name + ": repo " + parsed.repo() +
                             " is outside the trusted orgs, and loading a kernel runs its code on "
                             "this machine; pass allow_all_kernels=true (--allow-all-kernels) if "
                             "you trust it");
-    if (parsed.kind == hub::KernelSpec::Kind::Hub && !hub_kernels_enabled()) {
-      name = "eager";
-      reason = "USE_HUB_KERNELS disables hub kernels: attn_implementation " + spec +
-               " replaced by built-in eager attention";
+    if (from_hub && !hub_kernels_enabled()) {
+      fall_back("USE_HUB_KERNELS disables hub kernels");
     } else {
+      if (from_hub && !binder.hub().config().local_kernels.count(parsed.repo())) {
+        // the repo and any pinned version must exist (NotFound lists what does)
+        hub::ResolveOptions pin;
+        pin.revision = parsed.revision;
+        pin.trust_remote_code = options.allow_all_kernels;
+        binder.hub().resolve_commit(parsed.repo(), pin, parsed.version_range);
+      }
       MappedKernel mk{spec, {}};
       const LoadOutcome& outcome =
           binder.load(mk, /*explicit_request=*/true, options.allow_all_kernels);
-      if (!outcome.library)
-        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
-                       ": " + outcome.failure);
       std::string why;
       const KernelEntryInfo* entry =
-          binder.pick_entry(*outcome.library, parsed.entry, "attention", why);
-      if (!entry)
-        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
-                       ": " + why);
-      kernel = display_name(outcome.resolution, *entry);
-      revision = outcome.resolution.commit;
-      variant = outcome.resolution.variant;
-      nn::register_attention_function(
-          spec, kernel_binding::make_attention_function(outcome.library->function(entry->name)));
-      reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ")";
-      name = spec;
+          outcome.library ? binder.pick_entry(*outcome.library, parsed.entry, "attention", why)
+                          : nullptr;
+      if (!outcome.library) {
+        fall_back(outcome.failure);
+      } else if (!entry) {
+        fall_back(why);
+      } else {
+        kernel = display_name(outcome.resolution, *entry);
+        revision = outcome.resolution.commit;
+        variant = outcome.resolution.variant;
+        kernel_binding::AttentionKernels fns;
+        fns.attention = outcome.library->function(entry->name);
+        for (const auto& e : outcome.library->entries())
+          if (e.interface == "attention_varlen" && e.device == entry->device) {
+            fns.varlen = outcome.library->function(e.name);
+            break;
+          }
+        nn::register_attention_function(spec, kernel_binding::make_attention_function(fns));
+        if (entry->has_backward)
+          nn::register_attention_training(spec, kernel_binding::make_attention_training(fns));
+        reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ", version " +
+                 outcome.library->version() + (fns.varlen.valid() ? ", with varlen" : "") + ", " +
+                 mode_name(mode) + ")";
+        name = spec;
+      }
     }
   }
   for (auto& [path, attn] : layers) {
@@ -450,7 +485,7 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
     }
     report.layers.push_back(std::move(d));
   }
-  bind_attention(root, options, binder, report);
+  bind_attention(root, mode, options, binder, report);
   return report;
 }
 

@@ -9,6 +9,8 @@
 // has one). x and dy are made contiguous [rows, H] first; the interface wants dense rows.
 #include "kernelize/moe_adapter.h"
 
+#include "kernelize/adapters.h"
+
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
 #include "hk/ops.h"
@@ -111,7 +113,6 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
   static std::vector<TensorView> inputs(const nn::MoeMLP& layer, const Tensor& x2) {
     return {x2, layer.gate->weight(), layer.experts->gate_up_proj(), layer.experts->down_proj()};
   }
-  // One pass of the entry, with a workspace from the caching allocator when it asks for one.
   void run(bool backward, const std::vector<TensorView>& in, const std::vector<TensorView>& out,
            const nn::MoeMLP& layer, Stream stream, uint32_t flags = 0) const {
     MoeMlpAttrs attrs;
@@ -119,19 +120,7 @@ class MoeMLPAdapter final : public nn::MoeMLPImpl {
     attrs.norm_topk_prob = layer.norm_topk_prob() ? 1u : 0u;
     attrs.activation = activation_code(layer);
     attrs.flags = flags;
-    KernelCallOptions options;
-    options.stream = stream;
-    Tensor workspace;
-    if (const size_t bytes = fn_.workspace_size(backward, in, out, &attrs, sizeof attrs)) {
-      workspace =
-          Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, in.front().device, stream);
-      options.workspace = workspace.view().ptr();
-      options.workspace_size = bytes;
-    }
-    if (backward)
-      fn_.backward(in, out, attrs, options);
-    else
-      fn_.forward(in, out, attrs, options);
+    call_kernel_pass(fn_, backward, in, out, &attrs, sizeof attrs, stream);
   }
 
   std::string name_;
