@@ -318,3 +318,51 @@ INSTANTIATE_TEST_SUITE_P(Cases, MoeBlockGolden,
 
 }  // namespace
 }  // namespace hk
+
+namespace hk {
+namespace {
+
+// The default mapping (use_kernels) for MoeMLP: kernels-community/megablocks on cuda; rocm and xpu
+// are routed to it too and fall back with the hub's reason (no build for them). Kernelize only
+// resolves here: nothing runs on those devices.
+TEST(MoeDefaultMapping, RoutesMoeMLPOnCudaRocmAndXpu) {
+  unsetenv("USE_HUB_KERNELS");
+  const fs::path cache = fs::temp_directory_path() / ("hk-moe-map-" + std::to_string(getpid()));
+  CausalLM model = AutoModelForCausalLM::from_pretrained(testing::model_fixture("qwen3-moe-tiny"));
+  auto decide = [&](Device device) {
+    KernelizeOptions o;
+    o.device = device;
+    o.dtype = DType::BF16;
+    o.use_kernels = true;
+    o.hub = testing::local_hub(testing::build_dir() / "hub", cache);
+    KernelizeReport r = kernelize(model.module(), Mode::Inference, o);
+    const LayerDecision d = *r.find("model.layers.0.mlp");
+    for (auto& [path, m] : model.module().named_modules()) m->reset_impl();
+    return d;
+  };
+  const LayerDecision cpu = decide(Device::cpu());
+  EXPECT_EQ(cpu.kernel, "");  // no cpu row: the built-in block (OpenBLAS per expert) is faster
+  EXPECT_NE(cpu.reason.find("no kernel mapped for MoeMLP on cpu"), std::string::npos) << cpu.reason;
+  const LayerDecision xpu = decide(Device{DeviceType::XPU, 0, 0});
+  EXPECT_EQ(xpu.kernel, "");
+  EXPECT_NE(xpu.reason.find("kernels-community/megablocks unusable"), std::string::npos)
+      << xpu.reason;
+  setenv("HK_DEVICE_BACKEND", "rocm", 1);  // ROCm reports itself as cuda
+  const LayerDecision rocm = decide(Device{DeviceType::CUDA, 0, 90});
+  unsetenv("HK_DEVICE_BACKEND");
+  EXPECT_EQ(rocm.kernel, "");
+  EXPECT_NE(rocm.reason.find("kernels-community/megablocks unusable"), std::string::npos)
+      << rocm.reason;
+  const LayerDecision cuda = decide(Device{DeviceType::CUDA, 0, 90});
+  if (fs::exists(testing::build_dir() / "hub" / "kernels-community" / "megablocks") &&
+      cuda.reason.find("CUDA runtime") == std::string::npos) {
+    EXPECT_EQ(cuda.kernel, "kernels-community/megablocks:MegaBlocksMoeMLP") << cuda.reason;
+    EXPECT_EQ(cuda.variant.find("hk1-cu"), 0u) << cuda.variant;
+  }
+  RecordProperty("xpu_reason", xpu.reason);
+  RecordProperty("rocm_reason", rocm.reason);
+  fs::remove_all(cache);
+}
+
+}  // namespace
+}  // namespace hk

@@ -106,7 +106,8 @@ TEST(MoeRouting, TopKOrderTiesRenormalisationAndGrouping) {
   EXPECT_EQ(r.offsets, (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(r.sorted_token, (std::vector<int64_t>{0, 1, 0, 1}));
   EXPECT_EQ(r.sorted_slot, (std::vector<int64_t>{0, 3, 1, 2}));
-  for (size_t a = 0; a < r.position.size(); ++a) EXPECT_EQ(r.sorted_slot[r.position[a]], int64_t(a));
+  for (size_t a = 0; a < r.position.size(); ++a)
+    EXPECT_EQ(r.sorted_slot[r.position[a]], int64_t(a));
   nn::moe::Routing plain = nn::moe::route(logits, 2, 4, 2, /*norm=*/false, false);
   EXPECT_NEAR(plain.weights[0], plain.probs[0], 1e-15);  // without renormalisation: p itself
 }
@@ -142,8 +143,8 @@ TEST_P(BlockFd, EveryGradientMatchesFiniteDifferences) {
   check_fd(block.gate->slot("weight").value, block.gate->slot("weight").grad, objective, "router");
   check_fd(block.experts->slot("gate_up_proj").value, block.experts->slot("gate_up_proj").grad,
            objective, "gate_up_proj");
-  check_fd(block.experts->slot("down_proj").value, block.experts->slot("down_proj").grad,
-           objective, "down_proj");
+  check_fd(block.experts->slot("down_proj").value, block.experts->slot("down_proj").grad, objective,
+           "down_proj");
 
   // A second backward adds into every gradient.
   const std::vector<double> g1 = block.experts->slot("down_proj").grad.to_doubles();
@@ -209,9 +210,10 @@ TEST(MoeAuxLoss, ValueAndGradientMatchTheFormulaAndFiniteDifferences) {
   EXPECT_NEAR(lb.value, E * want, 1e-12);
   // The gradient (top-k choices held fixed, as autograd holds them) by finite differences.
   for (size_t l = 0; l < logits.size(); ++l)
-    check_fd(logits[l], lb.grads[l],
-             [&] { return scale * nn::load_balancing_loss(logits, k, pad, S, 1.0).value; },
-             "layer " + std::to_string(l));
+    check_fd(
+        logits[l], lb.grads[l],
+        [&] { return scale * nn::load_balancing_loss(logits, k, pad, S, 1.0).value; },
+        "layer " + std::to_string(l));
 }
 
 // ---- per-expert checkpoints --------------------------------------------------------------------
@@ -245,7 +247,8 @@ TEST(StackedExperts, StacksGateThenUpAndPassesTheRestThrough) {
               m[p + "up_proj.weight"].to_doubles());
   }
   size_t per_expert_keys = 0;
-  for (const std::string& k : s.keys()) per_expert_keys += k.find(".experts.0.") != std::string::npos;
+  for (const std::string& k : s.keys())
+    per_expert_keys += k.find(".experts.0.") != std::string::npos;
   EXPECT_EQ(per_expert_keys, 0u);
 }
 
