@@ -210,10 +210,16 @@ int main(int argc, char** argv) {
       fn.forward(in, train_out, attrs, o);
       fn.backward(bin, bout, attrs, o);
     };
-    record("hk megablocks", T, "forward", median_ms(forward, stream, reps), fwd_flops,
-           graph_ms(forward, stream, reps));
-    record("hk megablocks", T, "forward+backward", median_ms(train, stream, reps), 3 * fwd_flops,
-           graph_ms(train, stream, reps));
+    // Both tile configs of the expert GEMMs (MEGABLOCKS_GEMM_TILE; the library reads it per call).
+    for (const char* tile : {"128x128", "128x256"}) {
+      setenv("MEGABLOCKS_GEMM_TILE", tile, 1);
+      const std::string name = std::string("hk megablocks") + (tile[4] == '1' ? "" : " 128x256");
+      record(name, T, "forward", median_ms(forward, stream, reps), fwd_flops,
+             graph_ms(forward, stream, reps));
+      record(name, T, "forward+backward", median_ms(train, stream, reps), 3 * fwd_flops,
+             graph_ms(train, stream, reps));
+    }
+    unsetenv("MEGABLOCKS_GEMM_TILE");
 
     // The built-in block (reference; syncs the host for the routing).
     {

@@ -31,12 +31,13 @@ def main():
     tokens = sorted({k[1] for k in rows})
     lines = [f"MoE block at Qwen3-30B-A3B shapes (H 2048, 128 experts, top-8, I 768), bf16, "
              f"{hk.get('gpu', '?')}; TFLOP/s on routed tokens",
-             f"{'tokens':>6} {'pass':<17} {'hk ms':>8} {'graph':>8} {'TF/s':>6} {'dense':>6} "
+             f"{'tiles':>7} {'tokens':>6} {'pass':<17} {'hk ms':>8} {'graph':>8} {'TF/s':>6} {'dense':>6} "
              f"{'%dense':>6} {'eager ms':>9} {'x eager':>8} {'gmm ms':>8} {'x gmm':>6}"]
     verdicts = []
     for t in tokens:
-        for p in ("forward", "forward+backward"):
-            mb = rows.get(("hk megablocks", t, p))
+        for name, p in [(n, p) for p in ("forward", "forward+backward")
+                        for n in ("hk megablocks", "hk megablocks 128x256")]:
+            mb = rows.get((name, t, p))
             if not mb:
                 continue
             dense = rows.get(("cuBLAS dense bf16", t, p))
@@ -47,14 +48,16 @@ def main():
             xe = eager["ms"] / mb["ms"] if eager else None
             xg = gmm["ms"] / mb["ms"] if gmm else None
             fmt = lambda v, f: (f % v) if v is not None else "-"  # noqa: E731
-            lines.append(f"{t:>6} {p:<17} {mb['ms']:8.3f} {fmt(mb.get('graph_ms'), '%8.3f'):>8} "
+            tiles = "128x256" if name.endswith("128x256") else "128x128"
+            lines.append(f"{tiles:>7} {t:>6} {p:<17} {mb['ms']:8.3f} {fmt(mb.get('graph_ms'), '%8.3f'):>8} "
                          f"{tf:6.0f} {fmt(dense and dense['tflops'], '%6.0f'):>6} "
                          f"{fmt(frac and 100 * frac, '%5.0f%%'):>6} "
                          f"{fmt(eager and eager['ms'], '%9.2f'):>9} {fmt(xe, '%7.1fx'):>8} "
                          f"{fmt(gmm and gmm['ms'], '%8.2f'):>8} {fmt(xg, '%5.1fx'):>6}")
             if t == 16384 and p == "forward+backward":
-                verdicts.append(("forward+backward >= 10x Transformers eager", xe, xe is not None and xe >= 10))
-                verdicts.append(("forward+backward >= 60% of dense bf16 GEMM", frac,
+                verdicts.append((f"{tiles} forward+backward >= 10x Transformers eager", xe,
+                                 xe is not None and xe >= 10))
+                verdicts.append((f"{tiles} forward+backward >= 60% of dense bf16 GEMM", frac,
                                  frac is not None and frac >= 0.6))
     for name, value, ok in verdicts:
         v = "-" if value is None else (f"{value:.1f}x" if "eager" in name else f"{100 * value:.0f}%")

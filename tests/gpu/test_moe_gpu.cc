@@ -1,8 +1,8 @@
 // Qwen3-MoE and kernels-community/megablocks on CUDA (label gpu; scripts/gpu-test --moe):
-//  - the cuda variant against the cpu variant on the same bf16 inputs (uneven routings, shapes
-//    across every tile edge): router logits, top-k ids and weights, the expert-sorted gate_up
-//    pre-activations bit for bit (inputs that make those GEMMs exact), y, dx and every weight
-//    gradient at bf16 precision;
+//  - the cuda variant (both expert-GEMM tile configs, MEGABLOCKS_GEMM_TILE) against the cpu
+//    variant on the same bf16 inputs (uneven routings, shapes across every tile edge): router
+//    logits, top-k ids and weights, the expert-sorted gate_up pre-activations bit for bit (inputs
+//    that make those GEMMs exact), y, dx and every weight gradient at bf16 precision;
 //  - at Qwen3-30B-A3B block shapes (H 2048, 128 experts, top-8, I 768) against hk's built-in MoE
 //    block on CUDA (cuBLAS per expert);
 //  - capture: the forward and backward recorded into a CUDA graph replay bit for bit; two
@@ -181,21 +181,24 @@ const Problem kProblems[] = {
 };
 
 TEST_F(MoeGpu, CudaVariantMatchesTheCpuVariant) {
-  for (const Problem& s : kProblems) {
-    SCOPED_TRACE(s.name);
-    const Block b = make_block(s, 11);
-    auto cpu = make_module(b, Device::cpu(), DType::BF16);
-    auto gpu = make_module(b, Device::cuda(0), DType::BF16);
-    bind_megablocks(*cpu, Device::cpu(), DType::BF16, Mode::Training);
-    bind_megablocks(*gpu, Device::cuda(0), DType::BF16, Mode::Training);
-    const Outcome want = run(*cpu, b, Device::cpu(), DType::BF16, true);
-    const Outcome got = run(*gpu, b, Device::cuda(0), DType::BF16, true);
-    EXPECT_EQ(got.logits, want.logits) << "router logits";
-    EXPECT_EQ(got.ids, want.ids) << "top-k ids";
-    EXPECT_EQ(got.weights, want.weights) << "top-k weights";
-    EXPECT_EQ(got.gate_up, want.gate_up) << "gate_up pre-activations, expert order";
-    expect_close(got, want, 1e-2, "cuda vs cpu variant");
-  }
+  for (const char* tile : {"128x128", "128x256"})  // MEGABLOCKS_GEMM_TILE: both tile configs
+    for (const Problem& s : kProblems) {
+      setenv("MEGABLOCKS_GEMM_TILE", tile, 1);
+      SCOPED_TRACE(std::string(s.name) + ", tiles " + tile);
+      const Block b = make_block(s, 11);
+      auto cpu = make_module(b, Device::cpu(), DType::BF16);
+      auto gpu = make_module(b, Device::cuda(0), DType::BF16);
+      bind_megablocks(*cpu, Device::cpu(), DType::BF16, Mode::Training);
+      bind_megablocks(*gpu, Device::cuda(0), DType::BF16, Mode::Training);
+      const Outcome want = run(*cpu, b, Device::cpu(), DType::BF16, true);
+      const Outcome got = run(*gpu, b, Device::cuda(0), DType::BF16, true);
+      EXPECT_EQ(got.logits, want.logits) << "router logits";
+      EXPECT_EQ(got.ids, want.ids) << "top-k ids";
+      EXPECT_EQ(got.weights, want.weights) << "top-k weights";
+      EXPECT_EQ(got.gate_up, want.gate_up) << "gate_up pre-activations, expert order";
+      expect_close(got, want, 1e-2, "cuda vs cpu variant");
+      unsetenv("MEGABLOCKS_GEMM_TILE");
+    }
 }
 
 // Qwen3-30B-A3B's MoE block (H 2048, E 128, top-8, I 768), megablocks against the built-in block

@@ -130,11 +130,16 @@ struct Outputs {
   std::vector<float> weights;
 };
 
-class EmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, int32_t>> {
+// (case, dtype, N extent of the expert GEMM tiles: 128, or 256 via MEGABLOCKS_GEMM_TILE)
+class EmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, int32_t, int>> {
  protected:
   void SetUp() override {
     const Case& c = std::get<0>(GetParam());
     dtype_ = std::get<1>(GetParam());
+    if (std::get<2>(GetParam()) == 256)
+      setenv("MEGABLOCKS_GEMM_TILE", "128x256", 1);
+    else
+      unsetenv("MEGABLOCKS_GEMM_TILE");
     std::mt19937 rng(1234);
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     std::vector<float> x(c.T * c.H), wr(c.E * c.H), wgu(c.E * 2 * c.I * c.H), wd(c.E * c.H * c.I),
@@ -237,6 +242,7 @@ class EmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, int32_t>> 
   int32_t dtype_ = HK_DTYPE_BF16;
   std::unique_ptr<Buf> x_, wr_, wgu_, wd_, dy_;
   std::vector<float> drouter_;
+  void TearDown() override { unsetenv("MEGABLOCKS_GEMM_TILE"); }
 };
 
 TEST_P(EmulatedCuda, MatchesTheCpuVariant) {
@@ -268,13 +274,23 @@ TEST_P(EmulatedCuda, MatchesTheCpuVariant) {
   }
 }
 
+std::string case_name(const ::testing::TestParamInfo<std::tuple<Case, int32_t, int>>& info) {
+  return std::string(std::get<0>(info.param).name) +
+         (std::get<1>(info.param) == HK_DTYPE_BF16 ? "_bf16" : "_f16") +
+         (std::get<2>(info.param) == 256 ? "_tile256" : "");
+}
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCuda,
                          ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(HK_DTYPE_BF16, HK_DTYPE_F16)),
-                         [](const auto& info) {
-                           return std::string(std::get<0>(info.param).name) +
-                                  (std::get<1>(info.param) == HK_DTYPE_BF16 ? "_bf16" : "_f16");
-                         });
+                                            ::testing::Values(HK_DTYPE_BF16, HK_DTYPE_F16),
+                                            ::testing::Values(128)),
+                         case_name);
+// The 128×256 tiles (64×64 warp tiles) on the cases that cross tile edges, in bf16.
+const Case kWideTileCases[] = {kCases[0], kCases[1], kCases[3], kCases[5]};
+INSTANTIATE_TEST_SUITE_P(WideTiles, EmulatedCuda,
+                         ::testing::Combine(::testing::ValuesIn(kWideTileCases),
+                                            ::testing::Values(HK_DTYPE_BF16),
+                                            ::testing::Values(256)),
+                         case_name);
 
 // The device permutation's phases (routing.h), run on the host, against a stable sort.
 TEST(MegablocksPermutation, ChunkedCountingSortIsTheStableSortByExpert) {

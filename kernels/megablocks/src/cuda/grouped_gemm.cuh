@@ -40,11 +40,21 @@ using hk::sdk::cuda::from_f32;
 using hk::sdk::cuda::round_as;
 using hk::sdk::cuda::to_f32;
 
-inline constexpr int kBM = 128, kBN = 128, kBK = 32, kStages = 4, kThreads = 256;
-inline constexpr int kWarpsN = 4, kWTM = 64, kWTN = 32, kMFrag = 4, kNFrag = 4;
+inline constexpr int kBM = 128, kBK = 32, kStages = 4, kThreads = 256;
+inline constexpr int kWarpsN = 4, kWTM = 64, kMFrag = 4;
 inline constexpr int kPad = 8;
-// The SwiGLU GEMM covers 64 intermediate columns per 128-wide tile (gate and up of each).
-inline constexpr int kSwigluCols = kBN / 2;
+
+// The N extent of a tile: 128 (warp tiles 64×32; 2 blocks per SM) or 256 (64×64 warp tiles: more
+// MMAs per fragment load, 1 block per SM). The SwiGLU GEMM covers BN/2 intermediate columns per
+// tile (gate and up of each).
+template <int BN>
+struct TileN {
+  static constexpr int kBN = BN;
+  static constexpr int kWTN = BN / kWarpsN;
+  static constexpr int kNFrag = kWTN / 8;
+  static constexpr int kSwigluCols = BN / 2;
+  static constexpr int kMinBlocks = BN == 128 ? 2 : 1;
+};
 
 enum class Major { K, MN };
 
@@ -56,9 +66,9 @@ struct Smem {
   __device__ static int at(int mn, int k) { return L == Major::K ? mn * kLd + k : k * kLd + mn; }
 };
 
-template <Major LA, Major LB>
+template <Major LA, Major LB, int BN>
 constexpr int smem_bytes() {
-  return kStages * (Smem<LA, kBM>::kElems + Smem<LB, kBN>::kElems) * 2;
+  return kStages * (Smem<LA, kBM>::kElems + Smem<LB, BN>::kElems) * 2;
 }
 
 // Two adjacent elements as one 32-bit store (col even, row stride even) or two scalar ones.
@@ -118,14 +128,15 @@ struct EpiArgs {
 // ------------------------------------------------------------------------ Accumulates A[m0..,
 // k-range] · op(B)[.., n0..] of one tile into acc. `load(stage, kt)` issues the cp.async copies of
 // k-tile kt into `stage`.
-template <class T, Major LA, Major LB, class Load>
+template <class T, Major LA, Major LB, int BN, class Load>
 __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& load,
-                                          float (&acc)[kMFrag][kNFrag][4]) {
+                                          float (&acc)[kMFrag][TileN<BN>::kNFrag][4]) {
   using SA = Smem<LA, kBM>;
-  using SB = Smem<LB, kBN>;
+  using SB = Smem<LB, BN>;
+  constexpr int kNFrag = TileN<BN>::kNFrag;
   constexpr int kStage = SA::kElems + SB::kElems;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int wm = (warp / kWarpsN) * kWTM, wn = (warp % kWarpsN) * kWTN;
+  const int wm = (warp / kWarpsN) * kWTM, wn = (warp % kWarpsN) * TileN<BN>::kWTN;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_k_tiles) load(smem + s * kStage, s);
@@ -187,12 +198,16 @@ struct MGroupedParams {
   EpiArgs<T> epi;
 };
 
-template <class T, Major LB, Epi E>
-__global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedParams<T> p) {
+template <class T, Major LB, Epi E, int BN>
+__global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
+    m_grouped_gemm(const MGroupedParams<T> p) {
   MB_EXTERN_SHARED(unsigned char, smem_raw);
   T* smem = reinterpret_cast<T*>(smem_raw);
   using SA = Smem<Major::K, kBM>;
-  using SB = Smem<LB, kBN>;
+  using SB = Smem<LB, BN>;
+  constexpr int kBN = BN, kWTN = TileN<BN>::kWTN, kNFrag = TileN<BN>::kNFrag;
+  constexpr int kSwigluCols = TileN<BN>::kSwigluCols;
+  constexpr int kBChunks = kBN * kBK / 8 / kThreads;  // 16-byte copies per thread per B tile
   constexpr bool kSwiglu = E == Epi::SwigluForward;
   const int64_t n_cols = kSwiglu ? 2 * ceil_div(p.n, kSwigluCols) * kSwigluCols : p.n;
   const int64_t n_tiles = ceil_div(n_cols, kBN);
@@ -219,19 +234,20 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
       const int64_t stored = a_ok[c] ? (p.a.gather ? p.a.gather[r] : r) : 0;
       a_row[c] = p.a.ptr + stored * p.a.ld;
     }
-    const T* b_row[2];
-    bool b_ok[2];
+    const T* b_row[kBChunks];
+    bool b_ok[kBChunks];
     if constexpr (LB == Major::K) {
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
+      for (int c = 0; c < kBChunks; ++c) {
         const int nb = (tid + c * kThreads) / (kBK / 8);
         int64_t row;
         if constexpr (kSwiglu) {
-          // Tile column nb: warp column block nb/32 holds 16 gate then 16 up columns of the
-          // same intermediate indices, so one thread's accumulators pair gate with up.
-          const int64_t i = nt * kSwigluCols + (nb / 32) * 16 + (nb % 16);
+          // Tile column nb: warp column block nb / kWTN holds kWTN/2 gate then kWTN/2 up columns
+          // of the same intermediate indices, so one thread's accumulators pair gate with up.
+          constexpr int half = kWTN / 2;
+          const int64_t i = nt * kSwigluCols + (nb / kWTN) * half + (nb % half);
           b_ok[c] = i < p.n;
-          row = (nb % 32) >= 16 ? p.n + i : i;
+          row = (nb % kWTN) >= half ? p.n + i : i;
         } else {
           row = n0 + nb;
           b_ok[c] = row < p.n;
@@ -252,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
       }
       if constexpr (LB == Major::K) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
+        for (int c = 0; c < kBChunks; ++c) {
           const int idx = tid + c * kThreads;
           const int nb = idx / (kBK / 8), kc = (idx % (kBK / 8)) * 8;
           const bool ok = b_ok[c] && k0 + kc < p.k;
@@ -260,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
         }
       } else {
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
+        for (int c = 0; c < kBChunks; ++c) {
           const int idx = tid + c * kThreads;
           const int kr = idx / (kBN / 8), nc = (idx % (kBN / 8)) * 8;
           const int64_t krow = k0 + kr;
@@ -271,7 +287,7 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
     };
 
     float acc[kMFrag][kNFrag][4] = {};
-    main_loop<T, Major::K, LB>(smem, num_k_tiles, load, acc);
+    main_loop<T, Major::K, LB, BN>(smem, num_k_tiles, load, acc);
 
     // ---- epilogue
     if constexpr (E == Epi::Store || E == Epi::StoreF32) {
@@ -300,14 +316,15 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
           const int64_t row = m0 + wm + i * 16 + half * 8 + lane / 4;
           if (row >= m_end) continue;
 #pragma unroll
-          for (int jj = 0; jj < 2; ++jj) {
-            const int64_t col = nt * kSwigluCols + (wn / 32) * 16 + jj * 8 + 2 * (lane % 4);
+          for (int jj = 0; jj < kNFrag / 2; ++jj) {
+            const int64_t col =
+                nt * kSwigluCols + (wn / kWTN) * (kWTN / 2) + jj * 8 + 2 * (lane % 4);
             if (col >= I) continue;  // I % 8 == 0: col + 1 < I too
             float g[2], u[2], a[2];
 #pragma unroll
             for (int q = 0; q < 2; ++q) {
               g[q] = round_as<T>(acc[i][jj][2 * half + q]);
-              u[q] = round_as<T>(acc[i][jj + 2][2 * half + q]);
+              u[q] = round_as<T>(acc[i][jj + kNFrag / 2][2 * half + q]);
               a[q] = round_as<T>(round_as<T>(act(p.epi.activation, g[q])) * u[q]);
             }
             if (p.epi.gate_up) {
@@ -382,10 +399,13 @@ struct KGroupedParams {
   bool accumulate = false;
 };
 
+inline constexpr int kKGroupedBN = 128;
+
 template <class T>
 __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedParams<T> p) {
   MB_EXTERN_SHARED(unsigned char, smem_raw);
   T* smem = reinterpret_cast<T*>(smem_raw);
+  constexpr int kBN = kKGroupedBN, kWTN = TileN<kBN>::kWTN, kNFrag = TileN<kBN>::kNFrag;
   using SA = Smem<Major::MN, kBM>;
   using SB = Smem<Major::MN, kBN>;
   const int g = blockIdx.z;
@@ -419,7 +439,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedPara
     }
   };
   float acc[kMFrag][kNFrag][4] = {};
-  main_loop<T, Major::MN, Major::MN>(smem, num_k_tiles, load, acc);
+  main_loop<T, Major::MN, Major::MN, kBN>(smem, num_k_tiles, load, acc);
 
   T* out = p.out + static_cast<int64_t>(g) * p.m_store * p.n;
 #pragma unroll

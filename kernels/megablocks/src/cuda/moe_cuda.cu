@@ -17,6 +17,7 @@
 // Every grid is sized from host-known shapes (persistent GEMMs read their tile count on the
 // device), so the entry is capture-safe. Requirements: bf16 or f16; H and I multiples of 8;
 // 16-byte aligned tensors (UNSUPPORTED otherwise).
+#include <cstdlib>
 #include <string>
 
 #include "device_compat.cuh"
@@ -230,24 +231,39 @@ int configure(Kernel kernel, int smem) {
   return b;
 }
 
-template <class T, Major LB, Epi E>
+template <class T, Major LB, Epi E, int BN>
 struct MGroupedTag {};
 
-template <class T, Major LB, Epi E>
-void m_grouped(const MGroupedParams<T>& p, cudaStream_t stream) {
-  constexpr int smem = smem_bytes<Major::K, LB>();
-  auto kernel = m_grouped_gemm<T, LB, E>;
-  const int blocks = configure<MGroupedTag<T, LB, E>>(kernel, smem);
+template <class T, Major LB, Epi E, int BN>
+void m_grouped_launch(const MGroupedParams<T>& p, cudaStream_t stream) {
+  constexpr int smem = smem_bytes<Major::K, LB, BN>();
+  auto kernel = m_grouped_gemm<T, LB, E, BN>;
+  const int blocks = configure<MGroupedTag<T, LB, E, BN>>(kernel, smem);
   MB_LAUNCH(kernel, blocks, kThreads, smem, stream)(p);
   check(cudaGetLastError(), "M-grouped GEMM launch");
 }
 
+// The N extent of the expert GEMMs' tiles: 128 by default; MEGABLOCKS_GEMM_TILE=128x256 picks
+// 256 (64×64 warp tiles, one block per SM) — a tuning knob, read on every call.
+int expert_tile_n() {
+  const char* v = std::getenv("MEGABLOCKS_GEMM_TILE");
+  return v && std::string(v) == "128x256" ? 256 : 128;
+}
+
+template <class T, Major LB, Epi E>
+void m_grouped(const MGroupedParams<T>& p, cudaStream_t stream, int bn = 128) {
+  if (bn == 256)
+    m_grouped_launch<T, LB, E, 256>(p, stream);
+  else
+    m_grouped_launch<T, LB, E, 128>(p, stream);
+}
+
 template <class T>
 void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
-  constexpr int smem = smem_bytes<Major::MN, Major::MN>();
+  constexpr int smem = smem_bytes<Major::MN, Major::MN, kKGroupedBN>();
   auto kernel = k_grouped_gemm<T>;
   configure<KGroupedParams<T>>(kernel, smem);
-  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kBN)),
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kKGroupedBN)),
                   static_cast<unsigned>(ceil_div(p.m_store, kBM)),
                   static_cast<unsigned>(p.groups.count));
   MB_LAUNCH(kernel, grid, kThreads, smem, stream)(p);
@@ -335,7 +351,7 @@ BackwardBuffers<T> carve_backward(Carver& w, const MoeCall& c) {
   const int64_t n = c.assignments();
   b.dgate_up = w.take<T>(n * 2 * c.I);
   b.act_weighted = w.take<T>(n * c.I);
-  b.partial = w.take<float>(n * ceil_div(c.I, kBN));
+  b.partial = w.take<float>(n * ceil_div(c.I, 128));  // parts per row: I / BN, BN ≥ 128
   b.dweights = w.take<float>(n);
   b.dlogits = w.take<T>(c.T * padded_experts(c.E));
   b.dx_router = w.take<float>(c.T * c.H);
@@ -403,7 +419,8 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  m_grouped<T, Major::K, Epi::SwigluForward>(up, stream);
+  const int bn = expert_tile_n();
+  m_grouped<T, Major::K, Epi::SwigluForward>(up, stream, bn);
 
   MGroupedParams<T> down;
   down.a = {b.act, c.I, 0, nullptr};
@@ -413,7 +430,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   down.groups = experts;
   down.epi.out = b.out;
   down.epi.ld = c.H;
-  m_grouped<T, Major::K, Epi::Store>(down, stream);
+  m_grouped<T, Major::K, Epi::Store>(down, stream, bn);
 
   MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.out, b.perm.position, b.weights, k, c.H, static_cast<T*>(c.y));
@@ -447,9 +464,10 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   dact.epi.dgate_up = b.dgate_up;
   dact.epi.row_weight = perm.sorted_weight;
   dact.epi.partial = b.partial;
-  m_grouped<T, Major::MN, Epi::SwigluBackward>(dact, stream);
+  const int bn = expert_tile_n();
+  m_grouped<T, Major::MN, Epi::SwigluBackward>(dact, stream, bn);
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
-  (b.partial, perm.position, n, ceil_div(c.I, kBN), b.dweights);
+  (b.partial, perm.position, n, ceil_div(c.I, bn), b.dweights);
   MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, 128)), 128, 0, stream)
   (static_cast<const T*>(c.router_logits), c.topk_ids, c.topk_weights, b.dweights, c.drouter_logits,
    c.T, E, static_cast<int32_t>(Ep), k, c.attrs.norm_topk_prob != 0, b.dlogits);
@@ -489,7 +507,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   drows.groups = experts;
   drows.epi.out = b.drows;
   drows.epi.ld = c.H;
-  m_grouped<T, Major::MN, Epi::Store>(drows, stream);
+  m_grouped<T, Major::MN, Epi::Store>(drows, stream, bn);
   MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
   check(cudaGetLastError(), "un-permutation launch");
