@@ -1,4 +1,5 @@
-// hk/models.h — causal language models (Qwen3, Llama) and AutoModelForCausalLM::from_pretrained.
+// hk/models.h — causal language models (Qwen3, Llama, Qwen3-MoE) and
+// AutoModelForCausalLM::from_pretrained.
 //
 // A CausalLM is a handle to a module tree (root: `<Arch>ForCausalLM` with children `model` and
 // `lm_head`) plus its configs. `from_pretrained(dir, options)` reads config.json, builds the tree
@@ -161,7 +162,7 @@ class AutoModelForCausalLM {
   static CausalLM from_pretrained(const std::string& dir, const LoadOptions& options = {});
   // The tree for a config, unallocated (parameters are declared, not materialised).
   static CausalLM from_config(const ModelConfig& config, const LoadOptions& options = {});
-  // Registered model types ("llama", "qwen3").
+  // Registered model types ("llama", "qwen3", "qwen3_moe").
   static std::vector<std::string> supported_model_types();
 };
 

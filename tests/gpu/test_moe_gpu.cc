@@ -26,6 +26,7 @@
 #include "hk/layer_interfaces.h"
 #include "hk/moe.h"
 #include "hk/safetensors.h"
+#include "unit/moe/moe_problems.h"
 
 namespace hk {
 namespace {
@@ -68,43 +69,22 @@ class MoeGpu : public ::testing::Test {
 
 // ---- block problems --------------------------------------------------------------------------
 
-struct Problem {
-  const char* name;
-  int64_t T, E, k, H, I;
-  bool norm;
-  int routing;  // 0 random, 1 experts ≥ E/2 get nothing, 2 expert 1 is everyone's first choice
-};
+using Problem = test::MoeProblem;
 
-// Host f32 values, all exact in bf16; x and router_w and gate_up_w small multiples of powers of
-// two so the router and gate_up GEMMs are exact in f32 whatever the summation order.
+// A problem's inputs as host f32 tensors (values exact in bf16; see moe_problems.h).
 struct Block {
   Problem s;
   Tensor x, wr, wgu, wd, dy;
 };
 
 Block make_block(const Problem& s, uint64_t seed) {
-  std::mt19937 rng(static_cast<uint32_t>(seed));
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  auto fill = [&](hk::Shape shape, auto&& value) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<float> v(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) v[i] = value(i);
-    return Tensor::from_floats(v, shape, DType::F32);
-  };
-  Block b{s};
-  b.x = fill({s.T, s.H}, [&](int64_t) { return (s.routing ? pick(1, 4) : pick(-4, 4)) / 8.0f; });
-  b.wr = fill({s.E, s.H}, [&](int64_t i) {
-    const int64_t e = i / s.H;
-    if (s.routing == 1 && e >= s.E / 2) return -0.5f;
-    if (s.routing == 2 && e == 1) return 0.5f;
-    return pick(-8, 8) / 64.0f;
-  });
-  b.wgu = fill({s.E, 2 * s.I, s.H}, [&](int64_t) { return pick(-3, 3) / 16.0f; });
-  std::normal_distribution<float> normal(0.0f, 0.03f);
-  b.wd = fill({s.E, s.H, s.I}, [&](int64_t) { return round_to(DType::BF16, normal(rng)); });
-  b.dy = fill({s.T, s.H}, [&](int64_t) { return round_to(DType::BF16, normal(rng)); });
-  return b;
+  const test::MoeProblemValues v = test::moe_problem_values(s, static_cast<uint32_t>(seed));
+  return {s,
+          Tensor::from_floats(v.x, {s.T, s.H}),
+          Tensor::from_floats(v.wr, {s.E, s.H}),
+          Tensor::from_floats(v.wgu, {s.E, 2 * s.I, s.H}),
+          Tensor::from_floats(v.wd, {s.E, s.H, s.I}),
+          Tensor::from_floats(v.dy, {s.T, s.H})};
 }
 
 Tensor on(const Tensor& host, Device d, DType dt) {
@@ -170,19 +150,9 @@ void expect_close(const Outcome& got, const Outcome& want, double tol, const std
   EXPECT_LE(relative_error(got.dwd, want.dwd), tol) << what << ": d down_w";
 }
 
-const Problem kProblems[] = {
-    {"random", 37, 8, 2, 48, 24, true, 0},
-    {"dead_experts", 29, 8, 2, 48, 24, false, 1},
-    {"one_expert_all_k1", 23, 4, 1, 48, 24, false, 2},
-    {"top_k_is_e", 19, 4, 4, 48, 24, true, 0},
-    {"single_token", 1, 8, 2, 48, 24, true, 0},
-    {"tile_edges", 300, 2, 1, 264, 72, false, 0},
-    {"odd_tokens", 1001, 16, 4, 512, 200, true, 0},
-};
-
 TEST_F(MoeGpu, CudaVariantMatchesTheCpuVariant) {
   for (const char* tile : {"128x128", "128x256"})  // MEGABLOCKS_GEMM_TILE: both tile configs
-    for (const Problem& s : kProblems) {
+    for (const Problem& s : test::kMoeProblems) {
       setenv("MEGABLOCKS_GEMM_TILE", tile, 1);
       SCOPED_TRACE(std::string(s.name) + ", tiles " + tile);
       const Block b = make_block(s, 11);

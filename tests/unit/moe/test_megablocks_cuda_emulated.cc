@@ -26,30 +26,16 @@
 #include <random>
 
 #include "hk/tensor.h"
+#include "unit/moe/moe_problems.h"
 
 namespace megablocks {
 namespace {
 
-struct Case {
-  const char* name;
-  int64_t T, E, k, H, I;
-  bool norm;
-  int routing;  // 0 random, 1 experts ≥ E/2 get nothing, 2 expert 1 is everyone's first choice
-};
+using Case = hk::test::MoeProblem;
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
-
-const Case kCases[] = {
-    {"random", 37, 8, 2, 48, 24, true, 0},
-    {"dead_experts", 29, 8, 2, 48, 24, false, 1},
-    {"one_expert_all_k1", 23, 4, 1, 48, 24, false, 2},
-    {"top_k_is_e", 19, 4, 4, 48, 24, true, 0},
-    {"single_token", 1, 8, 2, 48, 24, true, 0},
-    // two M tiles per expert (150 rows), K tail (264 = 8·32 + 8), N tails (I 72: 2 SwiGLU tiles)
-    {"tile_edges", 300, 2, 1, 264, 72, false, 0},
-};
 
 // A host "device" tensor of 16-bit values given as floats, with its hk_tensor.
 struct Buf {
@@ -140,28 +126,14 @@ class EmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, int32_t, i
       setenv("MEGABLOCKS_GEMM_TILE", "128x256", 1);
     else
       unsetenv("MEGABLOCKS_GEMM_TILE");
-    std::mt19937 rng(1234);
-    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-    std::vector<float> x(c.T * c.H), wr(c.E * c.H), wgu(c.E * 2 * c.I * c.H), wd(c.E * c.H * c.I),
-        dy(c.T * c.H), dr(c.T * c.E);
-    // Small multiples of 2^-k: the router and gate_up GEMMs are exact in f32 in any order.
-    for (auto& v : x) v = (c.routing ? pick(1, 4) : pick(-4, 4)) / 8.0f;
-    for (auto& v : wr) v = pick(-8, 8) / 64.0f;
-    for (int64_t e = 0; e < c.E; ++e)
-      for (int64_t h = 0; h < c.H; ++h) {
-        if (c.routing == 1 && e >= c.E / 2) wr[e * c.H + h] = -0.5f;
-        if (c.routing == 2 && e == 1) wr[e * c.H + h] = 0.5f;
-      }
-    for (auto& v : wgu) v = pick(-3, 3) / 16.0f;
-    for (auto& v : wd) v = pick(-3, 3) / 16.0f;
-    for (auto& v : dy) v = pick(-4, 4) / 8.0f;
-    for (auto& v : dr) v = pick(-4, 4) / 64.0f;
+    const hk::test::MoeProblemValues v = hk::test::moe_problem_values(c, 1234);
+    const std::vector<float>&x = v.x, &wr = v.wr, &wgu = v.wgu, &wd = v.wd, &dy = v.dy;
     x_ = std::make_unique<Buf>(std::vector<int64_t>{c.T, c.H}, dtype_, x);
     wr_ = std::make_unique<Buf>(std::vector<int64_t>{c.E, c.H}, dtype_, wr);
     wgu_ = std::make_unique<Buf>(std::vector<int64_t>{c.E, 2 * c.I, c.H}, dtype_, wgu);
     wd_ = std::make_unique<Buf>(std::vector<int64_t>{c.E, c.H, c.I}, dtype_, wd);
     dy_ = std::make_unique<Buf>(std::vector<int64_t>{c.T, c.H}, dtype_, dy);
-    drouter_ = dr;
+    drouter_ = v.drouter;
   }
 
   // One forward + backward through `fwd` / `bwd` (the C entry points of one variant).
@@ -196,14 +168,16 @@ class EmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, int32_t, i
       call.error_message_size = sizeof message;
       return call;
     };
-    hk_call f = call_of(in, 4, out, 5, &attrs);
-    if (ws) {
+    auto with_workspace = [&](hk_call& call, uint32_t pass) {
+      if (!ws) return;
       size_t bytes = 0;
-      EXPECT_EQ(ws(&f, HK_PASS_FORWARD, &bytes), HK_STATUS_OK) << message;
+      EXPECT_EQ(ws(&call, pass, &bytes), HK_STATUS_OK) << message;
       workspace.assign(bytes, 0);
-      f.workspace = workspace.data();
-      f.workspace_size = bytes;
-    }
+      call.workspace = workspace.data();
+      call.workspace_size = bytes;
+    };
+    hk_call f = call_of(in, 4, out, 5, &attrs);
+    with_workspace(f, HK_PASS_FORWARD);
     EXPECT_EQ(fwd(&f), HK_STATUS_OK) << message;
 
     Buf dx({c.T, c.H}, dtype_), dwr({c.E, c.H}, dtype_), dgu({c.E, 2 * c.I, c.H}, dtype_),
@@ -225,13 +199,7 @@ class EmulatedCuda : public ::testing::TestWithParam<std::tuple<Case, int32_t, i
     for (int pass = 0; pass < (accumulate_twice ? 2 : 1); ++pass) {
       attrs.flags = pass ? hk::kAccumulateWeightGrads : 0u;
       hk_call b = call_of(bin, with_drouter ? 10 : 9, bout, 4, &attrs);
-      if (ws) {
-        size_t bytes = 0;
-        EXPECT_EQ(ws(&b, HK_PASS_BACKWARD, &bytes), HK_STATUS_OK) << message;
-        workspace.assign(bytes, 0);
-        b.workspace = workspace.data();
-        b.workspace_size = bytes;
-      }
+      with_workspace(b, HK_PASS_BACKWARD);
       EXPECT_EQ(bwd(&b), HK_STATUS_OK) << message;
     }
     return {y.values(),   logits.values(), gate_up.values(), dx.values(),
@@ -279,9 +247,16 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<Case, int32_t, i
          (std::get<1>(info.param) == HK_DTYPE_BF16 ? "_bf16" : "_f16") +
          (std::get<2>(info.param) == 256 ? "_tile256" : "");
 }
+const Case* kCases = hk::test::kMoeProblems;  // the first six: "odd_tokens" is GPU only
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCuda,
-                         ::testing::Combine(::testing::ValuesIn(kCases),
-                                            ::testing::Values(HK_DTYPE_BF16, HK_DTYPE_F16),
+                         ::testing::Combine(::testing::ValuesIn(kCases, kCases + 6),
+                                            ::testing::Values(HK_DTYPE_BF16),
+                                            ::testing::Values(128)),
+                         case_name);
+// f16 (another mma instruction and rounding) on the small cases.
+INSTANTIATE_TEST_SUITE_P(F16, EmulatedCuda,
+                         ::testing::Combine(::testing::ValuesIn(kCases, kCases + 5),
+                                            ::testing::Values(HK_DTYPE_F16),
                                             ::testing::Values(128)),
                          case_name);
 // The 128×256 tiles (64×64 warp tiles) on the cases that cross tile edges, in bf16.

@@ -187,6 +187,25 @@ __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& 
   __syncthreads();  // the stages may now be reused (next tile, or the epilogue's scratch)
 }
 
+// Copies rows [r, r + kBK) (those below `r_end`) of a row-stored operand, columns
+// [mn0, mn0 + Rows) (those below `mn_end`), into an MN-major shared tile: 16-byte copies, rows
+// gathered through op.gather when set, the rest zero-filled.
+template <class T, int Rows>
+__device__ __forceinline__ void load_mn_tile(T* tile, const Operand<T>& op, const T* base,
+                                             int64_t r, int64_t r_end, int64_t mn0,
+                                             int64_t mn_end) {
+  using S = Smem<Major::MN, Rows>;
+  constexpr int kChunks = Rows * kBK / 8 / kThreads;
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int idx = threadIdx.x + c * kThreads;
+    const int kr = idx / (Rows / 8), mc = (idx % (Rows / 8)) * 8;
+    const bool ok = r + kr < r_end && mn0 + mc < mn_end;
+    const int64_t stored = ok ? (op.gather ? op.gather[r + kr] : r + kr) : 0;
+    cp_async16(tile + S::at(mc, kr), ok ? base + stored * op.ld + mn0 + mc : op.ptr, ok);
+  }
+}
+
 // ---- M-grouped ---------------------------------------------------------------------------------
 template <class T>
 struct MGroupedParams {
@@ -275,14 +294,7 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
           cp_async16(Bs + SB::at(nb, kc), ok ? b_row[c] + k0 + kc : p.b.ptr, ok);
         }
       } else {
-#pragma unroll
-        for (int c = 0; c < kBChunks; ++c) {
-          const int idx = tid + c * kThreads;
-          const int kr = idx / (kBN / 8), nc = (idx % (kBN / 8)) * 8;
-          const int64_t krow = k0 + kr;
-          const bool ok = krow < p.k && krow < p.b_rows && n0 + nc < p.n;
-          cp_async16(Bs + SB::at(nc, kr), ok ? b_base + krow * p.b.ld + n0 + nc : p.b.ptr, ok);
-        }
+        load_mn_tile<T, kBN>(Bs, p.b, b_base, k0, p.k < p.b_rows ? p.k : p.b_rows, n0, p.n);
       }
     };
 
@@ -417,26 +429,9 @@ __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedPara
   const int wm = (warp / kWarpsN) * kWTM, wn = (warp % kWarpsN) * kWTN;
 
   auto load = [&](T* stage, int kt) {
-    T* As = stage;
-    T* Bs = stage + SA::kElems;
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int idx = tid + c * kThreads;
-      const int kr = idx / (kBM / 8), mc = (idx % (kBM / 8)) * 8;
-      const int64_t r = r0 + static_cast<int64_t>(kt) * kBK + kr;
-      const bool ok = r < r1 && m0 + mc < p.m;
-      const int64_t stored = ok ? (p.a.gather ? p.a.gather[r] : r) : 0;
-      cp_async16(As + SA::at(mc, kr), ok ? p.a.ptr + stored * p.a.ld + m0 + mc : p.a.ptr, ok);
-    }
-#pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int idx = tid + c * kThreads;
-      const int kr = idx / (kBN / 8), nc = (idx % (kBN / 8)) * 8;
-      const int64_t r = r0 + static_cast<int64_t>(kt) * kBK + kr;
-      const bool ok = r < r1 && n0 + nc < p.n;
-      const int64_t stored = ok ? (p.b.gather ? p.b.gather[r] : r) : 0;
-      cp_async16(Bs + SB::at(nc, kr), ok ? p.b.ptr + stored * p.b.ld + n0 + nc : p.b.ptr, ok);
-    }
+    const int64_t r = r0 + static_cast<int64_t>(kt) * kBK;
+    load_mn_tile<T, kBM>(stage, p.a, p.a.ptr, r, r1, m0, p.m);
+    load_mn_tile<T, kBN>(stage + SA::kElems, p.b, p.b.ptr, r, r1, n0, p.n);
   };
   float acc[kMFrag][kNFrag][4] = {};
   main_loop<T, Major::MN, Major::MN, kBN>(smem, num_k_tiles, load, acc);

@@ -538,38 +538,44 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
 
 }  // namespace
 
+namespace {
+// One entry call: checks, the workspace against what the pass carves, then the typed pass.
+template <class Carve, class Run>
+void run_pass(const hk_call& call, const MoeCall& c, Carve&& carve, Run&& run) {
+  if (c.T == 0) return;
+  Carver need(nullptr);
+  carve(need);  // the buffers' bytes do not depend on bf16 vs f16
+  if (call.workspace_size < need.used() || !call.workspace)
+    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: the workspace is smaller than asked for");
+  run(static_cast<cudaStream_t>(call.stream));
+}
+}  // namespace
+
 void forward(const hk_call& call) {
   const MoeCall c = parse_forward(call, HK_DEVICE_CUDA);
   check_layout(c, {c.x, c.router_w, c.gate_up_w, c.down_w, c.y, c.router_logits, c.gate_up});
-  if (c.T == 0) return;
-  Carver need(nullptr);
-  if (c.dtype == HK_DTYPE_BF16)
-    carve_forward<__nv_bfloat16>(need, c);
-  else
-    carve_forward<__half>(need, c);
-  if (call.workspace_size < need.used() || !call.workspace)
-    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: the workspace is smaller than asked for");
-  auto stream = static_cast<cudaStream_t>(call.stream);
-  if (c.dtype == HK_DTYPE_BF16)
-    forward_typed<__nv_bfloat16>(c, call.workspace, stream);
-  else
-    forward_typed<__half>(c, call.workspace, stream);
+  run_pass(
+      call, c, [&](Carver& w) { carve_forward<__nv_bfloat16>(w, c); },
+      [&](cudaStream_t stream) {
+        if (c.dtype == HK_DTYPE_BF16)
+          forward_typed<__nv_bfloat16>(c, call.workspace, stream);
+        else
+          forward_typed<__half>(c, call.workspace, stream);
+      });
 }
 
 void backward(const hk_call& call) {
   const MoeCall c = parse_backward(call, HK_DEVICE_CUDA);
   check_layout(c, {c.x, c.dy, c.router_w, c.gate_up_w, c.down_w, c.router_logits, c.gate_up, c.dx,
                    c.drouter_w, c.dgate_up_w, c.ddown_w});
-  if (c.T == 0) return;
-  Carver need(nullptr);
-  carve_backward<__nv_bfloat16>(need, c);  // the same bytes for f16
-  if (call.workspace_size < need.used() || !call.workspace)
-    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: the workspace is smaller than asked for");
-  auto stream = static_cast<cudaStream_t>(call.stream);
-  if (c.dtype == HK_DTYPE_BF16)
-    backward_typed<__nv_bfloat16>(c, call.workspace, stream);
-  else
-    backward_typed<__half>(c, call.workspace, stream);
+  run_pass(
+      call, c, [&](Carver& w) { carve_backward<__nv_bfloat16>(w, c); },
+      [&](cudaStream_t stream) {
+        if (c.dtype == HK_DTYPE_BF16)
+          backward_typed<__nv_bfloat16>(c, call.workspace, stream);
+        else
+          backward_typed<__half>(c, call.workspace, stream);
+      });
 }
 
 size_t workspace(const hk_call& call, uint32_t pass) {
