@@ -30,7 +30,9 @@
 
 namespace megablocks {
 
-inline constexpr int kChunk = 256;  // assignments per permutation chunk (one CUDA block)
+// Assignments per permutation chunk (one CUDA block of as many threads): large, so that phase 2
+// walks few chunks (T·k / 1024, e.g. 128 at 16384 tokens × top-8).
+inline constexpr int kChunk = 1024;
 
 MB_HD int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
@@ -93,12 +95,17 @@ MB_HD int32_t chunk_rank(const int32_t* chunk_ids, int32_t i) {
 
 // Phase 2 for expert `e`: turns its column of the chunk histogram hist[c·E + e] into exclusive
 // prefix sums over chunks, in place; returns the expert's count.
+// Loads go in batches of 8 so a device thread keeps several in flight.
 MB_HD int64_t chunk_prefix(int32_t* hist, int64_t chunks, int32_t E, int32_t e) {
   int64_t running = 0;
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int32_t n = hist[c * E + e];
-    hist[c * E + e] = static_cast<int32_t>(running);
-    running += n;
+  for (int64_t c0 = 0; c0 < chunks; c0 += 8) {
+    const int n = chunks - c0 < 8 ? static_cast<int>(chunks - c0) : 8;
+    int32_t count[8];
+    for (int i = 0; i < n; ++i) count[i] = hist[(c0 + i) * E + e];
+    for (int i = 0; i < n; ++i) {
+      hist[(c0 + i) * E + e] = static_cast<int32_t>(running);
+      running += count[i];
+    }
   }
   return running;
 }

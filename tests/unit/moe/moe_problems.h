@@ -27,6 +27,8 @@ inline constexpr MoeProblem kMoeProblems[] = {
     {"one_expert_all_k1", 23, 4, 1, 48, 24, false, 2},
     {"top_k_is_e", 19, 4, 4, 48, 24, true, 0},
     {"single_token", 1, 8, 2, 48, 24, true, 0},
+    // 1400 assignments: the permutation over two chunks of 1024
+    {"two_chunks", 700, 8, 2, 48, 24, true, 0},
     // two M tiles per expert (150 rows), K tail (264 = 8·32 + 8), N tails (I 72)
     {"tile_edges", 300, 2, 1, 264, 72, false, 0},
     // (GPU only: too slow to emulate) many tiles, odd token count
