@@ -1,8 +1,9 @@
 // Qwen3-MoE and kernels-community/megablocks on CUDA (label gpu; scripts/gpu-test --moe):
 //  - the cuda variant (both expert-GEMM tile configs, MEGABLOCKS_GEMM_TILE) against the cpu
 //    variant on the same bf16 inputs (uneven routings, shapes across every tile edge): router
-//    logits, top-k ids and weights, the expert-sorted gate_up pre-activations bit for bit (inputs
-//    that make those GEMMs exact), y, dx and every weight gradient at bf16 precision;
+//    logits, top-k ids and the expert-sorted gate_up pre-activations bit for bit (inputs that make
+//    those GEMMs exact), top-k weights to a few f32 ulps (expf), y, dx and every weight gradient
+//    at bf16 precision;
 //  - at Qwen3-30B-A3B block shapes (H 2048, 128 experts, top-8, I 768) against hk's built-in MoE
 //    block on CUDA (cuBLAS per expert);
 //  - capture: the forward and backward recorded into a CUDA graph replay bit for bit; two
@@ -164,7 +165,10 @@ TEST_F(MoeGpu, CudaVariantMatchesTheCpuVariant) {
       const Outcome got = run(*gpu, b, Device::cuda(0), DType::BF16, true);
       EXPECT_EQ(got.logits, want.logits) << "router logits";
       EXPECT_EQ(got.ids, want.ids) << "top-k ids";
-      EXPECT_EQ(got.weights, want.weights) << "top-k weights";
+      // The weights go through expf, whose last bit differs between the device and the host.
+      ASSERT_EQ(got.weights.size(), want.weights.size());
+      for (size_t i = 0; i < got.weights.size(); ++i)
+        ASSERT_NEAR(got.weights[i], want.weights[i], 2e-6 * std::abs(want.weights[i])) << i;
       EXPECT_EQ(got.gate_up, want.gate_up) << "gate_up pre-activations, expert order";
       expect_close(got, want, 1e-2, "cuda vs cpu variant");
       unsetenv("MEGABLOCKS_GEMM_TILE");
