@@ -4,7 +4,9 @@
 //
 //   prefill (issue 11's shapes, bf16, causal, head dim 128): B8×H16(kv8)×S2048, B2×H16×S8192,
 //     B1×H32(kv8)×S16384 — forward (the dispatcher's kernel: sm90 wgmma; and the mma.sync kernel
-//     for comparison), forward+backward (default atomic-dq backward, and deterministic).
+//     for comparison), forward+backward (the default backward: the Hopper kernel, dq by TMA
+//     reduce-add; the mma.sync backward; deterministic); also the training step's
+//     B4×H16(kv8)×S2048 and B8×H16(kv8)×S2048 at head dim 64.
 //     TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 3.5× that for forward+backward.
 //   decode (batch 1, 16 q / 8 kv heads, D 128, caches of 4096 and 32768 keys): the split-KV
 //     kernel, per call in CUDA-graph replay (20 calls per graph, caches rotated so the KV bytes
@@ -137,18 +139,24 @@ std::string prefill(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D) {
     t_fwd80 = time_ms(fwd);
   }
   const double t_fb = time_ms(fwd_bwd);
+  double t_fb80 = 0;
+  {
+    Env e("HK_FLASH_SM90_BWD", "0");
+    t_fb80 = time_ms(fwd_bwd);
+  }
   o.deterministic = true;
   const double t_fb_det = time_ms(fwd_bwd);
   o.deterministic = false;
   const double t_bwd = t_fb - t_fwd;
   auto tf = [](double f, double ms) { return f / (ms * 1e-3) / 1e12; };
   char name[128];
-  std::snprintf(name, sizeof(name), "B%ldxH%ld(kv%ld)xS%ld", long(B), long(Hq), long(Hkv), long(S));
+  std::snprintf(name, sizeof(name), "B%ldxH%ld(kv%ld)xS%ld%s", long(B), long(Hq), long(Hkv),
+                long(S), D == 128 ? "" : (" D" + std::to_string(D)).c_str());
   std::printf(
       "%-26s fwd %8.3f ms %6.1f TF/s (sm80 %6.1f) | fwd+bwd %8.3f ms %6.1f TF/s "
-      "(deterministic %6.1f) | bwd %6.1f TF/s\n",
+      "(deterministic %6.1f, sm80 backward %6.1f) | bwd %6.1f TF/s\n",
       name, t_fwd, tf(flops, t_fwd), tf(flops, t_fwd80), t_fb, tf(3.5 * flops, t_fb),
-      tf(3.5 * flops, t_fb_det), tf(2.5 * flops, t_bwd));
+      tf(3.5 * flops, t_fb_det), tf(3.5 * flops, t_fb80), tf(2.5 * flops, t_bwd));
   std::fflush(stdout);
   return std::string("{\"shape\": \"") + name + "\", \"B\": " + std::to_string(B) +
          ", \"Hq\": " + std::to_string(Hq) + ", \"Hkv\": " + std::to_string(Hkv) +
@@ -158,6 +166,8 @@ std::string prefill(int64_t B, int64_t Hq, int64_t Hkv, int64_t S, int64_t D) {
          ", \"fwd_sm80_tflops\": " + json_num(tf(flops, t_fwd80)) +
          ", \"fwdbwd_ms\": " + json_num(t_fb) +
          ", \"fwdbwd_tflops\": " + json_num(tf(3.5 * flops, t_fb)) +
+         ", \"fwdbwd_sm80_bwd_ms\": " + json_num(t_fb80) +
+         ", \"fwdbwd_sm80_bwd_tflops\": " + json_num(tf(3.5 * flops, t_fb80)) +
          ", \"fwdbwd_deterministic_ms\": " + json_num(t_fb_det) +
          ", \"fwdbwd_deterministic_tflops\": " + json_num(tf(3.5 * flops, t_fb_det)) + "}";
 }
@@ -266,7 +276,9 @@ int main(int argc, char** argv) {
   const std::string d1 = decode(4096, copy), d2 = decode(32768, copy);
   json += prefill(8, 16, 8, 2048, 128) + ", ";
   json += prefill(2, 16, 16, 8192, 128) + ", ";
-  json += prefill(1, 32, 8, 16384, 128) + "], \"decode\": [";
+  json += prefill(1, 32, 8, 16384, 128) + ", ";
+  json += prefill(4, 16, 8, 2048, 128) + ", ";  // the training step's shape (Qwen3-0.6B, 4 x 2048)
+  json += prefill(8, 16, 8, 2048, 64) + "], \"decode\": [";
   json += d1 + ", " + d2 + "]}\n";
   if (!out_path.empty()) {
     std::ofstream f(out_path);

@@ -27,8 +27,8 @@ def main():
         th = json.load(open(a.torch))
     except (OSError, ValueError):
         th = {"prefill": [], "decode": []}
-    lines = ["attention (bf16, causal, D128)   hk TF/s   flash   cudnn   ratio  target",
-             "-" * 78]
+    lines = ["attention (bf16, causal, D128)       hk TF/s   flash   cudnn   ratio  target",
+             "-" * 82]
     ratios = []
     for row in hk["prefill"]:
         peers = [r for r in th["prefill"] if r.get("shape") == row["shape"] and "error" not in r]
@@ -42,10 +42,10 @@ def main():
                            "torch_flash_tflops": by.get("flash"), "torch_cudnn_tflops": by.get("cudnn"),
                            "ratio_vs_best": ratio, "target": 1.05, "met": ok})
             fmt = lambda v: f"{v:7.1f}" if v else "    n/a"
-            lines.append(f"{row['shape']:<22} {kind:<7} {mine:7.1f} {fmt(by.get('flash'))} "
+            lines.append(f"{row['shape']:<26} {kind:<7} {mine:7.1f} {fmt(by.get('flash'))} "
                          f"{fmt(by.get('cudnn'))} {ratio if ratio else float('nan'):7.2f}  "
                          f"{'met' if ok else 'MISSED'}")
-    lines.append("decode B1 16/8 D128            GB/s   %copy   flash   cudnn  target")
+    lines.append("decode B1 16/8 D128                GB/s   %copy   flash   cudnn  target")
     for row in hk["decode"]:
         peers = {r["backend"]: r.get("gbps") for r in th["decode"] if r.get("T") == row["T"]}
         ok = row["pct_of_copy"] >= 80
@@ -53,7 +53,7 @@ def main():
                        "pct_of_copy": row["pct_of_copy"], "torch_flash_gbps": peers.get("flash"),
                        "torch_cudnn_gbps": peers.get("cudnn"), "target_pct": 80, "met": ok})
         fmt = lambda v: f"{v:7.0f}" if v else "    n/a"
-        lines.append(f"T{row['T']:<28} {row['gbps']:7.0f} {row['pct_of_copy']:6.1f}% "
+        lines.append(f"T{row['T']:<32} {row['gbps']:7.0f} {row['pct_of_copy']:6.1f}% "
                      f"{fmt(peers.get('flash'))} {fmt(peers.get('cudnn'))}  {'met' if ok else 'MISSED'}")
     date = datetime.date.today().isoformat()
     record = {"date": date, "gpu": hk.get("gpu"), "commit": a.commit, "torch": th.get("torch"),

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch side of hk_bench_attention: SDPA's flash and cuDNN backends on the same shapes.
 
-Prefill (bf16, causal, head dim 128): B8xH16(kv8)xS2048, B2xH16xS8192, B1xH32(kv8)xS16384, forward
-and forward+backward, each backend forced with torch.nn.attention.sdpa_kernel. Tensors are in
+Prefill (bf16, causal, head dim 128): B8xH16(kv8)xS2048, B2xH16xS8192, B1xH32(kv8)xS16384, the
+training step's B4xH16(kv8)xS2048, and B8xH16(kv8)xS2048 at head dim 64; forward and forward+backward, each backend forced with torch.nn.attention.sdpa_kernel. Tensors are in
 SDPA's native [B, H, S, D] layout. GQA goes through enable_gqa=True; a backend that refuses it gets
 k/v repeated to the query heads beforehand (outside the timing; the JSON says so). Decode: batch 1,
 16 q / 8 kv heads, one query over caches of 4096 and 32768 keys, per call in CUDA-graph replay
@@ -10,7 +10,7 @@ k/v repeated to the query heads beforehand (outside the timing; the JSON says so
 torch.cuda.Event records, repetitions sized to ~300 ms, the median. TFLOP/s with causal FLOPs = half
 of 4*B*H*S*T*D forward, 3.5x that for forward+backward.
 
-Usage: python3 bench/peers/attention_torch.py [--out attention-torch.json] [--quick]
+Usage: python3 bench/peers/attention_torch.py [--out attention-torch.json] [--quick] [--prefill-only]
 """
 import argparse
 import json
@@ -66,7 +66,8 @@ def prefill(B, Hq, Hkv, S, D=128):
         q = torch.rand(B, Hq, S, D, device=dev, dtype=dt) * 2 - 1
         k = torch.rand(B, Hkv, S, D, device=dev, dtype=dt) * 2 - 1
         v = torch.rand(B, Hkv, S, D, device=dev, dtype=dt) * 2 - 1
-        row = {"backend": backend, "shape": f"B{B}xH{Hq}(kv{Hkv})xS{S}", "B": B, "Hq": Hq,
+        name = f"B{B}xH{Hq}(kv{Hkv})xS{S}" + ("" if D == 128 else f" D{D}")
+        row = {"backend": backend, "shape": name, "B": B, "Hq": Hq,
                "Hkv": Hkv, "S": S, "D": D}
         try:
             fwd, repeated = sdpa_call(backend, q, k, v, True)
@@ -130,14 +131,18 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="attention-torch.json")
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--prefill-only", action="store_true", help="skip the decode shapes")
     args = p.parse_args()
     QUICK = args.quick
     result = {"torch": torch.__version__, "cuda": torch.version.cuda,
               "gpu": torch.cuda.get_device_name(0), "prefill": [], "decode": []}
-    for B, Hq, Hkv, S in [(8, 16, 8, 2048), (2, 16, 16, 8192), (1, 32, 8, 16384)]:
-        result["prefill"] += prefill(B, Hq, Hkv, S)
-    for T in (4096, 32768):
-        result["decode"] += decode(T)
+    # issue 11's shapes, then the training step's (Qwen3-0.6B, 4 x 2048) and head dim 64
+    for B, Hq, Hkv, S, D in [(8, 16, 8, 2048, 128), (2, 16, 16, 8192, 128), (1, 32, 8, 16384, 128),
+                             (4, 16, 8, 2048, 128), (8, 16, 8, 2048, 64)]:
+        result["prefill"] += prefill(B, Hq, Hkv, S, D)
+    if not args.prefill_only:
+        for T in (4096, 32768):
+            result["decode"] += decode(T)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
 

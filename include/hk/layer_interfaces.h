@@ -79,11 +79,17 @@ struct RotaryAttrs {
 
 // ---- mlp@1 (layer MLP: gated MLP, SwiGLU / GeGLU) -----------------------------------------------
 // forward   inputs:  x [..., H], gate_w [I, H], up_w [I, H], down_w [H, I]
-//           outputs: y [..., H]
+//           outputs: y [..., H], gate [..., I] (optional), up [..., I] (optional)
 //   y = (act(x·gate_wᵀ) ⊙ (x·up_wᵀ)) · down_wᵀ, act(gate) rounded to x.dtype before the product
-// backward  inputs:  dy, x, gate_w, up_w, down_w
+//   gate, up (x's dtype, given together): the pre-activations x·gate_wᵀ and x·up_wᵀ, kept by a
+//   training forward so backward need not recompute those two GEMMs.
+// backward  inputs:  dy, x, gate_w, up_w, down_w, gate (optional), up (optional)
 //           outputs: dx, dgate_w (optional), dup_w (optional), ddown_w (optional)
-//   (intermediates are recomputed; the kernel's workspace_size says what it needs)
+//   gate, up: what this entry's forward wrote into them; backward may overwrite them (their
+//   gradients take their place). Without them the intermediates are recomputed (the kernel's
+//   workspace_size says what it needs either way). The optional tensors were appended without
+//   a new version: a kernel that predates them ignores them in both passes, and one entry serves
+//   a layer's forward and backward, so the two passes always agree.
 inline constexpr uint32_t kActivationSiLU = 0;
 inline constexpr uint32_t kActivationGELU = 1;      // erf form
 inline constexpr uint32_t kActivationGELUTanh = 2;  // tanh approximation

@@ -143,6 +143,12 @@ class CausalLM {
   std::vector<std::pair<std::string, nn::Parameter*>> named_parameters() const;
   // set_to_none: drop every gradient (the next backward allocates them); else fill with zeros.
   void zero_grad(bool set_to_none = true);
+  // zero_grad(false) without the pass over every gradient: the buffers are kept and marked
+  // (Parameter::grad_overwrite), and the next backward *writes* each gradient instead of adding
+  // to it, zero-filling any it gives none when it finishes. After that backward the gradients
+  // equal those of zero_grad(false) + backward; until then their values are undefined (do not
+  // read them). The buffers, and the addresses the fused optimizer's table holds, stay.
+  void zero_grad_lazily();
   // Keep only each decoder layer's input in a training forward and re-run the layer inside
   // backward (Transformers' gradient_checkpointing_enable).
   CausalLM& gradient_checkpointing_enable(bool on = true);

@@ -188,13 +188,26 @@ class MLPAdapter final : public nn::MLPImpl, Named {
                   layer.down_proj->weight().view()},
                  {y}, attrs, stream);
   }
-  // mlp@1 recomputes its intermediates in backward: nothing is kept but the caller's x.
+  // The training forward keeps the pre-activations gate(x), up(x) (mlp@1's optional outputs), so
+  // backward skips recomputing those two GEMMs; backward consumes them (dgate, dup overwrite
+  // them). A kernel that predates the optional tensors leaves them unwritten and recomputes.
   bool supports_training() const override { return has_backward(); }
-  void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+  void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext& ctx,
                      Stream stream) const override {
-    forward(layer, x, y, stream);
+    Shape inner = x.sizes();
+    inner.back() = layer.intermediate_size();
+    Tensor gate = Tensor::empty(inner, x.dtype(), x.device(), stream);
+    Tensor up = Tensor::empty(inner, x.dtype(), x.device(), stream);
+    MlpAttrs attrs;
+    attrs.activation = activation_code(layer.act_fn->kind());
+    call_forward(fn_,
+                 {x, layer.gate_proj->weight().view(), layer.up_proj->weight().view(),
+                  layer.down_proj->weight().view()},
+                 {y, gate, up}, attrs, stream);
+    ctx.save("gate", gate);
+    ctx.save("up", up);
   }
-  void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext&, const Tensor& dy,
+  void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
                 const Tensor& dx, Stream stream) const override {
     const Tensor &gw = layer.gate_proj->weight(), &uw = layer.up_proj->weight(),
                  &dw = layer.down_proj->weight();
@@ -204,7 +217,12 @@ class MLPAdapter final : public nn::MLPImpl, Named {
     MlpAttrs attrs;
     attrs.activation = activation_code(layer.act_fn->kind());
     attrs.flags = shared_accumulate_flag({&dgate, &dup, &ddown}, stream);
-    call_backward(fn_, {dy, x, gw, uw, dw},
+    std::vector<TensorView> inputs{dy, x, gw, uw, dw};
+    if (ctx.has("gate")) {
+      inputs.push_back(ctx.saved("gate"));
+      inputs.push_back(ctx.saved("up"));
+    }
+    call_backward(fn_, inputs,
                   {dx, view_or_absent(dgate), view_or_absent(dup), view_or_absent(ddown)}, attrs,
                   stream);
     dgate.commit();
@@ -369,8 +387,28 @@ class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named 
       ops::scale(dx, factor, dh, stream);
     if (ctx.has("dweight")) {
       const Tensor dw = ctx.saved("dweight");
-      if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
-      lm_head.accumulate_grad("weight", dw, stream);  // ties: into the embedding's gradient
+      // Ties: into the embedding's gradient. When that is handed out for writing (the first
+      // backward after zero_grad_lazily, or none yet), the scaled copy goes straight there: one
+      // pass over the [vocab, hidden] table instead of scale + copy (or add).
+      const nn::Module::GradTarget t = lm_head.grad_target("weight", false, stream);
+      if (t.grad.defined() && !t.accumulate && t.grad.dtype() == dw.dtype()) {
+        if (factor == 1.0f)
+          copy_view(t.grad, dw, stream);
+        else
+          ops::scale(dw, factor, t.grad, stream);
+      } else if (t.grad.defined()) {
+        if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
+        if (t.accumulate) {
+          Tensor addend = dw;
+          if (dw.dtype() != t.grad.dtype()) {  // e.g. into f32 master gradients
+            addend = Tensor::empty(dw.sizes(), t.grad.dtype(), dw.device(), stream);
+            ops::cast(dw, addend, stream);
+          }
+          ops::add(t.grad, addend, t.grad, 1.0f, stream);
+        } else {
+          ops::cast(dw, t.grad, stream);
+        }
+      }
     }
   }
 };

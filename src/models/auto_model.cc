@@ -246,6 +246,11 @@ void CausalLM::zero_grad(bool set_to_none) {
   }
 }
 
+void CausalLM::zero_grad_lazily() {
+  for (auto& [name, p] : named_parameters())
+    if (p->grad.defined()) p->grad_overwrite = true;
+}
+
 CausalLM& CausalLM::gradient_checkpointing_enable(bool on) {
   need(impl_).gradient_checkpointing = on;
   return *this;

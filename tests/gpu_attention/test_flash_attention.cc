@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpu/gpu_testing.h"
+#include "gpu_attention/attention_cases.h"
 #include "hk/allocator.h"
 #include "hk/attention_functions.h"
 #include "hk/error.h"
@@ -49,26 +50,7 @@ std::vector<double> host_values(const Tensor& t) {
 
 // Which forward kernel runs: the dispatcher's choice, or one forced through the environment.
 enum class Path { Auto, Sm80, NoDecode };
-class EnvScope {  // sets a variable, restores what was there (scripts/gpu-test may set it)
- public:
-  EnvScope(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) setenv(name, value, 1);
-  }
-  ~EnvScope() {
-    if (had_)
-      setenv(name_, old_.c_str(), 1);
-    else
-      unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using attention_cases::EnvScope;
 struct PathScope {
   explicit PathScope(Path p)
       : sm90("HK_FLASH_SM90", p == Path::Sm80 ? "0" : nullptr),
@@ -103,15 +85,7 @@ Tensor poisoned(const Shape& shape, DType dt, Storage storage = Storage::Contigu
   return t;
 }
 
-struct Case {
-  std::string name;
-  int64_t b, s, t, hq, hkv;
-  bool causal = true;
-  double softcap = 0;
-  int64_t window = -1;
-  bool key_start = false;
-  float scale = 0;
-};
+using attention_cases::Case;
 
 AttnProblem problem_of(const Case& c, int64_t d) {
   AttnProblem p;
@@ -125,7 +99,7 @@ AttnProblem problem_of(const Case& c, int64_t d) {
   p.window = c.window;
   p.scale = c.scale;
   if (c.key_start)
-    for (int64_t b = 0; b < c.b; ++b) p.key_start.push_back((b * 37 + 3) % (c.t + 2));
+    for (int64_t b = 0; b < c.b; ++b) p.key_start.push_back(attention_cases::key_start_of(c, b));
   return p;
 }
 
@@ -195,21 +169,7 @@ void run(const Case& c, int64_t d, DType dt, Path path, Storage storage, bool ba
 }
 
 const std::vector<Case>& cases() {
-  static const std::vector<Case> all = {
-      {"s1", 1, 1, 1, 1, 1},
-      {"odd7_gqa2", 2, 7, 7, 4, 2},
-      {"s129_gqa3", 1, 129, 129, 3, 1},
-      {"s_lt_t", 2, 65, 300, 4, 4},
-      {"s_gt_t", 1, 300, 129, 2, 2},
-      {"noncausal", 2, 200, 333, 4, 2, false},
-      {"softcap", 1, 150, 150, 2, 1, true, 30.0},
-      {"window", 1, 300, 300, 2, 2, true, 0, 64},
-      {"window_noncausal", 1, 100, 260, 2, 1, false, 0, 40},
-      {"key_start", 3, 20, 140, 4, 2, true, 0, -1, true},
-      {"scale", 1, 64, 64, 2, 2, true, 0, -1, false, 0.3f},
-      {"everything", 2, 129, 257, 4, 2, true, 10.0, 50, true, 0.1f},
-  };
-  return all;
+  return attention_cases::feature_cases();
 }
 
 // First, alone and under a short timeout (scripts/gpu-test): Hopper-kernel forwards. When it

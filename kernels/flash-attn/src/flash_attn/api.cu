@@ -4,7 +4,10 @@
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
 // for comparisons); else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode shapes on the
-// prefill kernel. Nothing here allocates or synchronises.
+// prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
+// (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics instead
+// of TMA reduce-adds), else the mma.sync one, between the shared Di pre-pass and dq pass. Nothing
+// here allocates or synchronises.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "flash_attn/flash.h"
 #include "flash_attn/launch.h"
@@ -41,6 +45,10 @@ int attribute(cudaDeviceAttr attr) {
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
+}
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
 }
 bool aligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
@@ -92,6 +100,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
   }();
   return fn;
+}
+
+size_t backward_sm90_smem(int head_dim) {
+  return head_dim <= 64 ? Sm90BwdConfig<64>::kSmem : Sm90BwdConfig<128>::kSmem;
 }
 
 int decode_splits(const Params& p, int sms) {
@@ -151,6 +163,22 @@ bool sm90_applies(const Params& p, int splits) {
 #else
   (void)p;
   (void)splits;
+  return false;
+#endif
+}
+
+// The Hopper backward: the Hopper forward's conditions, plus dO as a TMA source (16-byte rows)
+// and the shared memory it needs. HK_FLASH_SM90_BWD=0 turns it off (scripts/gpu-test does when its
+// canary fails; and for comparisons); HK_FLASH_SM90=0 turns off both Hopper kernels.
+bool backward_sm90_applies(const BackwardParams& p) {
+#if HK_FLASH_HAVE_SM90A
+  if (!p.allow_sm90 || !env_on("HK_FLASH_SM90") || !env_on("HK_FLASH_SM90_BWD")) return false;
+  if (device_capability() != 90 || (p.head_dim != 64 && p.head_dim != 128)) return false;
+  if (p.cu_seqlens_q != nullptr || p.seqlens_k != nullptr) return false;
+  if (!aligned(p.dout, 16) || !strides_multiple(p.dout_strides, 8, true)) return false;
+  return static_cast<int>(backward_sm90_smem(p.head_dim)) <= device_max_smem_per_block();
+#else
+  (void)p;
   return false;
 #endif
 }
@@ -228,15 +256,33 @@ void backward(const BackwardParams& in, Stream stream_handle) {
                                     : reinterpret_cast<float*>(static_cast<char*>(p.workspace) +
                                                                round_up(q_rows(p) * p.heads_q * 4));
   if (p.seqlen_k == 0 || p.seqlen_q == 0) return;  // nothing the kernels would touch
+  const bool sm90 = backward_sm90_applies(p);
+  const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
+  if (verbose())
+    std::fprintf(
+        stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
+        sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by TMA reduce)" : " (dq by atomics)") : "");
   auto run = [&](auto tag) {
     using T = decltype(tag);
+    auto steps = [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      launch_backward_prepare<T, D>(p, stream, di, dq_accum);
+      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tma_dq)))
+        launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
+      launch_backward_finish<T, D>(p, stream, di, dq_accum);
+    };
     switch (p.head_dim) {
       case 64:
-        return launch_backward_sm80<T, 64>(p, stream, di, dq_accum);
+        return steps(std::integral_constant<int, 64>{});
       case 128:
-        return launch_backward_sm80<T, 128>(p, stream, di, dq_accum);
-      default:
-        return launch_backward_sm80<T, 256>(p, stream, di, dq_accum);
+        return steps(std::integral_constant<int, 128>{});
+      default: {
+        // head dim 256: the mma.sync kernels only (backward_sm90_applies is false)
+        launch_backward_prepare<T, 256>(p, stream, di, dq_accum);
+        launch_backward_dkdv_sm80<T, 256>(p, stream, di, dq_accum);
+        launch_backward_finish<T, 256>(p, stream, di, dq_accum);
+        return;
+      }
     }
   };
   if (p.dtype == Dtype::BF16)

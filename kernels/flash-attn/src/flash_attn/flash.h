@@ -15,8 +15,9 @@
 //
 // Kernels (see each .cuh): an mma.sync family (fwd_sm80.cuh, bwd_sm80.cuh) for every feature and
 // head dim 64/128/256, with a split-KV decode form whose splits are combined through a thread-block
-// cluster's shared memory; and a Hopper forward (fwd_sm90.cuh: TMA, wgmma, warp-specialised
-// producer/consumers) for batch prefill at head dim 64/128, which `forward` picks when it applies.
+// cluster's shared memory; and Hopper kernels for batch layouts at head dim 64/128 (fwd_sm90.cuh:
+// TMA, wgmma, warp-specialised producer/consumers; bwd_sm90.cuh: TMA + wgmma dK/dV/dQ), which
+// `forward` / `backward` pick when they apply.
 #pragma once
 
 #include <cstddef>

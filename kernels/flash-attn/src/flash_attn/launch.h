@@ -2,8 +2,8 @@
 //
 // Each is explicitly instantiated once in inst/<kernel family>_<dtype>_hd<D>.cu, so the build
 // compiles exactly the combinations dispatch can reach (bf16/f16 × 64/128/256 for the mma.sync
-// family, bf16/f16 × 64/128 for the Hopper forward) and nothing else; flags such as causal,
-// softcap or window are run-time arguments of one kernel, not template parameters.
+// family, bf16/f16 × 64/128 for the Hopper forward and backward) and nothing else; flags such as
+// causal, softcap or window are run-time arguments of one kernel, not template parameters.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,13 +29,28 @@ int decode_splits(const Params& p, int sms);
 
 template <class T, int D>
 void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits);
+// The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq).
 template <class T, int D>
-void launch_backward_sm80(const BackwardParams& p, cudaStream_t stream, float* di, float* dq_accum);
+void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
+                             float* dq_accum);
+template <class T, int D>
+void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum);
+template <class T, int D>
+void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
+                            const float* dq_accum);
 template <class T, int D>
 void launch_append_kv(const AppendParams& p, cudaStream_t stream);
 
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream);
+// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by TMA reduce-add when
+// tma_dq, else atomics; none when dq_accum is null); false when the build has no sm_90a code.
+template <class T, int D>
+bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum, bool tma_dq);
+// Dynamic shared memory the Hopper backward needs at head dim 64 / 128.
+size_t backward_sm90_smem(int head_dim);
 
 }  // namespace hk_flash

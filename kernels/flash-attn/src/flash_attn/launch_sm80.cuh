@@ -73,22 +73,34 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
   launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
 }
 
+// The backward in three launches, so the Hopper dK/dV kernel can take the middle one's place:
+// Di (and the zeroed dq accumulator), dK/dV (+ dq atomics), then dq (conversion, or the
+// deterministic kernel when dq_accum is null).
 template <class T, int D>
-void launch_backward_sm80(const BackwardParams& p, cudaStream_t stream, float* di,
-                          float* dq_accum) {
-  const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
+void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
+                             float* dq_accum) {
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
   flash_bwd_preprocess_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, di, dq_accum);
   check_cuda(cudaGetLastError(), "flash backward preprocess launch");
-  {
-    using Cfg = BwdDkdv<D>;
-    constexpr size_t smem = bwd_dkdv_smem_bytes<D, Cfg>();
-    auto kernel = flash_bwd_dkdv_sm80_kernel<T, D, Cfg>;
-    allow_smem(reinterpret_cast<const void*>(kernel), smem);
-    const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv, p.batch);
-    kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, di, dq_accum);
-    check_cuda(cudaGetLastError(), "flash backward dk/dv launch");
-  }
+}
+
+template <class T, int D>
+void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum) {
+  using Cfg = BwdDkdv<D>;
+  constexpr size_t smem = bwd_dkdv_smem_bytes<D, Cfg>();
+  auto kernel = flash_bwd_dkdv_sm80_kernel<T, D, Cfg>;
+  allow_smem(reinterpret_cast<const void*>(kernel), smem);
+  const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv, p.batch);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, di, dq_accum);
+  check_cuda(cudaGetLastError(), "flash backward dk/dv launch");
+}
+
+template <class T, int D>
+void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
+                            const float* dq_accum) {
+  const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
+  const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
   if (dq_accum != nullptr) {
     flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, dq_accum, scale);
     check_cuda(cudaGetLastError(), "flash backward dq conversion launch");
@@ -130,9 +142,14 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
   check_cuda(cudaGetLastError(), "flash KV-cache append launch");
 }
 
-#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                          \
-  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                     \
-  template void launch_backward_sm80<T, D>(const BackwardParams&, cudaStream_t, float*, float*); \
+#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
+  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                       \
+  template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*,         \
+                                              float*);                                             \
+  template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
+                                                float*);                                           \
+  template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
+                                             const float*);                                        \
   template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
 
 }  // namespace hk_flash

@@ -467,22 +467,44 @@ void mlp_common(const hk_call& call, int first, liger::MlpArgs* a) {
     if (w->dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "mlp: weights must have x's dtype");
 }
 
+// The saved pre-activations: forward outputs 1, 2 or backward inputs 5, 6 (both or neither).
+const hk_tensor* mlp_saved(const hk_call& call, bool backward, int which) {
+  return backward ? hk::sdk::optional_input(call, 5 + which)
+                  : hk::sdk::optional_output(call, 1 + which);
+}
+
 size_t mlp_ws(const hk_call& call, uint32_t pass) {
 #if LIGER_CUDA
   const bool bwd = pass == HK_PASS_BACKWARD;
   const hk_tensor& x = hk::sdk::input(call, bwd ? 1 : 0, "x");
   const hk_tensor& gw = hk::sdk::input(call, bwd ? 2 : 1, "gate_w");
   return liger::cuda::mlp_workspace_bytes(hk::sdk::rows(x), gw.ndim > 0 ? gw.shape[0] : 0,
-                                          float_dt(x, "x"), bwd);
+                                          float_dt(x, "x"), bwd,
+                                          mlp_saved(call, bwd, 0) != nullptr);
 #else
   (void)call, (void)pass;
   return 0;
 #endif
 }
 
+// Fills a->gate / a->up from the call's saved pre-activations, checked against x and gate_w.
+void mlp_gate_up(const hk_call& call, bool backward, liger::MlpArgs* a) {
+  const hk_tensor* g = mlp_saved(call, backward, 0);
+  const hk_tensor* u = mlp_saved(call, backward, 1);
+  if (!g && !u) return;
+  if (!g || !u)
+    fail(HK_STATUS_INVALID_ARGUMENT, "mlp: gate and up are given together or not at all");
+  a->gate = rows_of(*g, "gate"), a->up = rows_of(*u, "up");
+  for (const Rows* r : {&a->gate, &a->up})
+    if (r->rows != a->x.rows || r->cols != a->gate_w.rows || r->dt != a->x.dt)
+      fail(HK_STATUS_INVALID_ARGUMENT,
+           "mlp: gate and up must be [..., I] in x's dtype, one row per row of x");
+}
+
 void mlp_fwd_call(const hk_call& call) {
   liger::MlpArgs a;
   mlp_common(call, 0, &a);
+  mlp_gate_up(call, false, &a);
   const hk_tensor& y = hk::sdk::output(call, 0, "y");
   same_shape(y, hk::sdk::input(call, 0, "x"), "y", "x");
   a.y = rows_of(y, "y");
@@ -495,6 +517,7 @@ void mlp_fwd_call(const hk_call& call) {
 void mlp_bwd_call(const hk_call& call) {
   liger::MlpArgs a;
   mlp_common(call, 1, &a);
+  mlp_gate_up(call, true, &a);
   const hk_tensor& x = hk::sdk::input(call, 1, "x");
   const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
   const hk_tensor& dx = hk::sdk::output(call, 0, "dx");

@@ -9,7 +9,9 @@
 // 2 = none (computed as gemma: f32 math, one rounding); cross_entropy@1's optional forward output
 // dlogits (index 3; may alias logits) and fused_linear_cross_entropy@1's optional forward outputs
 // dx, dweight (indices 1, 2) — the gradients for dloss = 1 written by the forward, so training
-// needs no backward call. FLCE's bias and dbias are refused with HK_STATUS_UNSUPPORTED.
+// needs no backward call; mlp@1's optional forward outputs gate, up (indices 1, 2) and backward
+// inputs gate, up (indices 5, 6): the kept pre-activations, which backward overwrites with their
+// gradients. FLCE's bias and dbias are refused with HK_STATUS_UNSUPPORTED.
 #pragma once
 
 #include <cstddef>

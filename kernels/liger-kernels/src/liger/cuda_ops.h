@@ -39,7 +39,9 @@ size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int
                                                   int64_t chunk_tokens);
 int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* stream);
 
-size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward);
+// saved_gate_up: the call passes MlpArgs::gate/up (the training forward keeps them).
+size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward,
+                           bool saved_gate_up = false);
 int mlp_fwd(const MlpArgs& a, void* stream);
 int mlp_bwd(const MlpArgs& a, void* stream);
 

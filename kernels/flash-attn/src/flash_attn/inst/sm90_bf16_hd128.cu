@@ -1,4 +1,4 @@
-// Instantiates the Hopper forward for bf16, head dim 128.
+// Instantiates the Hopper forward and backward for bf16, head dim 128.
 #include "flash_attn/launch_sm90.cuh"
 
 namespace hk_flash {

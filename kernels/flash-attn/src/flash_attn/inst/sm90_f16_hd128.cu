@@ -1,4 +1,4 @@
-// Instantiates the Hopper forward for f16, head dim 128.
+// Instantiates the Hopper forward and backward for f16, head dim 128.
 #include "flash_attn/launch_sm90.cuh"
 
 namespace hk_flash {
