@@ -37,6 +37,19 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.name;
 }
 
+// An hk_tensor over host memory (the emulated device's memory is the host's).
+hk_tensor view_of(void* data, const std::vector<int64_t>& shape,
+                  const std::vector<int64_t>& strides, int32_t dtype, int32_t device) {
+  hk_tensor t{};
+  t.data = data;
+  t.device_type = device;
+  t.dtype = dtype;
+  t.ndim = static_cast<int32_t>(shape.size());
+  t.shape = shape.data();
+  t.strides = strides.data();
+  return t;
+}
+
 // A host "device" tensor of 16-bit values given as floats, with its hk_tensor.
 struct Buf {
   std::vector<uint16_t> bits;
@@ -72,14 +85,7 @@ struct Buf {
     return v;
   }
   hk_tensor tensor(int32_t device) const {
-    hk_tensor t{};
-    t.data = const_cast<uint16_t*>(bits.data());
-    t.device_type = device;
-    t.dtype = dtype;
-    t.ndim = static_cast<int32_t>(shape.size());
-    t.shape = shape.data();
-    t.strides = strides.data();
-    return t;
+    return view_of(const_cast<uint16_t*>(bits.data()), shape, strides, dtype, device);
   }
 };
 
@@ -90,14 +96,7 @@ hk_tensor raw_tensor(std::vector<V>& data, std::vector<int64_t>& shape,
   strides.assign(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d)
     strides[d] = strides[d + 1] * shape[d + 1];
-  hk_tensor t{};
-  t.data = data.data();
-  t.device_type = device;
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  t.shape = shape.data();
-  t.strides = strides.data();
-  return t;
+  return view_of(data.data(), shape, strides, dtype, device);
 }
 
 double rel_error(const std::vector<float>& got, const std::vector<float>& want) {
