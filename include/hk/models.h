@@ -6,8 +6,9 @@
 // for its `model_type` without allocating, then loads `model.safetensors` or the shards listed in
 // `model.safetensors.index.json` on the requested device and dtype. With `use_kernels`, a
 // `kernel_config` (implies use_kernels, with a note on stderr) or an `attn_implementation` that is
-// not a built-in attention function, the loaded model goes through hk::kernelize (Inference);
-// `train()` / `eval()` then re-kernelize for Training / Inference.
+// not a built-in attention function, the loaded model goes through hk::kernelize (Inference, or
+// Inference | Capture with `kernelize_capture`); `train()` / `eval()` then re-kernelize for
+// Training / Inference (keeping Capture).
 //
 // Training mirrors Transformers: `model.train(); auto out = model.forward(ids, {.labels = labels});
 // out.loss.backward();` then every trainable parameter's `grad` (named_parameters()) holds the
@@ -43,6 +44,10 @@ struct LoadOptions {
   // "" = "eager"; "sdpa" built in; "flash_attention_2|3|4" or a hub id go through kernelize.
   std::string attn_implementation;
   bool allow_all_kernels = false;
+  // kernelize with Mode::Capture too (Inference | Capture; train() keeps it: Training | Capture):
+  // only kernels that declare CUDA-graph safety are bound, the rest fall back with the reason, so
+  // generate's CUDA graph can run every bound kernel. `hk generate --device cuda` sets it.
+  bool kernelize_capture = false;
   // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
   nn::KeyMapping key_mapping;
   // Called with the built, still unallocated tree right before the checkpoint loads: the place

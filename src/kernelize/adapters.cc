@@ -66,6 +66,10 @@ class Named {
  public:
   explicit Named(std::string name, KernelFunction fn)
       : name_(std::move(name)), fn_(std::move(fn)) {}
+  virtual ~Named() = default;
+  bool declares_capture() const {
+    return fn_.valid() && fn_.entry().supports_mode(kKernelModeCapture);
+  }
 
  protected:
   bool has_backward() const { return fn_.valid() && fn_.entry().has_backward; }
@@ -73,7 +77,7 @@ class Named {
   KernelFunction fn_;
 };
 
-class RMSNormAdapter final : public nn::RMSNormImpl, Named {
+class RMSNormAdapter final : public nn::RMSNormImpl, public Named {
  public:
   RMSNormAdapter(std::string name, KernelFunction fn, std::vector<Tensor> layout_params)
       : Named(std::move(name), std::move(fn)), layout_params_(std::move(layout_params)) {}
@@ -128,7 +132,7 @@ class IdentityRMSNorm final : public nn::RMSNormImpl {
   std::string name_;
 };
 
-class FusedRMSNormMLP final : public nn::MLPImpl, Named {
+class FusedRMSNormMLP final : public nn::MLPImpl, public Named {
  public:
   FusedRMSNormMLP(std::string name, KernelFunction fn, float eps, std::vector<Tensor> params)
       : Named(std::move(name), std::move(fn)), eps_(eps), params_(std::move(params)) {}
@@ -141,7 +145,7 @@ class FusedRMSNormMLP final : public nn::MLPImpl, Named {
   std::vector<Tensor> params_;
 };
 
-class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
+class RotaryAdapter final : public nn::RotaryApplyImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -175,7 +179,7 @@ uint32_t activation_code(ops::Activation kind) {
   return kActivationSiLU;
 }
 
-class MLPAdapter final : public nn::MLPImpl, Named {
+class MLPAdapter final : public nn::MLPImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -231,7 +235,7 @@ class MLPAdapter final : public nn::MLPImpl, Named {
   }
 };
 
-class ActivationAdapter final : public nn::ActivationImpl, Named {
+class ActivationAdapter final : public nn::ActivationImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -267,7 +271,7 @@ class ActivationAdapter final : public nn::ActivationImpl, Named {
   }
 };
 
-class LinearAdapter final : public nn::LinearImpl, Named {
+class LinearAdapter final : public nn::LinearImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -307,7 +311,7 @@ class LinearAdapter final : public nn::LinearImpl, Named {
   }
 };
 
-class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
+class CausalLMLossAdapter final : public nn::CausalLMLossImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -340,7 +344,7 @@ class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
 // the gradients for dloss = 1 in the same pass (so the [tokens, vocab] logits never exist), and
 // backward only scales them by dloss (and 1/num_items_in_batch, computed as a sum). A forward that
 // has logits anyway (eval with labels) computes the built-in loss from them.
-class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named {
+class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -486,6 +490,12 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
            " keeps its own copy of the weight (a layout), so its gradient would not reach the "
            "model's parameter; hk trains stateful RMSNorm kernels only after that is solved";
   return "";
+}
+
+bool declares_capture(const nn::LayerImpl& impl) {
+  if (dynamic_cast<const IdentityRMSNorm*>(&impl)) return true;  // a copy, no kernel call
+  const auto* named = dynamic_cast<const Named*>(&impl);
+  return named && named->declares_capture();
 }
 
 bool has_adapter(const std::string& layer) {

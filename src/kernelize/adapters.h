@@ -20,6 +20,10 @@
 
 namespace hk::kernel_binding {
 
+// True when `impl` is an adapter whose kernel entry declares HK_MODE_CAPTURE (safe inside a CUDA
+// graph: no host sync, no allocation, no host reads), or the pass-through half of a fusion. False
+// for any other implementation (callers treat the built-in ones as safe themselves).
+bool declares_capture(const nn::LayerImpl& impl);
 // Calls one pass of `fn` (forward, or backward when `backward`) with a workspace from the caching
 // allocator on `stream` when the entry asks for one (adapters and attention bindings share it).
 void call_kernel_pass(const KernelFunction& fn, bool backward,

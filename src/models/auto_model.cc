@@ -151,7 +151,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
       k.config = KernelConfig::from_file(options.kernel_config_file);
     k.attn_implementation = options.attn_implementation;
     k.allow_all_kernels = options.allow_all_kernels;
-    lm.kernelize_report = kernelize(lm, Mode::Inference, k);
+    lm.kernelize_report = kernelize(
+        lm, options.kernelize_capture ? Mode::Inference | Mode::Capture : Mode::Inference, k);
     lm.kernelize_options = k;
   }
   return model;
@@ -202,9 +203,11 @@ CausalLMOutput CausalLM::forward(const Tensor& input_ids, const Tensor& labels) 
 CausalLM& CausalLM::train(bool on) {
   DecoderLM& lm = need(impl_);
   lm.train(on);
-  if (lm.kernelize_options)
+  if (lm.kernelize_options) {
+    const Mode capture = lm.load_options.kernelize_capture ? Mode::Capture : Mode::None;
     lm.kernelize_report =
-        kernelize(lm, on ? Mode::Training : Mode::Inference, *lm.kernelize_options);
+        kernelize(lm, (on ? Mode::Training : Mode::Inference) | capture, *lm.kernelize_options);
+  }
   return *this;
 }
 
