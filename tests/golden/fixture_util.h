@@ -21,7 +21,8 @@ inline std::string model_fixture(const std::string& name) {
 }
 
 inline const std::vector<std::string>& model_fixture_names() {
-  static const std::vector<std::string> names{"qwen3-tiny", "qwen3-tiny-bf16", "llama-tiny-bf16"};
+  static const std::vector<std::string> names{"qwen3-tiny", "qwen3-tiny-bf16", "llama-tiny-bf16",
+                                              "qwen3-tiny-hd64-bf16"};
   return names;
 }
 
