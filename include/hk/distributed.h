@@ -109,12 +109,33 @@ std::shared_ptr<ProcessGroup> init_process_group(Device device, const RankEnviro
 // Whether this build has the NCCL backend.
 bool nccl_available();
 
-// DistributedSampler's split of one epoch's order (drop_last = false): the order is padded to a
-// multiple of `world_size` by repeating its start, and rank r takes positions r, r + W, r + 2W...
-// So micro-batch k of every rank together holds positions [k·B·W, (k+1)·B·W) of the padded order:
-// the global batch of one process with batch B·W.
-std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world_size);
-// Length of each rank's shard: ceil(n / world_size).
-int64_t shard_length(int64_t n, int world_size);
+// torch.utils.data.DistributedSampler, index for index. One epoch's order (a permutation from
+// seed + epoch when shuffling, else 0..n-1) is split across `num_replicas` ranks: without
+// drop_last it is padded to a multiple of num_replicas by repeating it from its start; with
+// drop_last its tail is cut to a multiple; rank r then takes positions r, r + W, r + 2W, ...
+// So micro-batch k of every rank together holds positions [k·B·W, (k+1)·B·W) of that order: the
+// global batch of one process with batch B·W.
+struct DistributedSamplerOptions {
+  int num_replicas = 1;
+  int rank = 0;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+};
+// The indices rank `options.rank` visits in `epoch` (set_epoch's value), as torch's sampler
+// yields them. Throws InvalidArgument for a rank outside the replicas or an empty dataset.
+std::vector<int64_t> distributed_sampler_indices(int64_t num_samples,
+                                                 const DistributedSamplerOptions& options,
+                                                 int64_t epoch);
+// torch.randperm(n, generator=torch.Generator().manual_seed(seed)) on CPU (mt19937; n below
+// 2^32 / 20, torch's "small n" algorithm; larger n throws Unsupported).
+std::vector<int64_t> torch_randperm(int64_t n, uint64_t seed);
+// The split step alone, over any epoch order (the Trainer's: hk::epoch_order, the same on every
+// rank, so N ranks visit what one process with the global batch visits).
+std::vector<int64_t> shard_order(const std::vector<int64_t>& order, int rank, int world_size,
+                                 bool drop_last = false);
+// Length of each rank's shard: ceil(n / world_size), or floor with drop_last (torch's
+// num_samples).
+int64_t shard_length(int64_t n, int world_size, bool drop_last = false);
 
 }  // namespace hk::dist

@@ -191,8 +191,10 @@ void run_train(TrainCliArgs& a) {
   try {
     train_this_rank(a, env);
   } catch (const std::exception& e) {
-    if (env.rank == 0) throw;
-    throw hk::RuntimeFailure("rank " + std::to_string(env.rank) + ": " + e.what());
+    // Other ranks' messages say which rank failed (the process group's already do).
+    const std::string prefix = "rank " + std::to_string(env.rank) + ": ";
+    if (env.rank == 0 || std::string(e.what()).rfind(prefix, 0) == 0) throw;
+    throw hk::RuntimeFailure(prefix + e.what());
   }
 }
 
