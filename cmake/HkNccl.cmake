@@ -58,6 +58,14 @@ elseif(HK_NCCL STREQUAL "ON")
 endif()
 if(HK_HAVE_NCCL)
   message(STATUS "hk: NCCL ${HK_NCCL_VERSION}: ${HK_NCCL_LIBRARY} (headers ${HK_NCCL_INCLUDE_DIR})")
+elseif(HK_NCCL STREQUAL "OFF")
+  message(STATUS "hk: NCCL backend OFF (HK_NCCL=OFF): data-parallel training on cuda is "
+                 "unavailable (CPU ranks still work)")
+elseif(NOT HK_HAVE_CUDA)
+  message(STATUS "hk: NCCL backend OFF (no CUDA): data-parallel training runs on CPU ranks only")
 else()
-  message(STATUS "hk: NCCL backend OFF")
+  message(STATUS "hk: NCCL backend OFF: nccl.h / libnccl not found (looked in: "
+                 "${_hk_nccl_hints}); data-parallel training on cuda is unavailable. Run "
+                 "scripts/install-deps (NVIDIA's nvidia-nccl-cu13 wheel into /opt/hk-nccl) or set "
+                 "HK_NCCL_ROOT")
 endif()

@@ -75,8 +75,8 @@ struct TrainerOptions {
   // Data-parallel training: the group this process is one rank of (null: one process). Its
   // device must be the model's.
   std::shared_ptr<dist::ProcessGroup> process_group;
-  int zero_stage = 0;              // 1: AdamW states sharded across the ranks (needs a group)
-  double ddp_bucket_cap_mb = 25;   // gradient bucket size (DDP's bucket_cap_mb)
+  int zero_stage = 0;             // 1: AdamW states sharded across the ranks (needs a group)
+  double ddp_bucket_cap_mb = 25;  // gradient bucket size (DDP's bucket_cap_mb)
 };
 
 // One logged step: the log_history entry (step, epoch, loss, grad_norm, learning_rate) plus the

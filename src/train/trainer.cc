@@ -299,9 +299,9 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
       // average_tokens_across_devices; every rank's shard has the same rows).
       int64_t num_items = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t rows = std::min(args.per_device_train_batch_size,
-                                      static_cast<int64_t>(order.size()) -
-                                          (micro + i) * args.per_device_train_batch_size);
+        const int64_t rows = std::min(
+            args.per_device_train_batch_size,
+            static_cast<int64_t>(order.size()) - (micro + i) * args.per_device_train_batch_size);
         num_items += rows * (data.block_size() - 1);
       }
       num_items *= world;
@@ -461,16 +461,13 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
         hint = ": use --per-device-train-batch-size " +
                std::to_string(their_bs * their_world / world) + " with " + std::to_string(world) +
                " rank" + (world == 1 ? "" : "s");
-      throw InvalidArgument("--resume-from-checkpoint: " + dir + " was trained with a global " +
-                            "batch of " + std::to_string(their_bs * their_world) +
-                            " blocks (--per-device-train-batch-size " + std::to_string(their_bs) +
-                            " × " + std::to_string(their_world) + " rank" +
-                            (their_world == 1 ? "" : "s") + "), this run has " +
-                            std::to_string(mine) + " (" +
-                            std::to_string(args.per_device_train_batch_size) + " × " +
-                            std::to_string(world) +
-                            "); the data position only continues with the same global batch" +
-                            hint);
+      throw InvalidArgument(
+          "--resume-from-checkpoint: " + dir + " was trained with a global " + "batch of " +
+          std::to_string(their_bs * their_world) + " blocks (--per-device-train-batch-size " +
+          std::to_string(their_bs) + " × " + std::to_string(their_world) + " rank" +
+          (their_world == 1 ? "" : "s") + "), this run has " + std::to_string(mine) + " (" +
+          std::to_string(args.per_device_train_batch_size) + " × " + std::to_string(world) +
+          "); the data position only continues with the same global batch" + hint);
     }
   }
   same("gradient_accumulation_steps", args.gradient_accumulation_steps,

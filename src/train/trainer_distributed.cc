@@ -29,8 +29,7 @@ void TrainerImpl::plan_data_parallel(DType grad_dtype_after, DType value_dtype_a
     throw InvalidArgument("data parallel: the process group is on " + group->device().str() +
                           " and the model on " + model.device().str() +
                           "; load the model on the rank's device");
-  if (!(options.ddp_bucket_cap_mb > 0))
-    throw InvalidArgument("--ddp-bucket-cap-mb must be > 0");
+  if (!(options.ddp_bucket_cap_mb > 0)) throw InvalidArgument("--ddp-bucket-cap-mb must be > 0");
   std::vector<DType> grads(tensors.size(), grad_dtype_after),
       values(tensors.size(), value_dtype_after);
   dist::ReducerOptions ro;

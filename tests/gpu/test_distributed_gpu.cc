@@ -57,21 +57,22 @@ bool multi_gpu_required() {
   return v && std::string(v) == "1";
 }
 
-#define HK_REQUIRE_TWO_GPUS()                                                                \
-  do {                                                                                       \
-    const int gpus = ::hk::cuda_device_count();                                              \
-    std::string why;                                                                         \
-    if (on_cpu())                                                                            \
-      ;                                                                                      \
-    else if (gpus < 2)                                                                            \
-      why = "needs 2 GPUs, " + std::to_string(gpus) + " visible (run on a multi-GPU machine: " \
-            "scripts/gpu-test --dist)";                                                      \
-    else if (!::hk::dist::nccl_available())                                                  \
-      why = "this hk was built without NCCL (configure said \"NCCL backend OFF\")";          \
-    if (!why.empty()) {                                                                      \
-      if (multi_gpu_required()) FAIL() << why;                                               \
-      GTEST_SKIP() << why;                                                                   \
-    }                                                                                        \
+#define HK_REQUIRE_TWO_GPUS()                                                       \
+  do {                                                                              \
+    const int gpus = ::hk::cuda_device_count();                                     \
+    std::string why;                                                                \
+    if (on_cpu())                                                                   \
+      ;                                                                             \
+    else if (gpus < 2)                                                              \
+      why = "needs 2 GPUs, " + std::to_string(gpus) +                               \
+            " visible (run on a multi-GPU machine: "                                \
+            "scripts/gpu-test --dist)";                                             \
+    else if (!::hk::dist::nccl_available())                                         \
+      why = "this hk was built without NCCL (configure said \"NCCL backend OFF\")"; \
+    if (!why.empty()) {                                                             \
+      if (multi_gpu_required()) FAIL() << why;                                      \
+      GTEST_SKIP() << why;                                                          \
+    }                                                                               \
   } while (0)
 
 const char* child_mode() {
@@ -90,9 +91,9 @@ Child spawn_rank(const std::string& test, int rank, int world, int port, const s
   for (char** e = environ; *e; ++e) env.emplace_back(*e);
   for (const std::string& v : std::vector<std::string>{
            "HK_DIST_GPU_CHILD=" + test, "RANK=" + std::to_string(rank),
-        "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),
-        "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
-        "MASTER_PORT=" + std::to_string(port)})
+           "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),
+           "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
+           "MASTER_PORT=" + std::to_string(port)})
     env.push_back(v);
   for (const auto& v : extra) env.push_back(v);
   std::vector<char*> envp;
@@ -166,7 +167,8 @@ TEST(DistributedGpuChild, Collectives) {
   Tensor b = Tensor::from_floats({10.0f * r, 1.0f + r}, {2}).to(dev, s);
   g->broadcast(b, 1, s);
   Tensor all = Tensor::zeros({2 * w}, DType::F32, dev, s);
-  all.slice(0, 2 * r, 2 * r + 2).copy_from(Tensor::from_floats({1.0f * r, 100.0f + r}, {2}).view(), s);
+  all.slice(0, 2 * r, 2 * r + 2)
+      .copy_from(Tensor::from_floats({1.0f * r, 100.0f + r}, {2}).view(), s);
   g->all_gather(all.slice(0, 2 * r, 2 * r + 2), all, s);  // in place
   std::vector<float> in;
   for (int i = 0; i < 2 * w; ++i) in.push_back(static_cast<float>(i * (r + 1)));
@@ -225,8 +227,8 @@ TEST(DistributedGpu, NcclCollectivesOnTwoGpus) {
   for (int r = 0; r < 2; ++r)
     ranks.push_back(spawn_rank("Collectives", r, 2, port, tmp / ("rank" + std::to_string(r))));
   for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0)
-        << "rank " << r << ":\n" << read_text(ranks[r].log);
+    EXPECT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0) << "rank " << r << ":\n"
+                                                                << read_text(ranks[r].log);
 }
 
 TEST(DistributedGpu, PeerThatExitsIsAnErrorNotAHang) {
@@ -250,7 +252,8 @@ std::string train_args(const std::string& model, const std::string& out, int bat
          test::train_fixture("corpus.txt") + " --output-dir " + out +
          " --block-size 32 --per-device-train-batch-size " + std::to_string(batch) +
          " --learning-rate 1e-3 --lr-scheduler-type constant --weight-decay 0.01"
-         " --logging-steps 1 --json --device " + device_flag();
+         " --logging-steps 1 --json --device " +
+         device_flag();
 }
 
 struct Curve {
@@ -296,8 +299,8 @@ TEST(DistributedGpu, TwoGpusEqualOneGpuWithTheGlobalBatch) {
   // (kBf16LossTolerance of the training tests).
   for (const Case& c : {Case{"qwen3-tiny", 1e-5}, Case{"qwen3-tiny-bf16", 2.5e-2}}) {
     const Curve one = train(train_args(c.model, tmp / (c.model + "-1"), 4) + steps);
-    const Curve two = train(train_args(c.model, tmp / (c.model + "-2"), 2) + steps +
-                            " --nproc-per-node 2");
+    const Curve two =
+        train(train_args(c.model, tmp / (c.model + "-2"), 2) + steps + " --nproc-per-node 2");
     const Curve zero = train(train_args(c.model, tmp / (c.model + "-z"), 2) + steps +
                              " --nproc-per-node 2 --zero-stage 1");
     ASSERT_EQ(one.losses.size(), 20u) << c.model;
@@ -319,9 +322,9 @@ TEST(DistributedGpu, ZeroCheckpointOfTwoGpusResumesOnOne) {
   const Curve two = train(train_args("qwen3-tiny", tmp / "two", 2) +
                           " --max-steps 8 --save-steps 4 --nproc-per-node 2 --zero-stage 1");
   ASSERT_EQ(two.losses.size(), 8u);
-  const Curve one = train(train_args("qwen3-tiny", tmp / "one", 4) +
-                          " --max-steps 8 --save-steps 4 --resume-from-checkpoint " +
-                          (tmp / "two/checkpoint-4"));
+  const Curve one =
+      train(train_args("qwen3-tiny", tmp / "one", 4) +
+            " --max-steps 8 --save-steps 4 --resume-from-checkpoint " + (tmp / "two/checkpoint-4"));
   const double d = worst(two, one, 4);
   std::cout << "resumed on 1 GPU: worst |loss - 2-GPU run| over steps 5..8 = " << d << "\n";
   EXPECT_LE(d, 1e-5);

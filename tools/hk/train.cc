@@ -31,10 +31,10 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
-#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "commands.h"
@@ -97,7 +97,8 @@ std::vector<std::string> rank_arguments() {
 std::string this_executable() {
   std::error_code ec;
   const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) throw hk::RuntimeFailure("cannot find the hk executable (/proc/self/exe): " + ec.message());
+  if (ec)
+    throw hk::RuntimeFailure("cannot find the hk executable (/proc/self/exe): " + ec.message());
   return p.string();
 }
 
@@ -105,10 +106,10 @@ std::string this_executable() {
 int launch_ranks(const TrainCliArgs& a) {
   const hk::dist::RankEnvironment env = hk::dist::RankEnvironment::from_environment();
   if (env.launched())
-    throw hk::InvalidArgument(
-        "--nproc-per-node: this process was itself started by a launcher (" + env.launcher +
-        ", rank " + std::to_string(env.rank) + " of " + std::to_string(env.world_size) +
-        "); use either hk's launcher or the other one, not both");
+    throw hk::InvalidArgument("--nproc-per-node: this process was itself started by a launcher (" +
+                              env.launcher + ", rank " + std::to_string(env.rank) + " of " +
+                              std::to_string(env.world_size) +
+                              "); use either hk's launcher or the other one, not both");
   hk::dist::LaunchOptions o;
   o.nproc_per_node = *a.nproc_per_node;
   o.nnodes = a.nnodes;
@@ -120,14 +121,15 @@ int launch_ranks(const TrainCliArgs& a) {
   hk::dist::validate(o);
   if (a.device.rfind("cuda", 0) == 0) {
     if (a.device != "cuda")
-      throw hk::InvalidArgument("--device " + a.device +
-                                " with --nproc-per-node: each rank takes the GPU of its local "
-                                "rank; use --device cuda (and CUDA_VISIBLE_DEVICES to choose GPUs)");
+      throw hk::InvalidArgument(
+          "--device " + a.device +
+          " with --nproc-per-node: each rank takes the GPU of its local "
+          "rank; use --device cuda (and CUDA_VISIBLE_DEVICES to choose GPUs)");
     const int gpus = hk::cuda_device_count();
     if (gpus < o.nproc_per_node)
       throw hk::InvalidArgument("--nproc-per-node " + std::to_string(o.nproc_per_node) +
-                                " needs one GPU per rank, and " + std::to_string(gpus) +
-                                " GPU" + (gpus == 1 ? " is" : "s are") + " visible");
+                                " needs one GPU per rank, and " + std::to_string(gpus) + " GPU" +
+                                (gpus == 1 ? " is" : "s are") + " visible");
   }
   return hk::dist::launch(o, this_executable(), rank_arguments(), std::cerr);
 }
@@ -255,8 +257,8 @@ void train_this_rank(TrainCliArgs& a, const hk::dist::RankEnvironment& env) {
     std::string ranks;
     if (group)
       ranks = ", " + std::to_string(group->size()) + " rank" + (group->size() == 1 ? "" : "s") +
-              " (data parallel over " + group->backend() +
-              (a.zero_stage == 1 ? ", ZeRO-1" : "") + ")";
+              " (data parallel over " + group->backend() + (a.zero_stage == 1 ? ", ZeRO-1" : "") +
+              ")";
     std::cout << "hk train: " << model.config().model_type << " on " << model.device().str() << " ("
               << hk::dtype_name(model.dtype()) << (args.bf16 ? ", f32 master weights" : "") << ")"
               << ranks << ", " << num_blocks << " blocks of " << block_size << " tokens, "

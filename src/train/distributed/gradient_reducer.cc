@@ -58,8 +58,8 @@ GradientReducer::GradientReducer(std::shared_ptr<ProcessGroup> group,
       it = open.emplace(key, buckets_.size() - 1).first;
     }
     Bucket& b = buckets_[it->second];
-    const int64_t align = std::max(alignment_elements(b.grad_dtype),
-                                   alignment_elements(b.value_dtype));
+    const int64_t align =
+        std::max(alignment_elements(b.grad_dtype), alignment_elements(b.value_dtype));
     BucketEntry e;
     e.tensor = k;
     e.offset = round_up(b.numel, align);

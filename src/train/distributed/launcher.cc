@@ -60,14 +60,12 @@ struct Child {
 
 void validate(const LaunchOptions& o) {
   if (o.nproc_per_node < 1)
-    throw InvalidArgument("--nproc-per-node must be >= 1, got " +
-                          std::to_string(o.nproc_per_node));
-  if (o.nnodes < 1)
-    throw InvalidArgument("--nnodes must be >= 1, got " + std::to_string(o.nnodes));
+    throw InvalidArgument("--nproc-per-node must be >= 1, got " + std::to_string(o.nproc_per_node));
+  if (o.nnodes < 1) throw InvalidArgument("--nnodes must be >= 1, got " + std::to_string(o.nnodes));
   if (o.node_rank < 0 || o.node_rank >= o.nnodes)
     throw InvalidArgument("--node-rank " + std::to_string(o.node_rank) +
-                          " is outside the --nnodes " + std::to_string(o.nnodes) +
-                          " nodes (0 to " + std::to_string(o.nnodes - 1) + ")");
+                          " is outside the --nnodes " + std::to_string(o.nnodes) + " nodes (0 to " +
+                          std::to_string(o.nnodes - 1) + ")");
   if (o.master_port < 1 || o.master_port > 65535)
     throw InvalidArgument("--master-port " + std::to_string(o.master_port) +
                           " is not a TCP port (1 to 65535)");
@@ -109,8 +107,8 @@ std::vector<std::string> rank_environment(const LaunchOptions& o, int local_rank
   return env;
 }
 
-int launch(const LaunchOptions& o, const std::string& program,
-           const std::vector<std::string>& args, std::ostream& log) {
+int launch(const LaunchOptions& o, const std::string& program, const std::vector<std::string>& args,
+           std::ostream& log) {
   validate(o);
   // Signals to forward are taken synchronously (sigtimedwait) instead of by handlers.
   sigset_t forward, previous;
@@ -150,7 +148,8 @@ int launch(const LaunchOptions& o, const std::string& program,
       ::setpgid(0, 0);
       pthread_sigmask(SIG_SETMASK, &previous, nullptr);
       ::execve(program.c_str(), argv.data(), envp.data());
-      const std::string msg = "hk launcher: cannot run " + program + ": " + std::strerror(errno) + "\n";
+      const std::string msg =
+          "hk launcher: cannot run " + program + ": " + std::strerror(errno) + "\n";
       (void)!::write(STDERR_FILENO, msg.data(), msg.size());
       ::_exit(127);
     }

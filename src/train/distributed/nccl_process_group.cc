@@ -100,10 +100,9 @@ class NcclProcessGroup final : public ProcessGroup {
              "reduce_scatter: input has " + std::to_string(input.numel()) + " elements, output " +
                  std::to_string(output.numel()) + "; the input must hold world size (" +
                  std::to_string(size()) + ") output-sized chunks of the same dtype");
-    check(ncclReduceScatter(input.view().ptr(), output.view().ptr(),
-                            static_cast<size_t>(output.numel()),
-                            nccl_dtype(input.dtype(), "reduce_scatter"), nccl_op(op), comm_,
-                            cuda(stream)),
+    check(ncclReduceScatter(
+              input.view().ptr(), output.view().ptr(), static_cast<size_t>(output.numel()),
+              nccl_dtype(input.dtype(), "reduce_scatter"), nccl_op(op), comm_, cuda(stream)),
           "ncclReduceScatter");
   }
 
@@ -114,8 +113,7 @@ class NcclProcessGroup final : public ProcessGroup {
              "all_gather: output has " + std::to_string(output.numel()) + " elements, input " +
                  std::to_string(input.numel()) + "; the output must hold world size (" +
                  std::to_string(size()) + ") input-sized chunks of the same dtype");
-    check(ncclAllGather(input.view().ptr(), output.view().ptr(),
-                        static_cast<size_t>(input.numel()),
+    check(ncclAllGather(input.view().ptr(), output.view().ptr(), static_cast<size_t>(input.numel()),
                         nccl_dtype(input.dtype(), "all_gather"), comm_, cuda(stream)),
           "ncclAllGather");
   }
@@ -156,9 +154,8 @@ class NcclProcessGroup final : public ProcessGroup {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       if (async != ncclSuccess && async != ncclInProgress)
-        fail("rank " + std::to_string(rank()) + ": NCCL reported " +
-             ncclGetErrorString(async) + " (" + ncclGetLastError(comm_) +
-             "); a peer probably failed");
+        fail("rank " + std::to_string(rank()) + ": NCCL reported " + ncclGetErrorString(async) +
+             " (" + ncclGetLastError(comm_) + "); a peer probably failed");
       if (tcp::Clock::now() > deadline)
         fail("rank " + std::to_string(rank()) + ": NCCL collectives did not finish within " +
              std::to_string(options_.timeout.count() / 1000) +

@@ -32,8 +32,8 @@ void refuse_all(std::vector<tcp::Socket>& peers, const std::string& reason) {
   }
 }
 
-Rendezvous serve(const RankEnvironment& env, const std::string& backend,
-                 const std::string& payload, tcp::Deadline deadline) {
+Rendezvous serve(const RankEnvironment& env, const std::string& backend, const std::string& payload,
+                 tcp::Deadline deadline) {
   Rendezvous r;
   r.rank = 0;
   r.world_size = env.world_size;
@@ -51,16 +51,14 @@ Rendezvous serve(const RankEnvironment& env, const std::string& backend,
         for (int i = 1; i < env.world_size; ++i)
           if (!r.peers[static_cast<size_t>(i)].valid())
             missing += (missing.empty() ? "" : ", ") + std::to_string(i);
-        throw RuntimeFailure("rendezvous at " + address(env) + " timed out: " +
-                             std::to_string(joined) + " of " + std::to_string(env.world_size) +
-                             " ranks joined (missing: " + missing +
-                             "); start every rank with WORLD_SIZE=" +
-                             std::to_string(env.world_size) +
-                             " and the same MASTER_ADDR / MASTER_PORT");
+        throw RuntimeFailure(
+            "rendezvous at " + address(env) + " timed out: " + std::to_string(joined) + " of " +
+            std::to_string(env.world_size) + " ranks joined (missing: " + missing +
+            "); start every rank with WORLD_SIZE=" + std::to_string(env.world_size) +
+            " and the same MASTER_ADDR / MASTER_PORT");
       }
       // A hello must come quickly; anything else on the port is dropped, not fatal.
-      const auto hello_deadline =
-          std::min(deadline, tcp::deadline_after(std::chrono::seconds(30)));
+      const auto hello_deadline = std::min(deadline, tcp::deadline_after(std::chrono::seconds(30)));
       uint32_t magic = 0, version = 0;
       try {
         magic = s.recv_value<uint32_t>(hello_deadline, "rendezvous");
@@ -79,9 +77,9 @@ Rendezvous serve(const RankEnvironment& env, const std::string& backend,
                   std::to_string(version) + ", rank 0 speaks " + std::to_string(kVersion) +
                   " (different hk versions in one job)";
       else if (world != env.world_size)
-        problem = "rank " + std::to_string(rank) + " was started with WORLD_SIZE=" +
-                  std::to_string(world) + ", rank 0 with " + std::to_string(env.world_size) +
-                  "; every rank needs the same world size";
+        problem = "rank " + std::to_string(rank) +
+                  " was started with WORLD_SIZE=" + std::to_string(world) + ", rank 0 with " +
+                  std::to_string(env.world_size) + "; every rank needs the same world size";
       else if (rank <= 0 || rank >= env.world_size)
         problem = "a process joined as rank " + std::to_string(rank) + " of " +
                   std::to_string(world) + "; ranks 1 to " + std::to_string(world - 1) +

@@ -51,8 +51,8 @@ class TcpProcessGroup final : public ProcessGroup {
     const int64_t n = output.numel();
     HK_CHECK(input.numel() == n * size() && input.dtype() == output.dtype(),
              "reduce_scatter: input has " + std::to_string(input.numel()) + " elements, output " +
-                 std::to_string(n) + "; the input must hold world size (" +
-                 std::to_string(size()) + ") output-sized chunks of the same dtype");
+                 std::to_string(n) + "; the input must hold world size (" + std::to_string(size()) +
+                 ") output-sized chunks of the same dtype");
     guarded("reduce_scatter", [&](tcp::Deadline d) {
       const size_t chunk = output.nbytes();
       // Reduce a copy when the output is a chunk of the input (in place), so that rank 0's own

@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <thread>
 
@@ -85,8 +85,9 @@ void Socket::shutdown() {
 }
 
 void Socket::send_all(const void* data, size_t bytes, Deadline deadline, const char* what) {
-  if (fd_ < 0) throw RuntimeFailure(std::string(what) + ": the connection to " + peer_ +
-                                    " is closed (an earlier error broke it)");
+  if (fd_ < 0)
+    throw RuntimeFailure(std::string(what) + ": the connection to " + peer_ +
+                         " is closed (an earlier error broke it)");
   const char* p = static_cast<const char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::send(fd_, p, bytes, MSG_NOSIGNAL);
@@ -109,8 +110,9 @@ void Socket::send_all(const void* data, size_t bytes, Deadline deadline, const c
 }
 
 void Socket::recv_all(void* data, size_t bytes, Deadline deadline, const char* what) {
-  if (fd_ < 0) throw RuntimeFailure(std::string(what) + ": the connection to " + peer_ +
-                                    " is closed (an earlier error broke it)");
+  if (fd_ < 0)
+    throw RuntimeFailure(std::string(what) + ": the connection to " + peer_ +
+                         " is closed (an earlier error broke it)");
   char* p = static_cast<char*>(data);
   while (bytes > 0) {
     const ssize_t n = ::recv(fd_, p, bytes, 0);

@@ -18,8 +18,7 @@ const char* const kMoments[] = {"exp_avg", "exp_avg_sq"};
 
 }  // namespace
 
-ZeroOptimizer::ZeroOptimizer(GradientReducer& reducer, optim::AdamWOptions options,
-                             Stream stream)
+ZeroOptimizer::ZeroOptimizer(GradientReducer& reducer, optim::AdamWOptions options, Stream stream)
     : reducer_(reducer), options_(options) {
   HK_CHECK(reducer.zero_stage() == 1, "ZeroOptimizer needs a reducer planned for ZeRO stage 1");
   const int world = reducer.group().size(), rank = reducer.group().rank();
@@ -58,8 +57,8 @@ void ZeroOptimizer::point_pieces(bool into_buckets) {
       *grads_[i] = b.grads.slice(0, p.begin, p.begin + p.numel);
     } else {
       const Tensor& value = *reducer_.tensors()[e.tensor].value;
-      *values_[i] = value.reshape({value.numel()})
-                        .slice(0, p.begin - e.offset, p.begin - e.offset + p.numel);
+      *values_[i] =
+          value.reshape({value.numel()}).slice(0, p.begin - e.offset, p.begin - e.offset + p.numel);
     }
   }
 }
@@ -149,8 +148,8 @@ std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::full_state(Stream str
       for (const Piece& p : pieces_) {
         if (p.bucket != bi) continue;
         const std::string& name = reducer_.tensors()[b.entries[p.entry].tensor].name;
-        full.slice(0, p.begin, p.begin + p.numel).copy_from(mine.at(kind + "." + name).view(),
-                                                            stream);
+        full.slice(0, p.begin, p.begin + p.numel)
+            .copy_from(mine.at(kind + "." + name).view(), stream);
       }
       group.all_gather(full.slice(0, first, first + shard), full, stream);
       for (const BucketEntry& e : b.entries) {
@@ -187,9 +186,9 @@ void ZeroOptimizer::load_full_state(const std::vector<std::pair<std::string, Ten
       HK_CHECK(t.numel() == e.numel && t.is_contiguous(),
                "optimizer state tensor '" + kind + "." + name + "' is " + t.view().str() +
                    ", the model needs " + std::to_string(e.numel) + " elements");
-      pieces.emplace_back(kind + "." + name,
-                          t.reshape({t.numel()})
-                              .slice(0, p.begin - e.offset, p.begin - e.offset + p.numel));
+      pieces.emplace_back(
+          kind + "." + name,
+          t.reshape({t.numel()}).slice(0, p.begin - e.offset, p.begin - e.offset + p.numel));
     }
   }
   adamw_->load_state(pieces, steps, stream);

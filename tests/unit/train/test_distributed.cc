@@ -105,9 +105,9 @@ TEST(RankEnvironment, OpenMpiAndMpich) {
 }
 
 TEST(RankEnvironment, SlurmInsideAStepOnly) {
-  const Vars step = {{"SLURM_PROCID", "5"},      {"SLURM_NTASKS", "7"},
-                     {"SLURM_LOCALID", "1"},     {"SLURM_NODEID", "1"},
-                     {"SLURM_STEP_ID", "0"},     {"SLURM_TASKS_PER_NODE", "4(x1),3"},
+  const Vars step = {{"SLURM_PROCID", "5"},   {"SLURM_NTASKS", "7"},
+                     {"SLURM_LOCALID", "1"},  {"SLURM_NODEID", "1"},
+                     {"SLURM_STEP_ID", "0"},  {"SLURM_TASKS_PER_NODE", "4(x1),3"},
                      {"MASTER_ADDR", "node0"}};
   const RankEnvironment e = parse(step);
   EXPECT_EQ(e.launcher, "slurm");
@@ -150,7 +150,10 @@ TEST(RankEnvironment, BadValuesNameTheVariable) {
       {{{"RANK", "2"}, {"WORLD_SIZE", "2"}}, "RANK=2 is outside the world of WORLD_SIZE=2"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "4"}},
        "LOCAL_WORLD_SIZE=4 is larger than WORLD_SIZE=2"},
-      {{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "2"}, {"LOCAL_WORLD_SIZE", "2"},
+      {{{"RANK", "0"},
+        {"WORLD_SIZE", "4"},
+        {"LOCAL_RANK", "2"},
+        {"LOCAL_WORLD_SIZE", "2"},
         {"MASTER_ADDR", "h"}},
        "LOCAL_RANK=2 is outside the 2 ranks of this node"},
       {{{"RANK", "0"}, {"WORLD_SIZE", "4"}, {"LOCAL_WORLD_SIZE", "2"}}, "MASTER_ADDR is not set"},
@@ -311,8 +314,8 @@ std::vector<std::string> run_ranks(int world,
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
-        auto group = dist::init_process_group(Device::cpu(), local_rank_env(r, world, port),
-                                              options);
+        auto group =
+            dist::init_process_group(Device::cpu(), local_rank_env(r, world, port), options);
         body(r, *group);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(r)] = e.what();
@@ -417,7 +420,8 @@ TEST(TcpProcessGroup, ShapeMismatchAndBadTensorsAreClearErrors) {
     Tensor out = Tensor::zeros({2}, DType::F32);
     g.reduce_scatter(in, out, dist::ReduceOp::Sum);
   });
-  for (const auto& e : errors) EXPECT_NE(e.find("world size (2) output-sized chunks"), std::string::npos) << e;
+  for (const auto& e : errors)
+    EXPECT_NE(e.find("world size (2) output-sized chunks"), std::string::npos) << e;
   const auto strided = run_ranks(1, [](int, dist::ProcessGroup& g) {
     Tensor t = Tensor::zeros({4, 4}, DType::F32);
     g.all_reduce(t.transpose(0, 1), dist::ReduceOp::Sum);
@@ -565,12 +569,15 @@ std::vector<RankResult> fork_ranks(int world, int timeout_ms,
 TEST(DeadPeer, RankThatExitsMakesTheOthersFailNamingIt) {
   std::chrono::steady_clock::duration took;
   // A generous timeout: the failure must come from the closed connection, at once.
-  const auto results = fork_ranks(3, 60000, [](int r, dist::ProcessGroup& g) {
-    Tensor t = Tensor::from_floats({1, 2, 3}, {3});
-    g.all_reduce(t, dist::ReduceOp::Sum);  // one collective that works
-    if (r == 2) ::_exit(3);                // then rank 2 dies (no exception, no goodbye)
-    for (int i = 0; i < 3; ++i) g.all_reduce(t, dist::ReduceOp::Sum);
-  }, &took);
+  const auto results = fork_ranks(
+      3, 60000,
+      [](int r, dist::ProcessGroup& g) {
+        Tensor t = Tensor::from_floats({1, 2, 3}, {3});
+        g.all_reduce(t, dist::ReduceOp::Sum);  // one collective that works
+        if (r == 2) ::_exit(3);                // then rank 2 dies (no exception, no goodbye)
+        for (int i = 0; i < 3; ++i) g.all_reduce(t, dist::ReduceOp::Sum);
+      },
+      &took);
   EXPECT_LT(took, std::chrono::seconds(20));
   EXPECT_EQ(results[2].status, 3);
   EXPECT_EQ(results[0].status, 1);
@@ -584,14 +591,17 @@ TEST(DeadPeer, RankThatExitsMakesTheOthersFailNamingIt) {
 
 TEST(DeadPeer, RankThatHangsIsATimeout) {
   std::chrono::steady_clock::duration took;
-  const auto results = fork_ranks(2, 500, [](int r, dist::ProcessGroup& g) {
-    if (r == 1) {
-      std::this_thread::sleep_for(std::chrono::seconds(2));  // stuck, connection open
-      return;
-    }
-    Tensor t = Tensor::from_floats({1}, {1});
-    g.all_reduce(t, dist::ReduceOp::Sum);
-  }, &took);
+  const auto results = fork_ranks(
+      2, 500,
+      [](int r, dist::ProcessGroup& g) {
+        if (r == 1) {
+          std::this_thread::sleep_for(std::chrono::seconds(2));  // stuck, connection open
+          return;
+        }
+        Tensor t = Tensor::from_floats({1}, {1});
+        g.all_reduce(t, dist::ReduceOp::Sum);
+      },
+      &took);
   EXPECT_LT(took, std::chrono::seconds(15));
   EXPECT_EQ(results[0].status, 1);
   EXPECT_NE(results[0].message.find("timed out waiting for rank 1"), std::string::npos)
@@ -600,15 +610,18 @@ TEST(DeadPeer, RankThatHangsIsATimeout) {
 
 TEST(DeadPeer, BrokenGroupRefusesLaterCollectives) {
   std::chrono::steady_clock::duration took;
-  const auto results = fork_ranks(2, 30000, [](int r, dist::ProcessGroup& g) {
-    if (r == 1) ::_exit(0);
-    Tensor t = Tensor::from_floats({1}, {1});
-    try {
-      g.all_reduce(t, dist::ReduceOp::Sum);
-    } catch (const Error&) {
-    }
-    g.barrier();  // must not wait: the group is broken
-  }, &took);
+  const auto results = fork_ranks(
+      2, 30000,
+      [](int r, dist::ProcessGroup& g) {
+        if (r == 1) ::_exit(0);
+        Tensor t = Tensor::from_floats({1}, {1});
+        try {
+          g.all_reduce(t, dist::ReduceOp::Sum);
+        } catch (const Error&) {
+        }
+        g.barrier();  // must not wait: the group is broken
+      },
+      &took);
   EXPECT_EQ(results[0].status, 1);
   EXPECT_NE(results[0].message.find("failed earlier"), std::string::npos) << results[0].message;
 }

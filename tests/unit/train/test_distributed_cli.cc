@@ -38,7 +38,8 @@ std::string train_args(const std::string& out, int batch, const std::string& dev
          test::train_fixture("corpus.txt") + " --output-dir " + out +
          " --block-size 32 --per-device-train-batch-size " + std::to_string(batch) +
          " --learning-rate 1e-3 --lr-scheduler-type constant --weight-decay 0.01"
-         " --logging-steps 1 --json --device " + device;
+         " --logging-steps 1 --json --device " +
+         device;
 }
 
 std::vector<nlohmann::json> json_lines(const std::string& out) {
@@ -80,8 +81,8 @@ void expect_same_curve(const TrainRun& a, const TrainRun& b, double tol, const s
     EXPECT_NEAR(a.grad_norms[i], b.grad_norms[i], tol * std::max(1.0, a.grad_norms[i]))
         << what << ": grad norm of step " << i + 1;
   }
-  std::cout << what << ": worst |loss difference| over " << a.losses.size()
-            << " steps = " << worst << "\n";
+  std::cout << what << ": worst |loss difference| over " << a.losses.size() << " steps = " << worst
+            << "\n";
 }
 
 // Largest |a − b| over every tensor of two safetensors files (which must hold the same names).
@@ -105,7 +106,8 @@ TEST(DistributedCli, TwoRanksEqualOneRankWithTheGlobalBatchAndZeroOneEqualsDdp) 
   const std::string steps = " --max-steps 5 --gradient-accumulation-steps 2 --save-strategy no";
   const TrainRun one = train(train_args(out / "one", 4) + steps);
   const TrainRun ddp = train(train_args(out / "ddp", 2) + steps + " --nproc-per-node 2");
-  const TrainRun zero = train(train_args(out / "zero", 2) + steps + " --nproc-per-node 2 --zero-stage 1");
+  const TrainRun zero =
+      train(train_args(out / "zero", 2) + steps + " --nproc-per-node 2 --zero-stage 1");
   ASSERT_EQ(one.losses.size(), 5u);
   EXPECT_EQ(ddp.summary["world_size"], 2);
   EXPECT_EQ(ddp.summary["backend"], "tcp");
@@ -135,14 +137,14 @@ TEST(DistributedCli, CheckpointOfTwoZeroRanksResumesOnOneRankAndBack) {
   const std::string run2 = out / "two";
   // ZeRO-1: the checkpoint holds the full optimizer state, gathered from both ranks' shards.
   const TrainRun two = train(train_args(run2, 2) +
-                        " --max-steps 6 --save-steps 2 --nproc-per-node 2 --zero-stage 1");
+                             " --max-steps 6 --save-steps 2 --nproc-per-node 2 --zero-stage 1");
   ASSERT_EQ(two.losses.size(), 6u);
   const std::string ckpt = run2 + "/checkpoint-2";
   EXPECT_TRUE(missing_checkpoint_files(ckpt).empty());
   EXPECT_EQ(test::read_json(ckpt + "/data_state.json")["world_size"], 2);
   // One rank with the same global batch continues with the losses of the 2-rank run.
   const TrainRun one = train(train_args(out / "one", 4) + " --max-steps 6 --save-steps 2" +
-                        " --resume-from-checkpoint " + ckpt);
+                             " --resume-from-checkpoint " + ckpt);
   EXPECT_EQ(one.summary["resumed_from"], ckpt);
   ASSERT_EQ(one.losses.size(), 4u);
   for (size_t i = 0; i < 4; ++i)
@@ -150,9 +152,9 @@ TEST(DistributedCli, CheckpointOfTwoZeroRanksResumesOnOneRankAndBack) {
   EXPECT_LT(max_weight_difference(run2 + "/model.safetensors", out / "one/model.safetensors"),
             1e-5);
   // And back: the 1-rank checkpoint resumes on 2 plain DDP ranks.
-  const TrainRun again = train(train_args(out / "again", 2) + " --max-steps 6 --nproc-per-node 2" +
-                          " --save-strategy no --resume-from-checkpoint " +
-                          (out / "one/checkpoint-4"));
+  const TrainRun again =
+      train(train_args(out / "again", 2) + " --max-steps 6 --nproc-per-node 2" +
+            " --save-strategy no --resume-from-checkpoint " + (out / "one/checkpoint-4"));
   ASSERT_EQ(again.losses.size(), 2u);
   for (size_t i = 0; i < 2; ++i)
     EXPECT_NEAR(again.losses[i], two.losses[i + 4], 1e-5) << "step " << i + 5;
@@ -177,22 +179,24 @@ TEST(DistributedCli, BadLaunchesAreOneSentenceAndExitOne) {
   std::vector<BadLaunch> cases = {
       {"no ranks", test::hk_binary() + " " + args + " --nproc-per-node 0",
        "--nproc-per-node must be >= 1"},
-      {"node rank outside", test::hk_binary() + " " + args + " --nproc-per-node 1 --nnodes 2 "
-                                                             "--node-rank 2 --master-addr h",
+      {"node rank outside",
+       test::hk_binary() + " " + args +
+           " --nproc-per-node 1 --nnodes 2 "
+           "--node-rank 2 --master-addr h",
        "--node-rank 2 is outside"},
       {"rank outside the world", "RANK=3 WORLD_SIZE=2 " + test::hk_binary() + " " + args,
        "RANK=3 is outside the world of WORLD_SIZE=2"},
       {"malformed rank", "RANK=one WORLD_SIZE=2 " + test::hk_binary() + " " + args,
        "RANK='one' is not an integer"},
-      {"two launchers", "RANK=0 WORLD_SIZE=1 " + test::hk_binary() + " " + args +
-                            " --nproc-per-node 2",
+      {"two launchers",
+       "RANK=0 WORLD_SIZE=1 " + test::hk_binary() + " " + args + " --nproc-per-node 2",
        "use either hk's launcher or the other one"},
       {"zero without ranks", test::hk_binary() + " " + args + " --zero-stage 1",
        "start several ranks"},
       {"bad zero stage", test::hk_binary() + " " + args + " --nproc-per-node 1 --zero-stage 2",
        "--zero-stage must be 0 or 1"},
-      {"bad timeout", "HK_DIST_TIMEOUT_S=soon " + test::hk_binary() + " " + args +
-                          " --nproc-per-node 1",
+      {"bad timeout",
+       "HK_DIST_TIMEOUT_S=soon " + test::hk_binary() + " " + args + " --nproc-per-node 1",
        "HK_DIST_TIMEOUT_S='soon' is not a positive number"},
   };
   if (cuda_device_count() < 2)
@@ -260,10 +264,14 @@ TEST(DistributedCli, KilledRankMakesTheOtherExitNamingIt) {
   const std::string args = train_args(out / "run", 2) + " --max-steps 100000 --save-strategy no";
   const std::string port = std::to_string(dist::tcp::free_port());
   auto env = [&](int rank) {
-    return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2",
-                                    "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=2",
-                                    "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port,
-                                    "HK_DIST_TIMEOUT_S=120", "OMP_NUM_THREADS=1"};
+    return std::vector<std::string>{"RANK=" + std::to_string(rank),
+                                    "WORLD_SIZE=2",
+                                    "LOCAL_RANK=" + std::to_string(rank),
+                                    "LOCAL_WORLD_SIZE=2",
+                                    "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + port,
+                                    "HK_DIST_TIMEOUT_S=120",
+                                    "OMP_NUM_THREADS=1"};
   };
   const pid_t r0 = spawn_hk(args, env(0), out / "rank0.log");
   const pid_t r1 = spawn_hk(args, env(1), out / "rank1.log");
