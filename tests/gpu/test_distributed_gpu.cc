@@ -11,7 +11,6 @@
 // HK_DIST_GPU_CHILD naming the child test and torchrun's variables.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,8 +29,6 @@
 #include "hk/tensor.h"
 #include "train/distributed/tcp_socket.h"
 #include "unit/train/train_test_util.h"
-
-extern char** environ;
 
 namespace hk {
 namespace {
@@ -86,32 +83,23 @@ struct Child {
 
 // Re-runs this executable as rank `rank` of `world` for the child test `test`.
 Child spawn_rank(const std::string& test, int rank, int world, int port, const std::string& log,
-                 const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) env.emplace_back(*e);
-  for (const std::string& v : std::vector<std::string>{
-           "HK_DIST_GPU_CHILD=" + test, "RANK=" + std::to_string(rank),
-           "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),
-           "LOCAL_WORLD_SIZE=" + std::to_string(world), "MASTER_ADDR=127.0.0.1",
-           "MASTER_PORT=" + std::to_string(port)})
-    env.push_back(v);
-  for (const auto& v : extra) env.push_back(v);
-  std::vector<char*> envp;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const std::string cmd = "exec /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_filter=DistributedGpuChild." + test + " >" + log + " 2>&1";
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+                 const std::vector<std::string>& extra) {
+  std::vector<std::string> env = {"HK_DIST_GPU_CHILD=" + test,
+                                  "RANK=" + std::to_string(rank),
+                                  "WORLD_SIZE=" + std::to_string(world),
+                                  "LOCAL_RANK=" + std::to_string(rank),
+                                  "LOCAL_WORLD_SIZE=" + std::to_string(world),
+                                  "MASTER_ADDR=127.0.0.1",
+                                  "MASTER_PORT=" + std::to_string(port)};
+  env.insert(env.end(), extra.begin(), extra.end());
   Child c;
   c.log = log;
-  EXPECT_EQ(posix_spawn(&c.pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), envp.data()),
-            0);
+  c.pid = test::spawn_shell("/proc/" + std::to_string(::getpid()) +
+                                "/exe --gtest_filter=DistributedGpuChild." + test + " >" + log +
+                                " 2>&1",
+                            env);
+  EXPECT_GT(c.pid, 0);
   return c;
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 int wait_for(const Child& c, std::chrono::seconds limit) {
@@ -124,11 +112,27 @@ int wait_for(const Child& c, std::chrono::seconds limit) {
       ::kill(c.pid, SIGKILL);
       ::waitpid(c.pid, &status, 0);
       ADD_FAILURE() << "rank still ran after " << limit.count() << " s (hung):\n"
-                    << read_text(c.log);
+                    << test::read_text(c.log);
       return -1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+}
+
+// Runs the child test `test` as ranks 0 and 1 (rank 1 is waited for first: it ends first in
+// PeerExits) and returns each rank's exit status; the logs stay in `tmp`.
+std::vector<int> run_two_ranks(const std::string& test, const test::TempDir& tmp,
+                               const std::vector<std::string>& extra = {}) {
+  const int port = dist::tcp::free_port();
+  std::vector<Child> ranks;
+  for (int r = 0; r < 2; ++r)
+    ranks.push_back(spawn_rank(test, r, 2, port, tmp / ("rank" + std::to_string(r)), extra));
+  std::vector<int> status(2);
+  for (int r = 1; r >= 0; --r) {
+    status[r] = wait_for(ranks[r], std::chrono::seconds(120));
+    if (status[r] != 0) std::cout << "rank " << r << ":\n" << test::read_text(ranks[r].log);
+  }
+  return status;
 }
 
 // ---- children (run only inside a spawned rank) -------------------------------------------------
@@ -222,27 +226,15 @@ TEST(DistributedGpu, NcclCollectivesOnTwoGpus) {
   if (child_mode()) GTEST_SKIP();
   HK_REQUIRE_TWO_GPUS();
   test::TempDir tmp;
-  const int port = dist::tcp::free_port();
-  std::vector<Child> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.push_back(spawn_rank("Collectives", r, 2, port, tmp / ("rank" + std::to_string(r))));
-  for (int r = 0; r < 2; ++r)
-    EXPECT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0) << "rank " << r << ":\n"
-                                                                << read_text(ranks[r].log);
+  EXPECT_EQ(run_two_ranks("Collectives", tmp), (std::vector<int>{0, 0}));
 }
 
 TEST(DistributedGpu, PeerThatExitsIsAnErrorNotAHang) {
   if (child_mode()) GTEST_SKIP();
   HK_REQUIRE_TWO_GPUS();
   test::TempDir tmp;
-  const int port = dist::tcp::free_port();
-  std::vector<Child> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.push_back(spawn_rank("PeerExits", r, 2, port, tmp / ("rank" + std::to_string(r)),
-                               {"HK_DIST_TIMEOUT_S=15"}));
-  EXPECT_EQ(wait_for(ranks[1], std::chrono::seconds(120)), 0) << read_text(ranks[1].log);
-  EXPECT_EQ(wait_for(ranks[0], std::chrono::seconds(90)), 0) << read_text(ranks[0].log);
-  std::cout << read_text(ranks[0].log);
+  EXPECT_EQ(run_two_ranks("PeerExits", tmp, {"HK_DIST_TIMEOUT_S=15"}), (std::vector<int>{0, 0}));
+  std::cout << test::read_text(tmp / "rank0");
 }
 
 // ---- hk train on 2 GPUs against 1 --------------------------------------------------------------

@@ -96,10 +96,7 @@ class NcclProcessGroup final : public ProcessGroup {
                       Stream stream) override {
     check_tensor(input, "reduce_scatter");
     check_tensor(output, "reduce_scatter");
-    HK_CHECK(input.numel() == output.numel() * size() && input.dtype() == output.dtype(),
-             "reduce_scatter: input has " + std::to_string(input.numel()) + " elements, output " +
-                 std::to_string(output.numel()) + "; the input must hold world size (" +
-                 std::to_string(size()) + ") output-sized chunks of the same dtype");
+    check_reduce_scatter(input, output, size());
     check(ncclReduceScatter(
               input.view().ptr(), output.view().ptr(), static_cast<size_t>(output.numel()),
               nccl_dtype(input.dtype(), "reduce_scatter"), nccl_op(op), comm_, cuda(stream)),
@@ -109,10 +106,7 @@ class NcclProcessGroup final : public ProcessGroup {
   void all_gather(const Tensor& input, const Tensor& output, Stream stream) override {
     check_tensor(input, "all_gather");
     check_tensor(output, "all_gather");
-    HK_CHECK(output.numel() == input.numel() * size() && input.dtype() == output.dtype(),
-             "all_gather: output has " + std::to_string(output.numel()) + " elements, input " +
-                 std::to_string(input.numel()) + "; the output must hold world size (" +
-                 std::to_string(size()) + ") input-sized chunks of the same dtype");
+    check_all_gather(input, output, size());
     check(ncclAllGather(input.view().ptr(), output.view().ptr(), static_cast<size_t>(input.numel()),
                         nccl_dtype(input.dtype(), "all_gather"), comm_, cuda(stream)),
           "ncclAllGather");

@@ -9,6 +9,28 @@
 
 namespace hk::dist {
 
+namespace {
+
+void check_chunks(const char* what, const char* whole_name, const Tensor& whole,
+                  const char* chunk_name, const Tensor& chunk, int world) {
+  HK_CHECK(whole.numel() == chunk.numel() * world && whole.dtype() == chunk.dtype(),
+           std::string(what) + ": the " + whole_name + " has " + std::to_string(whole.numel()) +
+               " " + dtype_name(whole.dtype()) + " elements and the " + chunk_name + " " +
+               std::to_string(chunk.numel()) + " " + dtype_name(chunk.dtype()) + "; the " +
+               whole_name + " must hold world size (" + std::to_string(world) + ") chunks of the " +
+               chunk_name + "'s size and dtype");
+}
+
+}  // namespace
+
+void check_reduce_scatter(const Tensor& input, const Tensor& output, int world) {
+  check_chunks("reduce_scatter", "input", input, "output", output, world);
+}
+
+void check_all_gather(const Tensor& input, const Tensor& output, int world) {
+  check_chunks("all_gather", "output", output, "input", input, world);
+}
+
 bool nccl_available() {
 #ifdef HK_HAVE_NCCL
   return true;

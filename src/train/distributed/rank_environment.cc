@@ -108,25 +108,22 @@ RankEnvironment RankEnvironment::from_variables(const Lookup& env) {
     validate(e, env, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
     return e;
   }
-  if (has(env, "OMPI_COMM_WORLD_RANK")) {
+  // MPI launchers: rank, size, local rank, local size; the node follows from them.
+  struct MpiFamily {
+    const char *rank, *size, *local, *local_size;
+  };
+  for (const MpiFamily& f :
+       {MpiFamily{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                  "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        MpiFamily{"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}}) {
+    if (!has(env, f.rank)) continue;
     e.launcher = "mpi";
-    e.rank = int_var(env, "OMPI_COMM_WORLD_RANK", 0);
-    e.world_size = int_var(env, "OMPI_COMM_WORLD_SIZE", 1);
-    e.local_rank = int_var_or(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0, e.rank);
-    e.local_world_size = int_var_or(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1, e.world_size);
+    e.rank = int_var(env, f.rank, 0);
+    e.world_size = int_var(env, f.size, 1);
+    e.local_rank = int_var_or(env, f.local, 0, e.rank);
+    e.local_world_size = int_var_or(env, f.local_size, 1, e.world_size);
     e.node_rank = e.rank / e.local_world_size;
-    validate(e, env, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
-             "OMPI_COMM_WORLD_LOCAL_SIZE");
-    return e;
-  }
-  if (has(env, "PMI_RANK")) {
-    e.launcher = "mpi";
-    e.rank = int_var(env, "PMI_RANK", 0);
-    e.world_size = int_var(env, "PMI_SIZE", 1);
-    e.local_rank = int_var_or(env, "MPI_LOCALRANKID", 0, e.rank);
-    e.local_world_size = int_var_or(env, "MPI_LOCALNRANKS", 1, e.world_size);
-    e.node_rank = e.rank / e.local_world_size;
-    validate(e, env, "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS");
+    validate(e, env, f.rank, f.size, f.local, f.local_size);
     return e;
   }
   // Slurm only inside a job step (srun): a batch script's own environment has SLURM_PROCID=0 and

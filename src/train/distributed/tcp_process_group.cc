@@ -48,11 +48,7 @@ class TcpProcessGroup final : public ProcessGroup {
   void reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, Stream) override {
     check_tensor(input, "reduce_scatter");
     check_tensor(output, "reduce_scatter");
-    const int64_t n = output.numel();
-    HK_CHECK(input.numel() == n * size() && input.dtype() == output.dtype(),
-             "reduce_scatter: input has " + std::to_string(input.numel()) + " elements, output " +
-                 std::to_string(n) + "; the input must hold world size (" + std::to_string(size()) +
-                 ") output-sized chunks of the same dtype");
+    check_reduce_scatter(input, output, size());
     guarded("reduce_scatter", [&](tcp::Deadline d) {
       const size_t chunk = output.nbytes();
       // Reduce a copy when the output is a chunk of the input (in place), so that rank 0's own
@@ -75,10 +71,7 @@ class TcpProcessGroup final : public ProcessGroup {
   void all_gather(const Tensor& input, const Tensor& output, Stream) override {
     check_tensor(input, "all_gather");
     check_tensor(output, "all_gather");
-    HK_CHECK(output.numel() == input.numel() * size() && input.dtype() == output.dtype(),
-             "all_gather: output has " + std::to_string(output.numel()) + " elements, input " +
-                 std::to_string(input.numel()) + "; the output must hold world size (" +
-                 std::to_string(size()) + ") input-sized chunks of the same dtype");
+    check_all_gather(input, output, size());
     guarded("all_gather", [&](tcp::Deadline d) {
       const size_t chunk = input.nbytes();
       char* out = static_cast<char*>(output.view().ptr());

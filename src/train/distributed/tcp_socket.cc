@@ -53,6 +53,12 @@ bool wait_for(int fd, short events, Deadline deadline) {
   }
 }
 
+// A peer that exited or crashed: an orderly close (EOF), or a reset when it died with data
+// unread (or we wrote after it died). One message for all of them.
+bool peer_went_away(int err) {
+  return err == ECONNRESET || err == EPIPE || err == ENOTCONN;
+}
+
 bool is_loopback(const std::string& host) {
   return host == "localhost" || host.rfind("127.", 0) == 0 || host == "::1";
 }
@@ -84,6 +90,11 @@ void Socket::shutdown() {
   if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
 }
 
+RuntimeFailure Socket::closed_by_peer(const char* what) const {
+  return RuntimeFailure(std::string(what) + ": " + peer_ +
+                        " closed the connection (the process exited or crashed)");
+}
+
 void Socket::send_all(const void* data, size_t bytes, Deadline deadline, const char* what) {
   if (fd_ < 0)
     throw RuntimeFailure(std::string(what) + ": the connection to " + peer_ +
@@ -103,6 +114,7 @@ void Socket::send_all(const void* data, size_t bytes, Deadline deadline, const c
                              " (it stopped reading: is it stuck or much slower?)");
       continue;
     }
+    if (peer_went_away(errno)) throw closed_by_peer(what);
     throw RuntimeFailure(std::string(what) + ": the connection to " + peer_ +
                          " failed while sending (" + errno_text(errno) +
                          "); that process probably exited or crashed");
@@ -121,9 +133,7 @@ void Socket::recv_all(void* data, size_t bytes, Deadline deadline, const char* w
       bytes -= static_cast<size_t>(n);
       continue;
     }
-    if (n == 0)
-      throw RuntimeFailure(std::string(what) + ": " + peer_ +
-                           " closed the connection (the process exited or crashed)");
+    if (n == 0 || peer_went_away(errno)) throw closed_by_peer(what);
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       if (!wait_for(fd_, POLLIN, deadline))

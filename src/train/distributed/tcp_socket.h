@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "hk/error.h"
+
 namespace hk::dist::tcp {
 
 using Clock = std::chrono::steady_clock;
@@ -57,6 +59,8 @@ class Socket {
   void close();
 
  private:
+  RuntimeFailure closed_by_peer(const char* what) const;
+
   int fd_ = -1;
   std::string peer_;
 };

@@ -8,7 +8,6 @@
 // The fixture model is tiny (tests/fixtures/models/qwen3-tiny), so each run takes about a second.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +23,6 @@
 #include "hk/train_checkpoint.h"
 #include "train/distributed/tcp_socket.h"
 #include "train_test_util.h"
-
-extern char** environ;
 
 namespace hk {
 namespace {
@@ -218,25 +215,12 @@ TEST(DistributedCli, BadLaunchesAreOneSentenceAndExitOne) {
   }
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Starts `hk <args>` with extra environment entries; stdout and stderr go to `log`.
 pid_t spawn_hk(const std::string& args, const std::vector<std::string>& extra_env,
                const std::string& log) {
-  const std::string cmd = "exec " + test::hk_binary() + " " + args + " >" + log + " 2>&1";
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  for (const auto& e : extra_env) env_strings.push_back(e);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), envp.data()),
-            0);
+  const pid_t pid =
+      test::spawn_shell(test::hk_binary() + " " + args + " >" + log + " 2>&1", extra_env);
+  EXPECT_GT(pid, 0);
   return pid;
 }
 
@@ -279,17 +263,17 @@ TEST(DistributedCli, KilledRankMakesTheOtherExitNamingIt) {
   bool training = false;
   for (int i = 0; i < 600 && !training; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    training = read_text(out / "rank0.log").find("\"step\":2") != std::string::npos;
+    training = test::read_text(out / "rank0.log").find("\"step\":2") != std::string::npos;
   }
   ::kill(r1, SIGKILL);
   int status = 0;
   ::waitpid(r1, &status, 0);
-  ASSERT_TRUE(training) << read_text(out / "rank0.log");
+  ASSERT_TRUE(training) << test::read_text(out / "rank0.log");
   // The survivor fails at its next collective, well before HK_DIST_TIMEOUT_S.
   const auto start = std::chrono::steady_clock::now();
   const int code = wait_at_most(r0, std::chrono::seconds(60), "rank 0");
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-  const std::string log = read_text(out / "rank0.log");
+  const std::string log = test::read_text(out / "rank0.log");
   EXPECT_EQ(code, 1) << log;
   EXPECT_NE(log.find("hk: error: "), std::string::npos) << log;
   EXPECT_NE(log.find("rank 1"), std::string::npos) << log;
@@ -306,7 +290,7 @@ TEST(DistributedCli, StuckRankTimesOutAndTheLauncherStopsTheOthers) {
   const pid_t pid =
       spawn_hk(args, {"HK_TRAIN_TEST_PAUSE_IN_SAVE=2", "HK_DIST_TIMEOUT_S=3"}, out / "launch.log");
   const int code = wait_at_most(pid, std::chrono::seconds(40), "hk train --nproc-per-node 2");
-  const std::string log = read_text(out / "launch.log");
+  const std::string log = test::read_text(out / "launch.log");
   EXPECT_EQ(code, 1) << log;
   EXPECT_NE(log.find("rank 1: barrier: timed out waiting for rank 0"), std::string::npos) << log;
   EXPECT_NE(log.find("hk: rank 1 (local rank 1, pid "), std::string::npos) << log;

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,7 +16,6 @@
 #include "hk/train_checkpoint.h"
 #include "train_test_util.h"
 
-extern char** environ;
 
 namespace hk {
 namespace {
@@ -174,17 +172,9 @@ TEST(CliTrain, BadInputIsOneSentenceAndExitOne) {
 
 // Starts `hk <args>` with HK_TRAIN_TEST_PAUSE_IN_SAVE=<step>; stderr goes to `log`.
 pid_t spawn_hk(const std::string& args, const std::string& log, int64_t pause_step) {
-  const std::string cmd = "exec " + test::hk_binary() + " " + args + " >/dev/null 2>" + log;
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back("HK_TRAIN_TEST_PAUSE_IN_SAVE=" + std::to_string(pause_step));
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), envp.data()),
-            0);
+  const pid_t pid = test::spawn_shell(test::hk_binary() + " " + args + " >/dev/null 2>" + log,
+                                      {"HK_TRAIN_TEST_PAUSE_IN_SAVE=" + std::to_string(pause_step)});
+  EXPECT_GT(pid, 0);
   return pid;
 }
 
