@@ -39,15 +39,6 @@ std::string train_args(const std::string& out, int batch, const std::string& dev
          device;
 }
 
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
-
 struct TrainRun {
   std::vector<double> losses, grad_norms;
   nlohmann::json summary;
@@ -57,7 +48,7 @@ TrainRun train(const std::string& args) {
   const auto r = test::run_hk(args, /*stderr_to_null=*/true);
   EXPECT_EQ(r.status, 0) << args << "\n" << r.out;
   TrainRun run;
-  for (const auto& j : json_lines(r.out)) {
+  for (const auto& j : test::json_lines(r.out)) {
     if (j.contains("loss")) {
       run.losses.push_back(j["loss"].get<double>());
       run.grad_norms.push_back(j["grad_norm"].get<double>());
