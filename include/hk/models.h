@@ -88,6 +88,15 @@ class Loss : public Tensor {
   // out.logits before backward (`out.logits = {}`) lets the logits-based loss write d(logits) over
   // them: one [tokens, vocab] buffer less at the peak.
   void backward(Stream stream = {}) const;
+  // The same, calling `on_ready` (on the host, in the order backward reaches them) with
+  // parameters whose gradients this backward has finished: a decoder layer's right after its
+  // backward, the final norm's and an untied lm_head's after theirs, and the rest (the
+  // embedding, which a tied lm_head adds into, and any parameter the backward did not reach,
+  // after it was zero-filled) at the end. Every trainable parameter is reported exactly once;
+  // the gradient work is enqueued on the stream, not finished, when it is reported. Data-parallel
+  // training starts each bucket's all-reduce from here (hk/distributed.h).
+  using GradientsReadyFn = std::function<void(const std::vector<nn::Parameter*>&)>;
+  void backward(Stream stream, const GradientsReadyFn& on_ready) const;
   // True while a tape is attached and backward has not run.
   bool has_tape() const;
 

@@ -26,7 +26,17 @@
 // f32, the model is converted to bf16 for compute and refreshed from the masters after every step;
 // checkpoints hold the f32 masters. Kernels: `use_liger_kernel` (and TrainerOptions::use_kernels,
 // the hub's default mapping) kernelize the model in Mode::Training; kernelize_report() says what
-// each layer trains on. Deliberately not here: evaluation, distributed training, fp16.
+// each layer trains on.
+//
+// Data parallel (TrainerOptions::process_group, hk/distributed.h): every rank runs this loop on
+// its DistributedSampler shard of each epoch (the same global order as one process with batch
+// per_device_train_batch_size × world size), each micro-batch's loss divided by the token count
+// of the whole step over all ranks, so the gradients summed over the ranks (bucketed, started
+// while the last micro-batch's backward runs; none during the earlier micro-batches) are those of
+// the global batch. Logged losses, grad norms and token counts are global; checkpoints are
+// written by rank 0 (the others wait at a barrier) and resume on another world size with the same
+// global batch. zero_stage 1 shards AdamW's states (ZeRO-1) with the same numbers.
+// Deliberately not here: evaluation, fp16, tensor/pipeline parallelism.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +56,10 @@
 
 namespace hk {
 
+namespace dist {
+class ProcessGroup;
+}
+
 struct TrainerOptions {
   // The model's directory: config.json, generation_config.json and tokenizer files are copied
   // into every checkpoint from here. Required unless save_strategy is "no" (a checkpoint without
@@ -58,6 +72,11 @@ struct TrainerOptions {
   bool save_final_model = true;
   // Write output_dir/loss_curve.svg at the end.
   bool plot_loss = true;
+  // Data-parallel training: the group this process is one rank of (null: one process). Its
+  // device must be the model's.
+  std::shared_ptr<dist::ProcessGroup> process_group;
+  int zero_stage = 0;             // 1: AdamW states sharded across the ranks (needs a group)
+  double ddp_bucket_cap_mb = 25;  // gradient bucket size (DDP's bucket_cap_mb)
 };
 
 // One logged step: the log_history entry (step, epoch, loss, grad_norm, learning_rate) plus the
@@ -83,7 +102,7 @@ struct TrainOutput {
   double training_loss = 0;  // mean step loss of this run
   double train_runtime_s = 0;
   double tokens_per_s = 0;
-  int64_t tokens = 0;  // input tokens processed in this run
+  int64_t tokens = 0;  // input tokens processed in this run (all ranks together)
   std::vector<TrainLog> logs;
   std::string last_checkpoint;  // empty when none was written
   std::string resumed_from;     // the checkpoint resumed from, if any

@@ -8,6 +8,8 @@
 // so memory falls while backward runs. Gradients accumulate into Parameter::grad (ties followed).
 #include "training_tape.h"
 
+#include <set>
+
 #include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/ops.h"
@@ -186,7 +188,25 @@ CausalLMOutput DecoderLM::forward_train(const Tensor& input_ids,
 
 // ---- backward --------------------------------------------------------------------------------
 
-void TrainingTape::backward(Stream stream) {
+namespace {
+
+// Reports the trainable parameters of `module` whose gradient this backward wrote (a tied
+// parameter is its target's, reported with the target's owner; a gradient still marked for
+// overwrite was not reached and waits for the end).
+void report_ready(nn::Module& module, std::set<const nn::Parameter*>& reported,
+                  const Loss::GradientsReadyFn& on_ready) {
+  std::vector<nn::Parameter*> ready;
+  for (auto& [path, p] : module.named_parameters("", /*include_buffers=*/false)) {
+    if (!p->tied_to.empty() || !p->requires_grad || !p->grad.defined() || p->grad_overwrite)
+      continue;
+    if (reported.insert(p).second) ready.push_back(p);
+  }
+  if (!ready.empty()) on_ready(ready);
+}
+
+}  // namespace
+
+void TrainingTape::backward(Stream stream, const Loss::GradientsReadyFn& on_ready) {
   if (consumed_)
     throw InvalidArgument(
         "backward was already called on this loss; the tape of its forward was released then. "
@@ -239,6 +259,11 @@ void TrainingTape::backward(Stream stream) {
     final_norm_.clear();
     final_hidden_ = Tensor();
   }
+  std::set<const nn::Parameter*> reported;
+  if (on_ready) {
+    report_ready(*lm.model->norm, reported, on_ready);
+    report_ready(*lm.lm_head, reported, on_ready);
+  }
   for (size_t i = layers_.size(); i-- > 0;) {
     state.layer_index = static_cast<int64_t>(i);
     LayerStep& step = layers_[i];
@@ -249,6 +274,7 @@ void TrainingTape::backward(Stream stream) {
     step.ctx.clear();
     step.input = Tensor();
     step.drouter_logits = Tensor();
+    if (on_ready) report_ready(*lm.model->layers[i], reported, on_ready);
   }
   lm.model->embed_tokens->backward(inputs_.ids, embed_, dh, s);
   // Gradients marked for overwrite (CausalLM::zero_grad_lazily) that this backward did not reach
@@ -258,6 +284,7 @@ void TrainingTape::backward(Stream stream) {
       ops::fill(p->grad, 0.0, s);
       p->grad_overwrite = false;
     }
+  if (on_ready) report_ready(const_cast<DecoderLM&>(lm), reported, on_ready);
 }
 
 size_t TrainingTape::layer_bytes(size_t i) const {
@@ -318,6 +345,11 @@ void Loss::backward(Stream stream) const {
         "backward: this loss comes from a forward in eval mode, which records no tape; call "
         "model.train() before the forward whose loss you backpropagate");
   tape_->backward(stream);
+}
+
+void Loss::backward(Stream stream, const GradientsReadyFn& on_ready) const {
+  if (!defined() || !tape_) backward(stream);  // the errors of the plain form
+  tape_->backward(stream, on_ready);
 }
 
 bool Loss::has_tape() const {

@@ -25,7 +25,8 @@ namespace hk {
 class TrainingTape {
  public:
   // Runs the recorded backward (d loss = 1) and releases everything. Throws on a second call.
-  void backward(Stream stream);
+  // `on_ready` may be empty (see Loss::backward).
+  void backward(Stream stream, const Loss::GradientsReadyFn& on_ready = {});
   bool consumed() const { return consumed_; }
 
   // Bytes of the distinct storages decoder layer i's step keeps (its input included); a

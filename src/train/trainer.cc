@@ -14,12 +14,15 @@
 #include <sstream>
 
 #include "hk/checkpoint.h"
+#include "hk/distributed.h"
 #include "hk/error.h"
 #include "hk/lr_scheduler.h"
 #include "hk/ops.h"
 #include "hk/optim.h"
 #include "hk/safetensors.h"
 #include "hk/train_checkpoint.h"
+#include "train/distributed/gradient_reducer.h"
+#include "train/distributed/zero_optimizer.h"
 #include "train/loss_plot.h"
 #include "train/trainer_impl.h"
 
@@ -96,9 +99,17 @@ TrainerImpl::TrainerImpl(CausalLM& m, TrainingArguments a, BlockDataset d, Train
         "Trainer: TrainerOptions::model_dir is needed to write checkpoints (config.json and "
         "tokenizer files are copied from it); set it or use save_strategy \"no\"");
 
-  // Steps, as Trainer.set_initial_training_values computes them.
+  group = options.process_group;
+  if (group) {
+    rank = group->rank();
+    world = group->size();
+  }
+  // Steps, as Trainer.set_initial_training_values computes them (per rank: its shard's
+  // micro-batches; with the same global batch the count equals one process').
   const int64_t bs = args.per_device_train_batch_size, ga = args.gradient_accumulation_steps;
-  steps_in_epoch = (data.num_blocks() + bs - 1) / bs;
+  const int64_t blocks_per_rank =
+      group ? dist::shard_length(data.num_blocks(), world) : data.num_blocks();
+  steps_in_epoch = (blocks_per_rank + bs - 1) / bs;
   updates_per_epoch = std::max<int64_t>(steps_in_epoch / ga + (steps_in_epoch % ga > 0), 1);
   if (args.max_steps > 0) {
     max_steps = args.max_steps;
@@ -131,14 +142,20 @@ TrainerImpl::TrainerImpl(CausalLM& m, TrainingArguments a, BlockDataset d, Train
   ao.eps = args.adam_epsilon;
   ao.weight_decay = args.weight_decay;
   ao.master_weights = master;
-  optimizer = std::make_unique<optim::AdamW>(tensors, ao, options.stream);
+  // Data parallel: the buckets are planned (and ZeRO's sharded AdamW built, its masters copied)
+  // before the precision change, and attached once the model has its training dtypes.
+  plan_data_parallel(master ? DType::F32 : loaded, master ? DType::BF16 : loaded, ao);
+  if (!zero) optimizer = std::make_unique<optim::AdamW>(tensors, ao, options.stream);
   if (master) {
     model.to(model.device(), DType::BF16);
     // f32 gradients: backward accumulates into the tensors it finds (zero_grad keeps them).
-    for (auto& t : tensors)
-      *t.grad = Tensor::zeros(t.value->sizes(), DType::F32, model.device(), options.stream);
+    // Data parallel: the f32 bucket views attach_data_parallel() puts there.
+    if (!reducer)
+      for (auto& t : tensors)
+        *t.grad = Tensor::zeros(t.value->sizes(), DType::F32, model.device(), options.stream);
   }
   kernelize_for_training();
+  attach_data_parallel();
 }
 
 std::string TrainerImpl::parameter_fingerprint() const {
@@ -190,13 +207,14 @@ void TrainerImpl::reset_window() {
   window_micro = 0;
   window_steps = 0;
   window_tokens = 0;
+  window_reduced = 0;
   window_start = std::chrono::steady_clock::now();
 }
 
 Tensor TrainerImpl::micro_batch(const std::vector<int64_t>& order, int64_t micro_index) const {
   const int64_t bs = args.per_device_train_batch_size, block = data.block_size();
   const int64_t first = micro_index * bs;
-  const int64_t rows = std::min(bs, data.num_blocks() - first);
+  const int64_t rows = std::min(bs, static_cast<int64_t>(order.size()) - first);
   std::vector<int64_t> ids(static_cast<size_t>(rows * block));
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t* src = data.block(order[static_cast<size_t>(first + r)]);
@@ -210,6 +228,13 @@ Tensor TrainerImpl::micro_batch(const std::vector<int64_t>& order, int64_t micro
 double TrainerImpl::flush_window(int64_t step, bool* finite) {
   *finite = true;
   if (window_micro == 0) return std::numeric_limits<double>::quiet_NaN();
+  if (group) {  // each rank's losses are its share of the global step's loss: sum them
+    if (window_micro > window_reduced)
+      group->all_reduce(loss_window.slice(0, window_reduced, window_micro), dist::ReduceOp::Sum,
+                        options.stream);
+    window_reduced = window_micro;
+    group->synchronize(options.stream);  // a failed peer is an error here, not a hung copy
+  }
   Tensor host = loss_window.slice(0, 0, window_micro).to(Device::cpu(), options.stream);
   const float* v = host.data_as<float>();
   float sum = 0.0f;  // f32, in order, as Trainer's tr_loss accumulates on the device
@@ -238,7 +263,7 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
   TrainOutput out;
   const Stream stream = options.stream;
   const Device device = model.device();
-  remove_stale_checkpoint_dirs(args.output_dir);
+  if (is_main()) remove_stale_checkpoint_dirs(args.output_dir);
 
   int64_t start_epoch = 0, start_micro = 0;
   state = TrainerState{};
@@ -265,20 +290,21 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
 
   for (int64_t epoch = start_epoch; epoch < num_train_epochs && state.global_step < max_steps;
        ++epoch) {
-    const std::vector<int64_t> order =
-        epoch_order(data.num_blocks(), args.seed, epoch, args.shuffle);
+    const std::vector<int64_t> order = rank_order(epoch);
     int64_t micro = epoch == start_epoch ? start_micro : 0;
     while (micro < steps_in_epoch && state.global_step < max_steps) {
       const int64_t n = std::min(ga, steps_in_epoch - micro);
       // num_items_in_batch: non-ignored shifted labels of every micro-batch of this step (labels
-      // are the input ids, none ignored: rows × (block − 1)).
+      // are the input ids, none ignored: rows × (block − 1)), over all ranks (Transformers'
+      // average_tokens_across_devices; every rank's shard has the same rows).
       int64_t num_items = 0;
       for (int64_t i = 0; i < n; ++i) {
-        const int64_t rows =
-            std::min(args.per_device_train_batch_size,
-                     data.num_blocks() - (micro + i) * args.per_device_train_batch_size);
+        const int64_t rows = std::min(
+            args.per_device_train_batch_size,
+            static_cast<int64_t>(order.size()) - (micro + i) * args.per_device_train_batch_size);
         num_items += rows * (data.block_size() - 1);
       }
+      num_items *= world;
       for (int64_t i = 0; i < n; ++i) {
         Tensor ids = micro_batch(order, micro + i);
         ForwardOptions fo;
@@ -286,18 +312,22 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
         fo.num_items_in_batch = num_items;
         fo.stream = stream;
         CausalLMOutput result = model.forward(ids, fo);
-        result.loss.backward(stream);
+        if (reducer && i == n - 1)  // only the step's last backward communicates (no_sync)
+          result.loss.backward(stream, reducer->on_gradients_ready());
+        else
+          result.loss.backward(stream);
         loss_window.slice(0, window_micro, window_micro + 1).copy_from(result.loss.view(), stream);
         window_slot_step[static_cast<size_t>(window_micro)] = state.global_step + 1;
         ++window_micro;
-        window_tokens += ids.numel();
-        out.tokens += ids.numel();
-        state.num_input_tokens_seen += ids.numel();
+        window_tokens += ids.numel() * world;
+        out.tokens += ids.numel() * world;
+        state.num_input_tokens_seen += ids.numel() * world;
       }
       micro += n;
-      norm = optimizer->clip_grad_norm(args.max_grad_norm, stream);
+      if (reducer) reducer->finish(stream);
+      norm = clip_gradients();
       const double lr = scheduler.lr(state.global_step);
-      optimizer->step(lr, args.max_grad_norm > 0 ? &norm.clip_coef : nullptr, stream);
+      optimizer_step(lr, args.max_grad_norm > 0 ? &norm.clip_coef : nullptr);
       // The next step's first backward writes the gradients (zero_grad(false) without the fill).
       model.zero_grad_lazily();
       ++state.global_step;
@@ -333,8 +363,9 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
         if (save_now) {
           last_saved = save_checkpoint(epoch, micro);
           out.last_checkpoint = last_saved;
-          if (args.save_total_limit)
+          if (args.save_total_limit && is_main())
             rotate_checkpoints(args.output_dir, *args.save_total_limit, last_saved);
+          barrier();  // rank 0 wrote it: nobody goes on (or exits) before it is complete
         }
         if (last && window_steps > 0) {  // the unlogged tail counts toward training_loss
           bool tail_finite = true;
@@ -369,12 +400,13 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
   out.training_loss = run_steps_logged > 0 ? run_loss_sum / static_cast<double>(run_steps_logged)
                                            : std::numeric_limits<double>::quiet_NaN();
   if (options.save_final_model) save_final_model();
-  if (options.plot_loss && !state.log_history.empty()) {
+  if (options.plot_loss && !state.log_history.empty() && is_main()) {
     fs::create_directories(args.output_dir);
     write_file_atomically(
         (fs::path(args.output_dir) / "loss_curve.svg").string(),
         loss_curve_svg(state.log_history, "training loss (" + model_summary() + ")"));
   }
+  barrier();
   return out;
 }
 
@@ -417,8 +449,27 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
                             std::to_string(theirs) + ", this run has " + std::to_string(mine) +
                             "; the data position only continues with the same value");
   };
-  same("per_device_train_batch_size", args.per_device_train_batch_size,
-       "--per-device-train-batch-size");
+  {
+    // The data position carries over to any world size with the same global micro-batch
+    // (per-device batch × ranks): micro-batch k is then the same blocks.
+    const int64_t their_bs = ds.value("per_device_train_batch_size", int64_t{-1});
+    const int64_t their_world = ds.value("world_size", int64_t{1});
+    const int64_t mine = args.per_device_train_batch_size * world;
+    if (their_bs * their_world != mine) {
+      std::string hint;
+      if ((their_bs * their_world) % world == 0)
+        hint = ": use --per-device-train-batch-size " +
+               std::to_string(their_bs * their_world / world) + " with " + std::to_string(world) +
+               " rank" + (world == 1 ? "" : "s");
+      throw InvalidArgument(
+          "--resume-from-checkpoint: " + dir + " was trained with a global " + "batch of " +
+          std::to_string(their_bs * their_world) + " blocks (--per-device-train-batch-size " +
+          std::to_string(their_bs) + " × " + std::to_string(their_world) + " rank" +
+          (their_world == 1 ? "" : "s") + "), this run has " + std::to_string(mine) + " (" +
+          std::to_string(args.per_device_train_batch_size) + " × " + std::to_string(world) +
+          "); the data position only continues with the same global batch" + hint);
+    }
+  }
   same("gradient_accumulation_steps", args.gradient_accumulation_steps,
        "--gradient-accumulation-steps");
   if (ds.value("shuffle", true) != args.shuffle ||
@@ -455,8 +506,8 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
                               t.name + "'");
       opt_state.emplace_back("master." + t.name, weights.load(t.name));
     }
-    optimizer->load_state(opt_state, oj.at("step").get<int64_t>(), options.stream);
-    optimizer->refresh_model_from_master(options.stream);
+    load_optimizer_state(opt_state, oj.at("step").get<int64_t>());
+    refresh_model_from_master();
   } else {
     std::map<std::string, Tensor> map;
     for (const auto& name : weights.names()) map.emplace(name, weights.load(name));
@@ -467,7 +518,8 @@ std::string TrainerImpl::resume(int64_t* start_epoch, int64_t* start_micro) {
     lo.stream = options.stream;
     lo.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
     nn::load_state_dict(model.module(), source, lo);
-    optimizer->load_state(opt_state, oj.at("step").get<int64_t>(), options.stream);
+    after_weights_loaded();
+    load_optimizer_state(opt_state, oj.at("step").get<int64_t>());
   }
   const nlohmann::json sj = read_json((fs::path(dir) / "scheduler.json").string());
   // As torch's LambdaLR.load_state_dict: the saved base learning rate wins, the shape of the

@@ -15,6 +15,8 @@
 #include "hk/error.h"
 #include "hk/safetensors.h"
 #include "hk/version.h"
+#include "train/distributed/gradient_reducer.h"
+#include "train/distributed/zero_optimizer.h"
 #include "train/trainer_impl.h"
 
 namespace hk::train_detail {
@@ -73,10 +75,11 @@ void pause_for_test(const std::string& staging, int64_t step) {
 
 }  // namespace
 
-std::vector<std::pair<std::string, Tensor>> TrainerImpl::model_weights() const {
+std::vector<std::pair<std::string, Tensor>> TrainerImpl::model_weights(
+    const std::vector<std::pair<std::string, Tensor>>& optimizer_state) const {
   std::map<std::string, Tensor> masters;
   if (master)
-    for (auto& [name, t] : optimizer->state())
+    for (auto& [name, t] : optimizer_state)
       if (name.rfind("master.", 0) == 0) masters[name.substr(7)] = t;
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [name, p] : model.named_parameters()) {
@@ -103,9 +106,15 @@ void TrainerImpl::copy_model_files(CheckpointWriter* writer, const std::string& 
 
 std::string TrainerImpl::save_checkpoint(int64_t epoch, int64_t micro_batches_done) {
   const Stream stream = options.stream;
+  // Data parallel: every rank takes part in gathering ZeRO's state; rank 0 alone writes, and the
+  // caller's barrier holds the others until the checkpoint is complete.
+  const auto opt_state = optimizer_state();
+  if (!is_main())
+    return (fs::path(args.output_dir) / ("checkpoint-" + std::to_string(state.global_step)))
+        .string();
   CheckpointWriter writer(args.output_dir, state.global_step);
 
-  auto weights = model_weights();
+  auto weights = model_weights(opt_state);
   std::vector<std::pair<std::string, TensorView>> views;
   for (auto& [n, t] : weights) views.emplace_back(n, t.view());
   writer.write_tensors("model.safetensors", views, {{"format", "pt"}});
@@ -114,16 +123,16 @@ std::string TrainerImpl::save_checkpoint(int64_t epoch, int64_t micro_batches_do
 
   // Optimizer: moments only (masters are model.safetensors).
   std::vector<std::pair<std::string, Tensor>> moments;
-  for (auto& [n, t] : optimizer->state())
+  for (auto& [n, t] : opt_state)
     if (n.rfind("master.", 0) != 0) moments.emplace_back(n, t);
   std::vector<std::pair<std::string, TensorView>> moment_views;
   for (auto& [n, t] : moments) moment_views.emplace_back(n, t.view());
   writer.write_tensors("optimizer.safetensors", moment_views,
-                       {{"format", "hk-adamw"}, {"step", std::to_string(optimizer->steps())}});
+                       {{"format", "hk-adamw"}, {"step", std::to_string(optimizer_steps())}});
   nlohmann::json oj;
   oj["format"] = "hk-adamw";
   oj["version"] = 1;
-  oj["step"] = optimizer->steps();
+  oj["step"] = optimizer_steps();
   oj["lr"] = args.learning_rate;
   oj["betas"] = {args.adam_beta1, args.adam_beta2};
   oj["eps"] = args.adam_epsilon;
@@ -160,6 +169,7 @@ std::string TrainerImpl::save_checkpoint(int64_t epoch, int64_t micro_batches_do
   dj["data_source"] = data.source();
   dj["per_device_train_batch_size"] = args.per_device_train_batch_size;
   dj["gradient_accumulation_steps"] = args.gradient_accumulation_steps;
+  dj["world_size"] = world;  // the global micro-batch is per-device batch × world size
   dj["shuffle"] = args.shuffle;
   dj["seed"] = args.seed;
   writer.write_text("data_state.json", dj.dump(2) + "\n");
@@ -183,8 +193,10 @@ std::string TrainerImpl::save_checkpoint(int64_t epoch, int64_t micro_batches_do
 
 void TrainerImpl::save_final_model() {
   if (options.model_dir.empty()) return;
+  const auto opt_state = master ? optimizer_state() : decltype(optimizer_state()){};
+  if (!is_main()) return;
   fs::create_directories(args.output_dir);
-  auto weights = model_weights();
+  auto weights = model_weights(opt_state);
   std::vector<std::pair<std::string, TensorView>> views;
   for (auto& [n, t] : weights) views.emplace_back(n, t.view());
   save_safetensors((fs::path(args.output_dir) / "model.safetensors").string(), views,

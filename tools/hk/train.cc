@@ -1,6 +1,8 @@
 // `hk train --model DIR --data FILE --output-dir DIR [TrainingArguments as --dashed-flags]
 //   [--use-liger-kernel] [--liger-kernel-config rope=true,...] [--use-kernels]
-//   [--resume-from-checkpoint DIR|latest] [--device cpu|cuda] [--no-shuffle] [--json]`
+//   [--resume-from-checkpoint DIR|latest] [--device cpu|cuda] [--no-shuffle] [--json]
+//   [--nproc-per-node N [--nnodes M --node-rank K --master-addr HOST --master-port P]]
+//   [--zero-stage 0|1] [--ddp-bucket-cap-mb MB]`
 //
 // A thin CLI over hk::Trainer (hk/trainer.h): loads the model (AutoModelForCausalLM, the
 // checkpoint's dtype unless --dtype), reads --data (.txt: a document per line, .jsonl: a "text"
@@ -15,6 +17,12 @@
 // then one final object
 //   {"train_runtime", "train_loss", "global_step", "tokens", "tokens_per_s", "output_dir",
 //    "last_checkpoint", "resumed_from", "kernelize": {report} | null, "liger_notes": [..]}.
+// Data parallel: with --nproc-per-node this process is only the launcher (launcher.h): it starts
+// N ranks of the same command (without the launcher flags), each with torchrun's environment, and
+// exits with the first failure's status. A process started by a launcher (this one, torchrun,
+// mpirun, srun: hk::dist::RankEnvironment) trains as its rank: --device cuda becomes cuda:<local
+// rank>, the process group is NCCL (cuda) or TCP (cpu), and only rank 0 prints. The --json summary
+// adds "world_size", "zero_stage", "backend" and "peak_memory_per_rank" (bytes of hk's allocator).
 // Every user-facing failure (missing or empty data, a corpus shorter than one block, a block longer
 // than the context, bad Liger keys, a checkpoint of another model, a NaN loss) is an hk::Error:
 // exit status 1 and one sentence on stderr.
@@ -23,15 +31,21 @@
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 
 #include "commands.h"
+#include "hk/allocator.h"
+#include "hk/distributed.h"
 #include "hk/error.h"
 #include "hk/models.h"
 #include "hk/tokenizer.h"
 #include "hk/trainer.h"
+#include "train/distributed/launcher.h"
+#include "train/distributed/tcp_socket.h"
 
 namespace {
 
@@ -42,7 +56,83 @@ struct TrainCliArgs {
   std::optional<int64_t> block_size;
   std::optional<int64_t> save_total_limit;
   bool no_shuffle = false, json = false, use_kernels = false;
+  // Data parallel: launcher flags (torchrun's names) and the trainer's.
+  std::optional<int> nproc_per_node, master_port;
+  int nnodes = 1, node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int zero_stage = 0;
+  double ddp_bucket_cap_mb = 25;
 };
+
+// The launcher's own flags, left out of the ranks' command lines.
+const char* const kLauncherFlags[] = {"--nproc-per-node", "--nnodes", "--node-rank",
+                                      "--master-addr", "--master-port"};
+
+// This process' command line (argv[1..]) without the launcher flags and their values.
+std::vector<std::string> rank_arguments() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> argv;
+  std::string arg;
+  while (std::getline(in, arg, '\0')) argv.push_back(arg);
+  std::vector<std::string> out;
+  for (size_t i = 1; i < argv.size(); ++i) {
+    bool launcher_flag = false;
+    for (const char* f : kLauncherFlags) {
+      const std::string flag = f;
+      if (argv[i] == flag) {
+        launcher_flag = true;
+        ++i;  // its value
+        break;
+      }
+      if (argv[i].rfind(flag + "=", 0) == 0) {
+        launcher_flag = true;
+        break;
+      }
+    }
+    if (!launcher_flag) out.push_back(argv[i]);
+  }
+  return out;
+}
+
+std::string this_executable() {
+  std::error_code ec;
+  const auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec)
+    throw hk::RuntimeFailure("cannot find the hk executable (/proc/self/exe): " + ec.message());
+  return p.string();
+}
+
+// `hk train --nproc-per-node N ...`: start the ranks and wait for them; returns the exit status.
+int launch_ranks(const TrainCliArgs& a) {
+  const hk::dist::RankEnvironment env = hk::dist::RankEnvironment::from_environment();
+  if (env.launched())
+    throw hk::InvalidArgument("--nproc-per-node: this process was itself started by a launcher (" +
+                              env.launcher + ", rank " + std::to_string(env.rank) + " of " +
+                              std::to_string(env.world_size) +
+                              "); use either hk's launcher or the other one, not both");
+  hk::dist::LaunchOptions o;
+  o.nproc_per_node = *a.nproc_per_node;
+  o.nnodes = a.nnodes;
+  o.node_rank = a.node_rank;
+  o.master_addr = a.master_addr;
+  // One node without --master-port: a free port (as torchrun --standalone), so that two jobs on
+  // one machine do not collide; several nodes: torchrun's 29500.
+  o.master_port = a.master_port.value_or(a.nnodes == 1 ? hk::dist::tcp::free_port() : 29500);
+  hk::dist::validate(o);
+  if (a.device.rfind("cuda", 0) == 0) {
+    if (a.device != "cuda")
+      throw hk::InvalidArgument(
+          "--device " + a.device +
+          " with --nproc-per-node: each rank takes the GPU of its local "
+          "rank; use --device cuda (and CUDA_VISIBLE_DEVICES to choose GPUs)");
+    const int gpus = hk::cuda_device_count();
+    if (gpus < o.nproc_per_node)
+      throw hk::InvalidArgument("--nproc-per-node " + std::to_string(o.nproc_per_node) +
+                                " needs one GPU per rank, and " + std::to_string(gpus) + " GPU" +
+                                (gpus == 1 ? " is" : "s are") + " visible");
+  }
+  return hk::dist::launch(o, this_executable(), rank_arguments(), std::cerr);
+}
 
 std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "--:--";
@@ -87,7 +177,30 @@ class ProgressBar {
   bool drawn_ = false;
 };
 
+void train_this_rank(TrainCliArgs& a, const hk::dist::RankEnvironment& env);
+
 void run_train(TrainCliArgs& a) {
+  if (a.nproc_per_node) {
+    const int status = launch_ranks(a);
+    if (status != 0) {
+      std::cout << std::flush;
+      std::exit(status);
+    }
+    return;
+  }
+  const hk::dist::RankEnvironment env = hk::dist::RankEnvironment::from_environment();
+  if (!env.launched()) return train_this_rank(a, env);
+  try {
+    train_this_rank(a, env);
+  } catch (const std::exception& e) {
+    // Other ranks' messages say which rank failed (the process group's already do).
+    const std::string prefix = "rank " + std::to_string(env.rank) + ": ";
+    if (env.rank == 0 || std::string(e.what()).rfind(prefix, 0) == 0) throw;
+    throw hk::RuntimeFailure(prefix + e.what());
+  }
+}
+
+void train_this_rank(TrainCliArgs& a, const hk::dist::RankEnvironment& env) {
   if (a.model.empty()) throw hk::InvalidArgument("--model DIR is required");
   if (a.data.empty()) throw hk::InvalidArgument("--data FILE is required (.txt or .jsonl)");
   hk::TrainingArguments& args = a.t;
@@ -103,6 +216,16 @@ void run_train(TrainCliArgs& a) {
 
   hk::LoadOptions load;
   load.device = a.device;
+  if (env.launched()) {
+    if (a.device == "cuda") {
+      load.device = "cuda:" + std::to_string(env.local_rank);
+    } else if (a.device.rfind("cuda:", 0) == 0 && env.local_world_size > 1) {
+      throw hk::InvalidArgument("--device " + a.device + " on " +
+                                std::to_string(env.local_world_size) +
+                                " ranks per node: each rank takes the GPU of its LOCAL_RANK; use "
+                                "--device cuda");
+    }
+  }
   if (a.dtype != "auto") load.dtype = hk::parse_dtype(a.dtype);
   load.attn_implementation = a.attn_implementation;
   hk::CausalLM model = hk::AutoModelForCausalLM::from_pretrained(a.model, load);
@@ -121,15 +244,26 @@ void run_train(TrainCliArgs& a) {
   hk::TrainerOptions options;
   options.model_dir = a.model;
   options.use_kernels = a.use_kernels;
+  options.zero_stage = a.zero_stage;
+  options.ddp_bucket_cap_mb = a.ddp_bucket_cap_mb;
+  if (env.launched()) options.process_group = hk::dist::init_process_group(model.device(), env);
   hk::Trainer trainer(model, args, std::move(data), options);
+  const std::shared_ptr<hk::dist::ProcessGroup>& group = options.process_group;
+  const bool main_rank = env.rank == 0;  // the only one that prints
 
-  const bool tty = ::isatty(STDERR_FILENO) && !args.disable_tqdm;
+  const bool tty = main_rank && ::isatty(STDERR_FILENO) && !args.disable_tqdm;
   ProgressBar bar(tty);
-  if (!a.json) {
+  if (!a.json && main_rank) {
+    std::string ranks;
+    if (group)
+      ranks = ", " + std::to_string(group->size()) + " rank" + (group->size() == 1 ? "" : "s") +
+              " (data parallel over " + group->backend() + (a.zero_stage == 1 ? ", ZeRO-1" : "") +
+              ")";
     std::cout << "hk train: " << model.config().model_type << " on " << model.device().str() << " ("
-              << hk::dtype_name(model.dtype()) << (args.bf16 ? ", f32 master weights" : "") << "), "
-              << num_blocks << " blocks of " << block_size << " tokens, " << trainer.max_steps()
-              << " steps, " << trainer.steps_in_epoch() << " micro-batches per epoch\n";
+              << hk::dtype_name(model.dtype()) << (args.bf16 ? ", f32 master weights" : "") << ")"
+              << ranks << ", " << num_blocks << " blocks of " << block_size << " tokens, "
+              << trainer.max_steps() << " steps, " << trainer.steps_in_epoch()
+              << " micro-batches per epoch" << (group ? " per rank" : "") << "\n";
     if (const hk::KernelizeReport* report = trainer.kernelize_report())
       std::cout << report->to_text();
     for (const auto& note : trainer.liger_notes())
@@ -138,6 +272,7 @@ void run_train(TrainCliArgs& a) {
   }
   trainer.on_step = [&](const hk::TrainProgress& p) { bar.draw(p); };
   trainer.on_log = [&](const hk::TrainLog& log) {
+    if (!main_rank) return;
     bar.clear();
     if (a.json) {
       nlohmann::json j = {{"step", log.step},
@@ -164,6 +299,18 @@ void run_train(TrainCliArgs& a) {
     throw;
   }
   bar.clear();
+  // Peak memory of hk's allocator on every rank (a collective), for the scaling benchmark.
+  std::vector<int64_t> peaks = {
+      static_cast<int64_t>(hk::memory_stats(model.device()).peak_allocated)};
+  if (group) {
+    hk::Tensor mine = hk::Tensor::from_ints(peaks, {1}, hk::DType::I64);
+    if (!model.device().is_cpu()) mine = mine.to(model.device());
+    hk::Tensor all = hk::Tensor::zeros({group->size()}, hk::DType::I64, model.device());
+    group->all_gather(mine, all);
+    group->synchronize();
+    peaks = all.to(hk::Device::cpu()).to_int64s();
+  }
+  if (!main_rank) return;
   if (a.json) {
     const hk::KernelizeReport* report = trainer.kernelize_report();
     nlohmann::json j = {
@@ -176,7 +323,11 @@ void run_train(TrainCliArgs& a) {
         {"last_checkpoint", out.last_checkpoint},
         {"resumed_from", out.resumed_from},
         {"kernelize", report ? nlohmann::json::parse(report->to_json()) : nlohmann::json(nullptr)},
-        {"liger_notes", trainer.liger_notes()}};
+        {"liger_notes", trainer.liger_notes()},
+        {"world_size", group ? group->size() : 1},
+        {"zero_stage", a.zero_stage},
+        {"backend", group ? group->backend() : std::string("none")},
+        {"peak_memory_per_rank", peaks}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl;
   } else {
     char line[256];
@@ -239,6 +390,18 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--no-shuffle", a->no_shuffle, "visit blocks in file order");
   cmd->add_flag("--disable-tqdm", t.disable_tqdm, "no progress bar");
   cmd->add_flag("--json", a->json, "one JSON object per logged step, then a summary");
+  cmd->add_option("--nproc-per-node", a->nproc_per_node,
+                  "launch N ranks on this node (one per GPU), torchrun's environment");
+  cmd->add_option("--nnodes", a->nnodes, "nodes in the job (default 1)");
+  cmd->add_option("--node-rank", a->node_rank, "this node's index, 0 to --nnodes - 1");
+  cmd->add_option("--master-addr", a->master_addr,
+                  "host of rank 0 (default 127.0.0.1; the ranks' rendezvous)");
+  cmd->add_option("--master-port", a->master_port,
+                  "rendezvous port (default: a free port on one node, 29500 on several)");
+  cmd->add_option("--zero-stage", a->zero_stage,
+                  "1: shard the AdamW states across the ranks (ZeRO-1); default 0");
+  cmd->add_option("--ddp-bucket-cap-mb", a->ddp_bucket_cap_mb,
+                  "gradient bucket size of data-parallel training (default 25)");
   cmd->callback([a] { run_train(*a); });
 }
 

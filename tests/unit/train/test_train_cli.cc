@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,8 +16,6 @@
 #include "hk/train_checkpoint.h"
 #include "train_test_util.h"
 
-extern char** environ;
-
 namespace hk {
 namespace {
 
@@ -29,15 +26,6 @@ std::string base_args(const std::string& model, const std::string& out) {
          test::train_fixture("corpus.txt") + " --output-dir " + out +
          " --block-size 32 --per-device-train-batch-size 2 --learning-rate 1e-3"
          " --lr-scheduler-type constant --weight-decay 0.01 --no-shuffle --logging-steps 1";
-}
-
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> lines;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
-  return lines;
 }
 
 std::vector<double> losses_of(const std::vector<nlohmann::json>& lines) {
@@ -52,7 +40,7 @@ TEST(CliTrain, JsonLinesAndOutputFiles) {
   auto r = test::run_hk(base_args("qwen3-tiny", out.str()) + " --max-steps 4 --save-steps 2 --json",
                         /*stderr_to_null=*/true);
   ASSERT_EQ(r.status, 0) << r.out;
-  const auto lines = json_lines(r.out);
+  const auto lines = test::json_lines(r.out);
   ASSERT_EQ(lines.size(), 5u) << r.out;  // 4 logged steps + the summary
   for (size_t i = 0; i < 4; ++i) {
     for (const char* key : {"step", "epoch", "loss", "grad_norm", "learning_rate", "tokens_per_s"})
@@ -97,7 +85,7 @@ TEST(CliTrain, UseKernelsAndLigerTrainOnHubKernelsAndReportIt) {
         base_args("qwen3-tiny", out.str()) + " --max-steps 2 --save-strategy no --json " + flags,
         /*stderr_to_null=*/true);
     ASSERT_EQ(r.status, 0) << flags << ": " << r.out;
-    const auto lines = json_lines(r.out);
+    const auto lines = test::json_lines(r.out);
     ASSERT_EQ(lines.size(), 3u) << r.out;
     const auto& report = lines.back()["kernelize"];
     ASSERT_TRUE(report.is_object()) << flags << ": " << r.out;
@@ -174,17 +162,10 @@ TEST(CliTrain, BadInputIsOneSentenceAndExitOne) {
 
 // Starts `hk <args>` with HK_TRAIN_TEST_PAUSE_IN_SAVE=<step>; stderr goes to `log`.
 pid_t spawn_hk(const std::string& args, const std::string& log, int64_t pause_step) {
-  const std::string cmd = "exec " + test::hk_binary() + " " + args + " >/dev/null 2>" + log;
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
-  env_strings.push_back("HK_TRAIN_TEST_PAUSE_IN_SAVE=" + std::to_string(pause_step));
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
-  pid_t pid = -1;
-  EXPECT_EQ(posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), envp.data()),
-            0);
+  const pid_t pid =
+      test::spawn_shell(test::hk_binary() + " " + args + " >/dev/null 2>" + log,
+                        {"HK_TRAIN_TEST_PAUSE_IN_SAVE=" + std::to_string(pause_step)});
+  EXPECT_GT(pid, 0);
   return pid;
 }
 
@@ -222,14 +203,14 @@ TEST(CliTrain, KillDashNineMidSaveKeepsThePreviousCheckpointAndResumeContinues) 
   // Resume latest: steps 3..6, with the losses of an uninterrupted run.
   auto resumed = test::run_hk(args + " --json --resume-from-checkpoint latest", true);
   ASSERT_EQ(resumed.status, 0) << resumed.out;
-  const auto lines = json_lines(resumed.out);
+  const auto lines = test::json_lines(resumed.out);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["resumed_from"], run + "/checkpoint-2");
   const auto tail = losses_of(lines);
   auto straight =
       test::run_hk(base_args("qwen3-tiny", out / "straight") + " --max-steps 6 --json", true);
   ASSERT_EQ(straight.status, 0) << straight.out;
-  const auto full = losses_of(json_lines(straight.out));
+  const auto full = losses_of(test::json_lines(straight.out));
   ASSERT_EQ(full.size(), 6u);
   ASSERT_EQ(tail.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(tail[i], full[i + 2]) << "step " << i + 3;

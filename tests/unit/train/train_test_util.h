@@ -2,6 +2,7 @@
 // running the built `hk` binary.
 #pragma once
 
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,7 +13,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <sstream>
 #include <string>
+#include <vector>
+
+extern char** environ;
 
 namespace hk::test {
 
@@ -30,6 +35,10 @@ inline nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw std::runtime_error("cannot read " + path);
   return nlohmann::json::parse(in);
+}
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
@@ -76,6 +85,33 @@ inline CliRun run_hk(const std::string& args, bool stderr_to_null = false) {
   while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) out.append(buf.data(), n);
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// The JSON objects of `hk ... --json` output, one a line (other lines skipped).
+inline std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty() && line[0] == '{') lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// Starts `/bin/sh -c "exec <command>"` (redirections included) in the background with this
+// process' environment plus `extra_env` (NAME=value); returns its pid (-1 on failure).
+inline pid_t spawn_shell(const std::string& command, const std::vector<std::string>& extra_env) {
+  const std::string cmd = "exec " + command;
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e; ++e) env_strings.emplace_back(*e);
+  for (const auto& e : extra_env) env_strings.push_back(e);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const char* argv[] = {"/bin/sh", "-c", cmd.c_str(), nullptr};
+  pid_t pid = -1;
+  if (posix_spawn(&pid, "/bin/sh", nullptr, nullptr, const_cast<char**>(argv), envp.data()) != 0)
+    return -1;
+  return pid;
 }
 
 }  // namespace hk::test
