@@ -55,6 +55,11 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec)
       std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
 }
 
+std::vector<nn::Module::ChildFlow> DecoderLayer::child_flows() const {
+  return {{ChildFlow::Kind::Chain, {"input_layernorm", "self_attn"}},
+          {ChildFlow::Kind::Chain, {"post_attention_layernorm", "mlp"}}};
+}
+
 namespace {
 // out = norm(h), after h += delta when `pending`. With the built-in RMSNorm the add and the norm
 // are one fused op (one launch and one pass fewer per residual step); a kernelized norm gets the
