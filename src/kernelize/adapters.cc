@@ -665,7 +665,7 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
     return "entry " + entry.name +
            " fuses lm_head and the loss for training; outside training mode the forward makes "
            "logits anyway";
-  if (layer == "MLP") {
+  if (layer == "MLP" && !entry.has_layout) {  // a layout holds (or refuses) the biases itself
     if (const auto* mlp = dynamic_cast<const nn::MLP*>(&module); mlp && mlp->gate_proj->has_bias())
       return "entry " + entry.name + " (" + entry.interface_id() +
              ") has no biases, and this MLP has them (mlp_bias)";

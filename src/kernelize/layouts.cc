@@ -1,6 +1,7 @@
 // Kernel layouts put in place of modules' parameters, and taken back out (see layouts.h).
 #include "kernelize/layouts.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -220,6 +221,21 @@ std::string check_layout(const LayoutSpec& layout, nn::Module& root, nn::Module&
       return what + " declares '" + name + "', which is a module";
     if (!made.insert(name).second) return what + " makes '" + name + "' twice";
   }
+  // The kernel computes from the layout's parameters only: a parameter of the replaced modules
+  // that the layout neither keeps nor converts would be silently ignored (a bias, say).
+  std::set<std::string> covered(consumed);
+  for (const std::string& name : layout.parameters)
+    if (!layout.conversion_of(name)) covered.insert(name);
+  const std::string scope_prefix = path_of[&scope];
+  for (nn::Module* m : members)
+    for (auto& [path, p] : m->named_parameters(path_of[m])) {
+      if (p->is_buffer || !p->tied_to.empty() || !p->persistent) continue;
+      std::string rel = path;
+      if (!scope_prefix.empty()) rel = path.substr(std::min(path.size(), scope_prefix.size() + 1));
+      if (!covered.count(rel))
+        return what + " does not hold the parameter '" + rel +
+               "' of the replaced module(s), so the kernel would ignore it";
+    }
   return "";
 }
 
