@@ -11,6 +11,7 @@
 #include "hk/layer_interfaces.h"
 #include "kernelize/activation_binding.h"
 #include "kernelize/deformable_binding.h"
+#include "kernelize/moe_adapter.h"
 #include "nn/param_grad.h"
 
 namespace hk::kernel_binding {
@@ -689,7 +690,7 @@ bool declares_capture(const nn::LayerImpl& impl) {
 bool has_adapter(const std::string& layer) {
   return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" ||
          is_activation_layer(layer) || layer == "Linear" || layer == "ForCausalLMLoss" ||
-         layer == "MultiScaleDeformableAttention";
+         layer == "MultiScaleDeformableAttention" || layer == "MoeMLP";
 }
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
@@ -721,6 +722,10 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   if (layer == "MultiScaleDeformableAttention")
     return make_deformable_attention_adapter(as<nn::MultiScaleDeformableAttention>(module, layer),
                                              std::move(fn), display_name);
+  if (layer == "MoeMLP") {
+    as<nn::MoeMLP>(module, layer);
+    return make_moe_mlp_adapter(std::move(fn), display_name);
+  }
   if (layer == "ForCausalLMLoss") {
     as<nn::CausalLMLoss>(module, layer);
     if (fn.entry().interface == "fused_linear_cross_entropy")

@@ -28,6 +28,10 @@ std::map<std::string, ModelBuilder>& builders() {
   static std::map<std::string, ModelBuilder> b;
   return b;
 }
+std::map<std::string, CheckpointAdapter>& checkpoint_adapters() {
+  static std::map<std::string, CheckpointAdapter> a;
+  return a;
+}
 
 // The dim order (outermost first) in which `v` walks one dense block of memory, or nullopt when
 // its elements are not such a block (e.g. a slice of a wider row).
@@ -126,8 +130,10 @@ std::string supported_list() {
 
 }  // namespace
 
-bool register_model_type(const std::string& model_type, ModelBuilder builder) {
+bool register_model_type(const std::string& model_type, ModelBuilder builder,
+                         CheckpointAdapter adapter) {
   builders()[model_type] = std::move(builder);
+  if (adapter) checkpoint_adapters()[model_type] = std::move(adapter);
   return true;
 }
 
@@ -215,7 +221,13 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   load.device = lm.device;
   load.dtype = lm.dtype;
   load.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
-  nn::load_state_dict(lm, source, load);
+  // A model type whose checkpoint keys differ from hk's tree (e.g. per-expert MoE weights) reads
+  // through its adapter.
+  std::unique_ptr<nn::StateDictSource> adapted;
+  if (auto a = checkpoint_adapters().find(config.model_type); a != checkpoint_adapters().end())
+    adapted = a->second(source);
+  nn::load_state_dict(lm, adapted ? *adapted : static_cast<const nn::StateDictSource&>(source),
+                      load);
   return model;
 }
 
