@@ -428,6 +428,12 @@ TEST_F(Fusion, FusionsHkCannotRunAreRefusedWithTheReason) {
                      {"MLP", "model.layers.*.mlp"}},
                     "RMSNormMLPNoLayout"),
                "Layout");
+  // a sparse MoE block follows the norm in the same chain, but rms_norm_mlp@1 computes a dense MLP
+  expect_error("qwen3-moe-tiny",
+               rule({{"RMSNorm", "model.layers.*.post_attention_layernorm"},
+                     {"MoeMLP", "model.layers.*.mlp"}},
+                    "RMSNormMLP"),
+               "no fusion interface for RMSNorm → MoeMLP");
   // a kernel whose layout does not cover the modules' parameters falls back, with the reason
   Loaded biased = load("llama-tiny-bf16",
                        fusion_config({rule({{"RMSNorm", "model.layers.*.post_attention_layernorm"},
