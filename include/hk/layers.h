@@ -168,10 +168,9 @@ class LinearGroupImpl {
   virtual void backward(const Tensor& x, LayerContext& ctx, const std::vector<Tensor>& dys,
                         const Tensor* dx, bool accumulate_dx, Stream stream) const;
 };
-void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls,
-                     Stream stream = {});
-void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls,
-                           LayerContext& ctx, Stream stream = {});
+void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, Stream stream = {});
+void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls, LayerContext& ctx,
+                           Stream stream = {});
 // dx written by the first call and added to by the others.
 void backward_linears(const Tensor& x, LayerContext& ctx, const std::vector<LinearCall>& calls,
                       const Tensor& dx, Stream stream = {});

@@ -54,7 +54,7 @@ struct ParameterSource {
   enum class Op { Rename, Concat, Transpose };
   Op op = Op::Rename;
   std::vector<std::string> keys;  // checkpoint keys (dotted model paths), in order
-  int dim = 0;                     // Concat: the sources are joined along this dimension
+  int dim = 0;                    // Concat: the sources are joined along this dimension
 };
 
 // One parameter or buffer slot of a module.

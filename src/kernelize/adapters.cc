@@ -80,12 +80,12 @@ class GradWriters {
   GradWriters(const ParamRefs& params, bool with_f32, Stream stream) {
     for (const ParamRef& p : params) {
       const DType d = p.value().dtype();
-      writers_.push_back(with_f32 ? std::make_unique<nn::ParamGradWriter>(
-                                        *p.owner, p.name, std::initializer_list<DType>{d, DType::F32},
-                                        false, stream)
-                                  : std::make_unique<nn::ParamGradWriter>(
-                                        *p.owner, p.name, std::initializer_list<DType>{d}, false,
-                                        stream));
+      writers_.push_back(
+          with_f32
+              ? std::make_unique<nn::ParamGradWriter>(
+                    *p.owner, p.name, std::initializer_list<DType>{d, DType::F32}, false, stream)
+              : std::make_unique<nn::ParamGradWriter>(
+                    *p.owner, p.name, std::initializer_list<DType>{d}, false, stream));
     }
     // One accumulate flag for the whole call: when they disagree the new buffers start at zero.
     bool any = false;
@@ -169,8 +169,8 @@ class IdentityRMSNorm final : public nn::RMSNormImpl {
     if (x.ptr() != y.ptr()) copy_view(y, x, stream);
   }
   bool supports_training() const override { return true; }
-  void forward_train(const nn::RMSNorm& layer, const Tensor& x, const Tensor& y,
-                     nn::LayerContext&, Stream stream) const override {
+  void forward_train(const nn::RMSNorm& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+                     Stream stream) const override {
     forward(layer, x, y, stream);
   }
   void backward(const nn::RMSNorm&, const Tensor&, nn::LayerContext&, const Tensor& dy,
@@ -289,7 +289,8 @@ class LinearGroupAdapter final : public nn::LinearGroupImpl, public Named {
     LinearGroupAttrs a = attrs();
     a.flags = grads.flags();
     std::vector<TensorView> inputs;
-    for (const Tensor& dy : dys) inputs.push_back(dy.is_contiguous() ? dy.view() : dy.contiguous(stream).view());
+    for (const Tensor& dy : dys)
+      inputs.push_back(dy.is_contiguous() ? dy.view() : dy.contiguous(stream).view());
     inputs.push_back(x);
     push_params(inputs, params_);
     auto run = [&](const TensorView& dx_out) {
@@ -742,12 +743,11 @@ FusedImpls make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP&, Kern
                                              static_cast<float>(norm.eps()), std::move(params))}};
 }
 
-FusedImpls make_linear_rmsnorm_fusion(const nn::Linear&, const nn::RMSNorm& norm,
-                                      KernelFunction fn, const std::string& display_name,
-                                      ParamRefs params) {
-  return {{std::make_shared<FusedLinearRMSNorm>(display_name, std::move(fn),
-                                                static_cast<float>(norm.eps()),
-                                                static_cast<int32_t>(norm.dim()), std::move(params)),
+FusedImpls make_linear_rmsnorm_fusion(const nn::Linear&, const nn::RMSNorm& norm, KernelFunction fn,
+                                      const std::string& display_name, ParamRefs params) {
+  return {{std::make_shared<FusedLinearRMSNorm>(
+               display_name, std::move(fn), static_cast<float>(norm.eps()),
+               static_cast<int32_t>(norm.dim()), std::move(params)),
            std::make_shared<IdentityRMSNorm>(display_name + " (fused into the projection)")}};
 }
 

@@ -158,8 +158,8 @@ FusionKind fusion_kind(const FusionGroup& group, const std::string& where) {
   if (group.parent)
     for (const auto& f : group.parent->child_flows()) {
       if (f.kind == nn::Module::ChildFlow::Kind::Chain) {
-        auto at = std::search(f.children.begin(), f.children.end(), children.begin(),
-                              children.end());
+        auto at =
+            std::search(f.children.begin(), f.children.end(), children.begin(), children.end());
         if (at != f.children.end()) flow = f.kind;
       } else {
         const bool all = std::all_of(children.begin(), children.end(), [&](const std::string& c) {
@@ -170,12 +170,11 @@ FusionKind fusion_kind(const FusionGroup& group, const std::string& where) {
       if (flow) break;
     }
   if (!flow)
-    throw InvalidArgument(where + ": " + join(children, ", ") + " under " + parent + " (" +
-                          parent_class +
-                          ") are not adjacent in its forward: neither a chain where each output "
-                          "is the next one's only input nor siblings reading one input (" +
-                          parent_class + "'s fusable children: " + describe_flows(*group.parent) +
-                          ")");
+    throw InvalidArgument(
+        where + ": " + join(children, ", ") + " under " + parent + " (" + parent_class +
+        ") are not adjacent in its forward: neither a chain where each output "
+        "is the next one's only input nor siblings reading one input (" +
+        parent_class + "'s fusable children: " + describe_flows(*group.parent) + ")");
   using Kind = nn::Module::ChildFlow::Kind;
   if (*flow == Kind::Chain && layers == std::vector<std::string>{"RMSNorm", "MLP"})
     return FusionKind::RmsNormMlp;
@@ -186,8 +185,9 @@ FusionKind fusion_kind(const FusionGroup& group, const std::string& where) {
     return FusionKind::LinearGroup;
   std::string why;
   if (std::find(layers.begin(), layers.end(), "attention") != layers.end())
-    why = " (the attention module runs its own projections, rotary and KV cache, and is bound "
-          "through attn_implementation; fuse its projections instead)";
+    why =
+        " (the attention module runs its own projections, rotary and KV cache, and is bound "
+        "through attn_implementation; fuse its projections instead)";
   throw InvalidArgument(where + ": hk has no fusion interface for " +
                         join(layers, *flow == Kind::Chain ? " → " : " ‖ ") + " (" +
                         join(children, ", ") + " under " + parent + ")" + why + "; " + kSupported);
@@ -198,8 +198,8 @@ FusedImpls make_fusion(FusionKind kind, const FusionGroup& group, KernelFunction
   switch (kind) {
     case FusionKind::RmsNormMlp:
       return make_rmsnorm_mlp_fusion(dynamic_cast<const nn::RMSNorm&>(*group.members[0]),
-                                     dynamic_cast<const nn::MLP&>(*group.members[1]),
-                                     std::move(fn), display_name, std::move(params));
+                                     dynamic_cast<const nn::MLP&>(*group.members[1]), std::move(fn),
+                                     display_name, std::move(params));
     case FusionKind::LinearRmsNorm:
       return make_linear_rmsnorm_fusion(dynamic_cast<const nn::Linear&>(*group.members[0]),
                                         dynamic_cast<const nn::RMSNorm&>(*group.members[1]),

@@ -42,8 +42,9 @@ struct FusionGroup {
 // InvalidArgument, naming `where`, for a rule that cannot be met as written: fewer than two
 // modules, patterns under different parents, a pattern that matches no module, or a pattern that
 // matches two modules under one parent.
-std::vector<FusionGroup> match_fusion(const FusionRule& rule, const std::string& where,
-                                      const std::vector<std::pair<std::string, nn::Module*>>& modules);
+std::vector<FusionGroup> match_fusion(
+    const FusionRule& rule, const std::string& where,
+    const std::vector<std::pair<std::string, nn::Module*>>& modules);
 
 enum class FusionKind { RmsNormMlp, LinearRmsNorm, LinearGroup };
 // The interface a kind is bound through ("rms_norm_mlp"), and its layer name in the interface

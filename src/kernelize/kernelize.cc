@@ -411,9 +411,9 @@ std::optional<LayoutChoice> choose_layout(const KernelEntryInfo& entry, nn::Modu
     why = "entry " + entry.name + ": " + why;
     return std::nullopt;
   }
-  LayoutChoice choice{*spec, &scope, scope_path, members,
-                      kernel_binding::layout_key(*spec, scope_path,
-                                                 paths_of(member_paths, scope_path))};
+  LayoutChoice choice{
+      *spec, &scope, scope_path, members,
+      kernel_binding::layout_key(*spec, scope_path, paths_of(member_paths, scope_path))};
   bool in_place = true;
   for (nn::Module* m : members) {
     const std::string held = kernel_binding::applied_layout_key(*m);
@@ -446,8 +446,9 @@ std::string layout_note(const LayoutChoice& layout, const kernel_binding::Applie
   const std::string name = "layout " + layout.spec.name;
   if (!applied.changed) return name + " (already in place)";
   if (applied.converted) return name + ", converted in place from the loaded parameters";
-  return name + ", declared before the checkpoint loads (its conversion_mapping applied as the "
-                "tensors load)";
+  return name +
+         ", declared before the checkpoint loads (its conversion_mapping applied as the "
+         "tensors load)";
 }
 
 // Decides every KernelConfig fusion (the groups, the kernel, its layout); returns the paths it
@@ -483,9 +484,9 @@ std::set<std::string> decide_fusions(nn::Module& root, const KernelizeOptions& o
         binder.load(rule.kernel, /*explicit_request=*/true, options.allow_all_kernels);
     std::string why;
     const KernelEntryInfo* entry =
-        outcome.usable() && kind ? binder.pick_entry(outcome, parsed.entry,
-                                                     {kernel_binding::fusion_layer(*kind)}, why)
-                                 : nullptr;
+        outcome.usable() && kind
+            ? binder.pick_entry(outcome, parsed.entry, {kernel_binding::fusion_layer(*kind)}, why)
+            : nullptr;
     if (outcome.library && entry && !entry->has_layout)
       throw InvalidArgument(where + ": kernel entry " + entry->name + " has no " + entry->name +
                             "Layout; a fusion needs the kernel's layout "
@@ -519,9 +520,8 @@ std::set<std::string> decide_fusions(nn::Module& root, const KernelizeOptions& o
         continue;
       }
       std::string layout_why;
-      std::optional<LayoutChoice> layout =
-          choose_layout(*entry, root, *g.parent, g.parent_path, g.members, g.member_paths,
-                        layout_why);
+      std::optional<LayoutChoice> layout = choose_layout(*entry, root, *g.parent, g.parent_path,
+                                                         g.members, g.member_paths, layout_why);
       if (!layout) {
         record("", where + " unusable: " + layout_why + "; built-in");
         continue;
@@ -560,8 +560,7 @@ void apply_bindings(nn::Module& root, std::vector<Pending>& pending, KernelizeRe
     std::string note;
     if (p.layout) {
       const kernel_binding::AppliedLayout applied = kernel_binding::apply_layout(
-          p.layout->spec, *p.layout->scope, p.layout->scope_path, p.layout->members,
-          p.layout->key);
+          p.layout->spec, *p.layout->scope, p.layout->scope_path, p.layout->members, p.layout->key);
       params = applied.parameters;
       note = "; " + layout_note(*p.layout, applied);
     }

@@ -116,7 +116,8 @@ std::string LayoutSpec::content() const {
 std::optional<LayoutSpec> read_layout(const hk_layout& raw, std::string& why) {
   const std::string name = raw.name ? raw.name : "";
   auto bad = [&](const std::string& what) {
-    why = "its layout " + (name.empty() ? std::string("(unnamed)") : name) + " is malformed: " + what;
+    why =
+        "its layout " + (name.empty() ? std::string("(unnamed)") : name) + " is malformed: " + what;
     return std::nullopt;
   };
   if (name.empty()) return bad("no name");
@@ -151,7 +152,8 @@ std::optional<LayoutSpec> read_layout(const hk_layout& raw, std::string& why) {
     conv.op = c.op;
     conv.dim = c.dim;
     for (uint32_t s = 0; s < c.num_sources; ++s) {
-      if (!c.sources[s] || !*c.sources[s]) return bad(std::string("an empty source of ") + c.target);
+      if (!c.sources[s] || !*c.sources[s])
+        return bad(std::string("an empty source of ") + c.target);
       conv.sources.emplace_back(c.sources[s]);
     }
     spec.conversions.push_back(std::move(conv));
@@ -279,7 +281,8 @@ AppliedLayout apply_layout(const LayoutSpec& layout, nn::Module& scope,
       record->originals.push_back({at.owner, at.local, nn::Parameter()});
     }
   if (any_loaded && any_unloaded)
-    throw InvalidArgument("layout " + layout.name + " at " + (scope_path.empty() ? "<root>" : scope_path) +
+    throw InvalidArgument("layout " + layout.name + " at " +
+                          (scope_path.empty() ? "<root>" : scope_path) +
                           ": some of the parameters it converts are loaded and others are not; "
                           "load the checkpoint first or kernelize before it loads");
 
@@ -369,8 +372,7 @@ void revert_layout(nn::Module& module) {
     } else {
       int64_t offset = 0;
       for (size_t s : m.sources) {
-        const int64_t n =
-            record->originals[s].slot.shape[static_cast<size_t>(m.dim)];
+        const int64_t n = record->originals[s].slot.shape[static_cast<size_t>(m.dim)];
         Tensor part = p.value.slice(m.dim, offset, offset + n);
         restored[s] = part.is_contiguous() ? part : part.contiguous();  // dim 0: a view
         offset += n;

@@ -73,9 +73,9 @@ std::string layout_key(const LayoutSpec& layout, const std::string& scope_path,
 std::string applied_layout_key(const nn::Module& module);
 
 struct AppliedLayout {
-  ParamRefs parameters;     // in call order
-  bool changed = false;     // false: it was already in place
-  bool converted = false;   // true: converted loaded parameters in place (else re-declared)
+  ParamRefs parameters;    // in call order
+  bool changed = false;    // false: it was already in place
+  bool converted = false;  // true: converted loaded parameters in place (else re-declared)
 };
 // Applies `layout` at `scope` (its path from the root: checkpoint keys) for `members` (check_layout
 // first). Already applied with the same key: returns its parameters, changes nothing. Throws

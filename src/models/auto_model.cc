@@ -50,7 +50,8 @@ Shape permuted_shape(const TensorView& v, const std::vector<int>& order) {
 }
 std::vector<int> inverse(const std::vector<int>& order) {
   std::vector<int> inv(order.size());
-  for (size_t i = 0; i < order.size(); ++i) inv[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  for (size_t i = 0; i < order.size(); ++i)
+    inv[static_cast<size_t>(order[i])] = static_cast<int>(i);
   return inv;
 }
 

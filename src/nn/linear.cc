@@ -66,7 +66,8 @@ const Tensor* Linear::bias() const {
   return bias_ ? &param("bias") : nullptr;
 }
 
-// ---- sibling Linears (q/k/v, gate/up): one call for a fused group, else one per Linear -----------
+// ---- sibling Linears (q/k/v, gate/up): one call for a fused group, else one per Linear
+// -----------
 
 void LinearGroupImpl::forward_train(const Tensor&, const std::vector<Tensor>&, LayerContext&,
                                     Stream) const {
@@ -108,8 +109,8 @@ void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, 
   }
 }
 
-void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls,
-                           LayerContext& ctx, Stream stream) {
+void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls, LayerContext& ctx,
+                           Stream stream) {
   for (size_t i = 0; i < calls.size();) {
     if (auto group = group_at(calls, i)) {
       std::vector<Tensor> ys;

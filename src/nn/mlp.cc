@@ -21,8 +21,9 @@ class BuiltinMLP final : public MLPImpl {
     inner.back() = layer.intermediate_size();
     Tensor gate = Tensor::empty(inner, x.dtype, x.device, stream);
     Tensor up = Tensor::empty(inner, x.dtype, x.device, stream);
-    forward_linears(x, {{layer.gate_proj.get(), gate, "gate_proj"}, {layer.up_proj.get(), up, "up_proj"}},
-                    stream);
+    forward_linears(
+        x, {{layer.gate_proj.get(), gate, "gate_proj"}, {layer.up_proj.get(), up, "up_proj"}},
+        stream);
     layer.act_fn->forward_mul(gate, up, gate, stream);  // in place: gate is not needed after
     layer.down_proj->forward(gate, y, stream);
   }

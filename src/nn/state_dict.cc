@@ -54,9 +54,8 @@ void StateDictSource::load_into(const std::string& key, const TensorView& dst,
                                 Stream stream) const {
   const Tensor t = load(key, dst.device, dst.dtype, stream);
   if (t.dtype() != dst.dtype)
-    throw InvalidArgument("tensor '" + key + "' in " + describe() + " is " +
-                          dtype_name(t.dtype()) + " and cannot be loaded into a " +
-                          dtype_name(dst.dtype) + " parameter");
+    throw InvalidArgument("tensor '" + key + "' in " + describe() + " is " + dtype_name(t.dtype()) +
+                          " and cannot be loaded into a " + dtype_name(dst.dtype) + " parameter");
   copy_view(dst, t.view(), stream);
 }
 
@@ -140,7 +139,7 @@ void load_state_dict(Module& root, const StateDictSource& source, const LoadStat
     }
   }
 
-  std::map<std::string, std::string> found;       // model path -> checkpoint key
+  std::map<std::string, std::string> found;        // model path -> checkpoint key
   std::map<std::string, std::string> source_keys;  // mapped source key -> checkpoint key
   std::vector<std::string> unexpected;
   for (const std::string& key : source.keys()) {

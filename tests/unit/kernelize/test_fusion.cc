@@ -128,12 +128,14 @@ std::vector<PairCase> pair_cases() {
        {L + "mlp.gate_up_proj.weight"},
        {L + "mlp.gate_proj.weight", L + "mlp.up_proj.weight"}},
       {"qwen3-tiny",
-       {{"Linear", "model.layers.*.self_attn.q_proj"}, {"Linear", "model.layers.*.self_attn.k_proj"}},
+       {{"Linear", "model.layers.*.self_attn.q_proj"},
+        {"Linear", "model.layers.*.self_attn.k_proj"}},
        "QKProj",
        {L + "self_attn.qk_proj.weight"},
        {L + "self_attn.q_proj.weight", L + "self_attn.k_proj.weight"}},
       {"qwen3-tiny",
-       {{"Linear", "model.layers.*.self_attn.k_proj"}, {"Linear", "model.layers.*.self_attn.v_proj"}},
+       {{"Linear", "model.layers.*.self_attn.k_proj"},
+        {"Linear", "model.layers.*.self_attn.v_proj"}},
        "KVProj",
        {L + "self_attn.kv_proj.weight"},
        {L + "self_attn.k_proj.weight", L + "self_attn.v_proj.weight"}},
@@ -168,12 +170,14 @@ std::vector<PairCase> pair_cases() {
        {L + "mlp.gate_up_proj.weight", L + "mlp.gate_up_proj.bias"},
        {L + "mlp.gate_proj.bias", L + "mlp.up_proj.weight"}},
       {"llama-tiny-bf16",
-       {{"Linear", "model.layers.*.self_attn.q_proj"}, {"Linear", "model.layers.*.self_attn.k_proj"}},
+       {{"Linear", "model.layers.*.self_attn.q_proj"},
+        {"Linear", "model.layers.*.self_attn.k_proj"}},
        "QKProjBias",
        {L + "self_attn.qk_proj.weight", L + "self_attn.qk_proj.bias"},
        {L + "self_attn.q_proj.weight", L + "self_attn.k_proj.bias"}},
       {"llama-tiny-bf16",
-       {{"Linear", "model.layers.*.self_attn.k_proj"}, {"Linear", "model.layers.*.self_attn.v_proj"}},
+       {{"Linear", "model.layers.*.self_attn.k_proj"},
+        {"Linear", "model.layers.*.self_attn.v_proj"}},
        "KVProjBias",
        {L + "self_attn.kv_proj.weight", L + "self_attn.kv_proj.bias"},
        {L + "self_attn.v_proj.weight"}},
@@ -214,7 +218,8 @@ TEST_F(Fusion, EveryAdjacentPairOfBothTreesLoadsFusedWithTheUnfusedLogitsAndPeak
     expect_close(logits(fused.model), reference[c.model]);
     // one copy of the weights: the load peaks where the unfused load does
     EXPECT_EQ(fused.peak, unfused[c.model].peak);
-    EXPECT_EQ(fused.model.module().num_parameters(), unfused[c.model].model.module().num_parameters());
+    EXPECT_EQ(fused.model.module().num_parameters(),
+              unfused[c.model].model.module().num_parameters());
   }
 }
 
@@ -384,11 +389,11 @@ TEST_F(Fusion, TransformersClassNamesAreKeysBesideHks) {
   EXPECT_EQ(decision(load("qwen3-tiny", mlp).model, "model.layers.0.mlp").kernel,
             std::string(kRepo) + "GateUpMLP");
   // Llama's classes in a fusion
-  Loaded llama = load(
-      "llama-tiny-bf16",
-      fusion_config({rule({{"LlamaRMSNorm", "model.layers.*.post_attention_layernorm"},
-                           {"LlamaMLP", "model.layers.*.mlp"}},
-                          "RMSNormMLPBias")}));
+  Loaded llama =
+      load("llama-tiny-bf16",
+           fusion_config({rule({{"LlamaRMSNorm", "model.layers.*.post_attention_layernorm"},
+                                {"LlamaMLP", "model.layers.*.mlp"}},
+                               "RMSNormMLPBias")}));
   EXPECT_EQ(decision(llama.model, "model.layers.1.mlp").kernel,
             std::string(kRepo) + "RMSNormMLPBias");
   // a class name the model does not have is an unknown key, as before
@@ -413,21 +418,20 @@ TEST_F(Fusion, FusionsHkCannotRunAreRefusedWithTheReason) {
                     "RMSNormMLP"),
                "attention module runs its own projections");
   // not adjacent: the input norm does not feed the MLP
+  expect_error("qwen3-tiny",
+               rule({{"RMSNorm", "model.layers.*.input_layernorm"}, {"MLP", "model.layers.*.mlp"}},
+                    "RMSNormMLP"),
+               "not adjacent");
+  expect_error(
+      "llama-tiny-bf16",
+      rule({{"Linear", "model.layers.*.mlp.up_proj"}, {"Linear", "model.layers.*.mlp.down_proj"}},
+           "GateUpProj"),
+      "not adjacent");
   expect_error(
       "qwen3-tiny",
-      rule({{"RMSNorm", "model.layers.*.input_layernorm"}, {"MLP", "model.layers.*.mlp"}},
-           "RMSNormMLP"),
-      "not adjacent");
-  expect_error("llama-tiny-bf16",
-               rule({{"Linear", "model.layers.*.mlp.up_proj"},
-                     {"Linear", "model.layers.*.mlp.down_proj"}},
-                    "GateUpProj"),
-               "not adjacent");
-  expect_error("qwen3-tiny",
-               rule({{"RMSNorm", "model.layers.*.post_attention_layernorm"},
-                     {"MLP", "model.layers.*.mlp"}},
-                    "RMSNormMLPNoLayout"),
-               "Layout");
+      rule({{"RMSNorm", "model.layers.*.post_attention_layernorm"}, {"MLP", "model.layers.*.mlp"}},
+           "RMSNormMLPNoLayout"),
+      "Layout");
   // a sparse MoE block follows the norm in the same chain, but rms_norm_mlp@1 computes a dense MLP
   expect_error("qwen3-moe-tiny",
                rule({{"RMSNorm", "model.layers.*.post_attention_layernorm"},

@@ -300,7 +300,8 @@ TEST_F(Kernelize, FusionErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error(norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLPNoLayout"), "Layout");
+  expect_error(norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLPNoLayout"),
+               "Layout");
   FusionRule different = norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLP");
   different.modules[1].second = "model.norm_mlp.*";
   expect_error(different, "different parents");

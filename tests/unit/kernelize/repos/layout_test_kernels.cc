@@ -157,7 +157,8 @@ void scaled_rms_norm_backward(const hk_call& call) {
   put_grad(out(call, 1), dw, attrs.flags);
 }
 
-// ---- Linear (stateful: weight_t = weightᵀ) -------------------------------------------------------
+// ---- Linear (stateful: weight_t = weightᵀ)
+// -------------------------------------------------------
 void transposed_linear_forward(const hk_call& call) {
   const hk_tensor &x = in(call, 0), &wt = in(call, 1);  // wt [K, N]
   const int64_t k = wt.shape[0], n = wt.shape[1], rows = hk::sdk::rows(x);
@@ -206,11 +207,9 @@ Vec mlp_forward(const float* n, const MlpParams& p, int64_t rows, int64_t h) {
   Vec a(static_cast<size_t>(rows * inter));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < inter; ++i)
-      a[static_cast<size_t>(r * inter + i)] =
-          silu(gu[static_cast<size_t>(r * 2 * inter + i)]) *
-          gu[static_cast<size_t>(r * 2 * inter + inter + i)];
-  return matmul_nt(a.data(), cf(*p.down), p.down_bias ? cf(*p.down_bias) : nullptr, rows, inter,
-                   h);
+      a[static_cast<size_t>(r * inter + i)] = silu(gu[static_cast<size_t>(r * 2 * inter + i)]) *
+                                              gu[static_cast<size_t>(r * 2 * inter + inter + i)];
+  return matmul_nt(a.data(), cf(*p.down), p.down_bias ? cf(*p.down_bias) : nullptr, rows, inter, h);
 }
 void need_silu(uint32_t activation) {
   if (activation != hk::kActivationSiLU)
@@ -275,7 +274,8 @@ void rms_norm_mlp_backward(const hk_call& call) {
     put_grad(g, matmul_tn(cf(dy), a.data(), rows, h, inter), attrs.flags);
 }
 
-// ---- linear_group@1: x, weight [ΣN, K] (, bias [ΣN]) → y_1 .. y_n --------------------------------
+// ---- linear_group@1: x, weight [ΣN, K] (, bias [ΣN]) → y_1 .. y_n
+// --------------------------------
 template <bool kBias>
 void linear_group_forward(const hk_call& call) {
   const hk_tensor &x = in(call, 0), &w = in(call, 1);
@@ -287,7 +287,8 @@ void linear_group_forward(const hk_call& call) {
     const hk_tensor* yo = out(call, o);
     const int64_t n = hk::sdk::last_dim(*yo);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j) mf(*yo)[r * n + j] = y[static_cast<size_t>(r * total + col + j)];
+      for (int64_t j = 0; j < n; ++j)
+        mf(*yo)[r * n + j] = y[static_cast<size_t>(r * total + col + j)];
     col += n;
   }
   if (col != total) hk::sdk::fail(HK_STATUS_INVALID_ARGUMENT, "outputs do not cover the weight");
@@ -305,7 +306,8 @@ void linear_group_backward(const hk_call& call) {
     const hk_tensor& d = in(call, o);
     const int64_t n = hk::sdk::last_dim(d);
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < n; ++j) dy[static_cast<size_t>(r * total + col + j)] = cf(d)[r * n + j];
+      for (int64_t j = 0; j < n; ++j)
+        dy[static_cast<size_t>(r * total + col + j)] = cf(d)[r * n + j];
     col += n;
   }
   if (const hk_tensor* dx = out(call, 0)) {
@@ -316,7 +318,8 @@ void linear_group_backward(const hk_call& call) {
   if (kBias) put_grad(out(call, 2), col_sums(dy.data(), rows, total), attrs.flags);
 }
 
-// ---- linear_rms_norm@1: x, weight [N, K], norm weight [D] → RMSNorm_D(x·Wᵀ) -----------------------
+// ---- linear_rms_norm@1: x, weight [N, K], norm weight [D] → RMSNorm_D(x·Wᵀ)
+// -----------------------
 void linear_rms_norm_forward(const hk_call& call) {
   const hk_tensor &x = in(call, 0), &w = in(call, 1), &norm_w = in(call, 2);
   const auto attrs = hk::sdk::read_attrs<hk::LinearRmsNormAttrs>(call);
@@ -363,9 +366,9 @@ const hk_conversion kNormMlpConversions[] = {
 const hk_layout kRMSNormMLPLayout = {"RMSNormMLPLayout", kNormMlpParameters, 3, kNormMlpConversions,
                                      1};
 
-const char* const kNormMlpBiasParameters[] = {
-    "post_attention_layernorm.weight", "mlp.gate_up_proj.weight", "mlp.gate_up_proj.bias",
-    "mlp.down_proj.weight", "mlp.down_proj.bias"};
+const char* const kNormMlpBiasParameters[] = {"post_attention_layernorm.weight",
+                                              "mlp.gate_up_proj.weight", "mlp.gate_up_proj.bias",
+                                              "mlp.down_proj.weight", "mlp.down_proj.bias"};
 const char* const kNormGateUpBiasSources[] = {"mlp.gate_proj.bias", "mlp.up_proj.bias"};
 const hk_conversion kNormMlpBiasConversions[] = {
     {"mlp.gate_up_proj.weight", kNormGateUpSources, 2, HK_CONVERT_CONCAT, 0},
@@ -374,12 +377,12 @@ const hk_layout kRMSNormMLPBiasLayout = {"RMSNormMLPBiasLayout", kNormMlpBiasPar
                                          kNormMlpBiasConversions, 2};
 
 // linear_group layouts: <fused>.weight (and .bias) = the members' concatenated along dim 0.
-#define GROUP_LAYOUT(Name, fused, ...)                                                             \
-  const char* const Name##Params[] = {fused ".weight"};                                            \
-  const char* const Name##ParamsBias[] = {fused ".weight", fused ".bias"};                        \
-  const char* const Name##W[] = {__VA_ARGS__};                                                     \
-  const hk_conversion Name##Conv[] = {                                                             \
-      {fused ".weight", Name##W, sizeof(Name##W) / sizeof(*Name##W), HK_CONVERT_CONCAT, 0}};      \
+#define GROUP_LAYOUT(Name, fused, ...)                                                       \
+  const char* const Name##Params[] = {fused ".weight"};                                      \
+  const char* const Name##ParamsBias[] = {fused ".weight", fused ".bias"};                   \
+  const char* const Name##W[] = {__VA_ARGS__};                                               \
+  const hk_conversion Name##Conv[] = {                                                       \
+      {fused ".weight", Name##W, sizeof(Name##W) / sizeof(*Name##W), HK_CONVERT_CONCAT, 0}}; \
   const hk_layout Name##Layout = {#Name "Layout", Name##Params, 1, Name##Conv, 1};
 
 GROUP_LAYOUT(GateUpProj, "gate_up_proj", "gate_proj.weight", "up_proj.weight")
@@ -387,11 +390,11 @@ GROUP_LAYOUT(QKVProj, "qkv_proj", "q_proj.weight", "k_proj.weight", "v_proj.weig
 GROUP_LAYOUT(QKProj, "qk_proj", "q_proj.weight", "k_proj.weight")
 GROUP_LAYOUT(KVProj, "kv_proj", "k_proj.weight", "v_proj.weight")
 
-#define GROUP_BIAS_LAYOUT(Name, fused, ...)                                                        \
-  const char* const Name##B[] = {__VA_ARGS__};                                                     \
-  const hk_conversion Name##BiasConv[] = {                                                         \
-      {fused ".weight", Name##W, sizeof(Name##W) / sizeof(*Name##W), HK_CONVERT_CONCAT, 0},       \
-      {fused ".bias", Name##B, sizeof(Name##B) / sizeof(*Name##B), HK_CONVERT_CONCAT, 0}};        \
+#define GROUP_BIAS_LAYOUT(Name, fused, ...)                                                 \
+  const char* const Name##B[] = {__VA_ARGS__};                                              \
+  const hk_conversion Name##BiasConv[] = {                                                  \
+      {fused ".weight", Name##W, sizeof(Name##W) / sizeof(*Name##W), HK_CONVERT_CONCAT, 0}, \
+      {fused ".bias", Name##B, sizeof(Name##B) / sizeof(*Name##B), HK_CONVERT_CONCAT, 0}};  \
   const hk_layout Name##BiasLayout = {#Name "BiasLayout", Name##ParamsBias, 2, Name##BiasConv, 2};
 
 GROUP_BIAS_LAYOUT(GateUpProj, "gate_up_proj", "gate_proj.bias", "up_proj.bias")
