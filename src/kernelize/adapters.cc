@@ -109,6 +109,24 @@ class GradWriters {
   uint32_t flags_ = 0;
 };
 
+// A backward whose outputs are dx (optional: absent when `dx` is null, added to when
+// `accumulate_dx`) followed by one gradient per parameter of `grads`, committed after the call.
+template <class Attrs>
+void backward_dx_and_grads(const KernelFunction& fn, const std::vector<TensorView>& inputs,
+                           GradWriters& grads, const Attrs& attrs, const Tensor* dx,
+                           bool accumulate_dx, Stream stream) {
+  auto run = [&](const TensorView& dx_out) {
+    std::vector<TensorView> outputs{dx_out};
+    grads.push_outputs(outputs);
+    call_backward(fn, inputs, outputs, attrs, stream);
+  };
+  if (dx)
+    into_dx(*dx, accumulate_dx, stream, run);
+  else
+    run(absent());
+  grads.commit();
+}
+
 class RMSNormAdapter final : public nn::RMSNormImpl, public Named {
  public:
   RMSNormAdapter(std::string name, KernelFunction fn, std::optional<ParamRefs> layout)
@@ -293,16 +311,7 @@ class LinearGroupAdapter final : public nn::LinearGroupImpl, public Named {
       inputs.push_back(dy.is_contiguous() ? dy.view() : dy.contiguous(stream).view());
     inputs.push_back(x);
     push_params(inputs, params_);
-    auto run = [&](const TensorView& dx_out) {
-      std::vector<TensorView> outputs{dx_out};
-      grads.push_outputs(outputs);
-      call_backward(fn_, inputs, outputs, a, stream);
-    };
-    if (dx)
-      into_dx(*dx, accumulate_dx, stream, run);
-    else
-      run(absent());
-    grads.commit();
+    backward_dx_and_grads(fn_, inputs, grads, a, dx, accumulate_dx, stream);
   }
 
  private:
@@ -500,16 +509,7 @@ class LinearAdapter final : public nn::LinearImpl, public Named {
       push_params(inputs, ps);
     else
       inputs.push_back(layer.weight().view());
-    auto run = [&](const TensorView& dx_out) {
-      std::vector<TensorView> outputs{dx_out};
-      grads.push_outputs(outputs);
-      call_backward(fn_, inputs, outputs, attrs, stream);
-    };
-    if (dx)
-      into_dx(*dx, accumulate_dx, stream, run);
-    else
-      run(absent());
-    grads.commit();
+    backward_dx_and_grads(fn_, inputs, grads, attrs, dx, accumulate_dx, stream);
   }
 
  private:

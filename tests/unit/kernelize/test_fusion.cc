@@ -52,7 +52,10 @@ class Fusion : public ::testing::Test {
   static void SetUpTestSuite() {
     for (const char* v : {"USE_HUB_KERNELS", "HK_ENDPOINT", "LOCAL_KERNELS", "HK_TRUSTED_ORGS"})
       unsetenv(v);
-    setenv("HK_HUB_DIR", (fs::path(env("HK_BINARY_DIR")) / "kernelize-test-hub").c_str(), 1);
+    // the test kernels first, then the embedded hub (liger-kernels' fused RMSNorm → SwiGLU MLP)
+    const fs::path bin = env("HK_BINARY_DIR");
+    setenv("HK_HUB_DIR",
+           ((bin / "kernelize-test-hub").string() + ":" + (bin / "hub").string()).c_str(), 1);
     setenv("HK_KERNELS_CACHE",
            (fs::temp_directory_path() / ("hk-fusion-cache-" + std::to_string(getpid()))).c_str(),
            1);
@@ -64,9 +67,10 @@ class Fusion : public ::testing::Test {
     size_t peak = 0;  // host bytes the load allocated at its peak
   };
   // from_pretrained in f32 (the test kernels' dtype; the Llama fixture is stored in bf16).
-  static Loaded load(const std::string& name, std::optional<KernelConfig> config = std::nullopt) {
+  static Loaded load(const std::string& name, std::optional<KernelConfig> config = std::nullopt,
+                     DType dtype = DType::F32) {
     LoadOptions o;
-    o.dtype = DType::F32;
+    o.dtype = dtype;
     o.kernel_config = std::move(config);
     reset_peak_memory_stats(Device::cpu());
     const size_t before = memory_stats(Device::cpu()).allocated;
@@ -448,6 +452,71 @@ TEST_F(Fusion, FusionsHkCannotRunAreRefusedWithTheReason) {
   EXPECT_NE(d.reason.find("does not hold the parameter 'mlp.gate_proj.bias'"), std::string::npos)
       << d.reason;
   EXPECT_TRUE(parameter_names(biased.model).count("model.layers.0.mlp.gate_proj.weight"));
+}
+
+// The shipped fused kernel: kernels-community/liger-kernels:LigerRMSNormSwiGLUMLP (rms_norm_mlp@1,
+// its layout holding gate_up = [gate; up]) on every decoder layer, loaded from the embedded hub.
+TEST_F(Fusion, LigerRMSNormSwiGLUMLPFusesEveryLayerWithTheUnfusedNumbers) {
+  const std::string liger = "kernels-community/liger-kernels:LigerRMSNormSwiGLUMLP";
+  auto norm_mlp = [&](const std::string& norm_class, const std::string& mlp_class) {
+    FusionRule r;
+    r.modules = {{norm_class, "model.layers.*.post_attention_layernorm"},
+                 {mlp_class, "model.layers.*.mlp"}};
+    r.kernel.spec = liger;
+    return r;
+  };
+  const KernelConfig config = fusion_config({norm_mlp("Qwen3RMSNorm", "Qwen3MLP")});
+  // f32: the logits of the built-in model, one copy of the weights
+  Loaded plain = load("qwen3-tiny");
+  Loaded fused = load("qwen3-tiny", config);
+  for (const std::string p : {"model.layers.0.post_attention_layernorm", "model.layers.1.mlp"}) {
+    const LayerDecision& d = decision(fused.model, p);
+    EXPECT_EQ(d.kernel, liger) << d.reason;
+    EXPECT_NE(d.reason.find("LigerRMSNormSwiGLUMLPLayout, declared before the checkpoint loads"),
+              std::string::npos)
+        << d.reason;
+  }
+  EXPECT_TRUE(parameter_names(fused.model).count("model.layers.1.mlp.gate_up_proj.weight"));
+  EXPECT_FALSE(parameter_names(fused.model).count("model.layers.1.mlp.up_proj.weight"));
+  expect_close(logits(fused.model), logits(plain.model));
+  EXPECT_EQ(fused.peak, plain.peak);
+  // bf16: the unfused pair of the same kernels (LigerRMSNorm, LigerSwiGLUMLP) gives the same logits
+  KernelConfig pair{{{"RMSNorm", std::string("kernels-community/liger-kernels:LigerRMSNorm")},
+                     {"MLP", std::string("kernels-community/liger-kernels:LigerSwiGLUMLP")}}};
+  pair.inherit_mapping = false;
+  Loaded pair16 = load("qwen3-tiny-bf16", pair, DType::BF16);
+  Loaded fused16 = load("qwen3-tiny-bf16", config, DType::BF16);
+  EXPECT_EQ(decision(fused16.model, "model.layers.0.mlp").kernel, liger);
+  expect_close(logits(fused16.model), logits(pair16.model), 1e-6);
+  // training: the entry has a backward; gradients reach gate_up as [d gate; d up]
+  fused.model.train();
+  plain.model.train();
+  EXPECT_EQ(decision(fused.model, "model.layers.0.mlp").kernel, liger);
+  const Tensor ids = Tensor::from_ints({1, 5, 9, 42, 7, 3, 11, 2}, {2, 4});
+  auto a = fused.model.forward(ids, ids);
+  auto b = plain.model.forward(ids, ids);
+  EXPECT_NEAR(a.loss.to_doubles()[0], b.loss.to_doubles()[0], 1e-5);
+  a.loss.backward();
+  b.loss.backward();
+  std::map<std::string, std::vector<double>> want, got;
+  for (auto& [name, p] : plain.model.named_parameters()) want[name] = p->grad.to_doubles();
+  for (auto& [name, p] : fused.model.named_parameters()) got[name] = p->grad.to_doubles();
+  for (const std::string L : {"model.layers.0.", "model.layers.1."}) {
+    std::vector<double> cat = want.at(L + "mlp.gate_proj.weight");
+    const auto& up = want.at(L + "mlp.up_proj.weight");
+    cat.insert(cat.end(), up.begin(), up.end());
+    expect_close(got.at(L + "mlp.gate_up_proj.weight"), cat, 1e-5);
+    expect_close(got.at(L + "mlp.down_proj.weight"), want.at(L + "mlp.down_proj.weight"), 1e-5);
+    expect_close(got.at(L + "post_attention_layernorm.weight"),
+                 want.at(L + "post_attention_layernorm.weight"), 1e-5);
+    expect_close(got.at(L + "input_layernorm.weight"), want.at(L + "input_layernorm.weight"), 1e-5);
+  }
+  // Llama's MLP has biases (mlp_bias), which the layout does not hold: built-in, with the reason
+  Loaded llama = load("llama-tiny-bf16", fusion_config({norm_mlp("RMSNorm", "MLP")}));
+  const LayerDecision& d = decision(llama.model, "model.layers.0.mlp");
+  EXPECT_TRUE(d.kernel.empty());
+  EXPECT_NE(d.reason.find("does not hold the parameter 'mlp.gate_proj.bias'"), std::string::npos)
+      << d.reason;
 }
 
 }  // namespace

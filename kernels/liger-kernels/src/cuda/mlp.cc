@@ -1,7 +1,11 @@
 // cuda/mlp.cc — the gated MLP (SwiGLU / GeGLU with its three projections), forward and backward:
 // cuBLASLt GEMMs around the fused gated-activation kernels (cuda/activation.cu), intermediates in
-// the caller's workspace. Host orchestration only; no synchronisation; the first call creates the
-// cuBLASLt handle (so the entries using this do not claim capture).
+// the caller's workspace; and the fused RMSNorm → gated MLP (args.h RmsNormMlpArgs), whose
+// forward runs the norm kernel, one GEMM over the concatenated gate_up weight, the gated
+// activation in place over the gate half and the down GEMM (no separate gate and up GEMMs, and
+// the normalised rows are read by one GEMM instead of two). Host orchestration only; no
+// synchronisation; the first call creates the cuBLASLt handle (so the entries using this do not
+// claim capture).
 //
 // Workspace: forward g, u [rows, I] (h overwrites g), or h alone when the caller keeps g and u
 // (MlpArgs::gate/up); backward h, dh, plus g, u unless the forward's are given; + the GEMM
@@ -88,6 +92,56 @@ int mlp_bwd(const MlpArgs& a, void* stream) {
   if (a.dup_w.data)
     LIGER_TRY(gemm_rm(lt, true, false, inter, h, rows, u, a.x, a.dup_w, wbeta, ws, stream));
   return 0;
+}
+
+size_t rms_norm_mlp_workspace_bytes(int64_t rows, int64_t hidden, int64_t intermediate, Dt dt,
+                                    bool backward) {
+  const size_t normed = align256(static_cast<size_t>(rows * hidden) * dt_size(dt));
+  if (!backward)
+    return normed + align256(static_cast<size_t>(rows * 2 * intermediate) * dt_size(dt)) +
+           kGemmWorkspace;
+  // n, dn, rstd, then the MLP backward's and the norm backward's own scratch
+  return 2 * normed + align256(static_cast<size_t>(rows) * sizeof(float)) +
+         mlp_workspace_bytes(rows, intermediate, dt, true, false) +
+         align256(rms_norm_bwd_workspace_bytes(rows, hidden));
+}
+
+int rms_norm_mlp_fwd(const RmsNormMlpArgs& a, void* stream) {
+  const int64_t rows = a.x.rows, h = a.x.cols, inter = a.down_w.cols;
+  if (rows == 0) return 0;
+  int status = 0;
+  void* lt = lt_handle(&status);
+  if (!lt) return status;
+  char* at = static_cast<char*>(a.workspace);
+  const Rows n = carve(at, rows, h, a.x.dt);
+  const Rows gu = carve(at, rows, 2 * inter, a.x.dt);
+  void* ws = at;
+  LIGER_TRY(rms_norm_fwd(norm_of(a, n, a.rstd), stream));
+  LIGER_TRY(gemm_rm(lt, false, true, rows, 2 * inter, h, n, a.gate_up_w, gu, 0.0f, ws, stream));
+  GatedAct act;
+  act.act = a.act;
+  act.gate = gu, act.gate.cols = inter;  // [rows, I] blocks of the [rows, 2I] rows
+  act.up = act.gate;
+  act.up.data = static_cast<char*>(gu.data) + static_cast<size_t>(inter) * dt_size(gu.dt);
+  act.out = act.gate;  // h overwrites the gate half
+  LIGER_TRY(gated_act_fwd(act, stream));
+  return gemm_rm(lt, false, true, rows, h, inter, act.out, a.down_w, a.y, 0.0f, ws, stream);
+}
+
+int rms_norm_mlp_bwd(const RmsNormMlpArgs& a, void* stream) {
+  const int64_t rows = a.x.rows, h = a.x.cols, inter = a.down_w.cols;
+  if (rows == 0) return 0;  // (weight gradients of an empty batch: left as they are)
+  char* at = static_cast<char*>(a.workspace);
+  const Rows n = carve(at, rows, h, a.x.dt), dn = carve(at, rows, h, a.x.dt);
+  float* rstd = reinterpret_cast<float*>(at);
+  at += align256(static_cast<size_t>(rows) * sizeof(float));
+  LIGER_TRY(rms_norm_fwd(norm_of(a, n, rstd), stream));
+  MlpArgs m = mlp_on_normed(a, n);
+  m.dx = dn;
+  m.workspace = at;
+  LIGER_TRY(mlp_bwd(m, stream));
+  at += mlp_workspace_bytes(rows, inter, a.x.dt, true, false);
+  return rms_norm_bwd(norm_backward_of(a, dn, rstd, at), stream);
 }
 
 }  // namespace liger::cuda

@@ -47,9 +47,6 @@ const hk_tensor* out(const hk_call& call, int i) {
   return dense(hk::sdk::optional_output(call, i), "every output");
 }
 using Vec = std::vector<float>;
-Vec copy_of(const hk_tensor& t) {
-  return Vec(cf(t), cf(t) + hk::sdk::numel(t));
-}
 // A weight gradient written, or added to under kAccumulateWeightGrads.
 void put_grad(const hk_tensor* g, const Vec& v, uint32_t flags) {
   if (!g) return;

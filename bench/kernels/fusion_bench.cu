@@ -1,0 +1,271 @@
+// bench/kernels/fusion_bench.cu — the fused RMSNorm → SwiGLU MLP (LigerRMSNormSwiGLUMLP,
+// liger::cuda::rms_norm_mlp_fwd/bwd) against the unfused pair the model runs without the fusion
+// (LigerRMSNorm then LigerSwiGLUMLP: rms_norm_fwd + mlp_fwd), at Qwen3-0.6B's shapes (bf16, hidden
+// 1024, intermediate 3072) from one decode row to a training batch, and writes one JSON document.
+// bench/peers/fusion_torch.py times PyTorch (eager and torch.compile) at the same shapes;
+// bench/kernels/fusion_table.py merges the two (scripts/gpu-test --fusion).
+//
+// Method (as liger_bench): CUDA events around each call, warm-up first, median of the repeats;
+// inputs and weights rotated among buffer sets larger than L2 so repeats do not measure it; and the
+// same calls as replays of a CUDA graph holding several of them (launch gaps removed). Backward at
+// the training row counts only. GEMM FLOPs are 2·rows·H·3I forward (+2× backward); the reported
+// TFLOP/s are those over the time.
+//
+// Usage: fusion_bench [--out FILE.json] [--quick]   (--quick: fewer rows and repeats)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cuda/gemm.h"
+#include "liger/cuda_ops.h"
+
+namespace {
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+#define LK(x)                                                                      \
+  do {                                                                             \
+    int rc_ = (x);                                                                 \
+    if (rc_ != 0) {                                                                \
+      std::fprintf(stderr, "%s:%d %s returned %d\n", __FILE__, __LINE__, #x, rc_); \
+      std::exit(1);                                                                \
+    }                                                                              \
+  } while (0)
+
+using liger::Dt;
+using liger::Rows;
+
+__global__ void fill_random(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    p[i] = __float2bfloat16((static_cast<float>(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * scale);
+  }
+}
+
+void* device_random(size_t elems, uint32_t seed, float scale) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, std::max<size_t>(elems, 1) * 2));
+  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), elems, seed, scale);
+  CK(cudaGetLastError());
+  return p;
+}
+
+Rows rows(void* p, int64_t r, int64_t c) {
+  return Rows{p, r, c, c, Dt::BF16};
+}
+
+// Median ms of one call(i): events around each call, or replays of a graph of `per_graph` calls.
+double time_ms(const std::function<void(int)>& call, cudaStream_t s, int reps, bool graph) {
+  for (int i = 0; i < 3; ++i) call(i);
+  CK(cudaStreamSynchronize(s));
+  constexpr int per_graph = 10;
+  cudaGraphExec_t exec = nullptr;
+  if (graph) {
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < per_graph; ++i) call(i);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphDestroy(g));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+  }
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(ev[2 * i], s));
+    if (graph)
+      CK(cudaGraphLaunch(exec, s));
+    else
+      call(3 + i);
+    CK(cudaEventRecord(ev[2 * i + 1], s));
+  }
+  CK(cudaStreamSynchronize(s));
+  std::vector<double> ms(reps);
+  for (int i = 0; i < reps; ++i) {
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
+    ms[i] = graph ? t / per_graph : t;
+  }
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  if (exec) CK(cudaGraphExecDestroy(exec));
+  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
+  return ms[reps / 2];
+}
+
+struct Sets {  // one buffer set per rotation slot
+  std::vector<void*> x, norm_w, gate_up, down, y, dy, dx, dnorm, dgu, ddown;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out;
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
+    else if (!std::strcmp(argv[i], "--quick"))
+      quick = true;
+    else {
+      std::fprintf(stderr, "usage: fusion_bench [--out FILE.json] [--quick]\n");
+      return 2;
+    }
+  }
+  const int64_t H = 1024, I = 3072;
+  const std::vector<int64_t> row_counts =
+      quick ? std::vector<int64_t>{1, 128, 2048}
+            : std::vector<int64_t>{1, 8, 64, 512, 2048, 8192, 16384};
+  const int reps = quick ? 10 : 30;
+  const int kSets = 4;  // 4 × (gate_up + down) bf16 = 75 MB of weights, beyond the H200's L2
+  cudaStream_t s;
+  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const int64_t max_rows = row_counts.back();
+
+  Sets b;
+  for (int k = 0; k < kSets; ++k) {
+    const uint32_t seed = 100 * k;
+    b.x.push_back(device_random(max_rows * H, seed + 1, 4.0f));
+    b.norm_w.push_back(device_random(H, seed + 2, 0.5f));
+    b.gate_up.push_back(device_random(2 * I * H, seed + 3, 0.1f));
+    b.down.push_back(device_random(H * I, seed + 4, 0.1f));
+    b.y.push_back(device_random(max_rows * H, seed + 5, 0));
+    b.dy.push_back(device_random(max_rows * H, seed + 6, 1.0f));
+    b.dx.push_back(device_random(max_rows * H, seed + 7, 0));
+    b.dnorm.push_back(device_random(H, seed + 8, 0));
+    b.dgu.push_back(device_random(2 * I * H, seed + 9, 0));
+    b.ddown.push_back(device_random(H * I, seed + 10, 0));
+  }
+  // The unfused pair's normalised rows and its dn (what the model's norm writes and reads back).
+  void* normed = device_random(max_rows * H, 11, 0);
+  void* dnormed = device_random(max_rows * H, 12, 0);
+  // ... and the gate / up pre-activations its training forward keeps (LigerSwiGLUMLP's backward
+  // then runs 6 GEMMs, not 8)
+  void* kept_gate = device_random(max_rows * I, 13, 1.0f);
+  void* kept_up = device_random(max_rows * I, 14, 1.0f);
+  auto fused_args = [&](int k, int64_t r) {
+    liger::RmsNormMlpArgs a;
+    a.act = liger::Act::SiLU;
+    a.eps = 1e-6f;
+    a.x = rows(b.x[k], r, H);
+    a.norm_w = liger::Vec{b.norm_w[k], Dt::BF16};
+    a.gate_up_w = rows(b.gate_up[k], 2 * I, H);
+    a.down_w = rows(b.down[k], H, I);
+    a.y = rows(b.y[k], r, H);
+    a.dy = rows(b.dy[k], r, H);
+    a.dx = rows(b.dx[k], r, H);
+    a.dnorm_w = liger::Vec{b.dnorm[k], Dt::BF16};
+    a.dgate_up_w = rows(b.dgu[k], 2 * I, H);
+    a.ddown_w = rows(b.ddown[k], H, I);
+    return a;
+  };
+  size_t ws_bytes = 0;
+  for (bool bwd : {false, true}) {
+    ws_bytes = std::max(ws_bytes,
+                        liger::cuda::rms_norm_mlp_workspace_bytes(max_rows, H, I, Dt::BF16, bwd));
+    ws_bytes = std::max(ws_bytes, liger::cuda::mlp_workspace_bytes(max_rows, I, Dt::BF16, bwd));
+  }
+  ws_bytes = std::max(ws_bytes, liger::cuda::rms_norm_bwd_workspace_bytes(max_rows, H));
+  void* ws = nullptr;
+  CK(cudaMalloc(&ws, ws_bytes));
+
+  auto fused_fwd = [&](int64_t r) {
+    return [&, r](int i) {
+      liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
+      a.workspace = ws;
+      LK(liger::cuda::rms_norm_mlp_fwd(a, s));
+    };
+  };
+  auto unfused_fwd = [&](int64_t r) {
+    return [&, r](int i) {
+      const liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
+      LK(liger::cuda::rms_norm_fwd(liger::norm_of(a, rows(normed, r, H), nullptr), s));
+      liger::MlpArgs m = liger::mlp_on_normed(a, rows(normed, r, H));
+      m.workspace = ws;
+      LK(liger::cuda::mlp_fwd(m, s));
+    };
+  };
+  auto fused_bwd = [&](int64_t r) {
+    return [&, r](int i) {
+      liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
+      a.workspace = ws;
+      LK(liger::cuda::rms_norm_mlp_bwd(a, s));
+    };
+  };
+  // The unfused backward as the model runs it: the norm's output and the MLP's gate / up were kept
+  // by the training forward; the MLP backward on them, then the norm backward.
+  auto unfused_bwd = [&](int64_t r) {
+    return [&, r](int i) {
+      const liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
+      const Rows n = rows(normed, r, H), dn = rows(dnormed, r, H);
+      liger::MlpArgs m = liger::mlp_on_normed(a, n);
+      m.dx = dn;
+      m.gate = rows(kept_gate, r, I), m.up = rows(kept_up, r, I);
+      m.workspace = ws;
+      LK(liger::cuda::mlp_bwd(m, s));
+      LK(liger::cuda::rms_norm_bwd(liger::norm_backward_of(a, dn, nullptr, ws), s));
+    };
+  };
+
+  std::string json = "{\n \"bench\": \"fusion\",\n \"kernel\": \"LigerRMSNormSwiGLUMLP\",\n";
+  json += " \"gpu\": \"" + std::string(prop.name) + "\",\n";
+  const char* commit = std::getenv("HK_COMMIT");
+  json += " \"commit\": \"" + std::string(commit ? commit : "unknown") + "\",\n";
+  json += " \"hidden\": 1024, \"intermediate\": 3072, \"dtype\": \"bf16\",\n \"cases\": [\n";
+  std::printf("%-8s %-9s %-6s %10s %10s %8s %8s\n", "rows", "pass", "mode", "fused ms", "pair ms",
+              "speedup", "TFLOP/s");
+  bool first = true;
+  for (int64_t r : row_counts)
+    for (bool bwd : {false, true}) {
+      if (bwd && r < 512) continue;  // training row counts only
+      for (bool graph : {false, true}) {
+        const double f = time_ms(bwd ? fused_bwd(r) : fused_fwd(r), s, reps, graph);
+        const double u = time_ms(bwd ? unfused_bwd(r) : unfused_fwd(r), s, reps, graph);
+        const double flops = 2.0 * r * H * 3 * I * (bwd ? 2 : 1);
+        std::printf("%-8lld %-9s %-6s %10.4f %10.4f %8.3f %8.1f\n", static_cast<long long>(r),
+                    bwd ? "backward" : "forward", graph ? "graph" : "call", f, u, u / f,
+                    flops / f / 1e9);
+        char line[512];
+        std::snprintf(
+            line, sizeof line,
+            "%s  {\"rows\": %lld, \"pass\": \"%s\", \"mode\": \"%s\", \"fused_ms\": %.5f, "
+            "\"unfused_pair_ms\": %.5f, \"speedup\": %.4f, \"fused_tflops\": %.2f}",
+            first ? "" : ",\n", static_cast<long long>(r), bwd ? "backward" : "forward",
+            graph ? "graph" : "call", f, u, u / f, flops / f / 1e9);
+        json += line;
+        first = false;
+      }
+    }
+  json += "\n ]\n}\n";
+  if (out.empty()) {
+    std::fputs(json.c_str(), stdout);
+  } else {
+    FILE* fp = std::fopen(out.c_str(), "w");
+    if (!fp) {
+      std::fprintf(stderr, "cannot write %s\n", out.c_str());
+      return 1;
+    }
+    std::fputs(json.c_str(), fp);
+    std::fclose(fp);
+  }
+  return 0;
+}
