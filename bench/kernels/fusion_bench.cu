@@ -47,6 +47,7 @@ namespace {
 
 using liger::Dt;
 using liger::Rows;
+using Call = std::function<void(int)>;
 
 __global__ void fill_random(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -238,8 +239,8 @@ int main(int argc, char** argv) {
     for (bool bwd : {false, true}) {
       if (bwd && r < 512) continue;  // training row counts only
       for (bool graph : {false, true}) {
-        const double f = time_ms(bwd ? fused_bwd(r) : fused_fwd(r), s, reps, graph);
-        const double u = time_ms(bwd ? unfused_bwd(r) : unfused_fwd(r), s, reps, graph);
+        const double f = time_ms(bwd ? Call(fused_bwd(r)) : Call(fused_fwd(r)), s, reps, graph);
+        const double u = time_ms(bwd ? Call(unfused_bwd(r)) : Call(unfused_fwd(r)), s, reps, graph);
         const double flops = 2.0 * r * H * 3 * I * (bwd ? 2 : 1);
         std::printf("%-8lld %-9s %-6s %10.4f %10.4f %8.3f %8.1f\n", static_cast<long long>(r),
                     bwd ? "backward" : "forward", graph ? "graph" : "call", f, u, u / f,
