@@ -8,7 +8,8 @@
 // Method (as liger_bench): CUDA events around each call, warm-up first, median of the repeats;
 // inputs and weights rotated among buffer sets larger than L2 so repeats do not measure it; and the
 // same calls as replays of a CUDA graph holding several of them (launch gaps removed). Backward at
-// the training row counts only. GEMM FLOPs are 2·rows·H·3I forward (+2× backward); the reported
+// the training row counts only, both sides reading what their training forward keeps (the pair:
+// the norm's output and the MLP's gate / up; the fused kernel: gu [rows, 2I]). GEMM FLOPs are 2·rows·H·3I forward (+2× backward); the reported
 // TFLOP/s are those over the time.
 //
 // Usage: fusion_bench [--out FILE.json] [--quick]   (--quick: fewer rows and repeats)
@@ -163,6 +164,7 @@ int main(int argc, char** argv) {
   // then runs 6 GEMMs, not 8)
   void* kept_gate = device_random(max_rows * I, 13, 1.0f);
   void* kept_up = device_random(max_rows * I, 14, 1.0f);
+  void* kept_gate_up = device_random(max_rows * 2 * I, 15, 1.0f);  // the fused forward's, likewise
   auto fused_args = [&](int k, int64_t r) {
     liger::RmsNormMlpArgs a;
     a.act = liger::Act::SiLU;
@@ -208,6 +210,7 @@ int main(int argc, char** argv) {
   auto fused_bwd = [&](int64_t r) {
     return [&, r](int i) {
       liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
+      a.gate_up = rows(kept_gate_up, r, 2 * I);
       a.workspace = ws;
       LK(liger::cuda::rms_norm_mlp_bwd(a, s));
     };

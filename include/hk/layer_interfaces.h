@@ -229,8 +229,11 @@ struct CausalLmLossAttrs {
 // forward   inputs:  x [..., H] (the RMSNorm's un-normalised input), then the layout parameters
 //           outputs: y [..., H] = MLP(RMSNorm(x))   (same roundings as the two layers unfused:
 //                    RMSNorm's llama casting, act(gate) rounded to x.dtype before ·up),
-//                    rstd [rows] f32 (optional; a training forward keeps it for backward)
-// backward  inputs:  dy [..., H], x, the layout parameters, rstd (optional; recomputed when absent)
+//                    rstd [rows] f32 (optional; a training forward keeps it for backward),
+//                    gate_up [rows, 2I] in x's dtype (optional: the pre-activations n·gate_upᵀ,
+//                    gate columns first, that a training forward keeps, as mlp@1's gate / up)
+// backward  inputs:  dy [..., H], x, the layout parameters, rstd (optional; recomputed when absent),
+//                    gate_up (optional: the forward's; read instead of recomputed, and overwritten)
 //           outputs: dx [..., H], then one gradient per layout parameter (each optional; the norm
 //                    weight's reduced in f32), written or, with kAccumulateWeightGrads, added to
 struct RmsNormMlpAttrs {

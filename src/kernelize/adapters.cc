@@ -216,11 +216,16 @@ class FusedRMSNormMLP final : public nn::MLPImpl, public Named {
   bool supports_training() const override { return has_backward(); }
   void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext& ctx,
                      Stream stream) const override {
-    Tensor rstd = Tensor::empty({x.numel() / layer.hidden_size()}, DType::F32, x.device(), stream);
+    const int64_t rows = x.numel() / layer.hidden_size();
+    Tensor rstd = Tensor::empty({rows}, DType::F32, x.device(), stream);
+    // the gate / up pre-activations, kept so that backward does not recompute them
+    Tensor gate_up =
+        Tensor::empty({rows, 2 * layer.intermediate_size()}, x.dtype(), x.device(), stream);
     std::vector<TensorView> inputs{x};
     push_params(inputs, params_);
-    call_forward(fn_, inputs, {y, rstd}, attrs(layer), stream);
+    call_forward(fn_, inputs, {y, rstd, gate_up}, attrs(layer), stream);
     ctx.save("rstd", rstd);
+    ctx.save("gate_up", gate_up);
   }
   void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
                 const Tensor& dx, Stream stream) const override {
@@ -230,6 +235,7 @@ class FusedRMSNormMLP final : public nn::MLPImpl, public Named {
     std::vector<TensorView> inputs{dy, x};
     push_params(inputs, params_);
     inputs.push_back(ctx.saved("rstd"));
+    inputs.push_back(ctx.saved("gate_up"));  // overwritten by the kernel: ctx is spent after this
     std::vector<TensorView> outputs{dx};
     grads.push_outputs(outputs);
     call_backward(fn_, inputs, outputs, a, stream);

@@ -565,8 +565,8 @@ TEST(LigerHub, RmsNormSwiGLUMLPEqualsTheUnfusedNormAndMlp) {
     bool accumulate;
   };
   for (const Case& c :
-       {Case{DType::F32, 7, 40, 24, false}, Case{DType::BF16, 15, 72, 40, true},
-        Case{DType::F16, 1, 64, 128, false}, Case{DType::BF16, 33, 128, 96, false}}) {
+       {Case{DType::F32, 8, 40, 24, false}, Case{DType::BF16, 15, 72, 40, true},
+        Case{DType::F16, 1, 64, 128, false}, Case{DType::BF16, 32, 128, 96, false}}) {
     SCOPED_TRACE(std::string(hk::dtype_name(c.dt)) + " rows " + std::to_string(c.rows));
     const int64_t r = c.rows, h = c.h, in = c.inter;
     M gv, uv;
@@ -588,21 +588,39 @@ TEST(LigerHub, RmsNormSwiGLUMLPEqualsTheUnfusedNormAndMlp) {
     ma.flags = fa.flags;
 
     // forward
-    Tensor y = empty({r, h}, c.dt), rstd = empty({r}, DType::F32);
-    call_with_workspace(fused, false, {x, w, gate_up, down}, {y, rstd}, fa);
+    // every other case keeps the pre-activations (a training forward), which backward then reads
+    const bool keep = c.rows % 2 == 1;
+    Tensor y = empty({r, h}, c.dt), rstd = empty({r}, DType::F32), kept = empty({r, 2 * in}, c.dt);
+    std::vector<hk::TensorView> fwd_out{y, rstd};
+    if (keep) fwd_out.push_back(kept);
+    call_with_workspace(fused, false, {x, w, gate_up, down}, fwd_out, fa);
     Tensor n = empty({r, h}, c.dt), ry = empty({r, h}, c.dt), rrstd = empty({r}, DType::F32);
     call_with_workspace(norm, false, {x, w}, {n, rrstd}, na);
     call_with_workspace(mlp, false, {n, gate, up, down}, {ry}, ma);
     const double tol = c.dt == DType::F32 ? 1e-5 : 1e-2;
     expect_close(host(y), host(ry), tol, tol, "y");
     expect_close(host(rstd), host(rrstd), 0, 1e-6, "rstd");
+    if (keep) {  // gu = n·gate_upᵀ: the unfused MLP's gate and up side by side
+      Tensor g = empty({r, in}, c.dt), u = empty({r, in}, c.dt), unused = empty({r, h}, c.dt);
+      call_with_workspace(mlp, false, {n, gate, up, down}, {unused, g, u}, ma);
+      const std::vector<double> gu = host(kept), gh = host(g), uh = host(u);
+      std::vector<double> want(gu.size());
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < in; ++j) {
+          want[i * 2 * in + j] = gh[i * in + j];
+          want[i * 2 * in + in + j] = uh[i * in + j];
+        }
+      expect_close(gu, want, tol, tol, "kept gate_up");
+    }
 
     // backward; the accumulate case starts every weight gradient from the same values
     M w0, gu0, d0;
     Tensor dw = randn({h}, DType::F32, &w0), dgu = randn({2 * in, h}, DType::F32, &gu0),
            ddown = randn({h, in}, DType::F32, &d0);
     Tensor dx = empty({r, h}, c.dt);
-    call_with_workspace(fused, true, {dy, x, w, gate_up, down, rstd}, {dx, dw, dgu, ddown}, fa);
+    std::vector<hk::TensorView> bwd_in{dy, x, w, gate_up, down, rstd};
+    if (keep) bwd_in.push_back(kept);
+    call_with_workspace(fused, true, bwd_in, {dx, dw, dgu, ddown}, fa);
     std::vector<float> g0(gu0.begin(), gu0.begin() + in * h), u0(gu0.begin() + in * h, gu0.end());
     Tensor rdgate = Tensor::from_floats(g0, {in, h}, DType::F32).to(dev());
     Tensor rdup = Tensor::from_floats(u0, {in, h}, DType::F32).to(dev());

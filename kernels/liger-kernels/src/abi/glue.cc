@@ -562,6 +562,16 @@ void rms_mlp_common(const hk_call& call, int first, liger::RmsNormMlpArgs* a) {
     if (w->dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "rms_norm_mlp: weights must have x's dtype");
 }
 
+// The kept pre-activations gu [rows, 2I] in x's dtype: forward output 2 / backward input 6.
+void rms_mlp_gate_up(const hk_tensor* t, liger::RmsNormMlpArgs* a) {
+  if (!t) return;
+  a->gate_up = rows_of(*t, "gate_up");
+  if (a->gate_up.rows != a->x.rows || a->gate_up.cols != a->gate_up_w.rows ||
+      a->gate_up.dt != a->x.dt)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "rms_norm_mlp: gate_up must be [rows, 2I] in x's dtype, one row per row of x");
+}
+
 size_t rms_mlp_ws(const hk_call& call, uint32_t pass) {
 #if LIGER_CUDA
   const bool bwd = pass == HK_PASS_BACKWARD;
@@ -583,6 +593,7 @@ void rms_mlp_fwd_call(const hk_call& call) {
   a.y = rows_of(y, "y");
   if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "rms_norm_mlp: y must have x's dtype");
   a.rstd = f32_of(hk::sdk::optional_output(call, 1), a.x.rows, "rstd");
+  rms_mlp_gate_up(hk::sdk::optional_output(call, 2), &a);
   check_workspace(call, rms_mlp_ws(call, HK_PASS_FORWARD), "rms_norm_mlp");
   a.workspace = call.workspace;
   if (a.x.cols == 0) return;
@@ -590,7 +601,7 @@ void rms_mlp_fwd_call(const hk_call& call) {
 }
 
 // The forward's rstd (input 5) is not read: backward recomputes the norm's output anyway, and
-// rstd with it.
+// rstd with it. The forward's gate_up (input 6), when given, is read and overwritten.
 void rms_mlp_bwd_call(const hk_call& call) {
   liger::RmsNormMlpArgs a;
   rms_mlp_common(call, 1, &a);
@@ -602,6 +613,7 @@ void rms_mlp_bwd_call(const hk_call& call) {
   a.dy = rows_of(dy, "dy"), a.dx = rows_of(dx, "dx");
   if (a.dy.dt != a.x.dt || a.dx.dt != a.x.dt)
     fail(HK_STATUS_UNSUPPORTED, "rms_norm_mlp backward: dy, x and dx must share one dtype");
+  rms_mlp_gate_up(hk::sdk::optional_input(call, 6), &a);
   if (const hk_tensor* t = hk::sdk::optional_output(call, 1))
     a.dnorm_w = vec_of(*t, a.x.cols, "dnorm_w");
   const Rows* ws[2] = {&a.gate_up_w, &a.down_w};

@@ -253,8 +253,10 @@ struct MlpArgs {
 // (rounded to x's dtype, as the unfused norm writes it);
 //           gu = n·gate_upᵀ (one GEMM for both projections); h = round(act(gu[:, :I]))·gu[:, I:];
 //           y = h·downᵀ — the numbers of the two layers unfused.
-// backward: n (and rstd) recomputed, the gated MLP backward on n (dn, d(gate_up) as its gate and up
-//           row blocks, d(down)), then the RMSNorm backward (dx, d(norm_w)).
+// backward: n (and rstd) recomputed; gu from the forward (`gate_up`) or recomputed; h, dh =
+// dy·down,
+//           d(down) (+)= dyᵀ·h, (dg, du) in place over gu, dn = dgu·gate_up (one GEMM),
+//           d(gate_up) (+)= dguᵀ·n (one GEMM), then the RMSNorm backward (dx, d(norm_w)).
 // The cuda variant takes its intermediates from the workspace (rms_norm_mlp_workspace_bytes); the
 // cpu variant allocates them.
 struct RmsNormMlpArgs {
@@ -265,6 +267,8 @@ struct RmsNormMlpArgs {
   Rows gate_up_w, down_w;    // [2I, H], [H, I]
   Rows y;                    // forward output [rows, H]
   float* rstd = nullptr;     // forward: f32 [rows], optional (what a training forward keeps)
+  Rows gate_up;              // [rows, 2I] kept pre-activations, optional (data null): forward
+                             // writes gu there, backward reads it and overwrites it with dgu
   Rows dy, dx;               // backward
   Vec dnorm_w;               // backward, optional (data null); f32 or the weight's dtype
   Rows dgate_up_w, ddown_w;  // backward, each optional (data null)
@@ -282,6 +286,15 @@ inline Rows row_half(const Rows& m, bool second) {
   return r;
 }
 
+// The gate (first) or up (second) columns of a [rows, 2I] matrix: [rows, I] with its row stride.
+inline Rows col_half(const Rows& m, bool second) {
+  Rows r = m;
+  r.cols = m.cols / 2;
+  if (second && m.data)
+    r.data = static_cast<char*>(m.data) + static_cast<size_t>(r.cols) * dt_size(m.dt);
+  return r;
+}
+
 // The gated MLP part of a fused call, run on the normalised rows `n`: gate_w and up_w (and their
 // gradients) are the halves of gate_up.
 inline MlpArgs mlp_on_normed(const RmsNormMlpArgs& a, const Rows& n) {
@@ -294,6 +307,7 @@ inline MlpArgs mlp_on_normed(const RmsNormMlpArgs& a, const Rows& n) {
   m.dy = a.dy;
   m.dgate_w = row_half(a.dgate_up_w, false), m.dup_w = row_half(a.dgate_up_w, true);
   m.ddown_w = a.ddown_w;
+  if (a.gate_up.data) m.gate = col_half(a.gate_up, false), m.up = col_half(a.gate_up, true);
   m.accumulate = a.accumulate;
   return m;
 }
