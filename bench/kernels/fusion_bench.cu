@@ -9,8 +9,8 @@
 // inputs and weights rotated among buffer sets larger than L2 so repeats do not measure it; and the
 // same calls as replays of a CUDA graph holding several of them (launch gaps removed). Backward at
 // the training row counts only, both sides reading what their training forward keeps (the pair:
-// the norm's output and the MLP's gate / up; the fused kernel: gu [rows, 2I]). GEMM FLOPs are 2·rows·H·3I forward (+2× backward); the reported
-// TFLOP/s are those over the time.
+// the norm's output and the MLP's gate / up; the fused kernel: gu [rows, 2I]). GEMM FLOPs are
+// 2·rows·H·3I forward (+2× backward); the reported TFLOP/s are those over the time.
 //
 // Usage: fusion_bench [--out FILE.json] [--quick]   (--quick: fewer rows and repeats)
 #include <cuda_bf16.h>
@@ -24,47 +24,21 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.cuh"
 #include "cuda/gemm.h"
 #include "liger/cuda_ops.h"
 
 namespace {
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define LK(x)                                                                      \
-  do {                                                                             \
-    int rc_ = (x);                                                                 \
-    if (rc_ != 0) {                                                                \
-      std::fprintf(stderr, "%s:%d %s returned %d\n", __FILE__, __LINE__, #x, rc_); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
 using liger::Dt;
 using liger::Rows;
 using Call = std::function<void(int)>;
 
-__global__ void fill_random(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    p[i] = __float2bfloat16((static_cast<float>(z >> 40) * (1.0f / 16777216.0f) - 0.5f) * scale);
-  }
-}
-
 void* device_random(size_t elems, uint32_t seed, float scale) {
   void* p = nullptr;
   CK(cudaMalloc(&p, std::max<size_t>(elems, 1) * 2));
-  fill_random<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), elems, seed, scale);
+  bench::fill_bf16<<<1024, 256>>>(static_cast<__nv_bfloat16*>(p), static_cast<int64_t>(elems),
+                                  scale / 2, 0.0f, seed);
   CK(cudaGetLastError());
   return p;
 }

@@ -25,44 +25,19 @@
 #include <string>
 #include <vector>
 
+#include "bench_cuda.cuh"
 #include "cuda/ce_launch.h"
 #include "cuda/gemm.h"
 #include "liger/cuda_ops.h"
 
 namespace {
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define LK(x)                                                                      \
-  do {                                                                             \
-    int rc_ = (x);                                                                 \
-    if (rc_ != 0) {                                                                \
-      std::fprintf(stderr, "%s:%d %s returned %d\n", __FILE__, __LINE__, #x, rc_); \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
-
 using liger::Dt;
 using liger::Rows;
 
-__device__ __forceinline__ float hash01(uint64_t i, uint32_t seed) {
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
-}
-__global__ void fill_bf16(__nv_bfloat16* p, int64_t n, float scale, float offset, uint32_t seed) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    p[i] = __float2bfloat16((hash01(i, seed) * 2 - 1) * scale + offset);
-}
+using bench::fill_bf16;
+using bench::hash01;
+
 __global__ void fill_f32(float* p, int64_t n, float scale, float offset, uint32_t seed) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)

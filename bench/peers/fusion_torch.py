@@ -12,11 +12,14 @@ A variant that fails (e.g. torch.compile without a working Triton) is recorded w
 """
 import argparse
 import json
-import statistics
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from liger_torch import graph_ms, time_ms  # noqa: E402 — the same timing as the liger peers
 
 H, I, EPS = 1024, 3072, 1e-6
 
@@ -27,46 +30,6 @@ def norm_mlp(x, w, gate, up, down):
     n = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS)).to(x.dtype) * w
     # Qwen3MLP: down(act(gate(n)) * up(n))
     return F.linear(F.silu(F.linear(n, gate)) * F.linear(n, up), down)
-
-
-def time_ms(fn, reps, warm=3):
-    for i in range(warm):
-        fn(i)
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for i, (a, b) in enumerate(ev):
-        a.record()
-        fn(warm + i)
-        b.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(b) for a, b in ev)
-
-
-def graph_ms(fn, reps, per_graph=10):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for i in range(3):
-            fn(i)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(per_graph):
-            fn(i)
-    g.replay()
-    torch.cuda.synchronize()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-          for _ in range(reps)]
-    for a, b in ev:
-        a.record()
-        g.replay()
-        b.record()
-    torch.cuda.synchronize()
-    ms = statistics.median(a.elapsed_time(b) for a, b in ev) / per_graph
-    del g
-    return ms
 
 
 def main():
@@ -109,7 +72,8 @@ def main():
                     case = {"rows": rows, "impl": name, "pass": "train" if train else "forward",
                             "mode": "graph" if graph else "call"}
                     try:
-                        case["ms"] = graph_ms(call, reps) if graph else time_ms(call, reps)
+                        case["ms"] = (graph_ms(call, per_graph=10, reps=reps) if graph
+                                      else time_ms(call, reps=reps))
                     except Exception as e:  # noqa: BLE001 — recorded, the run goes on
                         case["error"] = f"{type(e).__name__}: {e}"[:300]
                     cases.append(case)
