@@ -1,6 +1,7 @@
 // bench/kernels/bench_cuda.cuh — what the kernel benchmark programs share: exit-on-error checks for
 // CUDA calls (CK) and for the liger launchers' status codes (LK), and deterministic random fills
-// on the device (a splitmix hash of the index and a seed; no host copy, no cuRAND).
+// on the device (a splitmix hash of the index and a seed; no host copy, no cuRAND), and writing
+// the JSON document.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -44,6 +46,23 @@ __global__ void fill_bf16(__nv_bfloat16* p, int64_t n, float scale, float offset
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = __float2bfloat16((hash01(i, seed) * 2 - 1) * scale + offset);
+}
+
+// Writes `json` to `path` (stdout when empty); false, with a message, when the file cannot be
+// written.
+bool write_json(const std::string& json, const std::string& path) {
+  if (path.empty()) {
+    std::fputs(json.c_str(), stdout);
+    return true;
+  }
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s\n", path.c_str());
+    return false;
+  }
+  std::fputs(json.c_str(), f);
+  std::fclose(f);
+  return true;
 }
 
 }  // namespace

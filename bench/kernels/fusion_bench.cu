@@ -234,16 +234,5 @@ int main(int argc, char** argv) {
       }
     }
   json += "\n ]\n}\n";
-  if (out.empty()) {
-    std::fputs(json.c_str(), stdout);
-  } else {
-    FILE* fp = std::fopen(out.c_str(), "w");
-    if (!fp) {
-      std::fprintf(stderr, "cannot write %s\n", out.c_str());
-      return 1;
-    }
-    std::fputs(json.c_str(), fp);
-    std::fclose(fp);
-  }
-  return 0;
+  return bench::write_json(json, out) ? 0 : 1;
 }

@@ -506,16 +506,5 @@ int main(int argc, char** argv) {
     json += i + 1 < g_results.size() ? "},\n" : "}\n";
   }
   json += "  ]\n}\n";
-  if (out.empty()) {
-    std::fputs(json.c_str(), stdout);
-  } else {
-    FILE* f = std::fopen(out.c_str(), "w");
-    if (!f) {
-      std::fprintf(stderr, "cannot write %s\n", out.c_str());
-      return 1;
-    }
-    std::fputs(json.c_str(), f);
-    std::fclose(f);
-  }
-  return 0;
+  return bench::write_json(json, out) ? 0 : 1;
 }
