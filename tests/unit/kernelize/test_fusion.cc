@@ -452,6 +452,17 @@ TEST_F(Fusion, FusionsHkCannotRunAreRefusedWithTheReason) {
   EXPECT_NE(d.reason.find("does not hold the parameter 'mlp.gate_proj.bias'"), std::string::npos)
       << d.reason;
   EXPECT_TRUE(parameter_names(biased.model).count("model.layers.0.mlp.gate_proj.weight"));
+  // a kernel that does not compute in the model's dtype (the test kernels are f32 only): built-in,
+  // the original parameters kept, and the reason
+  Loaded bf16 = load("qwen3-tiny-bf16",
+                     fusion_config({rule({{"RMSNorm", "model.layers.*.post_attention_layernorm"},
+                                          {"MLP", "model.layers.*.mlp"}},
+                                         "RMSNormMLP")}),
+                     DType::BF16);
+  const LayerDecision& b = decision(bf16.model, "model.layers.1.post_attention_layernorm");
+  EXPECT_TRUE(b.kernel.empty());
+  EXPECT_NE(b.reason.find("does not compute in bf16"), std::string::npos) << b.reason;
+  EXPECT_TRUE(parameter_names(bf16.model).count("model.layers.1.mlp.up_proj.weight"));
 }
 
 // The shipped fused kernel: kernels-community/liger-kernels:LigerRMSNormSwiGLUMLP (rms_norm_mlp@1,
