@@ -15,6 +15,7 @@
 // Every check prints PASS/FAIL through gtest; scripts/gpu-test --moe summarises them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <filesystem>
 #include <random>
@@ -287,12 +288,45 @@ TEST_P(MoeModelGpu, Bf16LogitsAndGreedyIdsMatchTransformers) {
           << "prompt " << i << " id " << j << " (reference made on "
           << expected["bf16_device"].get<std::string>() << ")";
   }
+  // Greedy ids, teacher-forced: a bf16 model on another device (the reference may come from
+  // Transformers on cpu) can meet a near-tie where the two argmaxes differ and the continuations
+  // part for good. So each of Transformers' tokens must be hk's argmax after Transformers' own
+  // prefix, or within the logit tolerance above of hk's top logit.
+  for (size_t i = 0; i < expected["prompts"].size(); ++i) {
+    const auto prompt = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
+    const auto want = expected["greedy_bf16"][i].get<std::vector<int64_t>>();
+    ASSERT_GT(want.size(), prompt.size());
+    for (size_t t = prompt.size(); t < want.size(); ++t) {
+      std::vector<int64_t> prefix(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(t));
+      Tensor input = Tensor::from_ints(prefix, {1, static_cast<int64_t>(prefix.size())});
+      std::vector<double> logits =
+          host(model.forward(input, ForwardOptions{.logits_to_keep = 1}).logits);
+      const size_t top =
+          static_cast<size_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      double scale = 0;
+      for (double v : logits) scale = std::max(scale, std::abs(v));
+      const double gap = logits[top] - logits.at(static_cast<size_t>(want[t]));
+      EXPECT_LE(gap, 0.02 + 0.02 * scale)
+          << "prompt " << i << " position " << t << ": Transformers chose " << want[t]
+          << ", hk's argmax is " << top << " (" << gap << " higher)";
+    }
+  }
+  // And generate() follows the argmax of the same forward (no cache or sampling drift).
   GenerateOptions options{.max_new_tokens = expected["max_new_tokens"].get<int64_t>()};
-  for (size_t i = 0; i < expected["prompts"].size(); ++i)
-    EXPECT_EQ(model.generate(expected["prompts"][i]["ids"].get<std::vector<int64_t>>(), options)
-                  .sequences.at(0),
-              expected["greedy_bf16"][i].get<std::vector<int64_t>>())
-        << "prompt " << i;
+  for (size_t i = 0; i < expected["prompts"].size(); ++i) {
+    auto ids = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
+    const std::vector<int64_t> got = model.generate(ids, options).sequences.at(0);
+    for (size_t t = ids.size(); t < got.size(); ++t) {
+      Tensor input = Tensor::from_ints(std::vector<int64_t>(got.begin(), got.begin() + t),
+                                       {1, static_cast<int64_t>(t)});
+      std::vector<double> logits =
+          host(model.forward(input, ForwardOptions{.logits_to_keep = 1}).logits);
+      const double top = *std::max_element(logits.begin(), logits.end());
+      EXPECT_LE(top - logits.at(static_cast<size_t>(got[t])), 1e-3 * std::max(1.0, std::abs(top)))
+          << "prompt " << i << " position " << t << ": generate() chose " << got[t]
+          << ", not the forward's argmax";
+    }
+  }
 }
 
 // As tests/gpu/test_training_gpu.cc: the loss to 1 %, each gradient within max(3 %, 2 × the

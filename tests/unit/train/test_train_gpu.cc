@@ -154,12 +154,19 @@ TEST(TrainGpu, FusedAdamWAndGradNormMatchTheCpu) {
     for (size_t i = 0; i < cpu.values.size(); ++i)
       EXPECT_TRUE(gpu_testing::close(gpu.values[i], cpu.values[i], 1e-7, rtol_of(c.param)))
           << c.name << " tensor " << i;
+    // The moments keep atol 1e-9. f32 master weights are weights: each step moves them by
+    // lr·(update + wd·w) with lr up to 4e-2 here, so one f32 ulp of that product (~3e-9), taken
+    // with and without FMA contraction over four steps, reaches ~1e-8 on small weights (measured on
+    // the H200: ≤ 1e-8 where |w| ~ 1e-3). They get the parameters' atol (1e-7), still 1000× below
+    // a bf16-sized error.
     const auto s_cpu = a_cpu.state(), s_gpu = a_gpu.state();
     ASSERT_EQ(s_cpu.size(), s_gpu.size());
-    for (size_t i = 0; i < s_cpu.size(); ++i)
-      EXPECT_TRUE(gpu_testing::close(s_gpu[i].second, s_cpu[i].second, 1e-9,
+    for (size_t i = 0; i < s_cpu.size(); ++i) {
+      const bool master = s_cpu[i].first.rfind("master", 0) == 0;
+      EXPECT_TRUE(gpu_testing::close(s_gpu[i].second, s_cpu[i].second, master ? 1e-7 : 1e-9,
                                      rtol_of(s_cpu[i].second.dtype())))
           << c.name << " " << s_cpu[i].first;
+    }
   }
 }
 

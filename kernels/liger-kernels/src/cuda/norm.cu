@@ -191,12 +191,16 @@ __global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
   }
 }
 
-// Sum over an aligned group of G lanes (G a power of two ≤ 32); every lane of the warp must
-// call it (xor partners stay inside the group).
+// Sum over an aligned group of G lanes (G a power of two ≤ 32); every lane of the group must
+// call it. The shuffles name only the group's lanes (xor partners stay inside it): the groups of
+// one warp own different rows and leave their row loops at different times (the last rows), and
+// a full-warp mask would then wait forever for lanes that never arrive.
 template <int G>
 __device__ __forceinline__ float lanes_sum(float v) {
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned mask = G == 32 ? 0xffffffffu : ((1u << G) - 1u) << (lane & ~(G - 1u));
 #pragma unroll
-  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(mask, v, o);
   return v;
 }
 
