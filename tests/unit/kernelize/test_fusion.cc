@@ -522,6 +522,18 @@ TEST_F(Fusion, LigerRMSNormSwiGLUMLPFusesEveryLayerWithTheUnfusedNumbers) {
                  want.at(L + "post_attention_layernorm.weight"), 1e-5);
     expect_close(got.at(L + "input_layernorm.weight"), want.at(L + "input_layernorm.weight"), 1e-5);
   }
+  // Inference | Capture (hk generate on cuda): the entry does not declare capture, so the layout
+  // gives the original parameters back and the built-in runs, with the reason
+  KernelizeOptions capture = kernelize_options(plain.model, config);
+  Loaded again = load("qwen3-tiny", config);
+  const KernelizeReport r =
+      kernelize(again.model.module(), Mode::Inference | Mode::Capture, capture);
+  const LayerDecision* c = r.find("model.layers.0.mlp");
+  ASSERT_NE(c, nullptr);
+  EXPECT_TRUE(c->kernel.empty());
+  EXPECT_NE(c->reason.find("not inference|capture"), std::string::npos) << c->reason;
+  EXPECT_TRUE(parameter_names(again.model).count("model.layers.0.mlp.up_proj.weight"));
+  expect_close(logits(again.model), logits(plain.model));
   // Llama's MLP has biases (mlp_bias), which the layout does not hold: built-in, with the reason
   Loaded llama = load("llama-tiny-bf16", fusion_config({norm_mlp("RMSNorm", "MLP")}));
   const LayerDecision& d = decision(llama.model, "model.layers.0.mlp");
