@@ -679,8 +679,8 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
              ") has no biases, and this MLP has them (mlp_bias)";
   }
   if (entry.has_layout && layer != "RMSNorm" && layer != "MLP" && layer != "Linear")
-    return "entry " + entry.name + " has a layout, but layer " + layer +
-           " has no parameters for a layout to replace";
+    return "entry " + entry.name + " has a layout, but hk's adapter for layer " + layer +
+           " takes no layout parameters (stateful kernels bind for RMSNorm, MLP and Linear)";
   return "";
 }
 
