@@ -232,7 +232,8 @@ struct CausalLmLossAttrs {
 //                    rstd [rows] f32 (optional; a training forward keeps it for backward),
 //                    gate_up [rows, 2I] in x's dtype (optional: the pre-activations n·gate_upᵀ,
 //                    gate columns first, that a training forward keeps, as mlp@1's gate / up)
-// backward  inputs:  dy [..., H], x, the layout parameters, rstd (optional; recomputed when absent),
+// backward  inputs:  dy [..., H], x, the layout parameters, rstd (optional; recomputed when
+// absent),
 //                    gate_up (optional: the forward's; read instead of recomputed, and overwritten)
 //           outputs: dx [..., H], then one gradient per layout parameter (each optional; the norm
 //                    weight's reduced in f32), written or, with kAccumulateWeightGrads, added to
