@@ -233,8 +233,8 @@ struct CausalLmLossAttrs {
 //                    gate_up [rows, 2I] in x's dtype (optional: the pre-activations n·gate_upᵀ,
 //                    gate columns first, that a training forward keeps, as mlp@1's gate / up)
 // backward  inputs:  dy [..., H], x, the layout parameters, rstd (optional; recomputed when
-// absent),
-//                    gate_up (optional: the forward's; read instead of recomputed, and overwritten)
+//                    absent), gate_up (optional: the forward's; read instead of recomputed, and
+//                    overwritten)
 //           outputs: dx [..., H], then one gradient per layout parameter (each optional; the norm
 //                    weight's reduced in f32), written or, with kAccumulateWeightGrads, added to
 struct RmsNormMlpAttrs {
