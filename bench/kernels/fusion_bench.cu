@@ -5,7 +5,7 @@
 // bench/peers/fusion_torch.py times PyTorch (eager and torch.compile) at the same shapes;
 // bench/kernels/fusion_table.py merges the two (scripts/gpu-test --fusion).
 //
-// Method (as liger_bench): CUDA events around each call, warm-up first, median of the repeats;
+// Method (bench_cuda.cuh, as liger_bench): CUDA events around each call, warm-up first, median of the repeats;
 // inputs and weights rotated among buffer sets larger than L2 so repeats do not measure it; and the
 // same calls as replays of a CUDA graph holding several of them (launch gaps removed). Backward at
 // the training row counts only, both sides reading what their training forward keeps (the pair:
@@ -32,7 +32,7 @@ namespace {
 
 using liger::Dt;
 using liger::Rows;
-using Call = std::function<void(int)>;
+using Call = std::function<void(int, cudaStream_t)>;
 
 void* device_random(size_t elems, uint32_t seed, float scale) {
   void* p = nullptr;
@@ -45,45 +45,6 @@ void* device_random(size_t elems, uint32_t seed, float scale) {
 
 Rows rows(void* p, int64_t r, int64_t c) {
   return Rows{p, r, c, c, Dt::BF16};
-}
-
-// Median ms of one call(i): events around each call, or replays of a graph of `per_graph` calls.
-double time_ms(const std::function<void(int)>& call, cudaStream_t s, int reps, bool graph) {
-  for (int i = 0; i < 3; ++i) call(i);
-  CK(cudaStreamSynchronize(s));
-  constexpr int per_graph = 10;
-  cudaGraphExec_t exec = nullptr;
-  if (graph) {
-    cudaGraph_t g;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < per_graph; ++i) call(i);
-    CK(cudaStreamEndCapture(s, &g));
-    CK(cudaGraphInstantiate(&exec, g, 0));
-    CK(cudaGraphDestroy(g));
-    CK(cudaGraphLaunch(exec, s));
-    CK(cudaStreamSynchronize(s));
-  }
-  std::vector<cudaEvent_t> ev(2 * reps);
-  for (auto& e : ev) CK(cudaEventCreate(&e));
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(ev[2 * i], s));
-    if (graph)
-      CK(cudaGraphLaunch(exec, s));
-    else
-      call(3 + i);
-    CK(cudaEventRecord(ev[2 * i + 1], s));
-  }
-  CK(cudaStreamSynchronize(s));
-  std::vector<double> ms(reps);
-  for (int i = 0; i < reps; ++i) {
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, ev[2 * i], ev[2 * i + 1]));
-    ms[i] = graph ? t / per_graph : t;
-  }
-  for (auto& e : ev) CK(cudaEventDestroy(e));
-  if (exec) CK(cudaGraphExecDestroy(exec));
-  std::nth_element(ms.begin(), ms.begin() + reps / 2, ms.end());
-  return ms[reps / 2];
 }
 
 struct Sets {  // one buffer set per rotation slot
@@ -111,8 +72,6 @@ int main(int argc, char** argv) {
             : std::vector<int64_t>{1, 8, 64, 512, 2048, 8192, 16384};
   const int reps = quick ? 10 : 30;
   const int kSets = 4;  // 4 × (gate_up + down) bf16 = 75 MB of weights, beyond the H200's L2
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   const int64_t max_rows = row_counts.back();
@@ -166,14 +125,14 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&ws, ws_bytes));
 
   auto fused_fwd = [&](int64_t r) {
-    return [&, r](int i) {
+    return [&, r](int i, cudaStream_t s) {
       liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
       a.workspace = ws;
       LK(liger::cuda::rms_norm_mlp_fwd(a, s));
     };
   };
   auto unfused_fwd = [&](int64_t r) {
-    return [&, r](int i) {
+    return [&, r](int i, cudaStream_t s) {
       const liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
       LK(liger::cuda::rms_norm_fwd(liger::norm_of(a, rows(normed, r, H), nullptr), s));
       liger::MlpArgs m = liger::mlp_on_normed(a, rows(normed, r, H));
@@ -182,7 +141,7 @@ int main(int argc, char** argv) {
     };
   };
   auto fused_bwd = [&](int64_t r) {
-    return [&, r](int i) {
+    return [&, r](int i, cudaStream_t s) {
       liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
       a.gate_up = rows(kept_gate_up, r, 2 * I);
       a.workspace = ws;
@@ -192,7 +151,7 @@ int main(int argc, char** argv) {
   // The unfused backward as the model runs it: the norm's output and the MLP's gate / up were kept
   // by the training forward; the MLP backward on them, then the norm backward.
   auto unfused_bwd = [&](int64_t r) {
-    return [&, r](int i) {
+    return [&, r](int i, cudaStream_t s) {
       const liger::RmsNormMlpArgs a = fused_args(i % kSets, r);
       const Rows n = rows(normed, r, H), dn = rows(dnormed, r, H);
       liger::MlpArgs m = liger::mlp_on_normed(a, n);
@@ -216,8 +175,13 @@ int main(int argc, char** argv) {
     for (bool bwd : {false, true}) {
       if (bwd && r < 512) continue;  // training row counts only
       for (bool graph : {false, true}) {
-        const double f = time_ms(bwd ? Call(fused_bwd(r)) : Call(fused_fwd(r)), s, reps, graph);
-        const double u = time_ms(bwd ? Call(unfused_bwd(r)) : Call(unfused_fwd(r)), s, reps, graph);
+        const Call fc = bwd ? Call(fused_bwd(r)) : Call(fused_fwd(r));
+        const Call uc = bwd ? Call(unfused_bwd(r)) : Call(unfused_fwd(r));
+        auto timed = [&](const Call& c) {
+          return graph ? bench::graph_ms(c, 10, reps)
+                       : bench::time_ms([&](int i) { c(i, nullptr); }, 3, reps);
+        };
+        const double f = timed(fc), u = timed(uc);
         const double flops = 2.0 * r * H * 3 * I * (bwd ? 2 : 1);
         std::printf("%-8lld %-9s %-6s %10.4f %10.4f %8.3f %8.1f\n", static_cast<long long>(r),
                     bwd ? "backward" : "forward", graph ? "graph" : "call", f, u, u / f,
