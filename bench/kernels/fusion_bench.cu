@@ -5,12 +5,13 @@
 // bench/peers/fusion_torch.py times PyTorch (eager and torch.compile) at the same shapes;
 // bench/kernels/fusion_table.py merges the two (scripts/gpu-test --fusion).
 //
-// Method (bench_cuda.cuh, as liger_bench): CUDA events around each call, warm-up first, median of the repeats;
-// inputs and weights rotated among buffer sets larger than L2 so repeats do not measure it; and the
-// same calls as replays of a CUDA graph holding several of them (launch gaps removed). Backward at
-// the training row counts only, both sides reading what their training forward keeps (the pair:
-// the norm's output and the MLP's gate / up; the fused kernel: gu [rows, 2I]). GEMM FLOPs are
-// 2·rows·H·3I forward (+2× backward); the reported TFLOP/s are those over the time.
+// Method (bench_cuda.cuh, as liger_bench): CUDA events around each call, warm-up first, median of
+// the repeats; inputs and weights rotated among buffer sets larger than L2 so repeats do not
+// measure it; and the same calls as replays of a CUDA graph holding several of them (launch gaps
+// removed). Backward at the training row counts only, both sides reading what their training
+// forward keeps (the pair: the norm's output and the MLP's gate / up; the fused kernel: gu [rows,
+// 2I]). GEMM FLOPs are 2·rows·H·3I forward (+2× backward); the reported TFLOP/s are those over the
+// time.
 //
 // Usage: fusion_bench [--out FILE.json] [--quick]   (--quick: fewer rows and repeats)
 #include <cuda_bf16.h>
