@@ -15,6 +15,14 @@
 // optional tensors may be absent (see hk_abi/hk_kernel.h). Backward outputs are written unless
 // the attrs' accumulate flag is set, in which case weight gradients are added to.
 //
+// Stateful kernels (an entry with a layout, hk_abi/hk_kernel.h): the parameter tensors an
+// interface lists (rms_norm's weight; mlp's gate_w, up_w, down_w; linear's weight, bias) are
+// replaced — in forward and backward inputs alike, at the position of the first of them — by the
+// layout's parameters in layout order; the tensors after them keep their order. Backward's
+// parameter gradients (dweight, ...) are replaced by one gradient per layout parameter, same
+// order, each optional (absent for a frozen parameter). Fusion interfaces (rms_norm_mlp,
+// linear_group, linear_rms_norm) take their parameters from the layout only.
+//
 // The attribute structs are plain, header-only and safe to include from kernel code (kernels do
 // not link libhk). The registry functions at the bottom are implemented in libhk, for the host.
 #pragma once
@@ -219,10 +227,44 @@ struct CausalLmLossAttrs {
 // layout order — typically norm weight [H], gate_up [2I, H] (gate rows first), down [I→H: H, I])
 // and how they are made from the replaced modules' checkpoint tensors.
 // forward   inputs:  x [..., H] (the RMSNorm's un-normalised input), then the layout parameters
-//           outputs: y [..., H] = MLP(RMSNorm(x))   (same roundings as the two layers unfused)
+//           outputs: y [..., H] = MLP(RMSNorm(x))   (same roundings as the two layers unfused:
+//                    RMSNorm's llama casting, act(gate) rounded to x.dtype before ·up),
+//                    rstd [rows] f32 (optional; a training forward keeps it for backward),
+//                    gate_up [rows, 2I] in x's dtype (optional: the pre-activations n·gate_upᵀ,
+//                    gate columns first, that a training forward keeps, as mlp@1's gate / up)
+// backward  inputs:  dy [..., H], x, the layout parameters, rstd (optional; recomputed when
+//                    absent), gate_up (optional: the forward's; read instead of recomputed, and
+//                    overwritten)
+//           outputs: dx [..., H], then one gradient per layout parameter (each optional; the norm
+//                    weight's reduced in f32), written or, with kAccumulateWeightGrads, added to
 struct RmsNormMlpAttrs {
   float eps = 1e-6f;
   uint32_t activation = kActivationSiLU;
+  uint32_t flags = 0;  // kAccumulateWeightGrads (backward)
+};
+
+// ---- linear_group@1 (fusion of sibling Linears that read one input: q/k/v, gate/up) -----------
+// forward   inputs:  x [..., K], then the layout parameters (typically weight [ΣN_i, K], the
+//                    members' weights concatenated in member order, and optionally their biases)
+//           outputs: y_1 [..., N_1], ..., y_n [..., N_n]   (one per member, in member order;
+//                    y_i = x·W_iᵀ (+ b_i), f32 accumulation, as linear@1)
+// backward  inputs:  dy_1, ..., dy_n, x, the layout parameters
+//           outputs: dx [..., K] (optional), then one gradient per layout parameter (optional)
+struct LinearGroupAttrs {
+  uint32_t num_members = 0;  // n (the number of outputs in forward, of dy's in backward)
+  uint32_t flags = 0;        // kAccumulateWeightGrads
+};
+
+// ---- linear_rms_norm@1 (fusion Linear → RMSNorm over heads: q_proj + q_norm, k_proj + k_norm) --
+// forward   inputs:  x [..., K], then the layout parameters (typically the projection's weight
+//                    [N, K] and the norm's weight [D], N = heads·D)
+//           outputs: y [..., N] = RMSNorm_D(x·Wᵀ) — the projection (rounded to x.dtype, as the
+//                    Linear writes it), normalised over each group of `norm_dim` = D elements
+//                    with rms_norm@1's llama casting
+struct LinearRmsNormAttrs {
+  float eps = 1e-6f;
+  int32_t norm_dim = 0;  // D: the RMSNorm's dim (head_dim)
+  uint32_t flags = 0;    // reserved (no backward yet)
 };
 
 // ---- multi_scale_deformable_attention@1 (layer MultiScaleDeformableAttention, Deformable DETR) --

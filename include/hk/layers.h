@@ -29,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "hk/module.h"
 #include "hk/ops.h"
@@ -102,6 +103,7 @@ class LayerModule : public Module {
 // ---- Linear: y[..., out] = x[..., in] · W^T (+ b)
 // ------------------------------------------------
 class Linear;
+class LinearGroupImpl;
 class LinearImpl : public LayerImpl {
  public:
   virtual void forward(const Linear& layer, const TensorView& x, const TensorView& y,
@@ -113,6 +115,8 @@ class LinearImpl : public LayerImpl {
   // weight and bias gradients accumulated (Module::grad_target), skipped for frozen ones.
   virtual void backward(const Linear& layer, const Tensor& x, LayerContext& ctx, const Tensor& dy,
                         const Tensor* dx, bool accumulate_dx, Stream stream) const;
+  // The fused group this Linear was bound into with its siblings (see LinearGroupImpl), or null.
+  virtual std::shared_ptr<const LinearGroupImpl> group() const { return nullptr; }
 };
 class Linear : public LayerModule<LinearImpl> {
  public:
@@ -138,6 +142,38 @@ class Linear : public LayerModule<LinearImpl> {
   int64_t in_, out_;
   bool bias_;
 };
+
+// ---- sibling Linears that read one input (q/k/v, gate/up) ---------------------------------------
+// kernelize can bind such siblings as one group (a parallel fusion: one kernel over their
+// concatenated weights). Parents run their siblings through forward_linears & co.: a group whose
+// members are all in the call, in order, runs once; every other Linear runs alone. A group member
+// called alone still computes its own output (from its slice of the group's parameters).
+struct LinearCall {
+  const Linear* layer;
+  Tensor y;          // forward: the output [..., out]; backward: d(output)
+  std::string name;  // the child's name: where its training context lives
+};
+class LinearGroupImpl {
+ public:
+  virtual ~LinearGroupImpl() = default;
+  virtual const std::vector<const Linear*>& members() const = 0;  // in call order
+  // ys[i] = members()[i](x).
+  virtual void forward(const TensorView& x, const std::vector<TensorView>& ys,
+                       Stream stream) const = 0;
+  virtual bool supports_training() const { return false; }
+  virtual void forward_train(const Tensor& x, const std::vector<Tensor>& ys, LayerContext& ctx,
+                             Stream stream) const;
+  // dx = Σ dys[i]·W_i written (added to when `accumulate_dx`; skipped when null); the group's
+  // parameter gradients accumulated.
+  virtual void backward(const Tensor& x, LayerContext& ctx, const std::vector<Tensor>& dys,
+                        const Tensor* dx, bool accumulate_dx, Stream stream) const;
+};
+void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, Stream stream = {});
+void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls, LayerContext& ctx,
+                           Stream stream = {});
+// dx written by the first call and added to by the others.
+void backward_linears(const Tensor& x, LayerContext& ctx, const std::vector<LinearCall>& calls,
+                      const Tensor& dx, Stream stream = {});
 
 // ---- Embedding: out[..., H] = weight[ids[...]]
 // ----------------------------------------------------
@@ -353,6 +389,9 @@ class Attention : public LayerModule<AttentionImpl> {
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // null without qk_norm
   std::shared_ptr<RotaryApply> rotary_fn;
+  // q_proj, k_proj, v_proj read the same input; with qk_norm, q_proj → q_norm and k_proj → k_norm
+  // are chains (the norms take the projections' outputs, per head).
+  std::vector<ChildFlow> child_flows() const override;
 
  private:
   AttentionCall call_for(const AttentionState& state) const;
@@ -434,6 +473,8 @@ class MLP : public LayerModule<MLPImpl> {
   }
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
   std::shared_ptr<Activation> act_fn;
+  // gate_proj and up_proj read the same input (a parallel fusion may join them).
+  std::vector<ChildFlow> child_flows() const override;
 
  private:
   int64_t hidden_, intermediate_;

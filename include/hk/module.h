@@ -4,8 +4,9 @@
 // A model is a tree of Modules built from its config *without allocating*: each parameter is
 // declared with its shape and stays undefined until `load_state_dict` fills it (or `to()` moves
 // it). Paths are dotted like Transformers' (`model.layers.0.mlp.gate_proj.weight`), so checkpoint
-// keys map onto the tree one to one; a KeyMapping renames or drops checkpoint keys first (the hook
-// that kernel layouts use to read the original checkpoint into their own parameter names).
+// keys map onto the tree one to one; a KeyMapping renames or drops checkpoint keys first. Kernel
+// layouts (kernelize) re-declare parameters in a kernel's form before the checkpoint loads, each
+// with a ParameterSource that says how the loader assembles it from the original keys.
 //
 // The kernelize hook: a module that is a *layer* carries a registered layer-interface name
 // (`RMSNorm`, `MLP`, `rotary_pos_emb`, `attention`, `Linear`, `SiLU`, `Embedding`,
@@ -45,6 +46,17 @@ class LayerImpl {
   virtual bool supports_training() const { return false; }
 };
 
+// Where a parameter's value comes from when the checkpoint does not store it under its own path:
+// a kernel layout's conversion (hk_abi/hk_kernel.h, HK_CONVERT_*) that load_state_dict applies
+// as the tensors load, writing each source straight into its place in the parameter (no second
+// copy of the weights).
+struct ParameterSource {
+  enum class Op { Rename, Concat, Transpose };
+  Op op = Op::Rename;
+  std::vector<std::string> keys;  // checkpoint keys (dotted model paths), in order
+  int dim = 0;                    // Concat: the sources are joined along this dimension
+};
+
 // One parameter or buffer slot of a module.
 struct Parameter {
   Shape shape;   // declared shape (from the config); checked against the checkpoint
@@ -64,6 +76,8 @@ struct Parameter {
   // backward that gave it none zero-fills it when it finishes.
   bool grad_overwrite = false;
   bool requires_grad = true;  // false for buffers; a trainer may freeze parameters
+  // Set: loaded from these checkpoint keys through a layout's conversion, not from its own path.
+  std::optional<ParameterSource> source;
 };
 
 class Module {
@@ -121,6 +135,32 @@ class Module {
   // Number of parameter elements in the subtree (buffers and tied duplicates excluded).
   int64_t num_parameters();
 
+  // ---- kernel layouts (kernelize re-declares a module's parameters in a kernel's layout) ------
+  // Removes the slot `name` and returns it as it was (value, gradient, flags), so that it can be
+  // put back later. Throws InvalidArgument naming the module when absent.
+  Parameter take_parameter(const std::string& name);
+  // Adds a slot as it is (one take_parameter returned, or a layout's new parameter; the name may
+  // be dotted, "gate_up_proj.weight", for a parameter of a module the layout does not have).
+  void put_parameter(const std::string& name, Parameter p);
+  // What kernelize records on a module whose parameters a layout replaced (opaque here).
+  struct LayoutState {
+    virtual ~LayoutState() = default;
+  };
+  const std::shared_ptr<LayoutState>& layout_state() const { return layout_state_; }
+  void set_layout_state(std::shared_ptr<LayoutState> state) { layout_state_ = std::move(state); }
+
+  // ---- fusion (kernelize): which children may be replaced by one kernel -----------------------
+  // A chain lists children in call order where each one's output is the next one's only input
+  // (post_attention_layernorm → mlp); a shared-input group lists children that all read the same
+  // input and whose outputs are independent (q_proj, k_proj, v_proj). Only children named here
+  // can be fused, so a fusion never joins modules the forward does not connect that way.
+  struct ChildFlow {
+    enum class Kind { Chain, SharedInput };
+    Kind kind = Kind::Chain;
+    std::vector<std::string> children;
+  };
+  virtual std::vector<ChildFlow> child_flows() const { return {}; }
+
   // ---- gradients (training; used by layer backward implementations) --------------------------
   // Where a backward puts the gradient of this module's parameter `name`: the parameter's own
   // slot, or for a tied parameter the slot of the parameter it is tied to. `grad` is undefined
@@ -168,6 +208,7 @@ class Module {
   // Tied local parameter name -> the slot it is tied to (set by resolve_ties).
   std::map<std::string, Parameter*> tie_targets_;
   bool training_ = false;
+  std::shared_ptr<LayoutState> layout_state_;
 };
 
 // Points every tied parameter of the tree at its target's tensor.
@@ -186,6 +227,12 @@ class StateDictSource {
   // data or a dtype hk cannot compute with.
   virtual Tensor load(const std::string& key, Device device, std::optional<DType> dtype,
                       Stream stream) const = 0;
+  // Writes the tensor `key` into `dst` (its shape; dst's dtype and device; any strides), for
+  // parameters that a layout assembles from several tensors. The default loads a copy and copies
+  // it over; sources that can write in place (a checkpoint) override it to avoid the copy.
+  virtual void load_into(const std::string& key, const TensorView& dst, Stream stream) const;
+  // The dtype `key` is stored in (the default loads it to find out; sources override it).
+  virtual DType dtype_of(const std::string& key) const;
   // Where the tensors come from, for error messages ("checkpoint DIR").
   virtual std::string describe() const = 0;
 };
@@ -200,6 +247,7 @@ class TensorMapSource : public StateDictSource {
   Shape shape(const std::string& key) const override;
   Tensor load(const std::string& key, Device device, std::optional<DType> dtype,
               Stream stream) const override;
+  DType dtype_of(const std::string& key) const override;
   std::string describe() const override { return description_; }
 
  private:
@@ -223,9 +271,11 @@ struct LoadStateOptions {
   Stream stream;
 };
 
-// Loads every persistent parameter/buffer of `root` from `source`. Throws InvalidArgument listing
-// the missing tensors (first few + count), the unexpected ones, or the first shape mismatch with
-// both shapes; nothing is partially loaded in those cases (checks run before any copy).
+// Loads every persistent parameter/buffer of `root` from `source`. A parameter with a `source`
+// (a kernel layout's conversion) is assembled from those checkpoint keys instead of its own path:
+// renamed, concatenated or transposed as the tensors load. Throws InvalidArgument listing the
+// missing tensors (first few + count), the unexpected ones, or the first shape mismatch with both
+// shapes; nothing is partially loaded in those cases (checks run before any copy).
 void load_state_dict(Module& root, const StateDictSource& source,
                      const LoadStateOptions& options = {});
 

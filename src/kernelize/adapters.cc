@@ -4,6 +4,7 @@
 // kAccumulateWeightGrads, adds into) the parameter's gradient directly.
 #include "kernelize/adapters.h"
 
+#include <memory>
 #include <optional>
 
 #include "hk/error.h"
@@ -40,18 +41,6 @@ TensorView view_or_absent(const nn::ParamGradWriter& w) {
   return w.active() ? w.buffer().view() : absent();
 }
 
-// Several weight gradients written by one kernel call share its single accumulate flag: when
-// they disagree (one new, one already holding a gradient), the new ones start at zero.
-uint32_t shared_accumulate_flag(std::initializer_list<const nn::ParamGradWriter*> writers,
-                                Stream stream) {
-  bool any_accumulate = false;
-  for (const auto* w : writers) any_accumulate = any_accumulate || (w->active() && w->accumulate());
-  if (!any_accumulate) return 0;
-  for (const auto* w : writers)
-    if (w->active() && !w->accumulate()) ops::fill(w->buffer(), 0.0, stream);
-  return kAccumulateWeightGrads;
-}
-
 // dx written by a kernel; `accumulate_dx` asks for dx += result instead.
 template <class Call>
 void into_dx(const Tensor& dx, bool accumulate_dx, Stream stream, Call&& call) {
@@ -79,48 +68,116 @@ class Named {
   KernelFunction fn_;
 };
 
+// The tensors of `params`, appended as call inputs.
+void push_params(std::vector<TensorView>& inputs, const ParamRefs& params) {
+  for (const ParamRef& p : params) inputs.push_back(p.value().view());
+}
+
+// One gradient buffer per parameter of a kernel call (absent for frozen ones); `with_f32`: the
+// kernel may write an f32 gradient too (a norm's weight). commit() after the call.
+class GradWriters {
+ public:
+  GradWriters(const ParamRefs& params, bool with_f32, Stream stream) {
+    for (const ParamRef& p : params) {
+      const DType d = p.value().dtype();
+      writers_.push_back(
+          with_f32
+              ? std::make_unique<nn::ParamGradWriter>(
+                    *p.owner, p.name, std::initializer_list<DType>{d, DType::F32}, false, stream)
+              : std::make_unique<nn::ParamGradWriter>(
+                    *p.owner, p.name, std::initializer_list<DType>{d}, false, stream));
+    }
+    // One accumulate flag for the whole call: when they disagree the new buffers start at zero.
+    bool any = false;
+    for (const auto& w : writers_) any = any || (w->active() && w->accumulate());
+    if (any) {
+      for (const auto& w : writers_)
+        if (w->active() && !w->accumulate()) ops::fill(w->buffer(), 0.0, stream);
+      flags_ = kAccumulateWeightGrads;
+    }
+  }
+  uint32_t flags() const { return flags_; }
+  void push_outputs(std::vector<TensorView>& outputs) const {
+    for (const auto& w : writers_) outputs.push_back(view_or_absent(*w));
+  }
+  void commit() {
+    for (const auto& w : writers_) w->commit();
+  }
+
+ private:
+  std::vector<std::unique_ptr<nn::ParamGradWriter>> writers_;
+  uint32_t flags_ = 0;
+};
+
+// A backward whose outputs are dx (optional: absent when `dx` is null, added to when
+// `accumulate_dx`) followed by one gradient per parameter of `grads`, committed after the call.
+template <class Attrs>
+void backward_dx_and_grads(const KernelFunction& fn, const std::vector<TensorView>& inputs,
+                           GradWriters& grads, const Attrs& attrs, const Tensor* dx,
+                           bool accumulate_dx, Stream stream) {
+  auto run = [&](const TensorView& dx_out) {
+    std::vector<TensorView> outputs{dx_out};
+    grads.push_outputs(outputs);
+    call_backward(fn, inputs, outputs, attrs, stream);
+  };
+  if (dx)
+    into_dx(*dx, accumulate_dx, stream, run);
+  else
+    run(absent());
+  grads.commit();
+}
+
 class RMSNormAdapter final : public nn::RMSNormImpl, public Named {
  public:
-  RMSNormAdapter(std::string name, KernelFunction fn, std::vector<Tensor> layout_params)
-      : Named(std::move(name), std::move(fn)), layout_params_(std::move(layout_params)) {}
+  RMSNormAdapter(std::string name, KernelFunction fn, std::optional<ParamRefs> layout)
+      : Named(std::move(name), std::move(fn)), layout_(std::move(layout)) {}
   std::string name() const override { return name_; }
   void forward(const nn::RMSNorm& layer, const TensorView& x, const TensorView& y,
                Stream stream) const override {
-    RmsNormAttrs attrs;
-    attrs.eps = static_cast<float>(layer.eps());
     std::vector<TensorView> inputs{x};
-    if (layout_params_.empty()) inputs.push_back(layer.weight().view());
-    for (const Tensor& p : layout_params_) inputs.push_back(p.view());
-    call_forward(fn_, inputs, {y}, attrs, stream);
+    push_params(inputs, params(layer));
+    call_forward(fn_, inputs, {y}, attrs(layer), stream);
   }
-  // A layout's parameters are copies made at bind time, so gradients would not reach the
-  // module's own parameters: stateful RMSNorm kernels do not train.
-  bool supports_training() const override { return has_backward() && layout_params_.empty(); }
+  // With a layout, the gradients go to the layout's parameters: they are the module's
+  // parameters now (layouts.h), so an optimizer steps them like any other.
+  bool supports_training() const override { return has_backward(); }
   void forward_train(const nn::RMSNorm& layer, const Tensor& x, const Tensor& y,
                      nn::LayerContext& ctx, Stream stream) const override {
-    if (!supports_training()) nn::throw_no_training(*this, "RMSNorm");
-    RmsNormAttrs attrs;
-    attrs.eps = static_cast<float>(layer.eps());
     Tensor rstd = Tensor::empty({x.numel() / layer.dim()}, DType::F32, x.device(), stream);
-    call_forward(fn_, {x, layer.weight()}, {y, rstd}, attrs, stream);
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params(layer));
+    call_forward(fn_, inputs, {y, rstd}, attrs(layer), stream);
     ctx.save("rstd", rstd);
   }
   void backward(const nn::RMSNorm& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
                 const Tensor& dx, Stream stream) const override {
-    const Tensor& w = layer.weight();
-    RmsNormAttrs attrs;
-    attrs.eps = static_cast<float>(layer.eps());
-    nn::ParamGradWriter dw(layer, "weight", {w.dtype(), DType::F32}, false, stream);
-    attrs.flags = dw.accumulate() ? kAccumulateWeightGrads : 0;
-    call_backward(fn_, {dy, x, w, ctx.saved("rstd")}, {dx, view_or_absent(dw)}, attrs, stream);
-    dw.commit();
+    const ParamRefs ps = params(layer);
+    GradWriters grads(ps, /*with_f32=*/true, stream);
+    RmsNormAttrs a = attrs(layer);
+    a.flags = grads.flags();
+    std::vector<TensorView> inputs{dy, x};
+    push_params(inputs, ps);
+    inputs.push_back(ctx.saved("rstd"));
+    std::vector<TensorView> outputs{dx};
+    grads.push_outputs(outputs);
+    call_backward(fn_, inputs, outputs, a, stream);
+    grads.commit();
   }
 
  private:
-  std::vector<Tensor> layout_params_;  // the kernel layout's own parameters (stateful kernels)
+  ParamRefs params(const nn::RMSNorm& layer) const {
+    return layout_ ? *layout_ : ParamRefs{{&layer, "weight"}};
+  }
+  static RmsNormAttrs attrs(const nn::RMSNorm& layer) {
+    RmsNormAttrs a;
+    a.eps = static_cast<float>(layer.eps());
+    return a;
+  }
+  std::optional<ParamRefs> layout_;  // the kernel layout's parameters (stateful kernels)
 };
 
-// The first module of an RMSNorm → MLP fusion: passes its input through; the MLP normalises.
+// The pass-through member of a fusion (an RMSNorm whose work a neighbour's kernel does): y = x,
+// and in backward dx = dy.
 class IdentityRMSNorm final : public nn::RMSNormImpl {
  public:
   explicit IdentityRMSNorm(std::string name) : name_(std::move(name)) {}
@@ -129,22 +186,210 @@ class IdentityRMSNorm final : public nn::RMSNormImpl {
                Stream stream) const override {
     if (x.ptr() != y.ptr()) copy_view(y, x, stream);
   }
+  bool supports_training() const override { return true; }
+  void forward_train(const nn::RMSNorm& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+                     Stream stream) const override {
+    forward(layer, x, y, stream);
+  }
+  void backward(const nn::RMSNorm&, const Tensor&, nn::LayerContext&, const Tensor& dy,
+                const Tensor& dx, Stream stream) const override {
+    copy_view(dx, dy, stream);
+  }
 
  private:
   std::string name_;
 };
 
+// RMSNorm → MLP fused (rms_norm_mlp@1), bound to the MLP: x is the norm's input (the norm passes
+// it through). Trains when the entry has a backward; the gradients go to the layout's parameters.
 class FusedRMSNormMLP final : public nn::MLPImpl, public Named {
  public:
-  FusedRMSNormMLP(std::string name, KernelFunction fn, float eps, std::vector<Tensor> params)
+  FusedRMSNormMLP(std::string name, KernelFunction fn, float eps, ParamRefs params)
       : Named(std::move(name), std::move(fn)), eps_(eps), params_(std::move(params)) {}
   std::string name() const override { return name_; }
   void forward(const nn::MLP& layer, const TensorView& x, const TensorView& y,
-               Stream stream) const override;
+               Stream stream) const override {
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params_);
+    call_forward(fn_, inputs, {y}, attrs(layer), stream);
+  }
+  bool supports_training() const override { return has_backward(); }
+  void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext& ctx,
+                     Stream stream) const override {
+    const int64_t rows = x.numel() / layer.hidden_size();
+    Tensor rstd = Tensor::empty({rows}, DType::F32, x.device(), stream);
+    // the gate / up pre-activations, kept so that backward does not recompute them
+    Tensor gate_up =
+        Tensor::empty({rows, 2 * layer.intermediate_size()}, x.dtype(), x.device(), stream);
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params_);
+    call_forward(fn_, inputs, {y, rstd, gate_up}, attrs(layer), stream);
+    ctx.save("rstd", rstd);
+    ctx.save("gate_up", gate_up);
+  }
+  void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
+                const Tensor& dx, Stream stream) const override {
+    GradWriters grads(params_, /*with_f32=*/true, stream);
+    RmsNormMlpAttrs a = attrs(layer);
+    a.flags = grads.flags();
+    std::vector<TensorView> inputs{dy, x};
+    push_params(inputs, params_);
+    inputs.push_back(ctx.saved("rstd"));
+    inputs.push_back(ctx.saved("gate_up"));  // overwritten by the kernel: ctx is spent after this
+    std::vector<TensorView> outputs{dx};
+    grads.push_outputs(outputs);
+    call_backward(fn_, inputs, outputs, a, stream);
+    grads.commit();
+  }
+
+ private:
+  RmsNormMlpAttrs attrs(const nn::MLP& layer) const {
+    RmsNormMlpAttrs a;
+    a.eps = eps_;
+    a.activation = activation_code(layer.act_fn->kind());
+    return a;
+  }
+  float eps_;
+  ParamRefs params_;
+};
+
+// Linear → RMSNorm over heads fused (linear_rms_norm@1), bound to the Linear: it writes the
+// normalised projection; the norm passes it through. Inference only (the interface has no
+// backward).
+class FusedLinearRMSNorm final : public nn::LinearImpl, public Named {
+ public:
+  FusedLinearRMSNorm(std::string name, KernelFunction fn, float eps, int32_t norm_dim,
+                     ParamRefs params)
+      : Named(std::move(name), std::move(fn)),
+        eps_(eps),
+        norm_dim_(norm_dim),
+        params_(std::move(params)) {}
+  std::string name() const override { return name_; }
+  void forward(const nn::Linear&, const TensorView& x, const TensorView& y,
+               Stream stream) const override {
+    LinearRmsNormAttrs a;
+    a.eps = eps_;
+    a.norm_dim = norm_dim_;
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params_);
+    call_forward(fn_, inputs, {y}, a, stream);
+  }
 
  private:
   float eps_;
-  std::vector<Tensor> params_;
+  int32_t norm_dim_;
+  ParamRefs params_;
+};
+
+// Sibling Linears fused (linear_group@1): the group runs once for all members
+// (nn::forward_linears); its gradients go to the layout's parameters.
+class LinearGroupAdapter final : public nn::LinearGroupImpl, public Named {
+ public:
+  LinearGroupAdapter(std::string name, KernelFunction fn, std::vector<const nn::Linear*> members,
+                     ParamRefs params)
+      : Named(std::move(name), std::move(fn)),
+        members_(std::move(members)),
+        params_(std::move(params)) {}
+  const std::string& display_name() const { return name_; }
+  const std::vector<const nn::Linear*>& members() const override { return members_; }
+  void forward(const TensorView& x, const std::vector<TensorView>& ys,
+               Stream stream) const override {
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params_);
+    call_forward(fn_, inputs, ys, attrs(), stream);
+  }
+  bool supports_training() const override { return has_backward(); }
+  bool capture_safe() const { return declares_capture(); }
+  void forward_train(const Tensor& x, const std::vector<Tensor>& ys, nn::LayerContext& ctx,
+                     Stream stream) const override {
+    if (!supports_training()) nn::LinearGroupImpl::forward_train(x, ys, ctx, stream);  // refuses
+    std::vector<TensorView> outs;
+    for (const Tensor& y : ys) outs.push_back(y.view());
+    forward(x, outs, stream);
+  }
+  void backward(const Tensor& x, nn::LayerContext&, const std::vector<Tensor>& dys,
+                const Tensor* dx, bool accumulate_dx, Stream stream) const override {
+    GradWriters grads(params_, /*with_f32=*/false, stream);
+    LinearGroupAttrs a = attrs();
+    a.flags = grads.flags();
+    std::vector<TensorView> inputs;
+    for (const Tensor& dy : dys)
+      inputs.push_back(dy.is_contiguous() ? dy.view() : dy.contiguous(stream).view());
+    inputs.push_back(x);
+    push_params(inputs, params_);
+    backward_dx_and_grads(fn_, inputs, grads, a, dx, accumulate_dx, stream);
+  }
+
+ private:
+  LinearGroupAttrs attrs() const {
+    LinearGroupAttrs a;
+    a.num_members = static_cast<uint32_t>(members_.size());
+    return a;
+  }
+  std::vector<const nn::Linear*> members_;
+  ParamRefs params_;
+};
+
+// A member of a fused Linear group. Its parent runs the group once (nn::forward_linears); called
+// alone (a caller that runs the projections one by one), it runs the whole group with scratch
+// outputs for its siblings and keeps its own — correct, at the cost of the siblings' work.
+class GroupMemberLinear final : public nn::LinearImpl {
+ public:
+  GroupMemberLinear(std::shared_ptr<const LinearGroupAdapter> group, size_t index)
+      : group_(std::move(group)), index_(index) {}
+  std::string name() const override {
+    return group_->display_name() + " (fused group member " + std::to_string(index_) + ")";
+  }
+  std::shared_ptr<const nn::LinearGroupImpl> group() const override { return group_; }
+  bool capture_safe() const { return group_->capture_safe(); }
+  void forward(const nn::Linear& layer, const TensorView& x, const TensorView& y,
+               Stream stream) const override {
+    std::vector<Tensor> scratch;
+    std::vector<TensorView> ys = outputs_for(layer, x, y, scratch, stream);
+    group_->forward(x, ys, stream);
+  }
+  bool supports_training() const override { return group_->supports_training(); }
+  void forward_train(const nn::Linear& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+                     Stream stream) const override {
+    if (!supports_training()) nn::throw_no_training(*this, "Linear");
+    forward(layer, x, y, stream);
+  }
+  void backward(const nn::Linear&, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
+                const Tensor* dx, bool accumulate_dx, Stream stream) const override {
+    // The siblings' output gradients are zero here: their own calls add their parts.
+    std::vector<Tensor> dys;
+    const auto& members = group_->members();
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (i == index_) {
+        dys.push_back(dy);
+        continue;
+      }
+      Shape shape = dy.sizes();
+      shape.back() = members[i]->out_features();
+      dys.push_back(Tensor::zeros(shape, dy.dtype(), dy.device(), stream));
+    }
+    group_->backward(x, ctx, dys, dx, accumulate_dx, stream);
+  }
+
+ private:
+  std::vector<TensorView> outputs_for(const nn::Linear&, const TensorView& x, const TensorView& y,
+                                      std::vector<Tensor>& scratch, Stream stream) const {
+    std::vector<TensorView> ys;
+    const auto& members = group_->members();
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (i == index_) {
+        ys.push_back(y);
+        continue;
+      }
+      Shape shape = x.sizes();
+      shape.back() = members[i]->out_features();
+      scratch.push_back(Tensor::empty(shape, y.dtype, y.device, stream));
+      ys.push_back(scratch.back().view());
+    }
+    return ys;
+  }
+  std::shared_ptr<const LinearGroupAdapter> group_;
+  size_t index_;
 };
 
 class RotaryAdapter final : public nn::RotaryApplyImpl, public Named {
@@ -171,16 +416,14 @@ class RotaryAdapter final : public nn::RotaryApplyImpl, public Named {
 
 class MLPAdapter final : public nn::MLPImpl, public Named {
  public:
-  using Named::Named;
+  MLPAdapter(std::string name, KernelFunction fn, std::optional<ParamRefs> layout)
+      : Named(std::move(name), std::move(fn)), layout_(std::move(layout)) {}
   std::string name() const override { return name_; }
   void forward(const nn::MLP& layer, const TensorView& x, const TensorView& y,
                Stream stream) const override {
-    MlpAttrs attrs;
-    attrs.activation = activation_code(layer.act_fn->kind());
-    call_forward(fn_,
-                 {x, layer.gate_proj->weight().view(), layer.up_proj->weight().view(),
-                  layer.down_proj->weight().view()},
-                 {y}, attrs, stream);
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params(layer));
+    call_forward(fn_, inputs, {y}, attrs(layer), stream);
   }
   // The training forward keeps the pre-activations gate(x), up(x) (mlp@1's optional outputs), so
   // backward skips recomputing those two GEMMs; backward consumes them (dgate, dup overwrite
@@ -192,48 +435,60 @@ class MLPAdapter final : public nn::MLPImpl, public Named {
     inner.back() = layer.intermediate_size();
     Tensor gate = Tensor::empty(inner, x.dtype(), x.device(), stream);
     Tensor up = Tensor::empty(inner, x.dtype(), x.device(), stream);
-    MlpAttrs attrs;
-    attrs.activation = activation_code(layer.act_fn->kind());
-    call_forward(fn_,
-                 {x, layer.gate_proj->weight().view(), layer.up_proj->weight().view(),
-                  layer.down_proj->weight().view()},
-                 {y, gate, up}, attrs, stream);
+    std::vector<TensorView> inputs{x};
+    push_params(inputs, params(layer));
+    call_forward(fn_, inputs, {y, gate, up}, attrs(layer), stream);
     ctx.save("gate", gate);
     ctx.save("up", up);
   }
   void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
                 const Tensor& dx, Stream stream) const override {
-    const Tensor &gw = layer.gate_proj->weight(), &uw = layer.up_proj->weight(),
-                 &dw = layer.down_proj->weight();
-    nn::ParamGradWriter dgate(*layer.gate_proj, "weight", {gw.dtype()}, false, stream);
-    nn::ParamGradWriter dup(*layer.up_proj, "weight", {uw.dtype()}, false, stream);
-    nn::ParamGradWriter ddown(*layer.down_proj, "weight", {dw.dtype()}, false, stream);
-    MlpAttrs attrs;
-    attrs.activation = activation_code(layer.act_fn->kind());
-    attrs.flags = shared_accumulate_flag({&dgate, &dup, &ddown}, stream);
-    std::vector<TensorView> inputs{dy, x, gw, uw, dw};
+    const ParamRefs ps = params(layer);
+    GradWriters grads(ps, /*with_f32=*/false, stream);
+    MlpAttrs a = attrs(layer);
+    a.flags = grads.flags();
+    std::vector<TensorView> inputs{dy, x};
+    push_params(inputs, ps);
     if (ctx.has("gate")) {
       inputs.push_back(ctx.saved("gate"));
       inputs.push_back(ctx.saved("up"));
     }
-    call_backward(fn_, inputs,
-                  {dx, view_or_absent(dgate), view_or_absent(dup), view_or_absent(ddown)}, attrs,
-                  stream);
-    dgate.commit();
-    dup.commit();
-    ddown.commit();
+    std::vector<TensorView> outputs{dx};
+    grads.push_outputs(outputs);
+    call_backward(fn_, inputs, outputs, a, stream);
+    grads.commit();
   }
+
+ private:
+  ParamRefs params(const nn::MLP& layer) const {
+    if (layout_) return *layout_;
+    return {{layer.gate_proj.get(), "weight"},
+            {layer.up_proj.get(), "weight"},
+            {layer.down_proj.get(), "weight"}};
+  }
+  static MlpAttrs attrs(const nn::MLP& layer) {
+    MlpAttrs a;
+    a.activation = activation_code(layer.act_fn->kind());
+    return a;
+  }
+  std::optional<ParamRefs> layout_;
 };
 
 class LinearAdapter final : public nn::LinearImpl, public Named {
  public:
-  using Named::Named;
+  LinearAdapter(std::string name, KernelFunction fn, std::optional<ParamRefs> layout)
+      : Named(std::move(name), std::move(fn)), layout_(std::move(layout)) {}
   std::string name() const override { return name_; }
   void forward(const nn::Linear& layer, const TensorView& x, const TensorView& y,
                Stream stream) const override {
     LinearAttrs attrs;
-    std::vector<TensorView> inputs{x, layer.weight().view()};
-    if (const Tensor* bias = layer.bias()) inputs.push_back(bias->view());
+    std::vector<TensorView> inputs{x};
+    if (layout_) {
+      push_params(inputs, *layout_);
+    } else {
+      inputs.push_back(layer.weight().view());
+      if (const Tensor* bias = layer.bias()) inputs.push_back(bias->view());
+    }
     call_forward(fn_, inputs, {y}, attrs, stream);
   }
   bool supports_training() const override { return has_backward(); }
@@ -241,28 +496,30 @@ class LinearAdapter final : public nn::LinearImpl, public Named {
                      Stream stream) const override {
     forward(layer, x, y, stream);
   }
+  // linear@1's backward takes the weight (not the bias) and gives dweight, dbias; with a layout
+  // it takes the layout's parameters and gives one gradient for each.
   void backward(const nn::Linear& layer, const Tensor& x, nn::LayerContext&, const Tensor& dy,
                 const Tensor* dx, bool accumulate_dx, Stream stream) const override {
-    const Tensor& w = layer.weight();
-    nn::ParamGradWriter dw(layer, "weight", {w.dtype()}, false, stream);
-    std::optional<nn::ParamGradWriter> db;
-    if (layer.has_bias())
-      db.emplace(layer, "bias", std::initializer_list<DType>{w.dtype()}, false, stream);
+    ParamRefs ps;
+    if (layout_) {
+      ps = *layout_;
+    } else {
+      ps.push_back({&layer, "weight"});
+      if (layer.has_bias()) ps.push_back({&layer, "bias"});
+    }
+    GradWriters grads(ps, /*with_f32=*/false, stream);
     LinearAttrs attrs;
-    attrs.flags =
-        db ? shared_accumulate_flag({&dw, &*db}, stream) : shared_accumulate_flag({&dw}, stream);
-    auto run = [&](const TensorView& dx_out) {
-      call_backward(fn_, {dy, x, w},
-                    {dx_out, view_or_absent(dw), db ? view_or_absent(*db) : absent()}, attrs,
-                    stream);
-    };
-    if (dx)
-      into_dx(*dx, accumulate_dx, stream, run);
+    attrs.flags = grads.flags();
+    std::vector<TensorView> inputs{dy, x};
+    if (layout_)
+      push_params(inputs, ps);
     else
-      run(absent());
-    dw.commit();
-    if (db) db->commit();
+      inputs.push_back(layer.weight().view());
+    backward_dx_and_grads(fn_, inputs, grads, attrs, dx, accumulate_dx, stream);
   }
+
+ private:
+  std::optional<ParamRefs> layout_;
 };
 
 class CausalLMLossAdapter final : public nn::CausalLMLossImpl, public Named {
@@ -371,26 +628,6 @@ class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, public
   }
 };
 
-void FusedRMSNormMLP::forward(const nn::MLP& layer, const TensorView& x, const TensorView& y,
-                              Stream stream) const {
-  RmsNormMlpAttrs attrs;
-  attrs.eps = eps_;
-  attrs.activation = activation_code(layer.act_fn->kind());
-  std::vector<TensorView> inputs{x};
-  for (const Tensor& p : params_) inputs.push_back(p.view());
-  call_forward(fn_, inputs, {y}, attrs, stream);
-}
-
-Tensor layout_source(nn::Module& scope, const std::string& name, const hk_layout& layout) {
-  const auto dot = name.rfind('.');
-  nn::Module* owner = dot == std::string::npos ? &scope : scope.find_module(name.substr(0, dot));
-  const std::string param = dot == std::string::npos ? name : name.substr(dot + 1);
-  if (!owner || !owner->has_parameter(param))
-    throw InvalidArgument(std::string("kernel layout ") + layout.name + " needs the parameter '" +
-                          name + "', which the replaced module(s) do not have");
-  return owner->param(param);
-}
-
 template <class Module>
 const Module& as(const nn::Module& module, const std::string& layer) {
   auto* typed = dynamic_cast<const Module*>(&module);
@@ -436,20 +673,21 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
     return "entry " + entry.name +
            " fuses lm_head and the loss for training; outside training mode the forward makes "
            "logits anyway";
-  if (layer == "MLP") {
+  if (layer == "MLP" && !entry.has_layout) {  // a layout holds (or refuses) the biases itself
     if (const auto* mlp = dynamic_cast<const nn::MLP*>(&module); mlp && mlp->gate_proj->has_bias())
       return "entry " + entry.name + " (" + entry.interface_id() +
              ") has no biases, and this MLP has them (mlp_bias)";
   }
-  if (layer == "RMSNorm" && entry.has_layout && has(mode, Mode::Training))
-    return "entry " + entry.name +
-           " keeps its own copy of the weight (a layout), so its gradient would not reach the "
-           "model's parameter; hk trains stateful RMSNorm kernels only after that is solved";
+  if (entry.has_layout && layer != "RMSNorm" && layer != "MLP" && layer != "Linear")
+    return "entry " + entry.name + " has a layout, but hk's adapter for layer " + layer +
+           " takes no layout parameters (stateful kernels bind for RMSNorm, MLP and Linear)";
   return "";
 }
 
 bool declares_capture(const nn::LayerImpl& impl) {
   if (dynamic_cast<const IdentityRMSNorm*>(&impl)) return true;  // a copy, no kernel call
+  if (const auto* member = dynamic_cast<const GroupMemberLinear*>(&impl))
+    return member->capture_safe();
   if (const auto* other = dynamic_cast<const CaptureDeclaring*>(&impl))
     return other->declares_capture();  // adapters of activation_binding / deformable_binding
   const auto* named = dynamic_cast<const Named*>(&impl);
@@ -464,33 +702,33 @@ bool has_adapter(const std::string& layer) {
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
                                             KernelFunction fn, const std::string& display_name,
-                                            std::vector<Tensor> layout_params) {
+                                            std::optional<ParamRefs> layout) {
+  // A layout of a parameter-less layer can only be empty (check_layout refuses any other): the
+  // adapter then has nothing to take from it.
   if (layer == "RMSNorm") {
     as<nn::RMSNorm>(module, layer);
-    return std::make_shared<RMSNormAdapter>(display_name, std::move(fn), std::move(layout_params));
-  }
-  if (!layout_params.empty())
-    throw InvalidArgument(
-        "kernelize: hk binds stateful (layout) kernels for RMSNorm and the "
-        "RMSNorm → MLP fusion only, not for layer " +
-        layer);
-  if (layer == "rotary_pos_emb") {
-    as<nn::RotaryApply>(module, layer);
-    return std::make_shared<RotaryAdapter>(display_name, std::move(fn));
+    return std::make_shared<RMSNormAdapter>(display_name, std::move(fn), std::move(layout));
   }
   if (layer == "MLP") {
     as<nn::MLP>(module, layer);
-    return std::make_shared<MLPAdapter>(display_name, std::move(fn));
+    return std::make_shared<MLPAdapter>(display_name, std::move(fn), std::move(layout));
+  }
+  if (layer == "Linear") {
+    as<nn::Linear>(module, layer);
+    return std::make_shared<LinearAdapter>(display_name, std::move(fn), std::move(layout));
+  }
+  if (layout && !layout->empty())
+    throw InvalidArgument("kernelize: layer " + layer +
+                          " has no parameters for the kernel layout of " + display_name);
+  if (layer == "rotary_pos_emb") {
+    as<nn::RotaryApply>(module, layer);
+    return std::make_shared<RotaryAdapter>(display_name, std::move(fn));
   }
   if (is_activation_layer(layer))
     return make_activation_adapter(as<nn::Activation>(module, layer), std::move(fn), display_name);
   if (layer == "MultiScaleDeformableAttention")
     return make_deformable_attention_adapter(as<nn::MultiScaleDeformableAttention>(module, layer),
                                              std::move(fn), display_name);
-  if (layer == "Linear") {
-    as<nn::Linear>(module, layer);
-    return std::make_shared<LinearAdapter>(display_name, std::move(fn));
-  }
   if (layer == "MoeMLP") {
     as<nn::MoeMLP>(module, layer);
     return make_moe_mlp_adapter(std::move(fn), display_name);
@@ -504,60 +742,30 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   throw InvalidArgument("kernelize: layer " + layer + " has no kernel adapter in hk");
 }
 
-std::vector<Tensor> materialize_layout(const hk_layout& layout, nn::Module& scope) {
-  std::vector<Tensor> out;
-  for (uint32_t i = 0; i < layout.num_parameters; ++i) {
-    const std::string target = layout.parameters[i];
-    const hk_conversion* conversion = nullptr;
-    for (uint32_t c = 0; c < layout.num_conversions; ++c)
-      if (target == layout.conversions[c].target) conversion = &layout.conversions[c];
-    if (!conversion) {
-      out.push_back(layout_source(scope, target, layout));
-      continue;
-    }
-    std::vector<Tensor> sources;
-    for (uint32_t s = 0; s < conversion->num_sources; ++s)
-      sources.push_back(layout_source(scope, conversion->sources[s], layout));
-    if (sources.empty())
-      throw InvalidArgument(std::string("kernel layout ") + layout.name + ": conversion of " +
-                            target + " has no source");
-    switch (conversion->op) {
-      case HK_CONVERT_RENAME:
-        out.push_back(sources[0]);
-        break;
-      case HK_CONVERT_TRANSPOSE:
-        out.push_back(sources[0].transpose(0, 1).contiguous());
-        break;
-      case HK_CONVERT_CONCAT: {
-        const int dim = conversion->dim;
-        Shape shape = sources[0].sizes();
-        if (dim < 0 || dim >= static_cast<int>(shape.size()))
-          throw InvalidArgument(std::string("kernel layout ") + layout.name + ": bad concat dim");
-        shape[dim] = 0;
-        for (const Tensor& t : sources) shape[dim] += t.size(dim);
-        Tensor joined = Tensor::empty(shape, sources[0].dtype(), sources[0].device());
-        int64_t offset = 0;
-        for (const Tensor& t : sources) {
-          joined.slice(dim, offset, offset + t.size(dim)).copy_from(t.view());
-          offset += t.size(dim);
-        }
-        out.push_back(joined);
-        break;
-      }
-      default:
-        throw InvalidArgument(std::string("kernel layout ") + layout.name +
-                              ": unknown conversion op " + std::to_string(conversion->op));
-    }
-  }
-  return out;
+FusedImpls make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP&, KernelFunction fn,
+                                   const std::string& display_name, ParamRefs params) {
+  return {{std::make_shared<IdentityRMSNorm>(display_name + " (fused into the MLP)"),
+           std::make_shared<FusedRMSNormMLP>(display_name, std::move(fn),
+                                             static_cast<float>(norm.eps()), std::move(params))}};
 }
 
-FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
-                                  const std::string& display_name, std::vector<Tensor> params) {
-  (void)mlp;
-  return {std::make_shared<IdentityRMSNorm>(display_name + " (fused into the MLP)"),
-          std::make_shared<FusedRMSNormMLP>(display_name, std::move(fn),
-                                            static_cast<float>(norm.eps()), std::move(params))};
+FusedImpls make_linear_rmsnorm_fusion(const nn::Linear&, const nn::RMSNorm& norm, KernelFunction fn,
+                                      const std::string& display_name, ParamRefs params) {
+  return {{std::make_shared<FusedLinearRMSNorm>(
+               display_name, std::move(fn), static_cast<float>(norm.eps()),
+               static_cast<int32_t>(norm.dim()), std::move(params)),
+           std::make_shared<IdentityRMSNorm>(display_name + " (fused into the projection)")}};
+}
+
+FusedImpls make_linear_group_fusion(const std::vector<const nn::Linear*>& members,
+                                    KernelFunction fn, const std::string& display_name,
+                                    ParamRefs params) {
+  auto group =
+      std::make_shared<LinearGroupAdapter>(display_name, std::move(fn), members, std::move(params));
+  FusedImpls out;
+  for (size_t i = 0; i < members.size(); ++i)
+    out.members.push_back(std::make_shared<GroupMemberLinear>(group, i));
+  return out;
 }
 
 }  // namespace hk::kernel_binding

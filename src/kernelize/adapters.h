@@ -2,8 +2,9 @@
 //
 // Each adapter subclasses the module's `<Layer>Impl` (hk/layers.h) and calls the kernel through
 // the C ABI with the tensors and attribute struct of its layer interface (hk/layer_interfaces.h),
-// reading parameters from the module it is bound to. Workspace, when an entry asks for one, is
-// taken from the caching allocator per call. Adapters do no argument checking beyond what the
+// reading parameters from the module it is bound to — or, for a stateful kernel, the parameters of
+// its layout (layouts.h). Workspace, when an entry asks for one, is taken from the caching
+// allocator per call. Adapters do no argument checking beyond what the
 // kernel returns: the module's own forward already fixed the shapes. Adapters of entries with a
 // backward also implement the Impl's training methods (forward_train / backward) through it; one
 // layer, ForCausalLMLoss, also binds a second interface: fused_linear_cross_entropy@1 (training
@@ -11,12 +12,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "hk/kernel_loader.h"
 #include "hk/layers.h"
 #include "hk/mode.h"
+#include "kernelize/layouts.h"
 
 namespace hk::kernel_binding {
 
@@ -48,29 +51,33 @@ bool has_adapter(const std::string& layer);
 bool entry_serves(const KernelEntryInfo& entry, const std::string& layer);
 // Why the adapter cannot serve this module with `entry` in `mode` (a sentence for the report), or
 // "" when it can: a fused linear cross-entropy outside training mode, a gated MLP with biases
-// (mlp@1 has none), a stateful (layout) RMSNorm kernel in training.
+// (mlp@1 has none), a layout on a layer whose adapter has no parameters to replace.
 std::string adapter_refusal(const nn::Module& module, const std::string& layer,
                             const KernelEntryInfo& entry, Mode mode);
 // An implementation of `module`'s layer calling `fn`; throws InvalidArgument when the layer has
-// no adapter or the module is not of the layer's class. `layout_params` (from
-// materialize_layout) replace the module's own parameters in the call for stateful kernels;
-// only RMSNorm adapters take them.
+// no adapter or the module is not of the layer's class. `layout`: the parameters of the entry's
+// layout (layouts.h), which the kernel gets in place of the interface's parameter tensors
+// (hk/layer_interfaces.h) — and whose gradients its backward writes.
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
                                             KernelFunction fn, const std::string& display_name,
-                                            std::vector<Tensor> layout_params = {});
-// The parameters a kernel layout declares, in layout order, made from the parameters of the
-// module(s) under `scope` (names relative to it, e.g. "mlp.gate_proj.weight"): plain copies by
-// name, or the layout's conversions (rename, concatenate along a dim, transpose). Converted
-// tensors are new (the originals stay with their modules). Throws InvalidArgument naming the
-// layout and the missing source.
-std::vector<Tensor> materialize_layout(const hk_layout& layout, nn::Module& scope);
+                                            std::optional<ParamRefs> layout = std::nullopt);
 
-// The fusion RMSNorm → MLP (rms_norm_mlp@1): the norm becomes an identity and the MLP runs the
-// fused kernel on the norm's input.
-struct FusedPair {
-  std::shared_ptr<nn::LayerImpl> first, second;
+// Fusions (fusion.h): the implementations of the fused modules.
+struct FusedImpls {
+  std::vector<std::shared_ptr<nn::LayerImpl>> members;  // one per fused module, in order
 };
-FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
-                                  const std::string& display_name, std::vector<Tensor> params);
+// RMSNorm → MLP (rms_norm_mlp@1): the norm passes its input through, the MLP runs the kernel on it.
+FusedImpls make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
+                                   const std::string& display_name, ParamRefs params);
+// Linear → RMSNorm over heads (linear_rms_norm@1): the projection runs the kernel, the norm passes
+// its (already normalised) input through.
+FusedImpls make_linear_rmsnorm_fusion(const nn::Linear& linear, const nn::RMSNorm& norm,
+                                      KernelFunction fn, const std::string& display_name,
+                                      ParamRefs params);
+// Sibling Linears reading one input (linear_group@1): one group implementation the parent runs
+// through nn::forward_linears; each member alone runs the group and keeps its own output.
+FusedImpls make_linear_group_fusion(const std::vector<const nn::Linear*>& members,
+                                    KernelFunction fn, const std::string& display_name,
+                                    ParamRefs params);
 
 }  // namespace hk::kernel_binding

@@ -28,6 +28,8 @@
 #include "kernelize/activation_binding.h"
 #include "kernelize/adapters.h"
 #include "kernelize/attention_binding.h"
+#include "kernelize/fusion.h"
+#include "kernelize/layouts.h"
 #include "kernelize/mapping.h"
 
 namespace hk {
@@ -378,92 +380,132 @@ void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options
   }
 }
 
-// `*` matches exactly one dotted segment.
-bool path_matches(const std::string& path, const std::string& pattern) {
-  size_t p = 0, q = 0;
-  while (p < path.size() && q < pattern.size()) {
-    if (pattern[q] == '*') {
-      const size_t end = path.find('.', p);
-      p = end == std::string::npos ? path.size() : end;
-      ++q;
-    } else if (pattern[q] == path[p]) {
-      ++p;
-      ++q;
-    } else {
-      return false;
-    }
+// A stateful or fused kernel's layout, chosen for one binding (nothing applied yet).
+struct LayoutChoice {
+  kernel_binding::LayoutSpec spec;
+  nn::Module* scope = nullptr;
+  std::string scope_path;
+  std::vector<nn::Module*> members;
+  std::string key;
+};
+
+std::vector<std::string> paths_of(const std::vector<std::string>& member_paths,
+                                  const std::string& scope_path) {
+  std::vector<std::string> rel;
+  for (const std::string& m : member_paths)
+    rel.push_back(scope_path.empty() ? m : m.substr(std::min(m.size(), scope_path.size() + 1)));
+  return rel;
+}
+
+// The layout of `entry` over `members` at `scope`, or nullopt with why it cannot be used. A
+// member holding another layout gets its original parameters back first (the one it held is not
+// what this binding wants); one holding this very layout is already in place.
+std::optional<LayoutChoice> choose_layout(const KernelEntryInfo& entry, nn::Module& root,
+                                          nn::Module& scope, const std::string& scope_path,
+                                          const std::vector<nn::Module*>& members,
+                                          const std::vector<std::string>& member_paths,
+                                          std::string& why) {
+  std::optional<kernel_binding::LayoutSpec> spec =
+      kernel_binding::read_layout(*entry.raw->layout, why);
+  if (!spec) {
+    why = "entry " + entry.name + ": " + why;
+    return std::nullopt;
   }
-  return p == path.size() && q == pattern.size();
+  LayoutChoice choice{
+      *spec, &scope, scope_path, members,
+      kernel_binding::layout_key(*spec, scope_path, paths_of(member_paths, scope_path))};
+  bool in_place = true;
+  for (nn::Module* m : members) {
+    const std::string held = kernel_binding::applied_layout_key(*m);
+    if (held != choice.key) in_place = false;
+    if (!held.empty() && held != choice.key) kernel_binding::revert_layout(*m);
+  }
+  if (in_place) return choice;
+  why = kernel_binding::check_layout(choice.spec, root, scope, members);
+  if (!why.empty()) return std::nullopt;
+  return choice;
 }
 
-std::string parent_of(const std::string& path) {
-  const auto dot = path.rfind('.');
-  return dot == std::string::npos ? "" : path.substr(0, dot);
+// What the apply step binds: one layer's adapter or one fusion group.
+struct Pending {
+  std::shared_ptr<const KernelLibrary> library;
+  const KernelEntryInfo* entry = nullptr;
+  std::string display;
+  std::optional<LayoutChoice> layout;
+  std::vector<size_t> rows;  // report.layers rows to complete
+  // a layer
+  nn::Module* module = nullptr;
+  std::string layer;
+  // a fusion
+  bool fusion = false;
+  kernel_binding::FusionKind kind = kernel_binding::FusionKind::RmsNormMlp;
+  kernel_binding::FusionGroup group;
+};
+
+std::string layout_note(const LayoutChoice& layout, const kernel_binding::AppliedLayout& applied) {
+  const std::string name = "layout " + layout.spec.name;
+  if (!applied.changed) return name + " (already in place)";
+  if (applied.converted) return name + ", converted in place from the loaded parameters";
+  return name +
+         ", declared before the checkpoint loads (its conversion_mapping applied as the "
+         "tensors load)";
 }
 
-// Binds every KernelConfig fusion; returns the paths it replaced. hk fuses RMSNorm → MLP
-// (rms_norm_mlp@1); the kernel must ship a <Kernel>Layout, whose parameters are made from the
-// replaced modules' loaded parameters.
-std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& options,
-                                   Binder& binder, KernelizeReport& report) {
+// Decides every KernelConfig fusion (the groups, the kernel, its layout); returns the paths it
+// covers. Bindings go to `pending`; fallbacks are recorded in the report right away.
+std::set<std::string> decide_fusions(nn::Module& root, const KernelizeOptions& options,
+                                     Binder& binder, KernelizeReport& report,
+                                     std::vector<Pending>& pending) {
   std::set<std::string> fused;
   if (!options.use_kernels) return fused;
-  auto modules = root.named_modules();
+  const auto modules = root.named_modules();
   for (size_t f = 0; f < options.config.fusions.size(); ++f) {
     const FusionRule& rule = options.config.fusions[f];
     const std::string where = "fusion " + std::to_string(f) + " (" + rule.kernel.spec + ")";
-    const std::string parent_pattern = parent_of(rule.modules.front().second);
-    for (const auto& [cls, pattern] : rule.modules)
-      if (parent_of(pattern) != parent_pattern)
-        throw InvalidArgument(where + ": fused modules must share one parent, but '" +
-                              rule.modules.front().second + "' and '" + pattern +
-                              "' are under different parents");
-    if (rule.modules.size() != 2 || rule.modules[0].first != "RMSNorm" ||
-        rule.modules[1].first != "MLP")
-      throw InvalidArgument(where + ": hk fuses [RMSNorm, MLP] (interface rms_norm_mlp@1) only");
-    // parent path → the matched module (and its path) for each pattern
-    struct Member {
-      std::string path;
-      nn::Module* module = nullptr;
-    };
-    std::map<std::string, std::vector<Member>> groups;
-    for (size_t k = 0; k < rule.modules.size(); ++k) {
-      const auto& [cls, pattern] = rule.modules[k];
-      size_t matches = 0;
-      for (auto& [path, module] : modules) {
-        if (!path_matches(path, pattern)) continue;
-        if (module->layer_interface() != cls && module->type_name() != cls) continue;
-        auto& group = groups[parent_of(path)];
-        group.resize(rule.modules.size());
-        group[k] = {path, module};
-        ++matches;
+    std::vector<kernel_binding::FusionGroup> groups =
+        kernel_binding::match_fusion(rule, where, modules);
+    for (const auto& g : groups)
+      for (const std::string& p : g.member_paths)
+        if (!p.empty() && fused.count(p))
+          throw InvalidArgument(where + ": " + p + " is already fused by an earlier fusion");
+    // Every complete group must be a fusion hk runs (an explicit request that cannot be met).
+    std::optional<kernel_binding::FusionKind> kind;
+    for (const auto& g : groups)
+      if (g.complete()) {
+        const kernel_binding::FusionKind k = kernel_binding::fusion_kind(g, where);
+        if (kind && *kind != k)
+          throw InvalidArgument(where + ": its groups are of different kinds");
+        kind = k;
       }
-      if (matches == 0)
-        throw InvalidArgument(where + ": the pattern '" + pattern + "' (class " + cls +
-                              ") matches no module of this model");
-    }
+    if (rule.kernel.spec.size() && rule.kernel.spec[0] == '/' && !options.config.use_local_kernel)
+      throw InvalidArgument(where + ": a local path needs use_local_kernel=true");
     const hub::KernelSpec parsed = hub::KernelSpec::parse(rule.kernel.spec);
     const LoadOutcome& outcome =
         binder.load(rule.kernel, /*explicit_request=*/true, options.allow_all_kernels);
     std::string why;
     const KernelEntryInfo* entry =
-        outcome.usable() ? binder.pick_entry(outcome, parsed.entry, {"RMSNorm+MLP"}, why) : nullptr;
+        outcome.usable() && kind
+            ? binder.pick_entry(outcome, parsed.entry, {kernel_binding::fusion_layer(*kind)}, why)
+            : nullptr;
     if (outcome.library && entry && !entry->has_layout)
       throw InvalidArgument(where + ": kernel entry " + entry->name + " has no " + entry->name +
                             "Layout; a fusion needs the kernel's layout "
                             "to know the fused parameters");
-    for (auto& [parent, group] : groups) {
+    for (auto& g : groups) {
       auto record = [&](const std::string& kernel, const std::string& reason) {
-        for (const Member& m : group) {
-          if (!m.module) continue;
-          report.layers.push_back({m.path, m.module->layer_interface(), kernel,
+        std::vector<size_t> rows;
+        for (size_t i = 0; i < g.members.size(); ++i) {
+          if (!g.members[i]) continue;
+          rows.push_back(report.layers.size());
+          report.layers.push_back({g.member_paths[i], g.members[i]->layer_interface(), kernel,
                                    kernel.empty() ? "" : outcome.resolution.commit,
                                    kernel.empty() ? "" : outcome.resolution.variant, reason});
-          fused.insert(m.path);
+          fused.insert(g.member_paths[i]);
         }
+        return rows;
       };
-      if (!group[0].module || !group[1].module) {
-        record("", where + ": no complete group under " + parent + ": built-in");
+      if (!g.complete()) {
+        record("", where + ": no complete group under " + g.parent_path + ": built-in");
         continue;
       }
       if (!entry) {
@@ -471,25 +513,79 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
                where + " unusable: " + (outcome.usable() ? why : outcome.failure) + "; built-in");
         continue;
       }
+      const std::string name = display_name(outcome.resolution, *entry);
       if (options.simulate) {
-        record(display_name(outcome.resolution, *entry),
-               "simulated: " + where + " would fuse these modules; nothing loaded");
+        record(name, "simulated: " + where + " would fuse these modules (" + entry->interface_id() +
+                         "); nothing loaded");
         continue;
       }
-      nn::Module* scope = root.find_module(parent);
-      auto params = kernel_binding::materialize_layout(*entry->raw->layout, *scope);
-      const std::string name = display_name(outcome.resolution, *entry);
-      auto pair = kernel_binding::make_rmsnorm_mlp_fusion(
-          dynamic_cast<const nn::RMSNorm&>(*group[0].module),
-          dynamic_cast<const nn::MLP&>(*group[1].module), outcome.library->function(entry->name),
-          name, std::move(params));
-      group[0].module->set_impl(pair.first);
-      group[1].module->set_impl(pair.second);
-      record(name, "fused by kernel_config fusion (" + std::string(entry->raw->layout->name) +
-                       ", parameters converted from the loaded checkpoint)");
+      std::string layout_why;
+      std::optional<LayoutChoice> layout = choose_layout(*entry, root, *g.parent, g.parent_path,
+                                                         g.members, g.member_paths, layout_why);
+      if (!layout) {
+        record("", where + " unusable: " + layout_why + "; built-in");
+        continue;
+      }
+      Pending p;
+      p.library = outcome.library;
+      p.entry = entry;
+      p.display = name;
+      p.layout = std::move(layout);
+      p.fusion = true;
+      p.kind = *kind;
+      p.rows = record(name, "fused by kernel_config fusion " + std::to_string(f) + " (" +
+                                entry->interface_id() + ")");
+      p.group = std::move(g);
+      pending.push_back(std::move(p));
     }
   }
   return fused;
+}
+
+// Applies what the decisions chose: layouts no binding wants are reverted, the others applied
+// (re-declared on an unloaded tree, converted on a loaded one), then the implementations bound.
+void apply_bindings(nn::Module& root, std::vector<Pending>& pending, KernelizeReport& report) {
+  std::map<const nn::Module*, std::string> wanted;
+  for (const Pending& p : pending)
+    if (p.layout)
+      for (const nn::Module* m : p.layout->members) wanted[m] = p.layout->key;
+  for (auto& [path, module] : root.named_modules()) {
+    const std::string held = kernel_binding::applied_layout_key(*module);
+    if (held.empty()) continue;
+    auto it = wanted.find(module);
+    if (it == wanted.end() || it->second != held) kernel_binding::revert_layout(*module);
+  }
+  for (Pending& p : pending) {
+    std::optional<kernel_binding::ParamRefs> params;
+    std::string note;
+    if (p.layout) {
+      const kernel_binding::AppliedLayout applied = kernel_binding::apply_layout(
+          p.layout->spec, *p.layout->scope, p.layout->scope_path, p.layout->members, p.layout->key);
+      params = applied.parameters;
+      note = "; " + layout_note(*p.layout, applied);
+    }
+    const KernelFunction fn = p.library->function(p.entry->name);
+    if (p.fusion) {
+      kernel_binding::FusedImpls impls =
+          kernel_binding::make_fusion(p.kind, p.group, fn, p.display, *params);
+      for (size_t i = 0; i < p.group.members.size(); ++i)
+        p.group.members[i]->set_impl(impls.members[i]);
+    } else {
+      p.module->set_impl(
+          kernel_binding::make_adapter(*p.module, p.layer, fn, p.display, std::move(params)));
+    }
+    for (size_t row : p.rows) report.layers[row].reason += note;
+  }
+}
+
+// Every layout in the tree back to the original parameters and every layer to its built-in
+// implementation: the state a failed kernelize leaves.
+void restore_builtin(nn::Module& root) {
+  for (auto& [path, module] : root.named_modules()) {
+    kernel_binding::revert_layout(*module);
+    if (!module->layer_interface().empty() && module->layer_interface() != "attention")
+      module->reset_impl();
+  }
 }
 
 }  // namespace
@@ -538,8 +634,9 @@ void warn_explicit_fallbacks(const KernelizeReport& report,
   }
 }
 
-KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& options) {
-  validate_mode(mode);
+namespace {
+
+KernelizeReport kernelize_impl(nn::Module& root, Mode mode, const KernelizeOptions& options) {
   Binder binder(mode, options);
   KernelizeReport report;
   report.device = binder.device_type() == "rocm" ? "rocm:" + std::to_string(options.device.index)
@@ -565,10 +662,11 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
     for (auto& [path, module] : modules)
       if (!module->layer_interface().empty() && module->layer_interface() != "attention")
         module->reset_impl();
-  const size_t first_unfused = report.layers.size();
-  const std::set<std::string> fused = bind_fusions(root, options, binder, report);
+  std::vector<Pending> pending;
+  const size_t first_fused = report.layers.size();
+  const std::set<std::string> fused = decide_fusions(root, options, binder, report, pending);
   std::vector<std::pair<std::string, std::string>> explicit_fallbacks;
-  for (size_t i = first_unfused; i < report.layers.size(); ++i)
+  for (size_t i = first_fused; i < report.layers.size(); ++i)
     if (report.layers[i].kernel.empty())
       explicit_fallbacks.emplace_back(report.layers[i].path, report.layers[i].reason);
 
@@ -607,6 +705,12 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
       if (entry && binder.activation_mismatch(*entry, *module, why)) entry = nullptr;
       if (entry) why = kernel_binding::adapter_refusal(*module, layer, *entry, mode);
       if (entry && !why.empty()) entry = nullptr;
+      // A stateful kernel: its layout must fit this module (its parameters, shapes, no ties).
+      std::optional<LayoutChoice> layout;
+      if (entry && entry->has_layout && !options.simulate) {
+        layout = choose_layout(*entry, root, *module, path, {module}, {path}, why);
+        if (!layout) entry = nullptr;
+      }
       const std::string mapped =
           choice->rule.layer == layer ? "" : " (as " + choice->rule.layer + ")";
       if (!outcome.usable()) {
@@ -624,25 +728,40 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
           d.reason = "simulated for " + binder.target().str() + ": would bind; " + d.reason +
                      "; nothing loaded";
         } else {
-          std::vector<Tensor> layout_params;
-          if (entry->has_layout)
-            layout_params = kernel_binding::materialize_layout(*entry->raw->layout, *module);
-          module->set_impl(kernel_binding::make_adapter(*module, layer,
-                                                        outcome.library->function(entry->name),
-                                                        d.kernel, std::move(layout_params)));
-          if (entry->has_layout)
-            d.reason += "; layout " + std::string(entry->raw->layout->name) +
-                        " made from the loaded parameters";
+          Pending p;
+          p.library = outcome.library;
+          p.entry = entry;
+          p.display = d.kernel;
+          p.layout = std::move(layout);
+          p.module = module;
+          p.layer = layer;
+          p.rows.push_back(report.layers.size());
+          pending.push_back(std::move(p));
         }
       }
       if (d.kernel.empty() && explicit_request) explicit_fallbacks.emplace_back(path, d.reason);
     }
     report.layers.push_back(std::move(d));
   }
+  if (!options.simulate) apply_bindings(root, pending, report);
   bind_attention(root, mode, options, binder, report);
   if (options.warn_on_fallback && !options.simulate)
     warn_explicit_fallbacks(report, explicit_fallbacks);
   return report;
+}
+
+}  // namespace
+
+KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& options) {
+  validate_mode(mode);
+  if (options.simulate) return kernelize_impl(root, mode, options);
+  try {
+    return kernelize_impl(root, mode, options);
+  } catch (...) {
+    // A request that cannot be met leaves the model as the built-in one, never half-converted.
+    restore_builtin(root);
+    throw;
+  }
 }
 
 }  // namespace hk

@@ -84,6 +84,10 @@ std::vector<std::string> mapping_names(const nn::Module& module) {
   } else if (module.layer_interface() == "GeluTanh") {
     names.push_back("GELUTanh");
   }
+  // Transformers' class name of the module (Qwen3RMSNorm, LlamaMLP, SiLUActivation, ...), which
+  // its kernel mappings may use as a key beside the layer name.
+  if (std::find(names.begin(), names.end(), module.type_name()) == names.end())
+    names.push_back(module.type_name());
   return names;
 }
 

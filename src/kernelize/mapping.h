@@ -57,7 +57,9 @@ std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
 
 // The names a module can be mapped by, its registered layer name first: a gated MLP is also
 // Transformers' "SwiGLUMLP" (SiLU) or "GeGLUMLP" (GELU, either form) — the keys of Transformers'
-// default table; activation layers also answer to hk's earlier names ("GELU", "GELUTanh").
+// default table; activation layers also answer to hk's earlier names ("GELU", "GELUTanh"); and
+// every module to its Transformers class name last ("Qwen3RMSNorm", "LlamaMLP", "SiLUActivation").
+// A KernelConfig value under an earlier name wins over one under a later name.
 std::vector<std::string> mapping_names(const nn::Module& module);
 
 }  // namespace hk::kernel_binding

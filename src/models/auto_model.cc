@@ -1,12 +1,15 @@
 // AutoModelForCausalLM (model_type registry, from_config, from_pretrained) and the CausalLM handle.
 //
 // from_pretrained: config.json → tree (unallocated) → checkpoint opened and validated by
-// hk::Checkpoint → load_state_dict through the key mapping (all checks before any copy) → configs,
-// eval mode → hk::kernelize (Inference) when kernels or a non-built-in attention were asked for.
+// hk::Checkpoint → before_load: the user's hook, then hk::kernelize (Inference) when kernels or a
+// non-built-in attention were asked for — on the unallocated tree, so kernel layouts re-declare
+// their parameters — → load_state_dict through the key mapping and the layouts' conversions (all
+// checks before any copy; each weight loaded once, in its final form).
 #include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include <iostream>
 
@@ -30,6 +33,28 @@ std::map<std::string, CheckpointAdapter>& checkpoint_adapters() {
   return a;
 }
 
+// The dim order (outermost first) in which `v` walks one dense block of memory, or nullopt when
+// its elements are not such a block (e.g. a slice of a wider row).
+std::optional<std::vector<int>> dense_permutation(const TensorView& v) {
+  std::vector<int> order(static_cast<size_t>(v.ndim));
+  for (int d = 0; d < v.ndim; ++d) order[static_cast<size_t>(d)] = d;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return v.strides[a] > v.strides[b]; });
+  if (v.permute(order).is_contiguous()) return order;
+  return std::nullopt;
+}
+Shape permuted_shape(const TensorView& v, const std::vector<int>& order) {
+  Shape out;
+  for (int d : order) out.push_back(v.shape[d]);
+  return out;
+}
+std::vector<int> inverse(const std::vector<int>& order) {
+  std::vector<int> inv(order.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    inv[static_cast<size_t>(order[i])] = static_cast<int>(i);
+  return inv;
+}
+
 // hk::Checkpoint as a StateDictSource.
 class CheckpointSource final : public nn::StateDictSource {
  public:
@@ -44,6 +69,52 @@ class CheckpointSource final : public nn::StateDictSource {
                         info.dtype_name + ", which hk cannot compute with");
     if (!is_floating(*info.dtype)) dtype.reset();
     return checkpoint_.load(key, device, dtype, stream);
+  }
+  DType dtype_of(const std::string& key) const override {
+    const TensorInfo& info = checkpoint_.info(key);
+    if (!info.dtype)
+      throw Unsupported("tensor '" + key + "' in checkpoint " + checkpoint_.path() + " has dtype " +
+                        info.dtype_name + ", which hk cannot compute with");
+    return *info.dtype;
+  }
+  // Straight from the mapping into the parameter's slice (a layout's concatenation or transpose):
+  // a cpu parameter gets the converted values written in place; a cuda one gets one host-to-device
+  // copy of the source when its slice is dense, so no device-side copy of the weights exists.
+  void load_into(const std::string& key, const TensorView& dst, Stream stream) const override {
+    const DType stored = dtype_of(key);
+    if (stored != dst.dtype && (!is_floating(stored) || !is_floating(dst.dtype)))
+      throw InvalidArgument("tensor '" + key + "' in checkpoint " + checkpoint_.path() + " is " +
+                            dtype_name(stored) + " and cannot be loaded into a " +
+                            dtype_name(dst.dtype) + " parameter");
+    Tensor host;
+    try {
+      host = checkpoint_.file_of(key).tensor(key);  // zero-copy view of the mapping
+    } catch (const Unsupported&) {
+      host = checkpoint_.load(key);  // unaligned data: a host copy
+    }
+    if (dst.device.is_cpu()) {  // converted (or copied) straight into the slice
+      ops::cast(host, dst);
+      return;
+    }
+    if (stored != dst.dtype) {  // as SafetensorsFile::load: converted on the host first
+      Tensor converted = Tensor::empty(host.sizes(), dst.dtype, Device::cpu());
+      ops::cast(host, converted);
+      host = converted;
+    }
+    if (dst.is_contiguous()) {
+      copy_view(dst, host.view(), stream);
+      return;
+    }
+    // A strided device slice (a transpose): order the host copy like the slice's memory, then one
+    // dense host-to-device copy when the slice covers a dense block.
+    if (const auto dense = dense_permutation(dst)) {
+      Tensor staged = Tensor::empty(permuted_shape(dst, *dense), dst.dtype, Device::cpu());
+      copy_view(staged.view().permute(inverse(*dense)), host.view());
+      TensorView block = dst.permute(*dense);
+      copy_view(block, staged.view(), stream);
+      return;
+    }
+    copy_view(dst, host.view(), stream);  // staged through the device (one source's worth)
   }
   std::string describe() const override { return "checkpoint " + checkpoint_.path(); }
   const Checkpoint& checkpoint() const { return checkpoint_; }
@@ -124,17 +195,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   lm.generation_config = GenerationConfig::from_dir(dir);
 
   if (options.before_load) options.before_load(lm);
-  nn::LoadStateOptions load;
-  load.key_mapping = options.key_mapping;
-  load.device = lm.device;
-  load.dtype = lm.dtype;
-  load.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
-  std::unique_ptr<nn::StateDictSource> adapted;
-  if (auto a = checkpoint_adapters().find(config.model_type); a != checkpoint_adapters().end())
-    adapted = a->second(source);
-  nn::load_state_dict(lm, adapted ? *adapted : static_cast<const nn::StateDictSource&>(source),
-                      load);
-
+  // kernelize runs on the still unallocated tree: stateful and fused kernels re-declare their
+  // parameters in their layout's form, and the checkpoint then loads straight into it (one copy).
   const bool config_given =
       options.kernel_config.has_value() || !options.kernel_config_file.empty();
   const bool builtin_attention = options.attn_implementation.empty() ||
@@ -155,6 +217,18 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
         lm, options.kernelize_capture ? Mode::Inference | Mode::Capture : Mode::Inference, k);
     lm.kernelize_options = k;
   }
+  nn::LoadStateOptions load;
+  load.key_mapping = options.key_mapping;
+  load.device = lm.device;
+  load.dtype = lm.dtype;
+  load.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
+  // A model type whose checkpoint keys differ from hk's tree (e.g. per-expert MoE weights) reads
+  // through its adapter.
+  std::unique_ptr<nn::StateDictSource> adapted;
+  if (auto a = checkpoint_adapters().find(config.model_type); a != checkpoint_adapters().end())
+    adapted = a->second(source);
+  nn::load_state_dict(lm, adapted ? *adapted : static_cast<const nn::StateDictSource&>(source),
+                      load);
   return model;
 }
 

@@ -45,8 +45,12 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec, i
       "self_attn",
       std::make_shared<nn::Attention>(spec.prefix + "Attention", attention_shape(c, spec)));
   if (spec.sparse_moe && c.moe.is_sparse_layer(layer_index)) {
-    nn::MoeShape moe{c.hidden_size,           c.moe.num_experts, c.moe.num_experts_per_tok,
-                     c.moe.moe_intermediate_size, c.moe.norm_topk_prob, c.hidden_act,
+    nn::MoeShape moe{c.hidden_size,
+                     c.moe.num_experts,
+                     c.moe.num_experts_per_tok,
+                     c.moe.moe_intermediate_size,
+                     c.moe.norm_topk_prob,
+                     c.hidden_act,
                      spec.prefix};
     moe_mlp = register_module("mlp", std::make_shared<nn::MoeMLP>(moe));
   } else {
@@ -60,6 +64,11 @@ DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec, i
   post_attention_layernorm = register_module(
       "post_attention_layernorm",
       std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
+}
+
+std::vector<nn::Module::ChildFlow> DecoderLayer::child_flows() const {
+  return {{ChildFlow::Kind::Chain, {"input_layernorm", "self_attn"}},
+          {ChildFlow::Kind::Chain, {"post_attention_layernorm", "mlp"}}};
 }
 
 namespace {

@@ -54,8 +54,11 @@ class DecoderLayer : public nn::Module {
 
   std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::Attention> self_attn;
-  std::shared_ptr<nn::MLP> mlp;          // the dense MLP; null on a sparse MoE layer
-  std::shared_ptr<nn::MoeMLP> moe_mlp;   // the MoE block (registered as "mlp"); null when dense
+  std::shared_ptr<nn::MLP> mlp;         // the dense MLP; null on a sparse MoE layer
+  std::shared_ptr<nn::MoeMLP> moe_mlp;  // the MoE block (registered as "mlp"); null when dense
+  // input_layernorm → self_attn and post_attention_layernorm → mlp: each norm's output is only
+  // its successor's input (what a fusion of the two may replace).
+  std::vector<ChildFlow> child_flows() const override;
 };
 
 class DecoderModel : public nn::Module {

@@ -1,6 +1,7 @@
 // Self-attention with GQA, optional per-head q/k RMSNorm (Qwen3), rotary, and the static KV cache.
 //
-// The projections, norms and rotary go through their own modules' implementations; the attention
+// The projections (q/k/v through forward_linears, so a parallel fusion runs them as one kernel),
+// norms and rotary go through their own modules' implementations; the attention
 // core goes through this module's `attention` implementation, whose built-in version calls the
 // attention function named by `attn_implementation()` (hk/attention_functions.h). With a cache,
 // this call's keys/values are written at positions [length, length+S) of the layer's cache and the
@@ -107,6 +108,15 @@ Attention::Attention(std::string type_name, const AttentionShape& shape)
   rotary_fn = register_module("rotary_fn", std::make_shared<RotaryApply>());
 }
 
+std::vector<Module::ChildFlow> Attention::child_flows() const {
+  std::vector<ChildFlow> flows = {{ChildFlow::Kind::SharedInput, {"q_proj", "k_proj", "v_proj"}}};
+  if (q_norm) {
+    flows.push_back({ChildFlow::Kind::Chain, {"q_proj", "q_norm"}});
+    flows.push_back({ChildFlow::Kind::Chain, {"k_proj", "k_norm"}});
+  }
+  return flows;
+}
+
 float Attention::scaling() const {
   return static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape_.head_dim)));
 }
@@ -126,9 +136,11 @@ void Attention::forward(const TensorView& x, const TensorView& out, const Attent
   Tensor q = Tensor::empty({b, s, hq, d}, x.dtype, x.device, stream);
   Tensor k = Tensor::empty({b, s, hkv, d}, x.dtype, x.device, stream);
   Tensor v = Tensor::empty({b, s, hkv, d}, x.dtype, x.device, stream);
-  q_proj->forward(x, q.reshape({b, s, hq * d}), stream);
-  k_proj->forward(x, k.reshape({b, s, hkv * d}), stream);
-  v_proj->forward(x, v.reshape({b, s, hkv * d}), stream);
+  forward_linears(x,
+                  {{q_proj.get(), q.reshape({b, s, hq * d}), "q_proj"},
+                   {k_proj.get(), k.reshape({b, s, hkv * d}), "k_proj"},
+                   {v_proj.get(), v.reshape({b, s, hkv * d}), "v_proj"}},
+                  stream);
   if (q_norm) {
     Tensor qn = Tensor::empty(q.sizes(), q.dtype(), q.device(), stream);
     Tensor kn = Tensor::empty(k.sizes(), k.dtype(), k.device(), stream);
@@ -169,9 +181,11 @@ void Attention::forward_train(const Tensor& x, const Tensor& out, const Attentio
   Tensor q = Tensor::empty({b, s, hq, d}, x.dtype(), x.device(), stream);
   Tensor k = Tensor::empty({b, s, hkv, d}, x.dtype(), x.device(), stream);
   Tensor v = Tensor::empty({b, s, hkv, d}, x.dtype(), x.device(), stream);
-  q_proj->forward_train(x, q.reshape({b, s, hq * d}), ctx.child("q_proj"), stream);
-  k_proj->forward_train(x, k.reshape({b, s, hkv * d}), ctx.child("k_proj"), stream);
-  v_proj->forward_train(x, v.reshape({b, s, hkv * d}), ctx.child("v_proj"), stream);
+  forward_train_linears(x,
+                        {{q_proj.get(), q.reshape({b, s, hq * d}), "q_proj"},
+                         {k_proj.get(), k.reshape({b, s, hkv * d}), "k_proj"},
+                         {v_proj.get(), v.reshape({b, s, hkv * d}), "v_proj"}},
+                        ctx, stream);
   Tensor attn = Tensor::empty({b, s, hq, d}, x.dtype(), x.device(), stream);
   {
     Tensor qr, kr;
@@ -213,9 +227,11 @@ void Attention::backward(const Tensor& x, const AttentionState& state, LayerCont
     dq = dqn;
     dk = dkn;
   }
-  q_proj->backward(x, ctx.child("q_proj"), dq.reshape({b, s, hq * d}), &dx, false, stream);
-  k_proj->backward(x, ctx.child("k_proj"), dk.reshape({b, s, hkv * d}), &dx, true, stream);
-  v_proj->backward(x, ctx.child("v_proj"), dv.reshape({b, s, hkv * d}), &dx, true, stream);
+  backward_linears(x, ctx,
+                   {{q_proj.get(), dq.reshape({b, s, hq * d}), "q_proj"},
+                    {k_proj.get(), dk.reshape({b, s, hkv * d}), "k_proj"},
+                    {v_proj.get(), dv.reshape({b, s, hkv * d}), "v_proj"}},
+                   dx, stream);
 }
 
 AttentionCall Attention::call_for(const AttentionState& state) const {

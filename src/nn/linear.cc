@@ -66,4 +66,78 @@ const Tensor* Linear::bias() const {
   return bias_ ? &param("bias") : nullptr;
 }
 
+// ---- sibling Linears (q/k/v, gate/up): one call for a fused group, else one per Linear
+// -----------
+
+void LinearGroupImpl::forward_train(const Tensor&, const std::vector<Tensor>&, LayerContext&,
+                                    Stream) const {
+  throw Unsupported(
+      "this fused Linear group has no training forward/backward (its kernel has no backward); "
+      "kernelize with Mode::Training, which binds only kernels with a backward");
+}
+void LinearGroupImpl::backward(const Tensor& x, LayerContext& ctx, const std::vector<Tensor>&,
+                               const Tensor*, bool, Stream stream) const {
+  forward_train(x, {}, ctx, stream);  // the same refusal
+}
+
+namespace {
+
+// The group that calls[i..] start, when all its members follow in order; else null.
+std::shared_ptr<const LinearGroupImpl> group_at(const std::vector<LinearCall>& calls, size_t i) {
+  auto group = calls[i].layer->typed_impl().group();
+  if (!group) return nullptr;
+  const auto& members = group->members();
+  if (i + members.size() > calls.size()) return nullptr;
+  for (size_t m = 0; m < members.size(); ++m)
+    if (calls[i + m].layer != members[m]) return nullptr;
+  return group;
+}
+
+}  // namespace
+
+void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, Stream stream) {
+  for (size_t i = 0; i < calls.size();) {
+    if (auto group = group_at(calls, i)) {
+      std::vector<TensorView> ys;
+      for (size_t m = 0; m < group->members().size(); ++m) ys.push_back(calls[i + m].y.view());
+      group->forward(x, ys, stream);
+      i += ys.size();
+    } else {
+      calls[i].layer->forward(x, calls[i].y, stream);
+      ++i;
+    }
+  }
+}
+
+void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls, LayerContext& ctx,
+                           Stream stream) {
+  for (size_t i = 0; i < calls.size();) {
+    if (auto group = group_at(calls, i)) {
+      std::vector<Tensor> ys;
+      for (size_t m = 0; m < group->members().size(); ++m) ys.push_back(calls[i + m].y);
+      group->forward_train(x, ys, ctx.child(calls[i].name), stream);
+      i += ys.size();
+    } else {
+      calls[i].layer->forward_train(x, calls[i].y, ctx.child(calls[i].name), stream);
+      ++i;
+    }
+  }
+}
+
+void backward_linears(const Tensor& x, LayerContext& ctx, const std::vector<LinearCall>& calls,
+                      const Tensor& dx, Stream stream) {
+  for (size_t i = 0; i < calls.size();) {
+    const bool accumulate = i > 0;
+    if (auto group = group_at(calls, i)) {
+      std::vector<Tensor> dys;
+      for (size_t m = 0; m < group->members().size(); ++m) dys.push_back(calls[i + m].y);
+      group->backward(x, ctx.child(calls[i].name), dys, &dx, accumulate, stream);
+      i += dys.size();
+    } else {
+      calls[i].layer->backward(x, ctx.child(calls[i].name), calls[i].y, &dx, accumulate, stream);
+      ++i;
+    }
+  }
+}
+
 }  // namespace hk::nn

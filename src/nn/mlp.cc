@@ -1,6 +1,7 @@
 // The gated MLP (SwiGLU for "silu"): down_proj(act_fn(gate_proj(x)) * up_proj(x)). The built-in
 // implementation calls its children's implementations, so kernelizing `Linear` or `SiLU` alone
-// still takes effect; a fused `MLP` kernel replaces the whole thing.
+// still takes effect; a fused `MLP` kernel replaces the whole thing. gate_proj and up_proj run
+// through forward_linears, so a parallel fusion of the two runs as one kernel.
 //
 // Training keeps gate(x) and up(x) only; act(gate)·up (down_proj's input) is one elementwise pass,
 // so backward recomputes it instead of holding a third [tokens, intermediate] tensor. Backward
@@ -20,8 +21,9 @@ class BuiltinMLP final : public MLPImpl {
     inner.back() = layer.intermediate_size();
     Tensor gate = Tensor::empty(inner, x.dtype, x.device, stream);
     Tensor up = Tensor::empty(inner, x.dtype, x.device, stream);
-    layer.gate_proj->forward(x, gate, stream);
-    layer.up_proj->forward(x, up, stream);
+    forward_linears(
+        x, {{layer.gate_proj.get(), gate, "gate_proj"}, {layer.up_proj.get(), up, "up_proj"}},
+        stream);
     layer.act_fn->forward_mul(gate, up, gate, stream);  // in place: gate is not needed after
     layer.down_proj->forward(gate, y, stream);
   }
@@ -33,8 +35,9 @@ class BuiltinMLP final : public MLPImpl {
     inner.back() = layer.intermediate_size();
     Tensor gate = Tensor::empty(inner, x.dtype(), x.device(), stream);
     Tensor up = Tensor::empty(inner, x.dtype(), x.device(), stream);
-    layer.gate_proj->forward_train(x, gate, ctx.child("gate_proj"), stream);
-    layer.up_proj->forward_train(x, up, ctx.child("up_proj"), stream);
+    forward_train_linears(
+        x, {{layer.gate_proj.get(), gate, "gate_proj"}, {layer.up_proj.get(), up, "up_proj"}}, ctx,
+        stream);
     Tensor hidden = Tensor::empty(inner, x.dtype(), x.device(), stream);
     layer.act_fn->forward_mul(gate, up, hidden, stream);
     layer.down_proj->forward_train(hidden, y, ctx.child("down_proj"), stream);
@@ -52,8 +55,9 @@ class BuiltinMLP final : public MLPImpl {
       layer.down_proj->backward(hidden, ctx.child("down_proj"), dy, &dhidden, false, stream);
     }
     layer.act_fn->backward_mul(gate, up, dhidden, gate, up, stream);  // gate, up := their grads
-    layer.gate_proj->backward(x, ctx.child("gate_proj"), gate, &dx, false, stream);
-    layer.up_proj->backward(x, ctx.child("up_proj"), up, &dx, true, stream);
+    backward_linears(
+        x, ctx, {{layer.gate_proj.get(), gate, "gate_proj"}, {layer.up_proj.get(), up, "up_proj"}},
+        dx, stream);
   }
 };
 
@@ -71,6 +75,10 @@ MLP::MLP(std::string type_name, int64_t hidden_size, int64_t intermediate_size, 
   down_proj =
       register_module("down_proj", std::make_shared<Linear>(intermediate_size, hidden_size, bias));
   act_fn = register_module("act_fn", std::make_shared<Activation>(hidden_act));
+}
+
+std::vector<Module::ChildFlow> MLP::child_flows() const {
+  return {{ChildFlow::Kind::SharedInput, {"gate_proj", "up_proj"}}};
 }
 
 }  // namespace hk::nn

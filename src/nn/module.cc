@@ -89,6 +89,23 @@ void Module::tie_parameter(const std::string& name, Shape shape, std::string tar
   params_.emplace(name, std::move(p));
 }
 
+Parameter Module::take_parameter(const std::string& name) {
+  auto it = params_.find(name);
+  if (it == params_.end()) slot(name);  // throws naming the module and its parameters
+  Parameter p = std::move(it->second);
+  params_.erase(it);
+  tie_targets_.erase(name);
+  return p;
+}
+
+void Module::put_parameter(const std::string& name, Parameter p) {
+  HK_CHECK(!name.empty() && params_.count(name) == 0,
+           type_name_ + " already has a parameter '" + name + "'");
+  for (const auto& [n, c] : children_)
+    HK_CHECK(n != name, "put_parameter: '" + name + "' is a child of " + type_name_);
+  params_.emplace(name, std::move(p));
+}
+
 Parameter& Module::slot(const std::string& name) {
   return const_cast<Parameter&>(static_cast<const Module*>(this)->slot(name));
 }

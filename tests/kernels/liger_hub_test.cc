@@ -161,7 +161,8 @@ TEST(LigerHub, TablesDeclareInterfacesAndHonestModes) {
       {"LigerForCausalLMLossLayer", "causal_lm_loss@1"},
       {"LigerSwiGLUMLP", "mlp@1"},
       {"LigerGEGLUMLP", "mlp@1"},
-      {"LigerLinear", "linear@1"}};
+      {"LigerLinear", "linear@1"},
+      {"LigerRMSNormSwiGLUMLP", "rms_norm_mlp@1"}};
   for (const auto& [name, iface] : want) {
     const auto* e = lib->find_entry(name);
     ASSERT_NE(e, nullptr) << name;
@@ -542,6 +543,111 @@ TEST(LigerHub, LinearForwardBackwardThroughTheAbi) {
     ADD_FAILURE() << "a [3, 4] weight for x [2, 5] was accepted";
   } catch (const hk::Error& e) {
     EXPECT_NE(std::string(e.what()).find("weight must be [N, K]"), std::string::npos) << e.what();
+  }
+}
+
+// rms_norm_mlp@1 (LigerRMSNormSwiGLUMLP, KernelConfig fusions): the fused entry, with its layout's
+// concatenated gate_up weight, against the unfused pair the model runs without the fusion —
+// LigerRMSNorm then LigerSwiGLUMLP — through the ABI, forward and backward (weight gradients
+// written and accumulated), over dtypes and odd row counts; its layout as the ABI declares it.
+TEST(LigerHub, RmsNormSwiGLUMLPEqualsTheUnfusedNormAndMlp) {
+  auto fused = liger("LigerRMSNormSwiGLUMLP"), norm = liger("LigerRMSNorm"),
+       mlp = liger("LigerSwiGLUMLP");
+  const hk_layout* layout = fused.entry().raw->layout;
+  ASSERT_NE(layout, nullptr);
+  EXPECT_STREQ(layout->name, "LigerRMSNormSwiGLUMLPLayout");
+  ASSERT_EQ(layout->num_parameters, 3u);
+  EXPECT_STREQ(layout->parameters[1], "mlp.gate_up_proj.weight");
+  EXPECT_EQ(layout->conversions[0].op, HK_CONVERT_CONCAT);
+  struct Case {
+    DType dt;
+    int64_t rows, h, inter;
+    bool accumulate;
+  };
+  for (const Case& c :
+       {Case{DType::F32, 8, 40, 24, false}, Case{DType::BF16, 15, 72, 40, true},
+        Case{DType::F16, 1, 64, 128, false}, Case{DType::BF16, 32, 128, 96, false}}) {
+    SCOPED_TRACE(std::string(hk::dtype_name(c.dt)) + " rows " + std::to_string(c.rows));
+    const int64_t r = c.rows, h = c.h, in = c.inter;
+    M gv, uv;
+    Tensor x = randn({r, h}, c.dt, nullptr, 1.5f), w = randn({h}, c.dt, nullptr, 0.2f, 1.0f);
+    Tensor gate = randn({in, h}, c.dt, &gv, 0.2f), up = randn({in, h}, c.dt, &uv, 0.2f);
+    Tensor down = randn({h, in}, c.dt, nullptr, 0.2f), dy = randn({r, h}, c.dt, nullptr);
+    std::vector<float> cat(gv.begin(), gv.end());
+    cat.insert(cat.end(), uv.begin(), uv.end());
+    Tensor gate_up = Tensor::from_floats(cat, {2 * in, h}, c.dt).to(dev());
+    hk::RmsNormMlpAttrs fa;
+    fa.eps = 1e-6f;
+    fa.activation = hk::kActivationSiLU;
+    fa.flags = c.accumulate ? hk::kAccumulateWeightGrads : 0u;
+    hk::RmsNormAttrs na;
+    na.eps = 1e-6f;
+    na.flags = fa.flags;
+    hk::MlpAttrs ma;
+    ma.activation = hk::kActivationSiLU;
+    ma.flags = fa.flags;
+
+    // forward
+    // every other case keeps the pre-activations (a training forward), which backward then reads
+    const bool keep = c.rows % 2 == 1;
+    Tensor y = empty({r, h}, c.dt), rstd = empty({r}, DType::F32), kept = empty({r, 2 * in}, c.dt);
+    std::vector<hk::TensorView> fwd_out{y, rstd};
+    if (keep) fwd_out.push_back(kept);
+    call_with_workspace(fused, false, {x, w, gate_up, down}, fwd_out, fa);
+    Tensor n = empty({r, h}, c.dt), ry = empty({r, h}, c.dt), rrstd = empty({r}, DType::F32);
+    call_with_workspace(norm, false, {x, w}, {n, rrstd}, na);
+    call_with_workspace(mlp, false, {n, gate, up, down}, {ry}, ma);
+    const double tol = c.dt == DType::F32 ? 1e-5 : 1e-2;
+    expect_close(host(y), host(ry), tol, tol, "y");
+    expect_close(host(rstd), host(rrstd), 0, 1e-6, "rstd");
+    if (keep) {  // gu = n·gate_upᵀ: the unfused MLP's gate and up side by side
+      Tensor g = empty({r, in}, c.dt), u = empty({r, in}, c.dt), unused = empty({r, h}, c.dt);
+      call_with_workspace(mlp, false, {n, gate, up, down}, {unused, g, u}, ma);
+      const std::vector<double> gu = host(kept), gh = host(g), uh = host(u);
+      std::vector<double> want(gu.size());
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t j = 0; j < in; ++j) {
+          want[i * 2 * in + j] = gh[i * in + j];
+          want[i * 2 * in + in + j] = uh[i * in + j];
+        }
+      expect_close(gu, want, tol, tol, "kept gate_up");
+    }
+
+    // backward; the accumulate case starts every weight gradient from the same values
+    M w0, gu0, d0;
+    Tensor dw = randn({h}, DType::F32, &w0), dgu = randn({2 * in, h}, DType::F32, &gu0),
+           ddown = randn({h, in}, DType::F32, &d0);
+    Tensor dx = empty({r, h}, c.dt);
+    std::vector<hk::TensorView> bwd_in{dy, x, w, gate_up, down, rstd};
+    if (keep) bwd_in.push_back(kept);
+    call_with_workspace(fused, true, bwd_in, {dx, dw, dgu, ddown}, fa);
+    std::vector<float> g0(gu0.begin(), gu0.begin() + in * h), u0(gu0.begin() + in * h, gu0.end());
+    Tensor rdgate = Tensor::from_floats(g0, {in, h}, DType::F32).to(dev());
+    Tensor rdup = Tensor::from_floats(u0, {in, h}, DType::F32).to(dev());
+    Tensor rdw =
+        Tensor::from_floats(std::vector<float>(w0.begin(), w0.end()), {h}, DType::F32).to(dev());
+    Tensor rddown =
+        Tensor::from_floats(std::vector<float>(d0.begin(), d0.end()), {h, in}, DType::F32)
+            .to(dev());
+    Tensor dn = empty({r, h}, c.dt), rdx = empty({r, h}, c.dt);
+    call_with_workspace(mlp, true, {dy, n, gate, up, down}, {dn, rdgate, rdup, rddown}, ma);
+    call_with_workspace(norm, true, {dn, x, w, rrstd}, {rdx, rdw}, na);
+    expect_close(host(dx), host(rdx), tol, tol, "dx");
+    expect_close(host(dw), host(rdw), tol, tol, "dnorm_w");
+    std::vector<double> want = host(rdgate), want_up = host(rdup);
+    want.insert(want.end(), want_up.begin(), want_up.end());
+    expect_close(host(dgu), want, tol, tol, "dgate_up");
+    expect_close(host(ddown), host(rddown), tol, tol, "ddown");
+  }
+  // gate_up that is not [2I, H] for down [H, I] is refused with a sentence
+  Tensor x = randn({2, 8}, DType::F32, nullptr), w = randn({8}, DType::F32, nullptr);
+  Tensor gu = randn({6, 8}, DType::F32, nullptr), down = randn({8, 4}, DType::F32, nullptr);
+  Tensor y = empty({2, 8}, DType::F32);
+  try {
+    call_with_workspace(fused, false, {x, w, gu, down}, {y}, hk::RmsNormMlpAttrs{});
+    ADD_FAILURE() << "a [6, 8] gate_up for down [8, 4] was accepted";
+  } catch (const hk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gate_up_w [2I, H]"), std::string::npos) << e.what();
   }
 }
 

@@ -7,9 +7,10 @@
 // Compiled twice: the cpu variants (CI) and, with HK_SEEDS_CUDA, the same walk on cuda in bf16
 // (label gpu). Examples that name a device this machine has no runtime for (rocm, xpu) are shown
 // through the simulated selection (nothing loaded). Not walked here, with their issues: the
-// Liger TrainingArguments examples and the backward half of "mode awareness" (training), the
-// attn_implementation examples (attention kernels), and module fusion (fusion and layouts in
-// general). The example model "Qwen/Qwen3-0.6B" is the tiny Qwen3 fixture.
+// Liger TrainingArguments examples and the backward half of "mode awareness" (training) and the
+// attn_implementation examples (attention kernels); fusion and layouts beyond the guide's example
+// are tests/unit/kernelize/test_fusion.cc. The example model "Qwen/Qwen3-0.6B" is the tiny Qwen3
+// fixture.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -387,6 +388,60 @@ TEST_F(SeedExamples, L12_OnlyTheGivenEntriesWithoutInheritedDefaults) {
       ["kernels-community/rotary:apply_rotary_transformers", {"version": 2}]},
       "inherit_mapping": false})"),
                         r);
+}
+
+// ---- Loading guide: "module fusion"
+//   kernel_config = KernelConfig({(("RMSNorm", "model.layers.*.post_attention_layernorm"),
+//                                  ("MLP", "model.layers.*.mlp")):
+//                                  "owner/fused-rmsnorm-mlp:RMSNormMLP"})
+//   model = AutoModelForCausalLM.from_pretrained("Qwen/Qwen3-0.6B", use_kernels=True,
+//                                                kernel_config=kernel_config, device_map="auto")
+// "Fusion requires the kernel repo to ship a KernelNameLayout beside KernelName": RMSNormMLPLayout
+// (tests/seeds/fused-rmsnorm-mlp), declared before the checkpoint loads.
+TEST_F(SeedExamples, L13_FusionOfPostAttentionLayernormAndMlp) {
+  const std::string kernel = "owner/fused-rmsnorm-mlp:RMSNormMLP";
+  KernelConfig config;
+  FusionRule fusion;
+  fusion.modules = {{"RMSNorm", "model.layers.*.post_attention_layernorm"},
+                    {"MLP", "model.layers.*.mlp"}};
+  fusion.kernel.spec = kernel;
+  config.fusions.push_back(fusion);
+  const std::string json = R"({"fusions": [{"modules": [
+      ["RMSNorm", "model.layers.*.post_attention_layernorm"], ["MLP", "model.layers.*.mlp"]],
+      "kernel": "owner/fused-rmsnorm-mlp:RMSNormMLP"}]})";
+  {  // as written: owner is not a trusted org, so the fusion falls back, saying so
+    LoadOptions o = load_options();
+    o.use_kernels = true;
+    o.kernel_config = config;
+    testing::internal::CaptureStderr();
+    CausalLM model = load(o);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_TRUE(decision(*model.kernelize_report(), kMlp).kernel.empty());
+    EXPECT_NE(err.find("not from a trusted org"), std::string::npos) << err;
+  }
+  setenv("HK_TRUSTED_ORGS", "owner", 1);
+  LoadOptions o = load_options();
+  o.use_kernels = true;
+  o.kernel_config = config;
+  CausalLM model = load(o);
+  unsetenv("HK_TRUSTED_ORGS");
+  const KernelizeReport& r = *model.kernelize_report();
+  for (const std::string layer : {"0", "1"})
+    for (const std::string m : {"post_attention_layernorm", "mlp"}) {
+      const LayerDecision& d = decision(r, "model.layers." + layer + "." + m);
+      EXPECT_EQ(d.kernel, kernel) << d.path << ": " << d.reason;
+      EXPECT_NE(d.reason.find("layout RMSNormMLPLayout, declared before the checkpoint loads"),
+                std::string::npos)
+          << d.reason;
+    }
+  // the other layers keep the device's defaults (use_kernels=True)
+  EXPECT_FALSE(decision(r, kNorm).kernel.empty()) << decision(r, kNorm).reason;
+  bool gate_up = false;
+  for (auto& [name, p] : model.named_parameters())
+    gate_up = gate_up || name == "model.layers.1.mlp.gate_up_proj.weight";
+  EXPECT_TRUE(gate_up);
+  expect_same_logits(model);
+  expect_same_decisions(cli_report(json, "", {{"HK_TRUSTED_ORGS", "owner"}}), r);
 }
 
 //   kernel_mapping = {"RMSNorm": "/path/to/liger-kernels:LigerRMSNorm"}

@@ -145,6 +145,33 @@ TEST(CliUx, GenerateWarnsWhenAnExplicitKernelFallsBack) {
   EXPECT_EQ(quiet.err.find("warning"), std::string::npos) << quiet.err;
 }
 
+// docs/kernel-config.md's fusion example, as a --kernel-config file: hk generate gives the ids of
+// the unfused model, and hk kernelize --report shows the fused kernel on both modules.
+TEST(CliUx, AFusionInTheJsonConfigKeepsTheIdsAndShowsInTheReport) {
+  const std::string dir = ::testing::TempDir() + "/hk_cli_ux_fusion";
+  std::filesystem::create_directories(dir);
+  const std::string config = dir + "/fusion.json";
+  std::ofstream(config) << R"({"fusions": [{"modules": [
+      ["Qwen3RMSNorm", "model.layers.*.post_attention_layernorm"], ["Qwen3MLP", "model.layers.*.mlp"]],
+      "kernel": "kernels-community/liger-kernels:LigerRMSNormSwiGLUMLP"}], "inherit_mapping": false})";
+  const std::string gen = "generate --model " + model() + " --ids 1,5,9 --max-new-tokens 6 --json";
+  auto plain = run_cli(gen, kCleanEnv);
+  auto fused = run_cli(gen + " --kernel-config " + shell_quote(config), kCleanEnv);
+  ASSERT_EQ(plain.status, 0) << plain.err;
+  ASSERT_EQ(fused.status, 0) << fused.err;
+  EXPECT_EQ(fused.err.find("warning"), std::string::npos) << fused.err;
+  EXPECT_EQ(nlohmann::json::parse(fused.out)["ids"], nlohmann::json::parse(plain.out)["ids"]);
+  auto report = run_cli("kernelize --model " + model() + " --kernel-config " + shell_quote(config) +
+                            " --report --json",
+                        kCleanEnv);
+  ASSERT_EQ(report.status, 0) << report.err;
+  int fused_layers = 0;
+  const auto j = nlohmann::json::parse(report.out);
+  for (const auto& layer : j["layers"])
+    if (layer["kernel"] == "kernels-community/liger-kernels:LigerRMSNormSwiGLUMLP") ++fused_layers;
+  EXPECT_EQ(fused_layers, 4) << report.out;  // two layers × (norm, mlp)
+}
+
 TEST(CliUx, KernelDumpTakesHelpAndARelativePath) {
   const std::string dump =
       std::filesystem::absolute(test::binary_dir() + "/bin/hk-kernel-dump").string();

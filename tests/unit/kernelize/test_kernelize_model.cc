@@ -259,13 +259,13 @@ TEST_F(Kernelize, FusionLoadsTheOriginalCheckpointAndKeepsLogits) {
   const auto reference = logits();
   KernelConfig config;
   config.inherit_mapping = false;
-  config.fusions.push_back(norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLP"));
+  config.fusions.push_back(norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLP"));
   auto report = kernelize(model_.module(), Mode::Inference, options(config));
   for (const char* path :
        {"model.layers.0.post_attention_layernorm", "model.layers.0.mlp", "model.layers.1.mlp"}) {
     const LayerDecision* d = report.find(path);
     ASSERT_NE(d, nullptr) << path;
-    EXPECT_EQ(d->kernel, "kernels-community/fused-rmsnorm-mlp:RMSNormMLP") << d->reason;
+    EXPECT_EQ(d->kernel, "kernels-community/layout-test-kernels:RMSNormMLP") << d->reason;
     EXPECT_NE(d->reason.find("RMSNormMLPLayout"), std::string::npos) << d->reason;
   }
   const auto fused = logits();
@@ -279,10 +279,10 @@ TEST_F(Kernelize, FusionLoadsTheOriginalCheckpointAndKeepsLogits) {
 
 TEST_F(Kernelize, StatefulKernelLayoutRenamesItsParameter) {
   const auto reference = logits();
-  KernelConfig config{{{"RMSNorm", "kernels-community/fused-rmsnorm-mlp:ScaledRMSNorm"}}};
+  KernelConfig config{{{"RMSNorm", "kernels-community/layout-test-kernels:ScaledRMSNorm"}}};
   auto report = kernelize(model_.module(), Mode::Inference, options(config));
   const LayerDecision* d = report.find(kNorm);
-  EXPECT_EQ(d->kernel, "kernels-community/fused-rmsnorm-mlp:ScaledRMSNorm") << d->reason;
+  EXPECT_EQ(d->kernel, "kernels-community/layout-test-kernels:ScaledRMSNorm") << d->reason;
   EXPECT_NE(d->reason.find("ScaledRMSNormLayout"), std::string::npos) << d->reason;
   const auto out = logits();
   for (size_t i = 0; i < reference.size(); ++i)
@@ -300,11 +300,12 @@ TEST_F(Kernelize, FusionErrors) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error(norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLPNoLayout"), "Layout");
-  FusionRule different = norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLP");
+  expect_error(norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLPNoLayout"),
+               "Layout");
+  FusionRule different = norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLP");
   different.modules[1].second = "model.norm_mlp.*";
   expect_error(different, "different parents");
-  FusionRule nothing = norm_mlp_fusion("kernels-community/fused-rmsnorm-mlp:RMSNormMLP");
+  FusionRule nothing = norm_mlp_fusion("kernels-community/layout-test-kernels:RMSNormMLP");
   nothing.modules[1].second = "model.layers.*.feed_forward";
   expect_error(nothing, "matches no module");
 }

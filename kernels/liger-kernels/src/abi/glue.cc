@@ -541,6 +541,97 @@ void mlp_bwd_call(const hk_call& call) {
   LIGER_RUN(mlp_bwd, a, call);
 }
 
+// ---- rms_norm_mlp@1 (RMSNorm → gated MLP fused)
+// -------------------------------------------------- Inputs after the activations: the layout's
+// parameters — the norm's weight [H], gate_up [2I, H] (gate rows first), down [H, I]
+// (LigerRMSNormSwiGLUMLPLayout, liger_table.inc).
+void rms_mlp_common(const hk_call& call, int first, liger::RmsNormMlpArgs* a) {
+  const auto at = hk::sdk::read_attrs<hk::RmsNormMlpAttrs>(call);
+  a->act = mlp_act(at.activation);
+  a->eps = at.eps;
+  a->accumulate = (at.flags & hk::kAccumulateWeightGrads) != 0;
+  a->x = rows_of(hk::sdk::input(call, first, "x"), "x");
+  a->norm_w = vec_of(hk::sdk::input(call, first + 1, "norm weight"), a->x.cols, "norm weight");
+  a->gate_up_w = rows_of(hk::sdk::input(call, first + 2, "gate_up_w"), "gate_up_w");
+  a->down_w = rows_of(hk::sdk::input(call, first + 3, "down_w"), "down_w");
+  const int64_t h = a->x.cols, inter = a->down_w.cols;
+  if (a->gate_up_w.rows != 2 * inter || a->gate_up_w.cols != h || a->down_w.rows != h)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "rms_norm_mlp: weights must be gate_up_w [2I, H] and down_w [H, I] for x [..., H]");
+  for (const Rows* w : {&a->gate_up_w, &a->down_w})
+    if (w->dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "rms_norm_mlp: weights must have x's dtype");
+}
+
+// The kept pre-activations gu [rows, 2I] in x's dtype: forward output 2 / backward input 6.
+void rms_mlp_gate_up(const hk_tensor* t, liger::RmsNormMlpArgs* a) {
+  if (!t) return;
+  a->gate_up = rows_of(*t, "gate_up");
+  if (a->gate_up.rows != a->x.rows || a->gate_up.cols != a->gate_up_w.rows ||
+      a->gate_up.dt != a->x.dt)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "rms_norm_mlp: gate_up must be [rows, 2I] in x's dtype, one row per row of x");
+}
+
+size_t rms_mlp_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  const bool bwd = pass == HK_PASS_BACKWARD;
+  const hk_tensor& x = hk::sdk::input(call, bwd ? 1 : 0, "x");
+  const hk_tensor& down = hk::sdk::input(call, bwd ? 4 : 3, "down_w");
+  return liger::cuda::rms_norm_mlp_workspace_bytes(hk::sdk::rows(x), hk::sdk::last_dim(x),
+                                                   hk::sdk::last_dim(down), float_dt(x, "x"), bwd);
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+void rms_mlp_fwd_call(const hk_call& call) {
+  liger::RmsNormMlpArgs a;
+  rms_mlp_common(call, 0, &a);
+  const hk_tensor& y = hk::sdk::output(call, 0, "y");
+  same_shape(y, hk::sdk::input(call, 0, "x"), "y", "x");
+  a.y = rows_of(y, "y");
+  if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "rms_norm_mlp: y must have x's dtype");
+  a.rstd = f32_of(hk::sdk::optional_output(call, 1), a.x.rows, "rstd");
+  rms_mlp_gate_up(hk::sdk::optional_output(call, 2), &a);
+  check_workspace(call, rms_mlp_ws(call, HK_PASS_FORWARD), "rms_norm_mlp");
+  a.workspace = call.workspace;
+  if (a.x.cols == 0) return;
+  LIGER_RUN(rms_norm_mlp_fwd, a, call);
+}
+
+// The forward's rstd (input 5) is not read: backward recomputes the norm's output anyway, and
+// rstd with it. The forward's gate_up (input 6), when given, is read and overwritten.
+void rms_mlp_bwd_call(const hk_call& call) {
+  liger::RmsNormMlpArgs a;
+  rms_mlp_common(call, 1, &a);
+  const hk_tensor& x = hk::sdk::input(call, 1, "x");
+  const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+  const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
+  same_shape(dy, x, "dy", "x");
+  same_shape(dx, x, "dx", "x");
+  a.dy = rows_of(dy, "dy"), a.dx = rows_of(dx, "dx");
+  if (a.dy.dt != a.x.dt || a.dx.dt != a.x.dt)
+    fail(HK_STATUS_UNSUPPORTED, "rms_norm_mlp backward: dy, x and dx must share one dtype");
+  rms_mlp_gate_up(hk::sdk::optional_input(call, 6), &a);
+  if (const hk_tensor* t = hk::sdk::optional_output(call, 1))
+    a.dnorm_w = vec_of(*t, a.x.cols, "dnorm_w");
+  const Rows* ws[2] = {&a.gate_up_w, &a.down_w};
+  Rows* gs[2] = {&a.dgate_up_w, &a.ddown_w};
+  const char* names[2] = {"dgate_up_w", "ddown_w"};
+  for (int i = 0; i < 2; ++i)
+    if (const hk_tensor* t = hk::sdk::optional_output(call, 2 + i)) {
+      *gs[i] = rows_of(*t, names[i]);
+      if (gs[i]->rows != ws[i]->rows || gs[i]->cols != ws[i]->cols)
+        fail(HK_STATUS_INVALID_ARGUMENT,
+             std::string("rms_norm_mlp backward: ") + names[i] + " must be shaped like its weight");
+    }
+  check_workspace(call, rms_mlp_ws(call, HK_PASS_BACKWARD), "rms_norm_mlp backward");
+  a.workspace = call.workspace;
+  if (a.x.cols == 0) return;
+  LIGER_RUN(rms_norm_mlp_bwd, a, call);
+}
+
 // ---- linear@1 -----------------------------------------------------------------------------------
 size_t linear_ws(const hk_call& call, uint32_t pass) {
 #if LIGER_CUDA
@@ -887,6 +978,15 @@ hk_status mlp_backward(const hk_call* c) noexcept {
 }
 hk_status mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
   return hk::sdk::workspace_point<mlp_ws>(c, p, b);
+}
+hk_status rms_norm_mlp_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { rms_mlp_fwd_call(*c); });
+}
+hk_status rms_norm_mlp_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { rms_mlp_bwd_call(*c); });
+}
+hk_status rms_norm_mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<rms_mlp_ws>(c, p, b);
 }
 hk_status linear_forward(const hk_call* c) noexcept {
   return hk::sdk::guard(c, [&] { linear_fwd_call(*c); });

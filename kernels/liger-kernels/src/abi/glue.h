@@ -34,6 +34,9 @@
   hk_status mlp_forward(const hk_call* call) noexcept;                                       \
   hk_status mlp_backward(const hk_call* call) noexcept;                                      \
   hk_status mlp_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;           \
+  hk_status rms_norm_mlp_forward(const hk_call* call) noexcept;                              \
+  hk_status rms_norm_mlp_backward(const hk_call* call) noexcept;                             \
+  hk_status rms_norm_mlp_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;  \
   hk_status linear_forward(const hk_call* call) noexcept;                                    \
   hk_status linear_backward(const hk_call* call) noexcept;                                   \
   hk_status linear_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;        \

@@ -1,5 +1,6 @@
 // cpu/mlp.cc — the gated MLP (three projections around the gated activation), forward and
-// backward, with a naive row-major GEMM (f32 accumulation, one rounding to the output dtype).
+// backward, with a naive row-major GEMM (f32 accumulation, one rounding to the output dtype), and
+// the fused RMSNorm → gated MLP (args.h RmsNormMlpArgs) built from the norm and the MLP here.
 // g = x·gate_wᵀ and u = x·up_wᵀ go into the caller's MlpArgs::gate/up when given (and backward
 // then reads them instead of recomputing), else into local buffers; h is always recomputed.
 // Simple and slow by design: the cpu variant is the portable reference, not a BLAS.
@@ -56,6 +57,22 @@ void mlp_bwd(const MlpArgs& a) {
   gemm(false, false, rows, h, inter, ur, a.up_w, a.dx, true);
   if (a.dgate_w.data) gemm(true, false, inter, h, rows, gr, a.x, a.dgate_w, a.accumulate);
   if (a.dup_w.data) gemm(true, false, inter, h, rows, ur, a.x, a.dup_w, a.accumulate);
+}
+
+void rms_norm_mlp_fwd(const RmsNormMlpArgs& a) {
+  Buffer n(a.x.rows, a.x.cols, a.x.dt);
+  rms_norm_fwd(norm_of(a, n.rows, a.rstd));
+  mlp_fwd(mlp_on_normed(a, n.rows));
+}
+
+void rms_norm_mlp_bwd(const RmsNormMlpArgs& a) {
+  Buffer n(a.x.rows, a.x.cols, a.x.dt), dn(a.x.rows, a.x.cols, a.x.dt);
+  std::vector<float> rstd(static_cast<size_t>(a.x.rows) + 1);
+  rms_norm_fwd(norm_of(a, n.rows, rstd.data()));
+  MlpArgs m = mlp_on_normed(a, n.rows);
+  m.dx = dn.rows;
+  mlp_bwd(m);
+  rms_norm_bwd(norm_backward_of(a, dn.rows, rstd.data(), nullptr));
 }
 
 }  // namespace liger::cpu

@@ -247,6 +247,87 @@ struct MlpArgs {
   void* workspace = nullptr;
 };
 
+// ---- RMSNorm → gated MLP, fused (rms_norm_mlp@1; its layout: the norm's weight [H], gate_up [2I,
+// H] = the gate rows then the up rows, down [H, I])
+// --------------------------------------------------- forward : n = RMSNorm_llama(x, norm_w)
+// (rounded to x's dtype, as the unfused norm writes it);
+//           gu = n·gate_upᵀ (one GEMM for both projections); h = round(act(gu[:, :I]))·gu[:, I:];
+//           y = h·downᵀ — the numbers of the two layers unfused.
+// backward: n (and rstd) recomputed; gu from the forward (`gate_up`) or recomputed; h, dh =
+// dy·down,
+//           d(down) (+)= dyᵀ·h, (dg, du) in place over gu, dn = dgu·gate_up (one GEMM),
+//           d(gate_up) (+)= dguᵀ·n (one GEMM), then the RMSNorm backward (dx, d(norm_w)).
+// The cuda variant takes its intermediates from the workspace (rms_norm_mlp_workspace_bytes); the
+// cpu variant allocates them.
+struct RmsNormMlpArgs {
+  Act act = Act::SiLU;
+  float eps = 1e-6f;
+  Rows x;                    // [rows, H]
+  Vec norm_w;                // [H]
+  Rows gate_up_w, down_w;    // [2I, H], [H, I]
+  Rows y;                    // forward output [rows, H]
+  float* rstd = nullptr;     // forward: f32 [rows], optional (what a training forward keeps)
+  Rows gate_up;              // [rows, 2I] kept pre-activations, optional (data null): forward
+                             // writes gu there, backward reads it and overwrites it with dgu
+  Rows dy, dx;               // backward
+  Vec dnorm_w;               // backward, optional (data null); f32 or the weight's dtype
+  Rows dgate_up_w, ddown_w;  // backward, each optional (data null)
+  bool accumulate = false;   // weight gradients are added to
+  void* workspace = nullptr;
+};
+
+// The first (gate) or second (up) block of rows of a [2I, H] matrix.
+inline Rows row_half(const Rows& m, bool second) {
+  Rows r = m;
+  r.rows = m.rows / 2;
+  if (second && m.data)
+    r.data =
+        static_cast<char*>(m.data) + static_cast<size_t>(r.rows * m.row_stride) * dt_size(m.dt);
+  return r;
+}
+
+// The gate (first) or up (second) columns of a [rows, 2I] matrix: [rows, I] with its row stride.
+inline Rows col_half(const Rows& m, bool second) {
+  Rows r = m;
+  r.cols = m.cols / 2;
+  if (second && m.data)
+    r.data = static_cast<char*>(m.data) + static_cast<size_t>(r.cols) * dt_size(m.dt);
+  return r;
+}
+
+// The gated MLP part of a fused call, run on the normalised rows `n`: gate_w and up_w (and their
+// gradients) are the halves of gate_up.
+inline MlpArgs mlp_on_normed(const RmsNormMlpArgs& a, const Rows& n) {
+  MlpArgs m;
+  m.act = a.act;
+  m.x = n;
+  m.gate_w = row_half(a.gate_up_w, false), m.up_w = row_half(a.gate_up_w, true);
+  m.down_w = a.down_w;
+  m.y = a.y;
+  m.dy = a.dy;
+  m.dgate_w = row_half(a.dgate_up_w, false), m.dup_w = row_half(a.dgate_up_w, true);
+  m.ddown_w = a.ddown_w;
+  if (a.gate_up.data) m.gate = col_half(a.gate_up, false), m.up = col_half(a.gate_up, true);
+  m.accumulate = a.accumulate;
+  return m;
+}
+
+// The RMSNorm part of a fused call: x → n (llama casting, no offset).
+inline RmsNormFwd norm_of(const RmsNormMlpArgs& a, const Rows& n, float* rstd) {
+  RmsNormFwd f;
+  f.x = a.x, f.y = n, f.w = a.norm_w, f.rstd = rstd, f.eps = a.eps;
+  f.mode = CastMode::Llama;
+  return f;
+}
+inline RmsNormBwd norm_backward_of(const RmsNormMlpArgs& a, const Rows& dn, const float* rstd,
+                                   void* workspace) {
+  RmsNormBwd b;
+  b.dy = dn, b.x = a.x, b.dx = a.dx, b.w = a.norm_w, b.rstd = rstd, b.dw = a.dnorm_w;
+  b.accumulate_dw = a.accumulate, b.eps = a.eps, b.mode = CastMode::Llama;
+  b.workspace = workspace;
+  return b;
+}
+
 // ---- Linear (linear@1) --------------------------------------------------------------------------
 // forward : y[rows, N] = x[rows, K]·wᵀ (+ b), f32 accumulation, one rounding (the bias is added
 //           before it)

@@ -44,6 +44,11 @@ size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backw
                            bool saved_gate_up = false);
 int mlp_fwd(const MlpArgs& a, void* stream);
 int mlp_bwd(const MlpArgs& a, void* stream);
+// The fused RMSNorm → gated MLP (args.h): forward one [rows, 2I] GEMM for gate and up.
+size_t rms_norm_mlp_workspace_bytes(int64_t rows, int64_t hidden, int64_t intermediate, Dt dt,
+                                    bool backward);
+int rms_norm_mlp_fwd(const RmsNormMlpArgs& a, void* stream);
+int rms_norm_mlp_bwd(const RmsNormMlpArgs& a, void* stream);
 size_t linear_workspace_bytes();
 int linear_fwd(const LinearArgs& a, void* stream);
 int linear_bwd(const LinearArgs& a, void* stream);
