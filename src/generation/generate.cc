@@ -88,7 +88,9 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
                               std::to_string(config.vocab_size) + ")");
     len = std::max<int64_t>(len, static_cast<int64_t>(prompts[r].size()));
   }
-  if (len + options.max_new_tokens > config.max_position_embeddings)
+  const int64_t total_length =
+      checked_add(len, options.max_new_tokens, "the prompt length plus max_new_tokens");
+  if (total_length > config.max_position_embeddings)
     throw InvalidArgument(
         "prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
         std::to_string(options.max_new_tokens) + " is longer than the model's context of " +
@@ -114,8 +116,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   }
   const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; });
 
-  KVCache cache(config.num_hidden_layers, b, len + options.max_new_tokens,
-                config.num_key_value_heads, config.head_dim, lm.dtype, lm.device);
+  KVCache cache(config.num_hidden_layers, b, total_length, config.num_key_value_heads,
+                config.head_dim, lm.dtype, lm.device);
   std::mt19937_64 rng(options.seed);
   Stream stream;
   ForwardOptions fwd;

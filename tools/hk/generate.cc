@@ -17,6 +17,7 @@
 // context) is an hk::Error: exit status 1 and one sentence on stderr.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -77,6 +78,12 @@ void run_generate(const GenerateArgs& a) {
   if (a.prompt.empty() == a.ids.empty())
     throw hk::InvalidArgument("give exactly one of --prompt TEXT or --ids 1,2,3");
   if (a.max_new_tokens < 0) throw hk::InvalidArgument("--max-new-tokens must be >= 0");
+  // NaN compares false with everything, so "> 0" alone would quietly turn sampling off.
+  if (a.temperature && !(std::isfinite(*a.temperature) && *a.temperature >= 0))
+    throw hk::InvalidArgument("--temperature must be a finite number >= 0 (0 = greedy)");
+  if (a.top_p && !(*a.top_p > 0 && *a.top_p <= 1))
+    throw hk::InvalidArgument("--top-p must be a number in (0, 1]");
+  if (a.top_k && *a.top_k < 0) throw hk::InvalidArgument("--top-k must be >= 0");
 
   hk::LoadOptions load;
   load.device = a.device;
@@ -110,7 +117,6 @@ void run_generate(const GenerateArgs& a) {
   options.do_sample = a.top_k.has_value() || a.top_p.has_value() ||
                       (a.temperature.has_value() && *a.temperature > 0);
   if (a.temperature && *a.temperature > 0) options.temperature = *a.temperature;
-  if (a.temperature && *a.temperature < 0) throw hk::InvalidArgument("--temperature must be >= 0");
   options.top_k = a.top_k.value_or(0);
   options.top_p = a.top_p.value_or(1.0);
   options.seed = a.seed;
