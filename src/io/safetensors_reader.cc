@@ -130,8 +130,9 @@ class HeaderReader {
   void read(const unsigned char* text, size_t len) {
     json::sax_parse(text, text + len, this, json::input_format_t::json, /*strict=*/true);
     if (!root_is_object_) fail(path_, "the header is not a JSON object");
-    std::sort(tensors_.begin(), tensors_.end(),
-              [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; });
+    auto by_name = [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; };
+    if (!std::is_sorted(tensors_.begin(), tensors_.end(), by_name))  // writers usually sort
+      std::sort(tensors_.begin(), tensors_.end(), by_name);
     for (size_t i = 1; i < tensors_.size(); ++i)
       if (tensors_[i].name == tensors_[i - 1].name) duplicate(tensors_[i].name);
   }
@@ -165,13 +166,20 @@ class HeaderReader {
   bool key(json::string_t& k) {
     Frame& top = frames_.back();
     if (top.kind == Kind::Entry) {
-      field_ = k == "dtype"          ? Field::Dtype
-               : k == "shape"        ? Field::Shape
-               : k == "data_offsets" ? Field::Offsets
-                                     : Field::Other;
-      if (!top.keys.insert(k).second) duplicate(k);
-    } else if (top.kind == Kind::Ignored) {
-      if (!top.keys.insert(k).second) duplicate(k);
+      unsigned bit = 0;
+      if (k == "dtype") {
+        field_ = Field::Dtype, bit = 1;
+      } else if (k == "shape") {
+        field_ = Field::Shape, bit = 2;
+      } else if (k == "data_offsets") {
+        field_ = Field::Offsets, bit = 4;
+      } else {
+        field_ = Field::Other;
+      }
+      if (bit ? (top.seen & bit) != 0 : !remember(top, k)) duplicate(k);
+      top.seen |= bit;
+    } else if (top.kind == Kind::Ignored && top.is_object) {
+      if (!remember(top, k)) duplicate(k);
     }
     key_ = std::move(k);
     return true;
@@ -190,8 +198,16 @@ class HeaderReader {
   enum class Scalar { Unsigned, Negative, String, Other };
   struct Frame {
     Kind kind;
-    std::set<std::string> keys;  // only filled for Entry and Ignored objects
+    bool is_object = false;
+    unsigned seen = 0;              // Entry: dtype / shape / data_offsets seen (bits 1, 2, 4)
+    std::vector<std::string> keys;  // other keys of an Entry or Ignored object (rare, short)
   };
+  // False when `key` was already seen in this object.
+  static bool remember(Frame& frame, const std::string& key) {
+    if (std::find(frame.keys.begin(), frame.keys.end(), key) != frame.keys.end()) return false;
+    frame.keys.push_back(key);
+    return true;
+  }
   // What one entry said, checked when it closes.
   struct Entry {
     std::string name;
@@ -215,7 +231,7 @@ class HeaderReader {
       fail(path_, "the JSON header nests deeper than a safetensors header can");
     if (frames_.empty()) {
       root_is_object_ = is_object;
-      frames_.push_back({is_object ? Kind::Root : Kind::Ignored, {}});
+      frames_.push_back({is_object ? Kind::Root : Kind::Ignored, is_object, 0, {}});
       return true;
     }
     Frame& top = frames_.back();
@@ -232,7 +248,7 @@ class HeaderReader {
           if (!is_object)
             fail_tensor(path_, key_, "must be a JSON object with dtype, shape and data_offsets");
           current_ = Entry{};
-          current_.name = key_;
+          current_.name = std::move(key_);
           kind = Kind::Entry;
         }
         break;
@@ -263,7 +279,7 @@ class HeaderReader {
       case Kind::Ignored:
         break;
     }
-    frames_.push_back({kind, {}});
+    frames_.push_back({kind, is_object, 0, {}});
     return true;
   }
 
