@@ -35,6 +35,13 @@ struct LoadOptions {
   // "" = "eager"; "sdpa" built in; "flash_attention_2|3|4" or a hub id go through kernelize.
   std::string attn_implementation;
   bool allow_all_kernels = false;
+  // Kernel supply chain (docs/security.md), applied by kernelize here and again by train()/eval():
+  // every hub kernel must be pinned by this hk.lock ("" = HK_KERNELS_LOCK, if set) unless
+  // allow_unlocked_kernels; require_signed_kernels (or HK_REQUIRE_SIGNED=1) refuses kernels whose
+  // metadata.json is not signed by a trusted publisher key of their org (HK_PUBLISHER_KEYS).
+  std::string kernels_lock;
+  bool allow_unlocked_kernels = false;
+  bool require_signed_kernels = false;
   // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
   nn::KeyMapping key_mapping;
   // Called with the built, still unallocated tree right before the checkpoint loads: the place

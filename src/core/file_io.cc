@@ -120,7 +120,7 @@ TempFile::TempFile(const fs::path& dir, std::string_view suffix, mode_t mode)
     : dir_(dir.empty() ? fs::path(".") : dir) {
   for (int attempt = 0; attempt < 64; ++attempt) {
     fs::path candidate = dir_ / random_name(suffix);
-    int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    int fd = ::open(candidate.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd >= 0) {
       fd_ = fd;
       path_ = std::move(candidate);
@@ -163,7 +163,7 @@ void TempFile::commit(const fs::path& target) {
     throw RuntimeFailure("cannot rename " + path_.string() + " to " + target.string() + ": " +
                          errno_text(errno));
   committed_ = true;
-  fsync_dir(dir_);
+  fsync_dir(target.has_parent_path() ? target.parent_path() : fs::path("."));
 }
 
 void write_file_atomically(const fs::path& target, std::string_view data, mode_t mode) {

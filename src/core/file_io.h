@@ -80,8 +80,8 @@ class TempFile {
   const std::filesystem::path& path() const { return path_; }
   // Appends all of `data`; a short write (disk full) is a RuntimeFailure naming `label`.
   void write(const void* data, size_t size, std::string_view label);
-  // fsync + close, then rename onto `target` (which must be in the same directory) and fsync the
-  // directory so the rename survives a crash.
+  // fsync + close, then rename onto `target` (on the same file system: normally the same
+  // directory) and fsync the target's directory so the rename survives a crash.
   void commit(const std::filesystem::path& target);
 
  private:

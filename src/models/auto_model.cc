@@ -13,6 +13,7 @@
 #include "hk/attention_functions.h"
 #include "hk/checkpoint.h"
 #include "hk/error.h"
+#include "hk/hub.h"
 
 namespace hk {
 namespace {
@@ -139,6 +140,16 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
       k.config = KernelConfig::from_file(options.kernel_config_file);
     k.attn_implementation = options.attn_implementation;
     k.allow_all_kernels = options.allow_all_kernels;
+    // One Hub with the lock and signature policy, kept in kernelize_options so train()/eval()
+    // re-apply them.
+    if (!options.kernels_lock.empty() || options.allow_unlocked_kernels ||
+        options.require_signed_kernels) {
+      hub::HubConfig hc = hub::HubConfig::from_environment();
+      if (!options.kernels_lock.empty()) hc.set_lock_file(options.kernels_lock);
+      hc.allow_unlocked = hc.allow_unlocked || options.allow_unlocked_kernels;
+      hc.require_signed = hc.require_signed || options.require_signed_kernels;
+      k.hub = std::make_shared<hub::Hub>(hc);
+    }
     lm.kernelize_report = kernelize(lm, Mode::Inference, k);
     lm.kernelize_options = k;
   }

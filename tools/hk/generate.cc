@@ -1,6 +1,7 @@
 // `hk generate --model DIR (--prompt TEXT | --ids 1,2,3) [--max-new-tokens N] [--device cpu|cuda]
 //   [--dtype auto|f32|bf16|f16] [--temperature T --top-k K --top-p P --seed S] [--json]
-//   [--use-kernels] [--kernel-config FILE.json] [--attn-implementation NAME] [--allow-all-kernels]`
+//   [--use-kernels] [--kernel-config FILE.json] [--attn-implementation NAME] [--allow-all-kernels]
+//   [--kernels-lock FILE] [--allow-unlocked-kernels] [--require-signed]`
 //
 // Loads the model with AutoModelForCausalLM::from_pretrained and generates. Greedy unless one of
 // --temperature (> 0), --top-k or --top-p is given. --prompt needs DIR/tokenizer.json. The
@@ -47,6 +48,9 @@ struct GenerateArgs {
   std::string kernel_config;
   std::string attn_implementation;
   bool allow_all_kernels = false;
+  std::string kernels_lock;
+  bool allow_unlocked_kernels = false;
+  bool require_signed_kernels = false;
 };
 
 std::vector<int64_t> parse_ids(const std::string& text) {
@@ -92,6 +96,9 @@ void run_generate(const GenerateArgs& a) {
   load.kernel_config_file = a.kernel_config;
   load.attn_implementation = a.attn_implementation;
   load.allow_all_kernels = a.allow_all_kernels;
+  load.kernels_lock = a.kernels_lock;
+  load.allow_unlocked_kernels = a.allow_unlocked_kernels;
+  load.require_signed_kernels = a.require_signed_kernels;
 
   std::vector<int64_t> prompt_ids;
   std::optional<hk::Tokenizer> tokenizer;
@@ -169,6 +176,12 @@ void add_generate(CLI::App& app) {
                   "eager, sdpa, flash_attention_2|3|4 or a hub id org/repo[@rev][:fn]");
   cmd->add_flag("--allow-all-kernels", args->allow_all_kernels,
                 "trust kernels outside trusted orgs");
+  cmd->add_option("--kernels-lock", args->kernels_lock,
+                  "hk.lock every hub kernel must be pinned by (default: HK_KERNELS_LOCK)");
+  cmd->add_flag("--allow-unlocked-kernels", args->allow_unlocked_kernels,
+                "with a lock, also load repos it does not pin");
+  cmd->add_flag("--require-signed", args->require_signed_kernels,
+                "refuse kernels not signed by a trusted publisher key (HK_REQUIRE_SIGNED=1)");
   cmd->callback([args] { run_generate(*args); });
 }
 
