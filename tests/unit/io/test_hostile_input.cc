@@ -117,7 +117,8 @@ TEST(HostileSafetensors, DuplicateAndDeepHeadersAreRefused) {
               SafetensorsFile::from_bytes(b.data(), b.size());
             }).find("twice"),
             std::string::npos);
-  const std::string dup_field = R"({"a":{"dtype":"U8","dtype":"F32","shape":[1],"data_offsets":[0,1]}})";
+  const std::string dup_field =
+      R"({"a":{"dtype":"U8","dtype":"F32","shape":[1],"data_offsets":[0,1]}})";
   EXPECT_NE(message_of([&] {
               auto b = test::safetensors_bytes(dup_field, "x");
               SafetensorsFile::from_bytes(b.data(), b.size());
@@ -209,8 +210,8 @@ TEST(HostileConfig, ValuesAModelCannotRunWithAreRefused) {
   EXPECT_NE(with(R"(, "rms_norm_eps": -1e-6)").find("rms_norm_eps"), std::string::npos);
   EXPECT_NE(with(R"(, "rms_norm_eps": 0)").find("greater than 0"), std::string::npos);
   for (const char* factor : {"factor", "low_freq_factor", "high_freq_factor"}) {
-    std::string m = with(R"(, "rope_scaling": {"rope_type": "llama3", ")" + std::string(factor) +
-                         R"(": 0})");
+    std::string m =
+        with(R"(, "rope_scaling": {"rope_type": "llama3", ")" + std::string(factor) + R"(": 0})");
     EXPECT_NE(m.find(factor), std::string::npos) << m;
   }
   EXPECT_NE(with(R"(, "rope_scaling": {"rope_type": "llama3", "low_freq_factor": 4,
@@ -251,9 +252,9 @@ TEST(CheckedSizes, HugeContextAndMaxNewTokensEndInASentence) {
   config["max_position_embeddings"] = int64_t{1} << 62;
   fs::path model = model_with_config(tmp.path() / "m", config.dump());
   for (const char* max_new : {"4611686018427387900", "9223372036854775806"}) {
-    auto r = run_hk({"generate", "--model", model.string(), "--ids", "1,2,3", "--max-new-tokens",
-                     max_new},
-                    {}, 60s);
+    auto r = run_hk(
+        {"generate", "--model", model.string(), "--ids", "1,2,3", "--max-new-tokens", max_new}, {},
+        60s);
     EXPECT_EQ(r.exit_code, 1) << max_new << ": " << r.err;
     EXPECT_NE(r.err.find("too large"), std::string::npos) << r.err;
     EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "one sentence: " << r.err;
