@@ -183,15 +183,19 @@ TEST(HostileFiles, FifoNamedConfigJsonIsRefusedWithoutBlocking) {
 }
 
 TEST(HostileConfig, DeepNestingIsASentenceNotACrash) {
-  const std::string deep = std::string(40000, '[') + std::string(40000, ']');
+  // 1,000,000 levels (2 MB): deep enough that the recursive code behind nlohmann's parser
+  // (dump() for the error message) overflowed the 8 MB stack and hk generate died of SIGSEGV.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
   std::string m = message_of([&] {
     ModelConfig::from_json("{\"model_type\": \"qwen3\", \"vocab_size\": " + deep + "}", "cfg");
   });
   EXPECT_NE(m.find("nests deeper than 64 levels"), std::string::npos) << m;
-  // Through the CLI: exit 1 with the sentence (it crashed with SIGSEGV before).
+  m = message_of([&] { GenerationConfig::from_json("{\"temperature\": " + deep + "}", "gen"); });
+  EXPECT_NE(m.find("nests deeper"), std::string::npos) << m;
+  // Through the CLI: exit 1 with the sentence.
   hub::testing::TempDir tmp;
-  fs::path model =
-      model_with_config(tmp.path() / "m", "{\"model_type\": \"qwen3\", \"x\": " + deep + "}");
+  fs::path model = model_with_config(
+      tmp.path() / "m", "{\"model_type\": \"qwen3\", \"vocab_size\": " + deep + "}");
   auto r = run_hk({"generate", "--model", model.string(), "--ids", "1,2"}, {}, 30s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("nests deeper"), std::string::npos) << r.err;
