@@ -103,6 +103,10 @@ struct HubConfig {
   // Every field above from its environment variable (unset = the default shown). A malformed
   // value (HK_HUB_TIMEOUT=soon, an unreadable HK_KERNELS_LOCK) is an InvalidArgument naming it.
   static HubConfig from_environment();
+  // The same plus what LoadOptions or command-line flags add: a lock file (when non-empty) and the
+  // two opt-ins, each OR-ed with its environment variable.
+  static HubConfig from_environment(const std::filesystem::path& lock_file, bool allow_unlocked,
+                                    bool require_signed);
   // Loads `path` as the lock (NotFound / InvalidArgument when it is missing or malformed).
   void set_lock_file(const std::filesystem::path& path);
 };

@@ -42,11 +42,7 @@ class StrictBuilder {
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep position and reason.
-    std::string_view what = e.what();
-    if (const size_t close = what.find("] "); what.starts_with("[json.") && close != what.npos)
-      what.remove_prefix(close + 2);
-    fail("is not valid JSON (" + escape_control_bytes(what.substr(0, 300)) + ")");
+    fail("is not valid JSON (" + json_error_reason(e) + ")");
   }
 
  private:
@@ -117,6 +113,13 @@ class StrictBuilder {
 };
 
 }  // namespace
+
+std::string json_error_reason(const nlohmann::detail::exception& e) {
+  std::string_view what = e.what();
+  if (const size_t close = what.find("] "); what.starts_with("[json.") && close != what.npos)
+    what.remove_prefix(close + 2);
+  return escape_control_bytes(what.substr(0, 300));
+}
 
 nlohmann::json parse_json_strict(std::string_view text, std::string_view prefix,
                                  const JsonLimits& limits) {

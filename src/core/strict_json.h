@@ -26,6 +26,10 @@ struct JsonLimits {
 // Parses `text`. Every failure is an InvalidArgument: `subject` (e.g. "kernel config cfg.json ")
 // followed by what is wrong ("is not valid JSON (...)", "nests deeper than 64 levels, ...", "has
 // the key \"RMSNorm\" twice in \"kernel_mapping\" ...").
+// nlohmann's message without its "[json.exception.parse_error.101] " prefix, control bytes
+// escaped, at most 300 characters: the position and the reason.
+std::string json_error_reason(const nlohmann::detail::exception& e);
+
 nlohmann::json parse_json_strict(std::string_view text, std::string_view subject,
                                  const JsonLimits& limits = {});
 

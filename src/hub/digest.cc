@@ -31,18 +31,23 @@ void Sha256::update(const void* data, size_t size) {
   if (EVP_DigestUpdate(ctx_, data, size) != 1) throw RuntimeFailure("OpenSSL sha256 update failed");
 }
 
+std::string to_hex(const unsigned char* bytes, size_t n) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out += hex[bytes[i] >> 4];
+    out += hex[bytes[i] & 15];
+  }
+  return out;
+}
+
 std::string Sha256::hex() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   if (EVP_DigestFinal_ex(ctx_, digest, &length) != 1)
     throw RuntimeFailure("OpenSSL sha256 final failed");
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < length; ++i) {
-    out += hex[digest[i] >> 4];
-    out += hex[digest[i] & 15];
-  }
-  return out;
+  return to_hex(digest, length);
 }
 
 std::string sha256_fd(int fd, const std::filesystem::path& path_for_messages) {

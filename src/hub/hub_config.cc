@@ -110,6 +110,15 @@ HubConfig HubConfig::from_environment() {
   return c;
 }
 
+HubConfig HubConfig::from_environment(const std::filesystem::path& lock_file, bool allow_unlocked,
+                                      bool require_signed) {
+  HubConfig c = from_environment();
+  if (!lock_file.empty()) c.set_lock_file(lock_file);
+  c.allow_unlocked = c.allow_unlocked || allow_unlocked;
+  c.require_signed = c.require_signed || require_signed;
+  return c;
+}
+
 void HubConfig::set_lock_file(const std::filesystem::path& path) {
   lock = load_lockfile(path);
   lock_file = path;

@@ -11,6 +11,8 @@ struct evp_md_ctx_st;
 
 namespace hk::hub {
 
+std::string to_hex(const unsigned char* bytes, size_t n);  // lower-case
+
 class Sha256 {
  public:
   Sha256();

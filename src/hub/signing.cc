@@ -16,6 +16,7 @@
 #include "core/strict_json.h"
 #include "hk/error.h"
 #include "hk/hub_spec.h"
+#include "hub/sha256.h"
 
 namespace hk::hub {
 namespace {
@@ -26,16 +27,6 @@ using MdCtx = std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)>;
 using Bio = std::unique_ptr<BIO, int (*)(BIO*)>;
 
 constexpr size_t kPublicKeyBytes = 32, kSignatureBytes = 64;
-
-std::string to_hex(const unsigned char* bytes, size_t n) {
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (size_t i = 0; i < n; ++i) {
-    out += hex[bytes[i] >> 4];
-    out += hex[bytes[i] & 15];
-  }
-  return out;
-}
 
 bool is_hex(std::string_view s, size_t length) {
   if (s.size() != length) return false;

@@ -25,6 +25,7 @@
 #include <set>
 
 #include "core/file_io.h"
+#include "core/strict_json.h"
 #include "hk/error.h"
 #include "hk/safetensors.h"
 
@@ -185,11 +186,7 @@ class HeaderReader {
     return true;
   }
   bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep the position and reason.
-    std::string_view what = e.what();
-    if (const size_t close = what.find("] "); what.starts_with("[json.") && close != what.npos)
-      what.remove_prefix(close + 2);
-    fail(path_, "the header is not valid JSON (" + shown(what, 240) + ")");
+    fail(path_, "the header is not valid JSON ('" + json_error_reason(e) + "')");
   }
 
  private:

@@ -144,11 +144,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
     // re-apply them.
     if (!options.kernels_lock.empty() || options.allow_unlocked_kernels ||
         options.require_signed_kernels) {
-      hub::HubConfig hc = hub::HubConfig::from_environment();
-      if (!options.kernels_lock.empty()) hc.set_lock_file(options.kernels_lock);
-      hc.allow_unlocked = hc.allow_unlocked || options.allow_unlocked_kernels;
-      hc.require_signed = hc.require_signed || options.require_signed_kernels;
-      k.hub = std::make_shared<hub::Hub>(hc);
+      k.hub = std::make_shared<hub::Hub>(hub::HubConfig::from_environment(
+          options.kernels_lock, options.allow_unlocked_kernels, options.require_signed_kernels));
     }
     lm.kernelize_report = kernelize(lm, Mode::Inference, k);
     lm.kernelize_options = k;

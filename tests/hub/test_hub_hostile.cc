@@ -6,9 +6,10 @@
 //
 // Bounds, chosen for a loaded 2-core CI machine: the child's peak RSS at most 256 MB above this
 // test process's own (a spawned child's ru_maxrss starts from its parent's, so that is the
-// floor; 1 GB under ASan; the unbounded reader reached 4.4 GB), at most 16 MB sent by the server before the client
-// hangs up on a 1 GiB file declared as 4 KiB (curl reads ahead a little; unbounded it read all of
-// it), and deadlines of 3 s checked to end between 2.5 s and 20 s (they hung forever).
+// floor; 1 GB under ASan; the unbounded reader reached 4.4 GB), at most 16 MB sent by the server
+// before the client hangs up on a 1 GiB file declared as 4 KiB (curl reads ahead a little;
+// unbounded it read all of it), and deadlines of 3 s checked to end between 2.5 s and 20 s (they
+// hung forever).
 #include <gtest/gtest.h>
 #include <sys/file.h>
 

@@ -203,29 +203,30 @@ TEST(HubParsers, DeepNestingAndDuplicateKeysAreRefused) {
     }
     return std::string("(accepted)");
   };
-  EXPECT_NE(message([&] { parse_variant_metadata(metadata + R"(, "provenance": )" + deep + "}", "m"); })
-                .find("nests deeper"),
+  EXPECT_NE(message([&] {
+              parse_variant_metadata(metadata + R"(, "provenance": )" + deep + "}", "m");
+            }).find("nests deeper"),
             std::string::npos);
   EXPECT_NE(message([&] {
               parse_variant_metadata(metadata + R"(, "library": "libevil.so"})", "m");
             }).find("has the key \"library\" twice"),
             std::string::npos);
   EXPECT_NE(message([&] { parse_lockfile(deep, "l"); }).find("nests deeper"), std::string::npos);
-  EXPECT_NE(message([&] { parse_refs_json("{\"branches\": " + deep + "}", "r"); })
-                .find("nests deeper"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { parse_refs_json("{\"branches\": " + deep + "}", "r"); }).find("nests deeper"),
+      std::string::npos);
   EXPECT_NE(message([&] {
               parse_refs_json(R"({"branches": {"v1": ")" + std::string(40, 'a') + R"(", "v1": ")" +
                                   std::string(40, 'b') + R"("}})",
                               "r");
             }).find("twice"),
             std::string::npos);
-  EXPECT_NE(message([&] { parse_signature("{\"public_key\": " + deep + "}", "s"); })
-                .find("nests deeper"),
-            std::string::npos);
-  EXPECT_NE(message([&] { parse_publisher_keys(R"({"org": ["a"], "org": ["b"]})", "k"); })
-                .find("twice"),
-            std::string::npos);
+  EXPECT_NE(
+      message([&] { parse_signature("{\"public_key\": " + deep + "}", "s"); }).find("nests deeper"),
+      std::string::npos);
+  EXPECT_NE(
+      message([&] { parse_publisher_keys(R"({"org": ["a"], "org": ["b"]})", "k"); }).find("twice"),
+      std::string::npos);
 }
 
 }  // namespace

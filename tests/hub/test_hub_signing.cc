@@ -27,15 +27,6 @@ const std::string kVariant = "hk1-cpu-x86_64-linux";
 const std::string kTestPublisherKey =
     "fcad749c263ecc4c0bab16dacede024e3d0d449f9981010660c0205e5e6f8f36";
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 class Signing : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -29,6 +29,7 @@
 #include "hk/error.h"
 #include "hk/models.h"
 #include "hk/tokenizer.h"
+#include "kernel_policy.h"
 
 namespace {
 
@@ -48,9 +49,7 @@ struct GenerateArgs {
   std::string kernel_config;
   std::string attn_implementation;
   bool allow_all_kernels = false;
-  std::string kernels_lock;
-  bool allow_unlocked_kernels = false;
-  bool require_signed_kernels = false;
+  hk::cli::KernelPolicyFlags policy;
 };
 
 std::vector<int64_t> parse_ids(const std::string& text) {
@@ -96,9 +95,9 @@ void run_generate(const GenerateArgs& a) {
   load.kernel_config_file = a.kernel_config;
   load.attn_implementation = a.attn_implementation;
   load.allow_all_kernels = a.allow_all_kernels;
-  load.kernels_lock = a.kernels_lock;
-  load.allow_unlocked_kernels = a.allow_unlocked_kernels;
-  load.require_signed_kernels = a.require_signed_kernels;
+  load.kernels_lock = a.policy.kernels_lock;
+  load.allow_unlocked_kernels = a.policy.allow_unlocked;
+  load.require_signed_kernels = a.policy.require_signed;
 
   std::vector<int64_t> prompt_ids;
   std::optional<hk::Tokenizer> tokenizer;
@@ -176,12 +175,7 @@ void add_generate(CLI::App& app) {
                   "eager, sdpa, flash_attention_2|3|4 or a hub id org/repo[@rev][:fn]");
   cmd->add_flag("--allow-all-kernels", args->allow_all_kernels,
                 "trust kernels outside trusted orgs");
-  cmd->add_option("--kernels-lock", args->kernels_lock,
-                  "hk.lock every hub kernel must be pinned by (default: HK_KERNELS_LOCK)");
-  cmd->add_flag("--allow-unlocked-kernels", args->allow_unlocked_kernels,
-                "with a lock, also load repos it does not pin");
-  cmd->add_flag("--require-signed", args->require_signed_kernels,
-                "refuse kernels not signed by a trusted publisher key (HK_REQUIRE_SIGNED=1)");
+  hk::cli::add_kernel_policy_flags(cmd, args->policy);
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -12,6 +12,7 @@
 #include "hk/hub.h"
 #include "hk/kernelize.h"
 #include "hk/models.h"
+#include "kernel_policy.h"
 
 namespace hk::cli {
 namespace {
@@ -19,8 +20,7 @@ namespace {
 struct KernelizeArgs {
   std::string model, mode = "inference", kernel_config, attn_implementation, device = "cpu", dtype;
   bool report = false, json = false, allow_all_kernels = false;
-  std::string kernels_lock;
-  bool allow_unlocked_kernels = false, require_signed_kernels = false;
+  KernelPolicyFlags policy;
 };
 
 void run(const KernelizeArgs& a) {
@@ -38,11 +38,8 @@ void run(const KernelizeArgs& a) {
   options.attn_implementation = a.attn_implementation;
   options.allow_all_kernels = a.allow_all_kernels;
   // The lock and signature policy (docs/security.md); HK_KERNELS_LOCK etc. apply without flags.
-  hub::HubConfig hub_config = hub::HubConfig::from_environment();
-  if (!a.kernels_lock.empty()) hub_config.set_lock_file(a.kernels_lock);
-  hub_config.allow_unlocked = hub_config.allow_unlocked || a.allow_unlocked_kernels;
-  hub_config.require_signed = hub_config.require_signed || a.require_signed_kernels;
-  options.hub = std::make_shared<hub::Hub>(hub_config);
+  options.hub = std::make_shared<hub::Hub>(hub::HubConfig::from_environment(
+      a.policy.kernels_lock, a.policy.allow_unlocked, a.policy.require_signed));
   KernelizeReport report = kernelize(model.module(), mode, options);
   std::cout << (a.json ? report.to_json() + "\n" : report.to_text());
 }
@@ -58,12 +55,7 @@ void add(CLI::App& app) {
                   "eager, sdpa, flash_attention_2|3|4 or a hub id org/repo[@rev][:fn]");
   cmd->add_flag("--allow-all-kernels", args->allow_all_kernels,
                 "Trust kernel repos outside the trusted orgs (runs their code)");
-  cmd->add_option("--kernels-lock", args->kernels_lock,
-                  "hk.lock every hub kernel must be pinned by (default: HK_KERNELS_LOCK)");
-  cmd->add_flag("--allow-unlocked-kernels", args->allow_unlocked_kernels,
-                "With a lock, also load repos it does not pin");
-  cmd->add_flag("--require-signed", args->require_signed_kernels,
-                "Refuse kernels not signed by a trusted publisher key (HK_REQUIRE_SIGNED=1)");
+  add_kernel_policy_flags(cmd, args->policy);
   cmd->add_option("--device", args->device, "cpu or cuda[:N]");
   cmd->add_option("--dtype", args->dtype, "f32, bf16 or f16 (default: the checkpoint's)");
   cmd->add_flag("--report", args->report, "Print the per-layer decisions");

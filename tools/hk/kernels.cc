@@ -22,6 +22,7 @@
 #include "hk/hub_lockfile.h"
 #include "hk/hub_signing.h"
 #include "hk/kernel_loader.h"
+#include "kernel_policy.h"
 
 namespace fs = std::filesystem;
 
@@ -72,32 +73,13 @@ hub::Target make_target(const TargetFlags& flags) {
   return target;
 }
 
-// What every command that loads kernels takes: a lock, leave to load outside it, signatures.
-struct PolicyFlags {
-  std::string kernels_lock;
-  bool allow_unlocked = false;
-  bool require_signed = false;
-};
-
-void add_policy_flags(CLI::App* cmd, PolicyFlags& flags) {
-  cmd->add_option("--kernels-lock", flags.kernels_lock,
-                  "hk.lock every kernel must be pinned by (default: HK_KERNELS_LOCK)");
-  cmd->add_flag("--allow-unlocked-kernels", flags.allow_unlocked,
-                "with a lock, also load repos it does not pin");
-  cmd->add_flag("--require-signed", flags.require_signed,
-                "refuse kernels not signed by a trusted publisher key (HK_REQUIRE_SIGNED=1)");
-}
-
-HubConfig config_from_environment(const PolicyFlags& policy = {}) {
+HubConfig config_from_environment(const KernelPolicyFlags& policy = {}) {
   // The embedded hub sits next to the binary's directory: <build>/bin/hk → <build>/hub.
   std::error_code ec;
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) hub::set_default_hub_dir(exe.parent_path().parent_path() / "hub");
-  HubConfig config = HubConfig::from_environment();
-  if (!policy.kernels_lock.empty()) config.set_lock_file(policy.kernels_lock);
-  config.allow_unlocked = config.allow_unlocked || policy.allow_unlocked;
-  config.require_signed = config.require_signed || policy.require_signed;
-  return config;
+  return HubConfig::from_environment(policy.kernels_lock, policy.allow_unlocked,
+                                     policy.require_signed);
 }
 
 std::string short_commit(const std::string& c) {
@@ -209,7 +191,7 @@ void cmd_explain(const std::string& spec, const std::string& revision, int versi
   }
 }
 
-void cmd_verify(const std::string& spec, const TargetFlags& flags, const PolicyFlags& policy,
+void cmd_verify(const std::string& spec, const TargetFlags& flags, const KernelPolicyFlags& policy,
                 bool load) {
   Hub hub(config_from_environment(policy));
   hub::ResolveOptions options;
@@ -392,9 +374,9 @@ void add_kernels(CLI::App& app) {
   verify->add_option("REPO", repo, "org/repo[@revision][:Entry] or /abs/path[:Entry]")->required();
   add_target_flags(verify, flags);
   static bool load = false;
-  static PolicyFlags policy;
+  static KernelPolicyFlags policy;
   verify->add_flag("--load", load, "also load the library (checks ABI, interfaces, symbols)");
-  add_policy_flags(verify, policy);
+  add_kernel_policy_flags(verify, policy);
   verify->callback([] { cmd_verify(repo, flags, policy, load); });
 
   static std::string dir;
