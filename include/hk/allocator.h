@@ -19,7 +19,7 @@ struct MemoryStats {
   size_t reserved = 0;        // bytes obtained from cudaMalloc and not yet returned
   size_t peak_allocated = 0;  // high-water mark of `allocated` since the last reset
   size_t peak_reserved = 0;
-  size_t num_allocs = 0;      // allocation calls since start
+  size_t num_allocs = 0;          // allocation calls since start
   size_t num_device_mallocs = 0;  // cudaMalloc calls since start (cache misses)
 };
 

@@ -11,10 +11,22 @@
 // Interfaces registered here: `Linear`, `Embedding`, `RMSNorm`, `rotary_pos_emb`, `attention`,
 // `SiLU` (the MLP's act_fn), `MLP`, `ForCausalLMLoss`. Attention functions (`eager`, `sdpa`, ...)
 // are a separate, name-keyed registry (hk/attention_functions.h) used by the built-in `attention`
-// implementation. This header deliberately holds no training/backward logic.
+// implementation.
+//
+// Training (no autograd graph; ARCHITECTURE.md "Training"): every Impl also has
+// `forward_train(layer, inputs..., outputs..., ctx)`, which writes the outputs and keeps in `ctx`
+// what its backward needs, and `backward(layer, inputs..., ctx, d_outputs..., d_inputs...)`, which
+// writes the input gradients and accumulates the parameter gradients (Module::grad_target). The
+// layer's *inputs* are not kept in ctx: the caller keeps them (or recomputes them, e.g. a norm's
+// output) and hands them back to backward, so a model decides what it stores. `backward` consumes
+// ctx (it may overwrite the saved tensors in place); the caller drops ctx afterwards. Input
+// gradients are written unless the signature says they may be added to. The default training
+// methods of an Impl throw Unsupported naming it (and `supports_training()` is false), so an
+// implementation without a backward is refused before a training forward starts.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -28,6 +40,40 @@ class KVCache;  // hk/generation.h
 }  // namespace hk
 
 namespace hk::nn {
+
+// What one layer call of a training forward keeps for its backward: named tensors plus named
+// sub-contexts (a composite layer gives each child call its own). Tensors share storage with what
+// they were saved from; nothing is copied.
+class LayerContext {
+ public:
+  void save(const std::string& name, Tensor tensor) { tensors_[name] = std::move(tensor); }
+  bool has(const std::string& name) const { return tensors_.count(name) != 0; }
+  // Throws InvalidArgument naming the tensor when it was not saved.
+  const Tensor& saved(const std::string& name) const;
+  LayerContext& child(const std::string& name);
+  // Drops one saved tensor (a backward done with it early).
+  void release(const std::string& name) { tensors_.erase(name); }
+  // Drops everything (the memory goes back to the allocator once nothing else holds it).
+  void clear();
+  // Bytes of the distinct storages this context and its children hold (a storage saved twice,
+  // or views of one storage, count once): what keeping this context costs.
+  size_t bytes() const;
+  // Adds the distinct storages held here to `seen` (for summing over several contexts).
+  void collect_storages(std::map<const void*, size_t>& seen) const;
+
+ private:
+  std::map<std::string, Tensor> tensors_;
+  std::map<std::string, std::unique_ptr<LayerContext>> children_;
+};
+
+// Thrown by the default training methods of an Impl.
+[[noreturn]] void throw_no_training(const LayerImpl& impl, const char* layer);
+
+// The dtype of saved statistics (rstd, lse, probabilities) and of the loss for activations of
+// dtype `x`: f32, or f64 for the f64 CPU reference path (finite-difference tests).
+inline DType statistics_dtype(DType x) {
+  return x == DType::F64 ? DType::F64 : DType::F32;
+}
 
 // Helper base: a module whose forward goes through an `Impl` object of one interface type.
 template <class Impl>
@@ -60,6 +106,13 @@ class LinearImpl : public LayerImpl {
  public:
   virtual void forward(const Linear& layer, const TensorView& x, const TensorView& y,
                        Stream stream) const = 0;
+  // Training forward: y as forward; x is the caller's to keep for backward.
+  virtual void forward_train(const Linear& layer, const Tensor& x, const Tensor& y,
+                             LayerContext& ctx, Stream stream) const;
+  // dx = dy·W (written, or added to dx when `accumulate_dx`; skipped when dx is null);
+  // weight and bias gradients accumulated (Module::grad_target), skipped for frozen ones.
+  virtual void backward(const Linear& layer, const Tensor& x, LayerContext& ctx, const Tensor& dy,
+                        const Tensor* dx, bool accumulate_dx, Stream stream) const;
 };
 class Linear : public LayerModule<LinearImpl> {
  public:
@@ -71,6 +124,14 @@ class Linear : public LayerModule<LinearImpl> {
   const Tensor* bias() const;  // null without bias
   void forward(const TensorView& x, const TensorView& y, Stream stream = {}) const {
     typed_impl().forward(*this, x, y, stream);
+  }
+  void forward_train(const Tensor& x, const Tensor& y, LayerContext& ctx,
+                     Stream stream = {}) const {
+    typed_impl().forward_train(*this, x, y, ctx, stream);
+  }
+  void backward(const Tensor& x, LayerContext& ctx, const Tensor& dy, const Tensor* dx,
+                bool accumulate_dx = false, Stream stream = {}) const {
+    typed_impl().backward(*this, x, ctx, dy, dx, accumulate_dx, stream);
   }
 
  private:
@@ -85,6 +146,11 @@ class EmbeddingImpl : public LayerImpl {
  public:
   virtual void forward(const Embedding& layer, const TensorView& ids, const TensorView& out,
                        Stream stream) const = 0;
+  virtual void forward_train(const Embedding& layer, const Tensor& ids, const Tensor& out,
+                             LayerContext& ctx, Stream stream) const;
+  // Scatter-adds dout into the weight gradient by ids.
+  virtual void backward(const Embedding& layer, const Tensor& ids, LayerContext& ctx,
+                        const Tensor& dout, Stream stream) const;
 };
 class Embedding : public LayerModule<EmbeddingImpl> {
  public:
@@ -94,6 +160,14 @@ class Embedding : public LayerModule<EmbeddingImpl> {
   const Tensor& weight() const { return param("weight"); }
   void forward(const TensorView& ids, const TensorView& out, Stream stream = {}) const {
     typed_impl().forward(*this, ids, out, stream);
+  }
+  void forward_train(const Tensor& ids, const Tensor& out, LayerContext& ctx,
+                     Stream stream = {}) const {
+    typed_impl().forward_train(*this, ids, out, ctx, stream);
+  }
+  void backward(const Tensor& ids, LayerContext& ctx, const Tensor& dout,
+                Stream stream = {}) const {
+    typed_impl().backward(*this, ids, ctx, dout, stream);
   }
 
  private:
@@ -106,6 +180,12 @@ class RMSNormImpl : public LayerImpl {
  public:
   virtual void forward(const RMSNorm& layer, const TensorView& x, const TensorView& y,
                        Stream stream) const = 0;
+  // Training forward: y (must not alias x) as forward; keeps rstd (f32 [rows]) in ctx.
+  virtual void forward_train(const RMSNorm& layer, const Tensor& x, const Tensor& y,
+                             LayerContext& ctx, Stream stream) const;
+  // dx written (must not alias dy); the weight gradient accumulated.
+  virtual void backward(const RMSNorm& layer, const Tensor& x, LayerContext& ctx, const Tensor& dy,
+                        const Tensor& dx, Stream stream) const;
 };
 class RMSNorm : public LayerModule<RMSNormImpl> {
  public:
@@ -116,6 +196,14 @@ class RMSNorm : public LayerModule<RMSNormImpl> {
   // y may alias x.
   void forward(const TensorView& x, const TensorView& y, Stream stream = {}) const {
     typed_impl().forward(*this, x, y, stream);
+  }
+  void forward_train(const Tensor& x, const Tensor& y, LayerContext& ctx,
+                     Stream stream = {}) const {
+    typed_impl().forward_train(*this, x, y, ctx, stream);
+  }
+  void backward(const Tensor& x, LayerContext& ctx, const Tensor& dy, const Tensor& dx,
+                Stream stream = {}) const {
+    typed_impl().backward(*this, x, ctx, dy, dx, stream);
   }
 
  private:
@@ -130,6 +218,12 @@ class RotaryApplyImpl : public LayerImpl {
   // q [B, S, Hq, D], k [B, S, Hkv, D] rotated in place; cos/sin f32 [B or 1, S, D].
   virtual void forward(const RotaryApply& layer, const TensorView& q, const TensorView& k,
                        const TensorView& cos, const TensorView& sin, Stream stream) const = 0;
+  virtual void forward_train(const RotaryApply& layer, const Tensor& q, const Tensor& k,
+                             const Tensor& cos, const Tensor& sin, LayerContext& ctx,
+                             Stream stream) const;
+  // dq/dk hold d(rotated q/k) and are turned into d(q/k) in place.
+  virtual void backward(const RotaryApply& layer, const Tensor& cos, const Tensor& sin,
+                        LayerContext& ctx, const Tensor& dq, const Tensor& dk, Stream stream) const;
 };
 // A parameter-free child of each attention module (`self_attn.rotary_fn`), so the function can be
 // kernelized per layer like Transformers' `use_kernelized_func(apply_rotary_pos_emb)`.
@@ -139,6 +233,14 @@ class RotaryApply : public LayerModule<RotaryApplyImpl> {
   void forward(const TensorView& q, const TensorView& k, const TensorView& cos,
                const TensorView& sin, Stream stream = {}) const {
     typed_impl().forward(*this, q, k, cos, sin, stream);
+  }
+  void forward_train(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin,
+                     LayerContext& ctx, Stream stream = {}) const {
+    typed_impl().forward_train(*this, q, k, cos, sin, ctx, stream);
+  }
+  void backward(const Tensor& cos, const Tensor& sin, LayerContext& ctx, const Tensor& dq,
+                const Tensor& dk, Stream stream = {}) const {
+    typed_impl().backward(*this, cos, sin, ctx, dq, dk, stream);
   }
 };
 
@@ -187,6 +289,16 @@ class AttentionImpl : public LayerImpl {
   virtual void forward(const Attention& layer, const TensorView& q, const TensorView& k,
                        const TensorView& v, const TensorView& out, const AttentionCall& call,
                        Stream stream) const = 0;
+  // Training forward: out as forward; keeps the attention function's saved state (probs or lse).
+  // q, k, v and out are the caller's to keep.
+  virtual void forward_train(const Attention& layer, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& out, const AttentionCall& call,
+                             LayerContext& ctx, Stream stream) const;
+  // dq [B, S, Hq, D], dk/dv [B, T, Hkv, D] written (dk/dv summed over each kv group).
+  virtual void backward(const Attention& layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& out, const AttentionCall& call, LayerContext& ctx,
+                        const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        Stream stream) const;
 };
 
 // Everything a decoder layer's attention needs for one forward.
@@ -221,12 +333,21 @@ class Attention : public LayerModule<AttentionImpl> {
   // x, out [B, S, hidden].
   void forward(const TensorView& x, const TensorView& out, const AttentionState& state,
                Stream stream = {}) const;
+  // Training (no KV cache): keeps in ctx the projections q, k (before q/k norm and rotary), v,
+  // the attention output and the children's contexts; the normed/rotated q and k are recomputed
+  // in backward. x is the caller's to keep.
+  void forward_train(const Tensor& x, const Tensor& out, const AttentionState& state,
+                     LayerContext& ctx, Stream stream = {}) const;
+  // dx [B, S, hidden] written; every projection's (and q/k norm's) parameter gradients added.
+  void backward(const Tensor& x, const AttentionState& state, LayerContext& ctx, const Tensor& dout,
+                const Tensor& dx, Stream stream = {}) const;
 
   std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RMSNorm> q_norm, k_norm;  // null without qk_norm
   std::shared_ptr<RotaryApply> rotary_fn;
 
  private:
+  AttentionCall call_for(const AttentionState& state) const;
   AttentionShape shape_;
   std::string attn_implementation_ = "eager";
 };
@@ -240,6 +361,13 @@ class ActivationImpl : public LayerImpl {
   // out = act(gate) * up. Implementations without a fused form may compose forward + ops::mul.
   virtual void forward_mul(const Activation& layer, const TensorView& gate, const TensorView& up,
                            const TensorView& out, Stream stream) const = 0;
+  // dx = dy·act'(x). Stateless: the activations need nothing but their inputs.
+  virtual void backward(const Activation& layer, const Tensor& x, const Tensor& dy,
+                        const Tensor& dx, Stream stream) const;
+  // The gradients of out = act(gate)·up: dgate, dup written (may alias gate, up).
+  virtual void backward_mul(const Activation& layer, const Tensor& gate, const Tensor& up,
+                            const Tensor& dout, const Tensor& dgate, const Tensor& dup,
+                            Stream stream) const;
 };
 class Activation : public LayerModule<ActivationImpl> {
  public:
@@ -253,6 +381,13 @@ class Activation : public LayerModule<ActivationImpl> {
                    Stream stream = {}) const {
     typed_impl().forward_mul(*this, gate, up, out, stream);
   }
+  void backward(const Tensor& x, const Tensor& dy, const Tensor& dx, Stream stream = {}) const {
+    typed_impl().backward(*this, x, dy, dx, stream);
+  }
+  void backward_mul(const Tensor& gate, const Tensor& up, const Tensor& dout, const Tensor& dgate,
+                    const Tensor& dup, Stream stream = {}) const {
+    typed_impl().backward_mul(*this, gate, up, dout, dgate, dup, stream);
+  }
 
  private:
   ops::Activation kind_;
@@ -264,6 +399,13 @@ class MLPImpl : public LayerImpl {
  public:
   virtual void forward(const MLP& layer, const TensorView& x, const TensorView& y,
                        Stream stream) const = 0;
+  // Training forward: y as forward. The built-in keeps gate(x) and up(x) and recomputes
+  // act(gate)·up in backward; x is the caller's to keep.
+  virtual void forward_train(const MLP& layer, const Tensor& x, const Tensor& y, LayerContext& ctx,
+                             Stream stream) const;
+  // dx written; the projections' parameter gradients added.
+  virtual void backward(const MLP& layer, const Tensor& x, LayerContext& ctx, const Tensor& dy,
+                        const Tensor& dx, Stream stream) const;
 };
 class MLP : public LayerModule<MLPImpl> {
  public:
@@ -274,6 +416,14 @@ class MLP : public LayerModule<MLPImpl> {
   void forward(const TensorView& x, const TensorView& y, Stream stream = {}) const {
     typed_impl().forward(*this, x, y, stream);
   }
+  void forward_train(const Tensor& x, const Tensor& y, LayerContext& ctx,
+                     Stream stream = {}) const {
+    typed_impl().forward_train(*this, x, y, ctx, stream);
+  }
+  void backward(const Tensor& x, LayerContext& ctx, const Tensor& dy, const Tensor& dx,
+                Stream stream = {}) const {
+    typed_impl().backward(*this, x, ctx, dy, dx, stream);
+  }
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
   std::shared_ptr<Activation> act_fn;
 
@@ -281,21 +431,60 @@ class MLP : public LayerModule<MLPImpl> {
   int64_t hidden_, intermediate_;
 };
 
-// ---- ForCausalLMLoss: mean cross entropy of logits[:, t] against labels[:, t+1] ----------------
+// ---- ForCausalLMLoss: cross entropy of logits[:, t] against labels[:, t+1] ---------------------
+// As Transformers' ForCausalLMLoss: labels are padded with -100 on the right and shifted by one
+// (the last position predicts nothing), f32 math, ignore_index -100; the mean over non-ignored
+// targets, or their sum / num_items_in_batch when that is > 0 (gradient accumulation).
+struct CausalLMLossOptions {
+  int64_t num_items_in_batch = 0;
+};
 class CausalLMLoss;
 class CausalLMLossImpl : public LayerImpl {
  public:
-  // logits [B, S, V], labels [B, S] i64 (ignore_index -100); loss f32 scalar [1].
+  // logits [B, S, V], labels [B, S] i32/i64 (unshifted); loss f32 [1].
   virtual void forward(const CausalLMLoss& layer, const TensorView& logits,
-                       const TensorView& labels, const TensorView& loss, Stream stream) const = 0;
+                       const TensorView& labels, const TensorView& loss,
+                       const CausalLMLossOptions& options, Stream stream) const = 0;
+  // Training forward from logits; logits and labels are the caller's to keep.
+  virtual void forward_train(const CausalLMLoss& layer, const Tensor& logits, const Tensor& labels,
+                             const Tensor& loss, const CausalLMLossOptions& options,
+                             LayerContext& ctx, Stream stream) const;
+  // dlogits [B, S, V] written for the upstream gradient `dloss` (1 for Loss::backward; a host
+  // value, since the loss is the last step of the tape).
+  virtual void backward(const CausalLMLoss& layer, const Tensor& logits, const Tensor& labels,
+                        const CausalLMLossOptions& options, LayerContext& ctx, float dloss,
+                        const Tensor& dlogits, Stream stream) const;
+
+  // A fused lm_head + loss (interface fused_linear_cross_entropy@1): the training forward takes
+  // the final normed hidden states [B, S, H] and lm_head's weight instead of logits, so the
+  // [tokens, vocab] logits never exist. True only for such implementations.
+  virtual bool fuses_lm_head() const { return false; }
+  virtual void forward_train_fused(const CausalLMLoss& layer, const Linear& lm_head,
+                                   const Tensor& hidden, const Tensor& labels, const Tensor& loss,
+                                   const CausalLMLossOptions& options, LayerContext& ctx,
+                                   Stream stream) const;
+  // dhidden written; lm_head's weight gradient (the embedding's, when tied) accumulated.
+  virtual void backward_fused(const CausalLMLoss& layer, const Linear& lm_head,
+                              const Tensor& hidden, const Tensor& labels,
+                              const CausalLMLossOptions& options, LayerContext& ctx, float dloss,
+                              const Tensor& dhidden, Stream stream) const;
 };
 class CausalLMLoss : public LayerModule<CausalLMLossImpl> {
  public:
   CausalLMLoss();
   void forward(const TensorView& logits, const TensorView& labels, const TensorView& loss,
-               Stream stream = {}) const {
-    typed_impl().forward(*this, logits, labels, loss, stream);
+               const CausalLMLossOptions& options = {}, Stream stream = {}) const {
+    typed_impl().forward(*this, logits, labels, loss, options, stream);
   }
 };
+
+// The built-in loss from logits (what the built-in implementation's forward computes): for
+// implementations that have logits only in some forwards.
+void causal_lm_loss(const TensorView& logits, const TensorView& labels, const TensorView& loss,
+                    const CausalLMLossOptions& options, Stream stream = {});
+
+// Labels [B, S] shifted as ForCausalLMLoss does: out[b, t] = labels[b, t + 1], out[b, S-1] = -100
+// (i64, labels' device). Used by the loss implementations so logits need no shifted copy.
+Tensor shift_labels(const Tensor& labels, Stream stream = {});
 
 }  // namespace hk::nn

@@ -7,6 +7,12 @@
 // `kernel_config` (implies use_kernels, with a note on stderr) or an `attn_implementation` that is
 // not a built-in attention function, the loaded model goes through hk::kernelize (Inference);
 // `train()` / `eval()` then re-kernelize for Training / Inference.
+//
+// Training mirrors Transformers: `model.train(); auto out = model.forward(ids, {.labels = labels});
+// out.loss.backward();` then every trainable parameter's `grad` (named_parameters()) holds the
+// gradient, added to what was there. A forward records a tape only in training mode with labels;
+// eval forwards keep nothing. There is no autograd graph: the tape is the list of layer calls of
+// that forward (ARCHITECTURE.md "Training"), walked in reverse by backward and released by it.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hk/generation.h"
@@ -58,11 +65,39 @@ struct ForwardOptions {
   int64_t logits_to_keep = 0;  // 0 = logits for every position, N = the last N positions
   Tensor labels;               // [B, S] i64 (-100 = ignore); defined -> loss is computed
   Stream stream;
+  // > 0: loss = sum over non-ignored shifted labels / num_items_in_batch (Transformers'
+  // ForCausalLMLoss with num_items_in_batch, for gradient accumulation), else the mean.
+  int64_t num_items_in_batch = 0;
+};
+
+class TrainingTape;  // what a training forward recorded (src/models)
+
+// The f32 [1] loss of a forward with labels. After a training forward (model.train()) it carries
+// the tape of that forward.
+class Loss : public Tensor {
+ public:
+  Loss() = default;
+  explicit Loss(Tensor value, std::shared_ptr<TrainingTape> tape = nullptr);
+  // Walks the tape in reverse and ACCUMULATES d(loss) into every trainable Parameter::grad
+  // (allocating zeros first), then releases the tape. Runs on `stream`; the default {} means the
+  // forward's stream (ForwardOptions::stream). Throws InvalidArgument with what to do when there
+  // is no tape (a forward in eval mode, or without labels) or backward already ran. Dropping
+  // out.logits before backward (`out.logits = {}`) lets the logits-based loss write d(logits) over
+  // them: one [tokens, vocab] buffer less at the peak.
+  void backward(Stream stream = {}) const;
+  // True while a tape is attached and backward has not run.
+  bool has_tape() const;
+
+ private:
+  friend class TrainingTape;  // reads the tape for memory accounting
+  std::shared_ptr<TrainingTape> tape_;
 };
 
 struct CausalLMOutput {
-  Tensor logits;  // [B, S or logits_to_keep, V] in the model dtype, on the model device
-  Tensor loss;    // f32 [1] when labels were given
+  // [B, S or logits_to_keep, V] in the model dtype, on the model device; undefined when a fused
+  // linear + cross-entropy loss (Liger's) made none in a training forward.
+  Tensor logits;
+  Loss loss;  // f32 [1] when labels were given
 };
 
 class DecoderLM;  // the implementation shared by Qwen3 and Llama (src/models)
@@ -98,6 +133,19 @@ class CausalLM {
   CausalLM& to(Device device, std::optional<DType> dtype = std::nullopt);
   // The last kernelize decisions (null when the model was not kernelized).
   const KernelizeReport* kernelize_report() const;
+
+  // ---- training ----------------------------------------------------------------------------
+  // The parameters (no buffers) with their dotted Transformers names, in Transformers' order,
+  // each storage once: a tied lm_head.weight is listed once, under model.embed_tokens.weight,
+  // whose gradient is the sum of both uses. Frozen parameters (requires_grad = false) are listed
+  // too, as torch lists them; backward leaves their grad undefined.
+  std::vector<std::pair<std::string, nn::Parameter*>> named_parameters() const;
+  // set_to_none: drop every gradient (the next backward allocates them); else fill with zeros.
+  void zero_grad(bool set_to_none = true);
+  // Keep only each decoder layer's input in a training forward and re-run the layer inside
+  // backward (Transformers' gradient_checkpointing_enable).
+  CausalLM& gradient_checkpointing_enable(bool on = true);
+  bool is_gradient_checkpointing() const;
 
   DecoderLM& impl() const { return *impl_; }
 

@@ -11,8 +11,12 @@
 // (`RMSNorm`, `MLP`, `rotary_pos_emb`, `attention`, `Linear`, `SiLU`, `Embedding`,
 // `ForCausalLMLoss`) and a replaceable implementation object (a `LayerImpl` subclass defined per
 // interface in hk/layers.h). Its forward always goes through that object, which defaults to the
-// built-in ops; `set_impl()` swaps it at run time without touching model code. This header does no
-// arithmetic and knows nothing about specific layers.
+// built-in ops; `set_impl()` swaps it at run time without touching model code.
+//
+// Training: each parameter slot also holds its gradient (`grad`, `requires_grad`). Layer backward
+// implementations reach it through `grad_target` / `accumulate_grad`, which follow ties, so a tied
+// lm_head adds into the embedding's gradient. This header knows nothing about specific layers and
+// does no arithmetic beyond filling and adding gradients.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +40,9 @@ class LayerImpl {
   virtual ~LayerImpl() = default;
   // What this implementation is, for reports: "builtin" or e.g. "org/repo:Entry".
   virtual std::string name() const = 0;
+  // True when it has a training forward and a backward (hk/layers.h); a training forward through
+  // a layer whose implementation has none is refused before anything runs, naming the layer.
+  virtual bool supports_training() const { return false; }
 };
 
 // One parameter or buffer slot of a module.
@@ -45,8 +52,14 @@ struct Parameter {
   bool is_buffer = false;
   bool persistent = true;  // false: computed, never read from a checkpoint
   // Non-empty: this parameter shares storage with the parameter at this dotted path (tied
-  // embeddings); it is not expected in the checkpoint and is ignored when present.
+  // embeddings); it is not expected in the checkpoint and is ignored when present. Its gradient
+  // goes to that parameter's `grad` (one gradient per storage: the sum of both uses).
   std::string tied_to;
+  // Training: undefined until a backward writes it, then the value's shape and dtype (or the
+  // shape and dtype of a tensor a trainer put here first, e.g. f32 for master weights). Backward
+  // accumulates into it; zero_grad clears it.
+  Tensor grad;
+  bool requires_grad = true;  // false for buffers; a trainer may freeze parameters
 };
 
 class Module {
@@ -104,13 +117,33 @@ class Module {
   // Number of parameter elements in the subtree (buffers and tied duplicates excluded).
   int64_t num_parameters();
 
+  // ---- gradients (training; used by layer backward implementations) --------------------------
+  // Where a backward puts the gradient of this module's parameter `name`: the parameter's own
+  // slot, or for a tied parameter the slot of the parameter it is tied to. `grad` is undefined
+  // when that parameter does not require a gradient (the caller then skips it). When the slot had
+  // no gradient yet, it gets a new tensor of the value's shape and dtype: zeros when
+  // `zero_if_new`, else uninitialised with `accumulate` false, and the caller must then *write*
+  // every element (a GEMM with beta 0) instead of adding to it.
+  struct GradTarget {
+    Tensor grad;
+    bool accumulate = false;
+  };
+  GradTarget grad_target(const std::string& name, bool zero_if_new = false,
+                         Stream stream = {}) const;
+  // Adds `g` (the parameter's shape; any float dtype) to the gradient of `name`. When there is
+  // none yet and `g` has the value's dtype, `g` itself becomes the gradient (no copy): the caller
+  // must not write to it afterwards. No-op when the parameter does not require a gradient.
+  void accumulate_grad(const std::string& name, const Tensor& g, Stream stream = {}) const;
+  // Whether the gradient slot of `name` (ties followed) wants a gradient; allocates nothing.
+  bool requires_grad(const std::string& name) const { return gradient_slot(name).requires_grad; }
+
   // ---- mode and placement ----------------------------------------------------------------------
   // Sets training mode on the subtree (and returns *this); eval() == train(false).
   Module& train(bool on = true);
   Module& eval() { return train(false); }
   bool is_training() const { return training_; }
-  // Moves / converts every materialised floating parameter and buffer of the subtree. Tied
-  // parameters keep sharing storage. dtype nullopt keeps each tensor's dtype.
+  // Moves / converts every materialised floating parameter and buffer of the subtree (and their
+  // gradients). Tied parameters keep sharing storage. dtype nullopt keeps each tensor's dtype.
   Module& to(Device device, std::optional<DType> dtype = std::nullopt);
 
  protected:
@@ -118,12 +151,17 @@ class Module {
   virtual void on_train(bool /*training*/) {}
 
  private:
+  friend void resolve_ties(Module& root);
   void add_child(const std::string& name, std::shared_ptr<Module> child);
+  // The slot that receives the gradient of local parameter `name` (ties followed).
+  Parameter& gradient_slot(const std::string& name) const;
 
   std::string type_name_;
   std::string layer_interface_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   std::map<std::string, Parameter> params_;
+  // Tied local parameter name -> the slot it is tied to (set by resolve_ties).
+  std::map<std::string, Parameter*> tie_targets_;
   bool training_ = false;
 };
 

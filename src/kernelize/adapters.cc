@@ -1,28 +1,80 @@
-// Kernel adapters for the layer interfaces models register (see adapters.h).
+// Kernel adapters for the layer interfaces models register (see adapters.h), forward and, for
+// training, backward through the entry's `backward` with the tensors layer_interfaces.h fixes.
+// Weight gradients go through nn::ParamGradWriter: the kernel writes (or, under
+// kAccumulateWeightGrads, adds into) the parameter's gradient directly.
 #include "kernelize/adapters.h"
+
+#include <optional>
 
 #include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
+#include "nn/param_grad.h"
 
 namespace hk::kernel_binding {
 namespace {
 
-// Calls `fn` with a workspace from the caching allocator when the entry asks for one.
+// Calls `fn` (forward or backward pass) with a workspace from the caching allocator when the
+// entry asks for one.
 template <class Attrs>
-void call_forward(const KernelFunction& fn, const std::vector<TensorView>& inputs,
-                  const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
+void call_pass(const KernelFunction& fn, bool backward, const std::vector<TensorView>& inputs,
+               const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
   KernelCallOptions options;
   options.stream = stream;
   Tensor workspace;
-  const size_t bytes = fn.workspace_size(false, inputs, outputs, &attrs, sizeof(Attrs));
+  const size_t bytes = fn.workspace_size(backward, inputs, outputs, &attrs, sizeof(Attrs));
   if (bytes > 0) {
     workspace =
         Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, outputs.front().device, stream);
     options.workspace = workspace.view().ptr();
     options.workspace_size = bytes;
   }
-  fn.forward(inputs, outputs, attrs, options);
+  if (backward)
+    fn.backward(inputs, outputs, attrs, options);
+  else
+    fn.forward(inputs, outputs, attrs, options);
+}
+template <class Attrs>
+void call_forward(const KernelFunction& fn, const std::vector<TensorView>& inputs,
+                  const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
+  call_pass(fn, false, inputs, outputs, attrs, stream);
+}
+template <class Attrs>
+void call_backward(const KernelFunction& fn, const std::vector<TensorView>& inputs,
+                   const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
+  call_pass(fn, true, inputs, outputs, attrs, stream);
+}
+
+// An absent optional tensor of the call (layer_interfaces.h: a default TensorView).
+TensorView absent() {
+  return TensorView();
+}
+TensorView view_or_absent(const nn::ParamGradWriter& w) {
+  return w.active() ? w.buffer().view() : absent();
+}
+
+// Several weight gradients written by one kernel call share its single accumulate flag: when
+// they disagree (one new, one already holding a gradient), the new ones start at zero.
+uint32_t shared_accumulate_flag(std::initializer_list<const nn::ParamGradWriter*> writers,
+                                Stream stream) {
+  bool any_accumulate = false;
+  for (const auto* w : writers) any_accumulate = any_accumulate || (w->active() && w->accumulate());
+  if (!any_accumulate) return 0;
+  for (const auto* w : writers)
+    if (w->active() && !w->accumulate()) ops::fill(w->buffer(), 0.0, stream);
+  return kAccumulateWeightGrads;
+}
+
+// dx written by a kernel; `accumulate_dx` asks for dx += result instead.
+template <class Call>
+void into_dx(const Tensor& dx, bool accumulate_dx, Stream stream, Call&& call) {
+  if (!accumulate_dx) {
+    call(dx.view());
+    return;
+  }
+  Tensor tmp = Tensor::empty(dx.sizes(), dx.dtype(), dx.device(), stream);
+  call(tmp.view());
+  ops::add(dx, tmp, dx, 1.0f, stream);
 }
 
 class Named {
@@ -31,6 +83,7 @@ class Named {
       : name_(std::move(name)), fn_(std::move(fn)) {}
 
  protected:
+  bool has_backward() const { return fn_.valid() && fn_.entry().has_backward; }
   std::string name_;
   KernelFunction fn_;
 };
@@ -48,6 +101,28 @@ class RMSNormAdapter final : public nn::RMSNormImpl, Named {
     if (layout_params_.empty()) inputs.push_back(layer.weight().view());
     for (const Tensor& p : layout_params_) inputs.push_back(p.view());
     call_forward(fn_, inputs, {y}, attrs, stream);
+  }
+  // A layout's parameters are copies made at bind time, so gradients would not reach the
+  // module's own parameters: stateful RMSNorm kernels do not train.
+  bool supports_training() const override { return has_backward() && layout_params_.empty(); }
+  void forward_train(const nn::RMSNorm& layer, const Tensor& x, const Tensor& y,
+                     nn::LayerContext& ctx, Stream stream) const override {
+    if (!supports_training()) nn::throw_no_training(*this, "RMSNorm");
+    RmsNormAttrs attrs;
+    attrs.eps = static_cast<float>(layer.eps());
+    Tensor rstd = Tensor::empty({x.numel() / layer.dim()}, DType::F32, x.device(), stream);
+    call_forward(fn_, {x, layer.weight()}, {y, rstd}, attrs, stream);
+    ctx.save("rstd", rstd);
+  }
+  void backward(const nn::RMSNorm& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
+                const Tensor& dx, Stream stream) const override {
+    const Tensor& w = layer.weight();
+    RmsNormAttrs attrs;
+    attrs.eps = static_cast<float>(layer.eps());
+    nn::ParamGradWriter dw(layer, "weight", {w.dtype(), DType::F32}, false, stream);
+    attrs.flags = dw.accumulate() ? kAccumulateWeightGrads : 0;
+    call_backward(fn_, {dy, x, w, ctx.saved("rstd")}, {dx, view_or_absent(dw)}, attrs, stream);
+    dw.commit();
   }
 
  private:
@@ -90,6 +165,17 @@ class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
     RotaryAttrs attrs;
     call_forward(fn_, {q, k, cos, sin}, {q, k}, attrs, stream);
   }
+  bool supports_training() const override { return has_backward(); }
+  void forward_train(const nn::RotaryApply& layer, const Tensor& q, const Tensor& k,
+                     const Tensor& cos, const Tensor& sin, nn::LayerContext&,
+                     Stream stream) const override {
+    forward(layer, q, k, cos, sin, stream);
+  }
+  void backward(const nn::RotaryApply&, const Tensor& cos, const Tensor& sin, nn::LayerContext&,
+                const Tensor& dq, const Tensor& dk, Stream stream) const override {
+    RotaryAttrs attrs;  // in place: the interface allows dq/dk to alias dq_out/dk_out
+    call_backward(fn_, {dq, dk, cos, sin}, {dq, dk}, attrs, stream);
+  }
 };
 
 uint32_t activation_code(ops::Activation kind) {
@@ -117,6 +203,29 @@ class MLPAdapter final : public nn::MLPImpl, Named {
                   layer.down_proj->weight().view()},
                  {y}, attrs, stream);
   }
+  // mlp@1 recomputes its intermediates in backward: nothing is kept but the caller's x.
+  bool supports_training() const override { return has_backward(); }
+  void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+                     Stream stream) const override {
+    forward(layer, x, y, stream);
+  }
+  void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext&, const Tensor& dy,
+                const Tensor& dx, Stream stream) const override {
+    const Tensor &gw = layer.gate_proj->weight(), &uw = layer.up_proj->weight(),
+                 &dw = layer.down_proj->weight();
+    nn::ParamGradWriter dgate(*layer.gate_proj, "weight", {gw.dtype()}, false, stream);
+    nn::ParamGradWriter dup(*layer.up_proj, "weight", {uw.dtype()}, false, stream);
+    nn::ParamGradWriter ddown(*layer.down_proj, "weight", {dw.dtype()}, false, stream);
+    MlpAttrs attrs;
+    attrs.activation = activation_code(layer.act_fn->kind());
+    attrs.flags = shared_accumulate_flag({&dgate, &dup, &ddown}, stream);
+    call_backward(fn_, {dy, x, gw, uw, dw},
+                  {dx, view_or_absent(dgate), view_or_absent(dup), view_or_absent(ddown)}, attrs,
+                  stream);
+    dgate.commit();
+    dup.commit();
+    ddown.commit();
+  }
 };
 
 class ActivationAdapter final : public nn::ActivationImpl, Named {
@@ -134,6 +243,25 @@ class ActivationAdapter final : public nn::ActivationImpl, Named {
     forward(layer, gate, out, stream);
     ops::mul(out, up, out, stream);
   }
+  bool supports_training() const override { return has_backward(); }
+  void backward(const nn::Activation&, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                Stream stream) const override {
+    SiluAttrs attrs;
+    call_backward(fn_, {dy, x}, {dx}, attrs, stream);
+  }
+  // out = round(act(gate))·up, composed as in forward (and as autograd sees Transformers' MLP):
+  // dup = dout·round(act(gate)), dgate = act'(gate)·round(dout·up). dgate/dup may alias gate/up.
+  void backward_mul(const nn::Activation& layer, const Tensor& gate, const Tensor& up,
+                    const Tensor& dout, const Tensor& dgate, const Tensor& dup,
+                    Stream stream) const override {
+    Tensor act = Tensor::empty(gate.sizes(), gate.dtype(), gate.device(), stream);
+    Tensor dact = Tensor::empty(gate.sizes(), gate.dtype(), gate.device(), stream);
+    forward(layer, gate, act, stream);
+    ops::mul(dout, up, dact, stream);  // before dup may overwrite up
+    ops::mul(dout, act, dup, stream);
+    backward(layer, gate, dact, act, stream);  // act := dgate (gate is still intact)
+    copy_view(dgate, act, stream);
+  }
 };
 
 class LinearAdapter final : public nn::LinearImpl, Named {
@@ -147,6 +275,33 @@ class LinearAdapter final : public nn::LinearImpl, Named {
     if (const Tensor* bias = layer.bias()) inputs.push_back(bias->view());
     call_forward(fn_, inputs, {y}, attrs, stream);
   }
+  bool supports_training() const override { return has_backward(); }
+  void forward_train(const nn::Linear& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+                     Stream stream) const override {
+    forward(layer, x, y, stream);
+  }
+  void backward(const nn::Linear& layer, const Tensor& x, nn::LayerContext&, const Tensor& dy,
+                const Tensor* dx, bool accumulate_dx, Stream stream) const override {
+    const Tensor& w = layer.weight();
+    nn::ParamGradWriter dw(layer, "weight", {w.dtype()}, false, stream);
+    std::optional<nn::ParamGradWriter> db;
+    if (layer.has_bias())
+      db.emplace(layer, "bias", std::initializer_list<DType>{w.dtype()}, false, stream);
+    LinearAttrs attrs;
+    attrs.flags =
+        db ? shared_accumulate_flag({&dw, &*db}, stream) : shared_accumulate_flag({&dw}, stream);
+    auto run = [&](const TensorView& dx_out) {
+      call_backward(fn_, {dy, x, w},
+                    {dx_out, view_or_absent(dw), db ? view_or_absent(*db) : absent()}, attrs,
+                    stream);
+    };
+    if (dx)
+      into_dx(*dx, accumulate_dx, stream, run);
+    else
+      run(absent());
+    dw.commit();
+    if (db) db->commit();
+  }
 };
 
 class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
@@ -154,9 +309,84 @@ class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
   using Named::Named;
   std::string name() const override { return name_; }
   void forward(const nn::CausalLMLoss&, const TensorView& logits, const TensorView& labels,
-               const TensorView& loss, Stream stream) const override {
+               const TensorView& loss, const nn::CausalLMLossOptions& options,
+               Stream stream) const override {
     CausalLmLossAttrs attrs;
+    attrs.num_items_in_batch = options.num_items_in_batch;
     call_forward(fn_, {logits, labels}, {loss}, attrs, stream);
+  }
+  bool supports_training() const override { return has_backward(); }
+  void forward_train(const nn::CausalLMLoss& layer, const Tensor& logits, const Tensor& labels,
+                     const Tensor& loss, const nn::CausalLMLossOptions& options, nn::LayerContext&,
+                     Stream stream) const override {
+    forward(layer, logits, labels, loss, options, stream);
+  }
+  void backward(const nn::CausalLMLoss&, const Tensor& logits, const Tensor& labels,
+                const nn::CausalLMLossOptions& options, nn::LayerContext&, float dloss,
+                const Tensor& dlogits, Stream stream) const override {
+    CausalLmLossAttrs attrs;
+    attrs.num_items_in_batch = options.num_items_in_batch;
+    Tensor upstream = Tensor::empty({1}, DType::F32, logits.device(), stream);
+    ops::fill(upstream, dloss, stream);  // on the device: no host-device copy
+    call_backward(fn_, {upstream, logits, labels}, {dlogits}, attrs, stream);
+  }
+};
+
+// ForCausalLMLoss bound to a fused_linear_cross_entropy@1 entry (Liger's FLCE): the training
+// forward takes the final normed hidden states and lm_head.weight, the kernel returns the loss and
+// the gradients for dloss = 1 in the same pass (so the [tokens, vocab] logits never exist), and
+// backward only scales them by dloss (and 1/num_items_in_batch, computed as a sum). A forward that
+// has logits anyway (eval with labels) computes the built-in loss from them.
+class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named {
+ public:
+  using Named::Named;
+  std::string name() const override { return name_; }
+  void forward(const nn::CausalLMLoss&, const TensorView& logits, const TensorView& labels,
+               const TensorView& loss, const nn::CausalLMLossOptions& options,
+               Stream stream) const override {
+    nn::causal_lm_loss(logits, labels, loss, options, stream);
+  }
+  bool supports_training() const override { return has_backward(); }
+  bool fuses_lm_head() const override { return true; }
+  void forward_train_fused(const nn::CausalLMLoss&, const nn::Linear& lm_head, const Tensor& hidden,
+                           const Tensor& labels, const Tensor& loss,
+                           const nn::CausalLMLossOptions& options, nn::LayerContext& ctx,
+                           Stream stream) const override {
+    const Tensor& w = lm_head.weight();
+    const int64_t n = hidden.numel() / w.size(1);
+    const Tensor x = hidden.is_contiguous() ? hidden : hidden.contiguous(stream);
+    const Tensor shifted = nn::shift_labels(labels, stream);
+    FusedLinearCrossEntropyAttrs attrs;
+    attrs.ce.reduction = options.num_items_in_batch > 0 ? kReductionSum : kReductionMean;
+    Tensor dx = Tensor::empty({n, w.size(1)}, x.dtype(), x.device(), stream);
+    Tensor dw;
+    if (lm_head.requires_grad("weight"))
+      dw = Tensor::empty(w.sizes(), w.dtype(), w.device(), stream);
+    call_forward(fn_, {x.reshape({n, w.size(1)}), w, shifted.reshape({n})},
+                 {loss, dx, dw.defined() ? dw.view() : absent()}, attrs, stream);
+    if (options.num_items_in_batch > 0)
+      ops::scale(loss, 1.0f / static_cast<float>(options.num_items_in_batch), loss, stream);
+    ctx.save("dx", dx);
+    if (dw.defined()) ctx.save("dweight", dw);
+  }
+  void backward_fused(const nn::CausalLMLoss&, const nn::Linear& lm_head, const Tensor&,
+                      const Tensor&, const nn::CausalLMLossOptions& options, nn::LayerContext& ctx,
+                      float dloss, const Tensor& dhidden, Stream stream) const override {
+    const float factor =
+        options.num_items_in_batch > 0
+            ? static_cast<float>(dloss / static_cast<double>(options.num_items_in_batch))
+            : dloss;
+    const Tensor& dx = ctx.saved("dx");
+    const Tensor dh = dhidden.reshape(dx.sizes());
+    if (factor == 1.0f)
+      copy_view(dh, dx, stream);
+    else
+      ops::scale(dx, factor, dh, stream);
+    if (ctx.has("dweight")) {
+      const Tensor dw = ctx.saved("dweight");
+      if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
+      lm_head.accumulate_grad("weight", dw, stream);  // ties: into the embedding's gradient
+    }
   }
 };
 
@@ -190,6 +420,31 @@ const Module& as(const nn::Module& module, const std::string& layer) {
 }
 
 }  // namespace
+
+bool entry_serves(const KernelEntryInfo& entry, const std::string& layer) {
+  const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);
+  if (info && layer == info->layer) return true;
+  return layer == "ForCausalLMLoss" && entry.interface == "fused_linear_cross_entropy" &&
+         entry.interface_version == 1;
+}
+
+std::string adapter_refusal(const nn::Module& module, const std::string& layer,
+                            const KernelEntryInfo& entry, Mode mode) {
+  if (entry.interface == "fused_linear_cross_entropy" && !has(mode, Mode::Training))
+    return "entry " + entry.name +
+           " fuses lm_head and the loss for training; outside training mode the forward makes "
+           "logits anyway";
+  if (layer == "MLP") {
+    if (const auto* mlp = dynamic_cast<const nn::MLP*>(&module); mlp && mlp->gate_proj->has_bias())
+      return "entry " + entry.name + " (" + entry.interface_id() +
+             ") has no biases, and this MLP has them (mlp_bias)";
+  }
+  if (layer == "RMSNorm" && entry.has_layout && has(mode, Mode::Training))
+    return "entry " + entry.name +
+           " keeps its own copy of the weight (a layout), so its gradient would not reach the "
+           "model's parameter; hk trains stateful RMSNorm kernels only after that is solved";
+  return "";
+}
 
 bool has_adapter(const std::string& layer) {
   return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" || layer == "SiLU" ||
@@ -226,6 +481,8 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   }
   if (layer == "ForCausalLMLoss") {
     as<nn::CausalLMLoss>(module, layer);
+    if (fn.entry().interface == "fused_linear_cross_entropy")
+      return std::make_shared<FusedLinearCrossEntropyAdapter>(display_name, std::move(fn));
     return std::make_shared<CausalLMLossAdapter>(display_name, std::move(fn));
   }
   throw InvalidArgument("kernelize: layer " + layer + " has no kernel adapter in hk");

@@ -4,7 +4,10 @@
 // the C ABI with the tensors and attribute struct of its layer interface (hk/layer_interfaces.h),
 // reading parameters from the module it is bound to. Workspace, when an entry asks for one, is
 // taken from the caching allocator per call. Adapters do no argument checking beyond what the
-// kernel returns: the module's own forward already fixed the shapes.
+// kernel returns: the module's own forward already fixed the shapes. Adapters of entries with a
+// backward also implement the Impl's training methods (forward_train / backward) through it; one
+// layer, ForCausalLMLoss, also binds a second interface: fused_linear_cross_entropy@1 (training
+// only), whose adapter takes the hidden states and lm_head.weight instead of logits.
 #pragma once
 
 #include <memory>
@@ -13,12 +16,21 @@
 #include "hk/attention_functions.h"
 #include "hk/kernel_loader.h"
 #include "hk/layers.h"
+#include "hk/mode.h"
 
 namespace hk::kernel_binding {
 
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
 // "ForCausalLMLoss"); attention goes through attention functions instead.
 bool has_adapter(const std::string& layer);
+// True when `entry` can serve `layer`: its interface's layer is `layer`, or `layer` is
+// ForCausalLMLoss and the entry is a fused_linear_cross_entropy@1 (the fused lm_head + loss).
+bool entry_serves(const KernelEntryInfo& entry, const std::string& layer);
+// Why the adapter cannot serve this module with `entry` in `mode` (a sentence for the report), or
+// "" when it can: a fused linear cross-entropy outside training mode, a gated MLP with biases
+// (mlp@1 has none), a stateful (layout) RMSNorm kernel in training.
+std::string adapter_refusal(const nn::Module& module, const std::string& layer,
+                            const KernelEntryInfo& entry, Mode mode);
 // An implementation of `module`'s layer calling `fn`; throws InvalidArgument when the layer has
 // no adapter or the module is not of the layer's class. `layout_params` (from
 // materialize_layout) replace the module's own parameters in the call for stateful kernels;

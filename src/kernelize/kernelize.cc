@@ -144,7 +144,7 @@ class Binder {
         return nullptr;
       }
     }
-    if (layer_of(*entry) != layer) {
+    if (!kernel_binding::entry_serves(*entry, layer)) {
       why =
           "entry " + entry->name + " implements " + entry->interface_id() + ", not layer " + layer;
       return nullptr;
@@ -431,7 +431,8 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
         std::string why;
         const KernelEntryInfo* entry =
             binder.pick_entry(*outcome.library, hub::KernelSpec::parse(mk.spec).entry, layer, why);
-        if (!entry) {
+        if (entry) why = kernel_binding::adapter_refusal(*module, layer, *entry, mode);
+        if (!entry || !why.empty()) {
           d.reason = mk.spec + " unusable: " + why + "; built-in";
         } else {
           d.kernel = display_name(outcome.resolution, *entry);

@@ -3,6 +3,7 @@
 // from_pretrained: config.json → tree (unallocated) → checkpoint opened and validated by
 // hk::Checkpoint → load_state_dict through the key mapping (all checks before any copy) → configs,
 // eval mode → hk::kernelize (Inference) when kernels or a non-built-in attention were asked for.
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include "hk/checkpoint.h"
 #include "hk/error.h"
 #include "hk/hub.h"
+#include "hk/ops.h"
 
 namespace hk {
 namespace {
@@ -211,6 +213,44 @@ const KernelizeReport* CausalLM::kernelize_report() const {
 
 bool CausalLM::is_training() const {
   return need(impl_).is_training();
+}
+
+std::vector<std::pair<std::string, nn::Parameter*>> CausalLM::named_parameters() const {
+  // Module order is registration order (Transformers'); within a module torch registers
+  // `weight` before `bias`, so weight comes first here too.
+  std::vector<std::pair<std::string, nn::Parameter*>> out;
+  for (auto& [path, module] : need(impl_).named_modules()) {
+    std::vector<std::pair<std::string, nn::Parameter*>> local;
+    for (auto& [name, p] : module->local_parameters()) {
+      if (p.is_buffer || !p.tied_to.empty()) continue;
+      local.emplace_back(path.empty() ? name : path + "." + name, &module->slot(name));
+    }
+    std::stable_partition(local.begin(), local.end(), [](const auto& e) {
+      const std::string& n = e.first;
+      return n == "weight" || (n.size() > 7 && n.compare(n.size() - 7, 7, ".weight") == 0);
+    });
+    out.insert(out.end(), local.begin(), local.end());
+  }
+  return out;
+}
+
+void CausalLM::zero_grad(bool set_to_none) {
+  for (auto& [name, p] : named_parameters()) {
+    if (!p->grad.defined()) continue;
+    if (set_to_none)
+      p->grad = Tensor();
+    else
+      ops::fill(p->grad, 0.0);
+  }
+}
+
+CausalLM& CausalLM::gradient_checkpointing_enable(bool on) {
+  need(impl_).gradient_checkpointing = on;
+  return *this;
+}
+
+bool CausalLM::is_gradient_checkpointing() const {
+  return need(impl_).gradient_checkpointing;
 }
 
 CausalLM& CausalLM::to(Device device, std::optional<DType> dtype) {

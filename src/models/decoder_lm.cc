@@ -110,7 +110,10 @@ void DecoderLM::set_attn_implementation(const std::string& name) {
   for (const auto& layer : model->layers) layer->self_attn->set_attn_implementation(name);
 }
 
-CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions& options) const {
+PreparedInputs prepare_inputs(const DecoderLM& lm, const Tensor& input_ids,
+                              const ForwardOptions& options) {
+  const ModelConfig& config = lm.config;
+  const Device device = lm.device;
   Stream stream = options.stream;
   HK_CHECK(
       input_ids.ndim() == 2 && input_ids.size(0) > 0 && input_ids.size(1) > 0,
@@ -118,9 +121,10 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
   HK_CHECK(
       input_ids.dtype() == DType::I64 || input_ids.dtype() == DType::I32,
       "forward: input_ids must be i32 or i64, got " + std::string(dtype_name(input_ids.dtype())));
-  const int64_t b = input_ids.size(0), s = input_ids.size(1);
+  PreparedInputs in;
+  const int64_t b = in.batch = input_ids.size(0), s = in.seq = input_ids.size(1);
   KVCache* cache = options.cache;
-  const int64_t past = cache ? cache->length() : 0;
+  const int64_t past = in.past = cache ? cache->length() : 0;
   if (cache) {
     HK_CHECK(cache->batch() == b, "forward: KV cache batch " + std::to_string(cache->batch()) +
                                       " does not match input batch " + std::to_string(b));
@@ -133,18 +137,16 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
         " positions is longer than the model's context (max_position_embeddings = " +
         std::to_string(config.max_position_embeddings) + ")");
 
-  Tensor ids = input_ids.device() == device ? input_ids : input_ids.to(device, stream);
+  in.ids = input_ids.device() == device ? input_ids : input_ids.to(device, stream);
 
   // Left padding -> key_start (i32 on the device) and default positions.
   std::vector<int64_t> pad(static_cast<size_t>(b), 0);
-  Tensor key_start;
   if (options.key_start.defined()) {
     HK_CHECK(options.key_start.ndim() == 1 && options.key_start.size(0) == b,
              "forward: key_start must be [batch], got " + options.key_start.view().str());
     pad = host_ints(options.key_start, stream);
-    std::vector<int64_t> ks(pad.begin(), pad.end());
-    key_start = Tensor::from_ints(ks, {b}, DType::I32);
-    if (!device.is_cpu()) key_start = key_start.to(device, stream);
+    in.key_start = Tensor::from_ints(pad, {b}, DType::I32);
+    if (!device.is_cpu()) in.key_start = in.key_start.to(device, stream);
   }
   Tensor positions = options.position_ids;
   if (!positions.defined()) {
@@ -159,15 +161,41 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
         positions.ndim() == 2 && positions.size(0) == b && positions.size(1) == s,
         "forward: position_ids must be [batch, seq] like input_ids, got " + positions.view().str());
   }
-  Tensor cos, sin;
-  model->rotary_emb->tables(positions, device, cos, sin, stream);
+  lm.model->rotary_emb->tables(positions, device, in.cos, in.sin, stream);
 
-  Tensor h = Tensor::empty({b, s, config.hidden_size}, dtype, device, stream);
-  model->embed_tokens->forward(ids, h, stream);
+  if (options.labels.defined()) {
+    HK_CHECK(
+        options.labels.ndim() == 2 && options.labels.size(0) == b && options.labels.size(1) == s,
+        "forward: labels must be [batch, seq] like input_ids, got " + options.labels.view().str());
+    HK_CHECK(options.labels.dtype() == DType::I64 || options.labels.dtype() == DType::I32,
+             "forward: labels must be i32 or i64, got " +
+                 std::string(dtype_name(options.labels.dtype())));
+    HK_CHECK(options.num_items_in_batch >= 0, "forward: num_items_in_batch must be >= 0, got " +
+                                                  std::to_string(options.num_items_in_batch));
+    in.labels =
+        options.labels.device() == device ? options.labels : options.labels.to(device, stream);
+  }
+  return in;
+}
+
+nn::AttentionState PreparedInputs::attention_state() const {
   nn::AttentionState state;
   state.cos = &cos.view();
   state.sin = &sin.view();
   state.key_start = key_start.defined() ? &key_start.view() : nullptr;
+  return state;
+}
+
+CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions& options) const {
+  if (is_training() && options.labels.defined()) return forward_train(input_ids, options);
+  Stream stream = options.stream;
+  const PreparedInputs in = prepare_inputs(*this, input_ids, options);
+  const int64_t b = in.batch, s = in.seq;
+  KVCache* cache = options.cache;
+
+  Tensor h = Tensor::empty({b, s, config.hidden_size}, dtype, device, stream);
+  model->embed_tokens->forward(in.ids, h, stream);
+  nn::AttentionState state = in.attention_state();
   state.cache = cache;
   Tensor scratch_normed = Tensor::empty(h.sizes(), dtype, device, stream);
   Tensor scratch_delta = Tensor::empty(h.sizes(), dtype, device, stream);
@@ -187,15 +215,11 @@ CausalLMOutput DecoderLM::forward(const Tensor& input_ids, const ForwardOptions&
   out.logits = Tensor::empty({b, keep, config.vocab_size}, dtype, device, stream);
   lm_head->forward(normed, out.logits, stream);
 
-  if (options.labels.defined()) {
+  if (in.labels.defined()) {
     HK_CHECK(keep == s, "forward: labels need logits for every position (logits_to_keep = 0)");
-    HK_CHECK(
-        options.labels.ndim() == 2 && options.labels.size(0) == b && options.labels.size(1) == s,
-        "forward: labels must be [batch, seq] like input_ids, got " + options.labels.view().str());
-    Tensor labels =
-        options.labels.device() == device ? options.labels : options.labels.to(device, stream);
-    out.loss = Tensor::empty({1}, DType::F32, device, stream);
-    loss_function->forward(out.logits, labels, out.loss, stream);
+    Tensor loss = Tensor::empty({1}, nn::statistics_dtype(dtype), device, stream);
+    loss_function->forward(out.logits, in.labels, loss, {options.num_items_in_batch}, stream);
+    out.loss = Loss(loss);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 //     lm_head (weight tied to model.embed_tokens.weight when tie_word_embeddings)
 //     loss_function (ForCausalLMLoss, no parameters)
 // and its forward. Architectures differ only in an ArchitectureSpec (class-name prefix, q/k norm).
+// The training forward and its tape are in training_tape.{h,cc}.
 // Deliberately no sliding-window or MoE layers here.
 #pragma once
 
@@ -35,6 +36,14 @@ class DecoderLayer : public nn::Module {
   // yet added: the caller adds it (see add_then_norm).
   void forward(const Tensor& h, const Tensor& normed, const Tensor& delta, bool pending_delta,
                const nn::AttentionState& state, Stream stream) const;
+  // Training: returns h_out = h_mid + mlp(norm2(h_mid)), h_mid = h + attn(norm1(h)) (new tensors;
+  // h is the caller's to keep). ctx keeps h_mid and the sub-layers' contexts; the norms' outputs
+  // are recomputed in backward.
+  Tensor forward_train(const Tensor& h, const nn::AttentionState& state, nn::LayerContext& ctx,
+                       Stream stream) const;
+  // dh holds d(h_out) on entry and d(h) on return (updated in place); parameter gradients added.
+  void backward(const Tensor& h, const nn::AttentionState& state, nn::LayerContext& ctx,
+                const Tensor& dh, Stream stream) const;
 
   std::shared_ptr<nn::RMSNorm> input_layernorm, post_attention_layernorm;
   std::shared_ptr<nn::Attention> self_attn;
@@ -50,11 +59,13 @@ class DecoderModel : public nn::Module {
   std::shared_ptr<nn::RotaryEmbedding> rotary_emb;
 };
 
-class DecoderLM : public nn::Module {
+class DecoderLM : public nn::Module, public std::enable_shared_from_this<DecoderLM> {
  public:
   DecoderLM(const ModelConfig& config, const ArchitectureSpec& spec);
 
+  // In training mode with labels: forward_train (a tape on the returned loss). Else inference.
   CausalLMOutput forward(const Tensor& input_ids, const ForwardOptions& options) const;
+  CausalLMOutput forward_train(const Tensor& input_ids, const ForwardOptions& options) const;
   // Points every attention layer at a registered attention function ("eager", "sdpa", ...).
   void set_attn_implementation(const std::string& name);
 
@@ -65,6 +76,7 @@ class DecoderLM : public nn::Module {
   std::optional<KernelizeReport> kernelize_report;
   Device device = Device::cpu();
   DType dtype = DType::F32;
+  bool gradient_checkpointing = false;
 
   std::shared_ptr<DecoderModel> model;
   std::shared_ptr<nn::Linear> lm_head;
@@ -74,5 +86,15 @@ class DecoderLM : public nn::Module {
 // model_type -> tree builder. Each family registers itself from its own folder.
 using ModelBuilder = std::function<std::shared_ptr<DecoderLM>(const ModelConfig&)>;
 bool register_model_type(const std::string& model_type, ModelBuilder builder);
+
+// What forward and forward_train share: the inputs moved to the model's device and checked, left
+// padding as key_start (i32) and positions, the rotary tables.
+struct PreparedInputs {
+  Tensor ids, key_start, cos, sin, labels;
+  int64_t batch = 0, seq = 0, past = 0;
+  nn::AttentionState attention_state() const;
+};
+PreparedInputs prepare_inputs(const DecoderLM& lm, const Tensor& input_ids,
+                              const ForwardOptions& options);
 
 }  // namespace hk

@@ -16,6 +16,16 @@ class BuiltinActivation final : public ActivationImpl {
                    const TensorView& out, Stream stream) const override {
     ops::act_mul(layer.kind(), gate, up, out, stream);
   }
+  bool supports_training() const override { return true; }
+  void backward(const Activation& layer, const Tensor& x, const Tensor& dy, const Tensor& dx,
+                Stream stream) const override {
+    ops::activation_backward(layer.kind(), dy, x, dx, stream);
+  }
+  void backward_mul(const Activation& layer, const Tensor& gate, const Tensor& up,
+                    const Tensor& dout, const Tensor& dgate, const Tensor& dup,
+                    Stream stream) const override {
+    ops::act_mul_backward(layer.kind(), dout, gate, up, dgate, dup, stream);
+  }
 };
 
 ops::Activation parse_act(const std::string& name) {

@@ -5,6 +5,11 @@
 // attention function named by `attn_implementation()` (hk/attention_functions.h). With a cache,
 // this call's keys/values are written at positions [length, length+S) of the layer's cache and the
 // core attends over [0, length+S); the model advances the cache once all layers ran.
+//
+// Training (no cache): the attention function's training form (hk/attention_functions.h) saves
+// its state (eager: probabilities; flash-style: lse). The layer keeps the projections q, k (before
+// q/k norm and rotary), v and the attention output; backward recomputes the normed, rotated q and
+// k (two cheap elementwise passes) rather than keeping a second copy of them.
 #include <cmath>
 
 #include "hk/attention_functions.h"
@@ -23,7 +28,58 @@ class BuiltinAttention final : public AttentionImpl {
                Stream stream) const override {
     attention_function(layer.attn_implementation())(q, k, v, out, call, stream);
   }
+  bool supports_training() const override { return true; }
+  void forward_train(const Attention& layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                     const Tensor& out, const AttentionCall& call, LayerContext& ctx,
+                     Stream stream) const override {
+    ctx.save("saved", training_form(layer).forward(q, k, v, out, call, stream));
+  }
+  void backward(const Attention& layer, const Tensor& q, const Tensor& k, const Tensor& v,
+                const Tensor& out, const AttentionCall& call, LayerContext& ctx, const Tensor& dout,
+                const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                Stream stream) const override {
+    training_form(layer).backward(dout, q, k, v, out, ctx.saved("saved"), dq, dk, dv, call, stream);
+  }
+
+ private:
+  static const AttentionTraining& training_form(const Attention& layer) {
+    const std::string& name = layer.attn_implementation();
+    if (const AttentionTraining* t = attention_training(name)) return *t;
+    std::string names;
+    for (const std::string& n : attention_training_names())
+      names += (names.empty() ? "" : ", ") + n;
+    throw Unsupported("attention implementation '" + name +
+                      "' has no training form (no backward), so it cannot run a training forward; "
+                      "attention implementations that can train: " +
+                      names);
+  }
 };
+
+// The q/k that the attention core sees: q/k norm (Qwen3) into new tensors, or copies, then
+// rotated in place. Used by the training forward and again, to recompute them, by backward.
+void normed_rotated(const Attention& layer, const Tensor& q, const Tensor& k,
+                    const AttentionState& state, Tensor& qr, Tensor& kr, LayerContext* ctx,
+                    Stream stream) {
+  qr = Tensor::empty(q.sizes(), q.dtype(), q.device(), stream);
+  kr = Tensor::empty(k.sizes(), k.dtype(), k.device(), stream);
+  if (layer.q_norm) {
+    if (ctx) {
+      layer.q_norm->forward_train(q, qr, ctx->child("q_norm"), stream);
+      layer.k_norm->forward_train(k, kr, ctx->child("k_norm"), stream);
+    } else {
+      layer.q_norm->forward(q, qr, stream);
+      layer.k_norm->forward(k, kr, stream);
+    }
+  } else {
+    qr.copy_from(q, stream);
+    kr.copy_from(k, stream);
+  }
+  const Tensor cos = Tensor::wrap(*state.cos), sin = Tensor::wrap(*state.sin);
+  if (ctx)
+    layer.rotary_fn->forward_train(qr, kr, cos, sin, ctx->child("rotary_fn"), stream);
+  else
+    layer.rotary_fn->forward(qr, kr, cos, sin, stream);
+}
 
 }  // namespace
 
@@ -98,12 +154,76 @@ void Attention::forward(const TensorView& x, const TensorView& out, const Attent
   }
 
   Tensor attn = Tensor::empty({b, s, hq, d}, x.dtype, x.device, stream);
+  typed_impl().forward(*this, q, keys, values, attn, call_for(state), stream);
+  o_proj->forward(attn.reshape({b, s, hq * d}), out, stream);
+}
+
+void Attention::forward_train(const Tensor& x, const Tensor& out, const AttentionState& state,
+                              LayerContext& ctx, Stream stream) const {
+  HK_CHECK(x.ndim() == 3, "attention: input must be [batch, seq, hidden], got " + x.view().str());
+  HK_CHECK(state.cos && state.sin, "attention: rotary tables are required");
+  HK_CHECK(state.cache == nullptr,
+           "attention: a training forward does not use a KV cache (pass cache = nullptr)");
+  const int64_t b = x.size(0), s = x.size(1), d = shape_.head_dim;
+  const int64_t hq = shape_.num_heads, hkv = shape_.num_kv_heads;
+  Tensor q = Tensor::empty({b, s, hq, d}, x.dtype(), x.device(), stream);
+  Tensor k = Tensor::empty({b, s, hkv, d}, x.dtype(), x.device(), stream);
+  Tensor v = Tensor::empty({b, s, hkv, d}, x.dtype(), x.device(), stream);
+  q_proj->forward_train(x, q.reshape({b, s, hq * d}), ctx.child("q_proj"), stream);
+  k_proj->forward_train(x, k.reshape({b, s, hkv * d}), ctx.child("k_proj"), stream);
+  v_proj->forward_train(x, v.reshape({b, s, hkv * d}), ctx.child("v_proj"), stream);
+  Tensor attn = Tensor::empty({b, s, hq, d}, x.dtype(), x.device(), stream);
+  {
+    Tensor qr, kr;
+    normed_rotated(*this, q, k, state, qr, kr, &ctx, stream);
+    typed_impl().forward_train(*this, qr, kr, v, attn, call_for(state), ctx.child("core"), stream);
+  }
+  o_proj->forward_train(attn.reshape({b, s, hq * d}), out, ctx.child("o_proj"), stream);
+  ctx.save("q", q);
+  ctx.save("k", k);
+  ctx.save("v", v);
+  ctx.save("attn", attn);
+}
+
+void Attention::backward(const Tensor& x, const AttentionState& state, LayerContext& ctx,
+                         const Tensor& dout, const Tensor& dx, Stream stream) const {
+  const int64_t b = x.size(0), s = x.size(1), d = shape_.head_dim;
+  const int64_t hq = shape_.num_heads, hkv = shape_.num_kv_heads;
+  const Tensor q = ctx.saved("q"), k = ctx.saved("k"), v = ctx.saved("v"), attn = ctx.saved("attn");
+  Tensor dq = Tensor::empty(q.sizes(), q.dtype(), q.device(), stream);
+  Tensor dk = Tensor::empty(k.sizes(), k.dtype(), k.device(), stream);
+  Tensor dv = Tensor::empty(v.sizes(), v.dtype(), v.device(), stream);
+  {
+    Tensor dattn = Tensor::empty(attn.sizes(), attn.dtype(), attn.device(), stream);
+    const Tensor dattn_rows = dattn.reshape({b, s, hq * d});
+    o_proj->backward(attn.reshape({b, s, hq * d}), ctx.child("o_proj"), dout, &dattn_rows, false,
+                     stream);
+    Tensor qr, kr;
+    normed_rotated(*this, q, k, state, qr, kr, nullptr, stream);
+    typed_impl().backward(*this, qr, kr, v, attn, call_for(state), ctx.child("core"), dattn, dq, dk,
+                          dv, stream);
+  }
+  rotary_fn->backward(Tensor::wrap(*state.cos), Tensor::wrap(*state.sin), ctx.child("rotary_fn"),
+                      dq, dk, stream);
+  if (q_norm) {
+    Tensor dqn = Tensor::empty(q.sizes(), q.dtype(), q.device(), stream);
+    Tensor dkn = Tensor::empty(k.sizes(), k.dtype(), k.device(), stream);
+    q_norm->backward(q, ctx.child("q_norm"), dq, dqn, stream);
+    k_norm->backward(k, ctx.child("k_norm"), dk, dkn, stream);
+    dq = dqn;
+    dk = dkn;
+  }
+  q_proj->backward(x, ctx.child("q_proj"), dq.reshape({b, s, hq * d}), &dx, false, stream);
+  k_proj->backward(x, ctx.child("k_proj"), dk.reshape({b, s, hkv * d}), &dx, true, stream);
+  v_proj->backward(x, ctx.child("v_proj"), dv.reshape({b, s, hkv * d}), &dx, true, stream);
+}
+
+AttentionCall Attention::call_for(const AttentionState& state) const {
   AttentionCall call;
   call.scale = scaling();
   call.causal = true;
   call.key_start = state.key_start;
-  typed_impl().forward(*this, q, keys, values, attn, call, stream);
-  o_proj->forward(attn.reshape({b, s, hq * d}), out, stream);
+  return call;
 }
 
 }  // namespace hk::nn

@@ -1,6 +1,8 @@
-// The Embedding layer and its built-in implementation (hk::ops::embedding).
+// The Embedding layer and its built-in implementation (hk::ops::embedding); backward scatter-adds
+// into the weight's gradient (which, for tied embeddings, also receives the lm_head's).
 #include "hk/error.h"
 #include "hk/layers.h"
+#include "nn/param_grad.h"
 
 namespace hk::nn {
 namespace {
@@ -11,6 +13,18 @@ class BuiltinEmbedding final : public EmbeddingImpl {
   void forward(const Embedding& layer, const TensorView& ids, const TensorView& out,
                Stream stream) const override {
     ops::embedding(layer.weight(), ids, out, stream);
+  }
+  bool supports_training() const override { return true; }
+  void forward_train(const Embedding& layer, const Tensor& ids, const Tensor& out, LayerContext&,
+                     Stream stream) const override {
+    forward(layer, ids, out, stream);
+  }
+  void backward(const Embedding& layer, const Tensor& ids, LayerContext&, const Tensor& dout,
+                Stream stream) const override {
+    ParamGradWriter dw(layer, "weight", {layer.weight().dtype(), DType::F32}, true, stream);
+    if (!dw.active()) return;
+    ops::embedding_backward(dout, ids, dw.buffer(), stream);
+    dw.commit();
   }
 };
 

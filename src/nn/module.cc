@@ -1,5 +1,5 @@
-// Module tree: children, dotted paths, parameter slots, train/eval and device/dtype moves.
-// State-dict loading lives in state_dict.cc; layers in their own files.
+// Module tree: children, dotted paths, parameter slots and their gradients, train/eval and
+// device/dtype moves. State-dict loading lives in state_dict.cc; layers in their own files.
 #include "hk/module.h"
 
 #include <algorithm>
@@ -69,6 +69,7 @@ void Module::register_buffer(const std::string& name, Shape shape, bool persiste
   p.shape = std::move(shape);
   p.is_buffer = true;
   p.persistent = persistent;
+  p.requires_grad = false;
   params_.emplace(name, std::move(p));
 }
 
@@ -135,6 +136,66 @@ int64_t Module::num_parameters() {
   return total;
 }
 
+Parameter& Module::gradient_slot(const std::string& name) const {
+  const Parameter& own = slot(name);
+  if (own.tied_to.empty()) return const_cast<Parameter&>(own);
+  auto it = tie_targets_.find(name);
+  if (it == tie_targets_.end())
+    throw InvalidArgument("parameter '" + name + "' of " + type_name_ + " is tied to " +
+                          own.tied_to + " but the ties were not resolved (load the model first)");
+  return *it->second;
+}
+
+Module::GradTarget Module::grad_target(const std::string& name, bool zero_if_new,
+                                       Stream stream) const {
+  // Gradients are the mutable training state of a parameter, not part of the module's
+  // structure, so const layers (backward implementations) may write them.
+  Parameter& p = gradient_slot(name);
+  GradTarget target;
+  if (!p.requires_grad) return target;
+  if (!p.value.defined())
+    throw InvalidArgument("parameter '" + name + "' of " + type_name_ +
+                          " is not loaded, so it cannot get a gradient");
+  if (p.grad.defined()) {
+    HK_CHECK(p.grad.sizes() == p.value.sizes() && p.grad.device() == p.value.device(),
+             "the gradient of parameter '" + name + "' of " + type_name_ + " is " +
+                 p.grad.view().str() + ", but the parameter is " + p.value.view().str() +
+                 "; zero_grad() before training after changing the model");
+    target.grad = p.grad;
+    target.accumulate = true;
+    return target;
+  }
+  p.grad = zero_if_new ? Tensor::zeros(p.value.sizes(), p.value.dtype(), p.value.device(), stream)
+                       : Tensor::empty(p.value.sizes(), p.value.dtype(), p.value.device(), stream);
+  target.grad = p.grad;
+  target.accumulate = zero_if_new;
+  return target;
+}
+
+void Module::accumulate_grad(const std::string& name, const Tensor& g, Stream stream) const {
+  Parameter& p = gradient_slot(name);
+  if (!p.requires_grad) return;
+  HK_CHECK(p.value.defined() && g.sizes() == p.value.sizes(),
+           "accumulate_grad: gradient " + g.view().str() + " does not match parameter '" + name +
+               "' of " + type_name_);
+  if (!p.grad.defined() && g.dtype() == p.value.dtype() && g.is_contiguous() &&
+      g.device() == p.value.device()) {
+    p.grad = g;
+    return;
+  }
+  GradTarget target = grad_target(name, /*zero_if_new=*/false, stream);
+  if (!target.accumulate) {
+    ops::cast(g, target.grad, stream);
+    return;
+  }
+  Tensor addend = g;
+  if (g.dtype() != target.grad.dtype()) {  // e.g. a bf16 gradient into f32 master gradients
+    addend = Tensor::empty(g.sizes(), target.grad.dtype(), g.device(), stream);
+    ops::cast(g, addend, stream);
+  }
+  ops::add(target.grad, addend, target.grad, 1.0f, stream);
+}
+
 Module& Module::train(bool on) {
   for (auto& [path, module] : named_modules()) {
     module->training_ = on;
@@ -156,6 +217,16 @@ Module& Module::to(Device device, std::optional<DType> dtype) {
     }
     if (t.device() != device) t = t.to(device);
     p->value = t;
+    if (p->grad.defined()) {  // gradients follow their parameter, as in torch's Module.to
+      Tensor g = p->grad;
+      if (target != g.dtype() && is_floating(g.dtype()) && dtype) {
+        Tensor converted = Tensor::empty(g.sizes(), target, g.device());
+        ops::cast(g, converted);
+        g = converted;
+      }
+      if (g.device() != device) g = g.to(device);
+      p->grad = g;
+    }
   }
   resolve_ties(*this);
   return *this;
@@ -171,6 +242,17 @@ void resolve_ties(Module& root) {
       throw InvalidArgument("parameter " + path + " is tied to " + p->tied_to +
                             ", which does not exist in the model");
     p->value = owner->slot(name).value;
+    p->grad = Tensor();  // the gradient lives in the target's slot
+  }
+  for (auto& [path, module] : root.named_modules()) {
+    module->tie_targets_.clear();
+    for (auto& [name, p] : module->params_) {
+      if (p.tied_to.empty()) continue;
+      auto dot = p.tied_to.rfind('.');
+      Module* owner = root.find_module(dot == std::string::npos ? "" : p.tied_to.substr(0, dot));
+      module->tie_targets_[name] =
+          &owner->slot(dot == std::string::npos ? p.tied_to : p.tied_to.substr(dot + 1));
+    }
   }
 }
 

@@ -21,6 +21,17 @@ class BuiltinRotaryApply final : public RotaryApplyImpl {
     ops::rotary_embedding(q, cos, sin, q, stream);
     ops::rotary_embedding(k, cos, sin, k, stream);
   }
+  bool supports_training() const override { return true; }
+  void forward_train(const RotaryApply& layer, const Tensor& q, const Tensor& k, const Tensor& cos,
+                     const Tensor& sin, LayerContext&, Stream stream) const override {
+    forward(layer, q, k, cos, sin, stream);
+  }
+  // The rotation is linear: its backward is the transposed rotation (nothing saved).
+  void backward(const RotaryApply&, const Tensor& cos, const Tensor& sin, LayerContext&,
+                const Tensor& dq, const Tensor& dk, Stream stream) const override {
+    ops::rotary_embedding_backward(dq, cos, sin, dq, stream);
+    ops::rotary_embedding_backward(dk, cos, sin, dk, stream);
+  }
 };
 
 std::vector<float> compute_inv_freq(int64_t head_dim, const RopeParameters& rope) {
