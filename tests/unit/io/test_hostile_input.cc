@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/file_io.h"
+#include "hk/checkpoint.h"
 #include "hk/error.h"
 #include "hk/generation.h"
 #include "hk/model_config.h"
@@ -172,6 +173,25 @@ TEST(HostileFiles, FifoNamedConfigJsonIsRefusedWithoutBlocking) {
         EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
       },
       fifo);
+}
+
+TEST(HostileFiles, CheckpointIndexFifoAndDeepNesting) {
+  test::ScratchDir dir;
+  const fs::path fifo = dir.path() / "model.safetensors.index.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  finishes_within(
+      10s,
+      [&] {
+        std::string m = message_of([&] { Checkpoint::open(dir.path().string()); });
+        EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+      },
+      fifo);
+  fs::remove(fifo);
+  // A weight_map value nested 1,000,000 deep: its error message used to dump() it recursively.
+  std::ofstream(fifo) << "{\"weight_map\": {\"a\": " << std::string(1000000, '[')
+                      << std::string(1000000, ']') << "}}";
+  std::string m = message_of([&] { Checkpoint::open(dir.path().string()); });
+  EXPECT_NE(m.find("nests deeper"), std::string::npos) << m;
 }
 
 TEST(HostileConfig, DeepNestingIsASentenceNotACrash) {
