@@ -325,7 +325,10 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
       throw InvalidArgument(where + ": kernel entry " + entry->name + " has no " + entry->name +
                             "Layout; a fusion needs the kernel's layout "
                             "to know the fused parameters");
-    for (auto& [parent, group] : groups) {
+    for (auto& group_entry : groups) {
+      // Named references, not structured bindings: clang 14 cannot capture those in a lambda.
+      const std::string& parent = group_entry.first;
+      auto& group = group_entry.second;
       auto record = [&](const std::string& kernel, const std::string& reason) {
         for (const Member& m : group) {
           if (!m.module) continue;
