@@ -2,6 +2,7 @@
 #
 #   hk_add_kernel_repo(NAME rmsnorm REPO kernels-community/rmsnorm VERSION 1.2.0
 #                      [BRANCH v1] [TAGS v1.2.0-extra ...]
+#                      [DESCRIPTION "what code this is"]  (metadata provenance.description; no ";")
 #                      CPU_SOURCES a.cc ... [CUDA_SOURCES b.cu b_library.cc ...]
 #                      [HUB_DIR dir]          (default ${PROJECT_BINARY_DIR}/hub, the embedded hub)
 #                      [SIGNING_KEY key.pem]  (sign each metadata.json at publish time; default
@@ -133,7 +134,7 @@ endfunction()
 
 function(hk_add_kernel_repo)
   cmake_parse_arguments(K "NO_TABLE"
-                        "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR;TARGETS_VAR;SIGNING_KEY"
+                        "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR;TARGETS_VAR;DESCRIPTION;SIGNING_KEY"
                         "TAGS;CPU_SOURCES;CUDA_SOURCES" ${ARGN})
   if(K_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "hk_add_kernel_repo: unknown arguments ${K_UNPARSED_ARGUMENTS}")
@@ -292,6 +293,7 @@ set(NO_TABLE ${K_NO_TABLE})
 set(DUMP \"${_HK_KERNEL_DUMP}\")
 set(SOURCE \"${source_label}\")
 set(BUILDER \"${builder}\")
+set(DESCRIPTION [==[${K_DESCRIPTION}]==])
 set(BUILD_TYPE \"${CMAKE_BUILD_TYPE}\")
 set(OS \"${os}\")
 set(ARCH \"${arch}\")

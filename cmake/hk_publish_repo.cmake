@@ -3,8 +3,9 @@
 # Run by the target hk_add_kernel_repo creates:  cmake -DARGS_FILE=<publish_args.cmake> -P this
 # The args file (generated at configure time) sets HUB_DIR, REPO, NAME, VERSION, BRANCH, TAGS,
 # ABI_MAJOR, ABI_MINOR (this checkout's; a table's own minor wins), NO_TABLE, DUMP, SOURCE,
-# BUILDER, BUILD_TYPE, OS, ARCH, LOCK_FILE, STAMP, VARIANTS, SIGNING_KEY and SIGNER (optional) and
-# per variant VARIANT_<v>_FILE / _BACKEND / _BACKEND_VERSION / _ARCHS / _COMPILER.
+# BUILDER, DESCRIPTION (optional, provenance.description), BUILD_TYPE, OS, ARCH, LOCK_FILE, STAMP,
+# VARIANTS, SIGNING_KEY and SIGNER (optional) and per variant
+# VARIANT_<v>_FILE / _BACKEND / _BACKEND_VERSION / _ARCHS / _COMPILER.
 #
 # Steps: dump each library's table (the entries in metadata.json come from the .so itself) and
 # check it names this repo, version and ABI; commit id = sha1 over repo, version and the sorted
@@ -154,6 +155,10 @@ foreach(variant ${VARIANTS})
   string(JSON meta SET "${meta}" size "{${q_lib}: ${size_${variant}}}")
   string(JSON meta SET "${meta}" provenance
          "{\"builder\": ${q_builder}, \"source\": ${q_source}, \"compiler\": ${q_compiler}, \"build_type\": ${q_build_type}}")
+  if(DESCRIPTION)
+    json_quote(q_description "${DESCRIPTION}")
+    string(JSON meta SET "${meta}" provenance description "${q_description}")
+  endif()
   write_atomic("${dir}/metadata.json" "${meta}\n")
   if(SIGNING_KEY)
     execute_process(COMMAND "${SIGNER}" kernels sign --key "${SIGNING_KEY}" "${dir}"

@@ -167,8 +167,8 @@ nlohmann::json run_config(const Args& a, const std::string& config) {
     std::printf("  (no breakdown on %s: it is timed with CUDA events)\n", device.str().c_str());
   if (a.breakdown && device.is_cuda()) {
     // One step as the Trainer runs it, with every layer call timed: forward, backward, the
-    // norm + AdamW update, zero_grad. The Trainer (and its optimizer) is gone, the kernels it
-    // bound stay bound; a fresh AdamW on the same parameters does the update.
+    // norm + AdamW update, zero_grad_lazily. The Trainer (and its optimizer) is gone, the kernels
+    // it bound stay bound; a fresh AdamW on the same parameters does the update.
     std::vector<hk::optim::OptimTensor> tensors = hk::optim::trainable_parameters(model.module());
     hk::optim::AdamW optimizer(tensors, {.lr = 1e-5});
     std::vector<int64_t> ids(data.block(0), data.block(0) + a.batch * a.seq);
@@ -206,8 +206,8 @@ nlohmann::json run_config(const Args& a, const std::string& config) {
         }
         {
           std::optional<hk::bench::LayerTimer::Scope> s;
-          if (timed_step) s.emplace(timer, "zero_grad");
-          model.zero_grad(false);
+          if (timed_step) s.emplace(timer, "zero_grad (lazily: the next backward writes)");
+          model.zero_grad_lazily();  // as the Trainer does
         }
       }
       hk::synchronize_device(device);

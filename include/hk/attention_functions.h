@@ -1,14 +1,16 @@
 // hk/attention_functions.h — the name-keyed registry of attention functions (Transformers'
-// ALL_ATTENTION_FUNCTIONS): "eager" and "sdpa" are built in (both the eager op of hk/ops.h);
+// ALL_ATTENTION_FUNCTIONS): "eager" (the eager op of hk/ops.h) and "sdpa" (the fused attention
+// hk::ops::fused_attention: flash kernels on CUDA, a blocked online softmax on CPU) are built in;
 // kernelize registers more (e.g. a hub flash-attention entry under its hub id) and points a model's
 // attention layers at them with `Attention::set_attn_implementation`. Functions take the same
 // arguments as the built-in `attention` layer implementation; this header deliberately does not
 // resolve hub ids — that is kernelize's job.
 //
 // Training forms live in a second registry under the same names: a forward that also returns the
-// state its backward needs, and that backward. "eager" and "sdpa" have one (the eager op, saving
-// the f32 probabilities); a function without a training form cannot be used in a training
-// forward (the attention layer says so, naming the ones that can).
+// state its backward needs, and that backward. "eager" saves the f32 probabilities, "sdpa" the f32
+// lse (hk::ops::fused_attention_backward); kernelize registers hub kernels' forms under their hub
+// ids. A function without a training form cannot be used in a training forward (the attention
+// layer says so, naming the ones that can).
 #pragma once
 
 #include <functional>

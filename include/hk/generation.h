@@ -5,13 +5,25 @@
 // row's padding is masked through `key_start` and its positions start at 0 on its first real token,
 // as Transformers does with an attention mask. Greedy picks the argmax on the device; sampling
 // (temperature → top-k → top-p, Transformers' order) runs on the host with a seeded generator so
-// results are deterministic given the seed. This header does not do beam search or speculative
-// decoding.
+// results are deterministic given the seed.
+//
+// On CUDA the decode steps run on the device with the next ids, positions, cache lengths and
+// finished rows in device memory (fused kernels where the layers are built-in), and by default the
+// step is captured once as a CUDA graph per (batch, cache bucket) and replayed: the only host work
+// per token is the copy of the new ids (greedy; sampling also copies the logits). Kernels bound
+// to layers must declare capture safety for the graph (kernelize with Mode::Inference |
+// Mode::Capture falls back from those that do not); otherwise, or with cuda_graphs = false, the
+// same device step is launched eagerly, and a model the device step cannot run (an attention
+// kernel without a device-length KV-cache form) decodes with one model forward per token.
+// GenerateTimings says which path ran and why. This header does not do beam search or
+// speculative decoding.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "hk/device.h"
@@ -68,6 +80,11 @@ struct GenerateOptions {
   std::optional<std::vector<int64_t>> eos_token_ids;
   // Written after a row finished; nullopt = pad from the configs, else the first eos, else 0.
   std::optional<int64_t> pad_token_id;
+  // CUDA: capture the device decode step as a CUDA graph (false: launch it eagerly).
+  bool cuda_graphs = true;
+  // Called with every new token of an unfinished row as soon as it is known (rows in order within
+  // a step); returning false finishes that row after this token (e.g. a stop string matched).
+  std::function<bool(size_t row, int64_t token)> on_token;
 };
 
 struct GenerateTimings {
@@ -75,6 +92,10 @@ struct GenerateTimings {
   double decode_ms = 0;
   int64_t decode_steps = 0;  // forwards after prefill
   double decode_tok_s = 0;   // decode_steps * batch / decode seconds (0 when no decode step)
+  // "cuda-graph" (replayed graph), "device" (device step launched eagerly) or "forward" (one model
+  // forward per token: CPU, or what the device step cannot run); "" when nothing was decoded.
+  std::string decode_path;
+  std::string decode_note;  // why the path is not the graph, or what the device step fused
 };
 
 struct GenerateOutput {

@@ -68,8 +68,11 @@ std::vector<VariantDecision> select_variants(const std::vector<VariantMetadata>&
                                              const Target& target, const std::string& entry = {});
 
 struct HubConfig {
-  std::string endpoint;             // HK_ENDPOINT ("http://127.0.0.1:8080"); empty = hub_dir
-  std::filesystem::path hub_dir;    // HK_HUB_DIR, else default_hub_dir()
+  std::string endpoint;           // HK_ENDPOINT ("http://127.0.0.1:8080"); empty = hub_dir
+  std::filesystem::path hub_dir;  // HK_HUB_DIR's first entry, else default_hub_dir()
+  // HK_HUB_DIR's further entries (a ':'-separated list), searched after hub_dir: a repo comes from
+  // the first hub directory that has it, so your kernels combine with the embedded ones.
+  std::vector<std::filesystem::path> extra_hub_dirs;
   std::filesystem::path cache_dir;  // HK_KERNELS_CACHE, else ~/.cache/hk/kernels
   bool offline = false;             // HF_HUB_OFFLINE / HK_HUB_OFFLINE = 1|ON|YES|TRUE
   std::vector<std::string> trusted_orgs{"kernels-community"};  // plus HK_TRUSTED_ORGS (a,b)
@@ -111,7 +114,9 @@ struct HubConfig {
   void set_lock_file(const std::filesystem::path& path);
 };
 
-// The embedded hub directory used when HK_HUB_DIR is unset (the build's <build>/hub unless set).
+// The embedded hub directory used when HK_HUB_DIR is unset, for the library and the CLI alike:
+// set_default_hub_dir's, else <dir of libhk.so>/hub (a build tree), else the installed
+// <prefix>/share/hk/hub next to <prefix>/lib (cmake --install puts it there).
 std::filesystem::path default_hub_dir();
 void set_default_hub_dir(const std::filesystem::path& dir);
 

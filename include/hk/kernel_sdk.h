@@ -75,6 +75,74 @@ inline const char* mode_bit_name(uint32_t bit) {
   }
 }
 
+// IEEE half ↔ float on the host, round to nearest even, NaN kept a NaN (hk/dtype.h's rule; those
+// live in libhk, which kernels do not link).
+inline float f16_bits_to_float(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ffu, u;
+  if (exp == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      u = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (man & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | man << 13;
+  } else {
+    u = sign | (exp + 112) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint16_t float_to_f16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // overflow (≥ 65520) → inf
+  if (a < 0x38800000u) {                        // subnormal or zero in f16
+    if (a < 0x33000000u) return sign;           // < 2^-25 rounds to 0
+    const uint32_t man = (a & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(a >> 23);  // 14 + (113 - exp)
+    uint32_t half = man >> shift;
+    const uint32_t rest = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rest > mid || (rest == mid && (half & 1u))) ++half;
+    return sign | static_cast<uint16_t>(half);
+  }
+  uint32_t v = a - (112u << 23);
+  v += 0xfffu + ((v >> 13) & 1u);
+  return sign | static_cast<uint16_t>(v >> 13);
+}
+
+// One element of a floating tensor (HK_DTYPE_F32 / _BF16 / _F16 at element index i of `base`),
+// widened to f32 / stored with one rounding to nearest even: the host-side element access of cpu
+// kernels. Other dtypes are the caller's to refuse first.
+inline float load_float(const void* base, int32_t dtype, int64_t i) {
+  if (dtype == HK_DTYPE_BF16) return bf16_to_float(static_cast<const bf16_t*>(base)[i]);
+  if (dtype == HK_DTYPE_F16) return f16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+inline void store_float(void* base, int32_t dtype, int64_t i, float v) {
+  if (dtype == HK_DTYPE_BF16)
+    static_cast<bf16_t*>(base)[i] = float_to_bf16(v);
+  else if (dtype == HK_DTYPE_F16)
+    static_cast<uint16_t*>(base)[i] = float_to_f16_bits(v);
+  else
+    static_cast<float*>(base)[i] = v;
+}
+// v rounded through `dtype` and back.
+inline float round_float(int32_t dtype, float v) {
+  if (dtype == HK_DTYPE_BF16) return bf16_to_float(float_to_bf16(v));
+  if (dtype == HK_DTYPE_F16) return f16_bits_to_float(float_to_f16_bits(v));
+  return v;
+}
+
 inline size_t dtype_code_size(int32_t code) {
   switch (code) {
     case HK_DTYPE_F32:

@@ -44,6 +44,14 @@ struct KernelizeOptions {
   std::string attn_implementation;  // "", "eager", "sdpa", "flash_attention_2|3|4" or a hub id
   bool allow_all_kernels = false;   // trust repos outside the trusted orgs (attention and mapping)
   std::shared_ptr<hub::Hub> hub;    // null: a Hub configured from the environment
+  // Simulated selection for `device` — which may be one this machine does not have (cuda with a
+  // capability, rocm, xpu, ...): the mapping, versions and variants are resolved as for a real
+  // run, but nothing is fetched or loaded and no module changes; the report says so.
+  bool simulate = false;
+  int simulated_cuda_runtime = 0;  // with simulate: CUDA runtime as 13000 for 13.0 (0 = this hk's)
+  // An explicit request (a kernel_config value or fusion) that falls back prints one line per
+  // reason on stderr ("hk: warning: ..."); the report has every decision either way.
+  bool warn_on_fallback = true;
 };
 
 // One module's decision.
@@ -60,10 +68,13 @@ struct KernelizeReport {
   std::string device;  // "cpu", "cuda:0", "rocm:0"
   Mode mode = Mode::Inference;
   std::vector<LayerDecision> layers;
+  // Non-empty for a simulated selection: the target it was made for ("cuda sm_90, CUDA 13.0, ...").
+  std::string simulated_target;
 
   const LayerDecision* find(const std::string& path) const;
   size_t num_kernels() const;  // layers bound to a kernel
-  // {"device", "mode", "layers": [{"path","layer","kernel"|null,"revision","variant","reason"}]}
+  // {"device", "mode", "layers": [{"path","layer","kernel"|null,"revision","variant","reason"}]},
+  // plus "simulated": true and "target" for a simulated selection
   std::string to_json() const;
   std::string to_text() const;
 };

@@ -79,11 +79,17 @@ struct RotaryAttrs {
 
 // ---- mlp@1 (layer MLP: gated MLP, SwiGLU / GeGLU) -----------------------------------------------
 // forward   inputs:  x [..., H], gate_w [I, H], up_w [I, H], down_w [H, I]
-//           outputs: y [..., H]
+//           outputs: y [..., H], gate [..., I] (optional), up [..., I] (optional)
 //   y = (act(x·gate_wᵀ) ⊙ (x·up_wᵀ)) · down_wᵀ, act(gate) rounded to x.dtype before the product
-// backward  inputs:  dy, x, gate_w, up_w, down_w
+//   gate, up (x's dtype, given together): the pre-activations x·gate_wᵀ and x·up_wᵀ, kept by a
+//   training forward so backward need not recompute those two GEMMs.
+// backward  inputs:  dy, x, gate_w, up_w, down_w, gate (optional), up (optional)
 //           outputs: dx, dgate_w (optional), dup_w (optional), ddown_w (optional)
-//   (intermediates are recomputed; the kernel's workspace_size says what it needs)
+//   gate, up: what this entry's forward wrote into them; backward may overwrite them (their
+//   gradients take their place). Without them the intermediates are recomputed (the kernel's
+//   workspace_size says what it needs either way). The optional tensors were appended without
+//   a new version: a kernel that predates them ignores them in both passes, and one entry serves
+//   a layer's forward and backward, so the two passes always agree.
 inline constexpr uint32_t kActivationSiLU = 0;
 inline constexpr uint32_t kActivationGELU = 1;      // erf form
 inline constexpr uint32_t kActivationGELUTanh = 2;  // tanh approximation
@@ -131,14 +137,22 @@ struct LinearAttrs {
 // forward   inputs:  q [B, S, Hq, D], k [B, T, Hkv, D], v [B, T, Hkv, D] (Hq % Hkv == 0),
 //                    key_start [B] i32 (optional: keys before it are masked — left padding)
 //           outputs: out [B, S, Hq, D], lse [B, Hq, S] f32 (optional; saved for backward)
-//   causal: query i (of S) sees keys ≤ T − S + i. A fully masked row gives zeros.
+//   scores = scale·q·kᵀ, then softcap·tanh(scores/softcap) when softcap > 0, softmax in f32.
+//   causal: query i (of S) sees keys ≤ T − S + i (aligned bottom-right, as flash-attn ≥ 2.1).
+//   window_left ≥ 0: query i also sees no key < T − S + i − window_left (sliding window).
+//   A fully masked row gives zeros and lse = +∞ (so its backward contributes nothing).
+//   lse = log Σ exp(scores) over the visible keys, natural log, f32.
 // backward  inputs:  dout, q, k, v, out, lse, key_start (optional)
-//           outputs: dq, dk, dv (dk/dv summed over each kv group)
+//           outputs: dq, dk, dv (dk/dv summed over each kv group; written, never accumulated)
+//   kAttentionDeterministic asks for a backward whose result does not depend on scheduling
+//   (no floating-point atomics); kernels that cannot give one return HK_STATUS_UNSUPPORTED.
+inline constexpr uint32_t kAttentionDeterministic = 1u;
 struct AttentionAttrs {
   float scale = 0.0f;  // 0 → 1/sqrt(D)
   uint32_t causal = 1;
   float softcap = 0.0f;      // 0 = none; else scores = softcap·tanh(scores/softcap)
   int32_t window_left = -1;  // sliding window: keys more than this far left are masked; -1 = ∞
+  uint32_t flags = 0;        // kAttentionDeterministic
 };
 
 // ---- cross_entropy@1 (Liger cross_entropy) ------------------------------------------------------
@@ -209,6 +223,59 @@ struct CausalLmLossAttrs {
 struct RmsNormMlpAttrs {
   float eps = 1e-6f;
   uint32_t activation = kActivationSiLU;
+};
+
+// ---- multi_scale_deformable_attention@1 (layer MultiScaleDeformableAttention, Deformable DETR) --
+// forward   inputs:  value [B, S, H, D] with S = Σ_l h_l·w_l (the levels' maps, level-major),
+//                    sampling_locations [B, Q, H, L, P, 2] ((x, y) in [0, 1] of each level's map),
+//                    attention_weights [B, Q, H, L, P]  (all three one floating dtype)
+//           outputs: out [B, Q, H·D] (value's dtype)
+//   out[b, q, h·D + d] = Σ_l Σ_p w[b,q,h,l,p] · bilinear(value_l[b, :, h, d], loc[b,q,h,l,p])
+//   bilinear as torch.nn.functional.grid_sample(mode="bilinear", padding_mode="zeros",
+//   align_corners=False) on grid 2·loc − 1: pixel x = loc_x·w_l − 0.5, y = loc_y·h_l − 0.5, the
+//   four neighbours weighted by distance, neighbours outside the map read as 0. f32 math.
+// backward  inputs:  dout [B, Q, H·D], value, sampling_locations, attention_weights
+//           outputs: dvalue [B, S, H, D] (optional), dsampling_locations (optional),
+//                    dattention_weights (optional)   (each in its input's dtype; written)
+// The levels' (h, w) are attributes (host values: no device read, capture-safe); level l starts
+// at row Σ_{k<l} h_k·w_k of value.
+inline constexpr uint32_t kMaxDeformableLevels = 16;
+struct MsDeformAttnAttrs {
+  uint32_t num_levels = 0;
+  int32_t im2col_step = 64;  // Transformers' argument; the result does not depend on it
+  int64_t spatial_shapes[kMaxDeformableLevels][2] = {};  // (height, width) per level
+};
+
+// ---- attention_varlen@1 (function flash_attn_varlen_func: packed sequences) -------------------
+// forward   inputs:  q [Sq, Hq, D], k [Sk, Hkv, D], v [Sk, Hkv, D] (sequences packed back to back),
+//                    cu_seqlens_q [B + 1] i32, cu_seqlens_k [B + 1] i32 (on the device: sequence b
+//                    is rows [cu[b], cu[b+1]); cu[0] = 0)
+//           outputs: out [Sq, Hq, D], lse [Hq, Sq] f32 (optional; saved for backward)
+//   Each sequence b is attention@1 over its own rows (S_b queries, T_b keys, causal aligned
+//   bottom-right within the sequence); no query sees another sequence's keys. max_seqlen_q/_k
+//   bound S_b and T_b (they size the launch, so the host never reads cu_seqlens: capture-safe).
+// backward  inputs:  dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k
+//           outputs: dq, dk, dv
+struct AttentionVarlenAttrs {
+  AttentionAttrs base;
+  int32_t max_seqlen_q = 0;
+  int32_t max_seqlen_k = 0;
+};
+
+// ---- attention_kvcache@1 (function flash_attn_with_kvcache: decode over a KV cache) -----------
+// forward   inputs:  q [B, S, Hq, D], k_cache [B, Tc, Hkv, D], v_cache [B, Tc, Hkv, D],
+//                    cache_seqlens [B] i32 (valid cached positions of each row before this call),
+//                    k_new [B, S, Hkv, D] (optional), v_new [B, S, Hkv, D] (optional, with k_new),
+//                    key_start [B] i32 (optional: left padding, keys before it are masked)
+//           outputs: out [B, S, Hq, D], lse [B, Hq, S] f32 (optional)
+//   When k_new/v_new are given they are first written in place into the caches at positions
+//   [cache_seqlens[b], cache_seqlens[b] + S) (the caller keeps cache_seqlens + S ≤ Tc); the
+//   query rows then attend over keys [key_start[b], cache_seqlens[b] + S_new) of the cache with
+//   attention@1's mask (S_new = S with new keys, 0 without), the queries being the last S
+//   positions. cache_seqlens is not advanced (the caller owns it). Kernels split the keys over
+//   several blocks when B·Hkv is too small to fill the device. No backward (inference).
+struct AttentionKvcacheAttrs {
+  AttentionAttrs base;
 };
 
 // ---- registry (host side, implemented in libhk) -------------------------------------------------

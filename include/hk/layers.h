@@ -280,6 +280,14 @@ struct AttentionCall {
   float scale = 0.0f;  // 0 -> 1/sqrt(head_dim)
   bool causal = true;
   const TensorView* key_start = nullptr;  // i32 [B] on the device, left padding; null = none
+  float softcap = 0.0f;                   // 0 = none; else scores = softcap·tanh(scores/softcap)
+  int64_t window_left = -1;               // sliding window (keys this far left of the diagonal)
+  // Packed sequences (varlen): q/k/v are [1, total, H, D] and sequence b is rows
+  // [cu[b], cu[b+1]); i32 [B+1] on the device, max_seqlen_* bound the lengths. Null = batch.
+  const TensorView* cu_seqlens_q = nullptr;
+  const TensorView* cu_seqlens_k = nullptr;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  bool deterministic = false;  // backward without floating-point atomics
 };
 class Attention;
 class AttentionImpl : public LayerImpl {

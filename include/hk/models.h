@@ -5,8 +5,9 @@
 // for its `model_type` without allocating, then loads `model.safetensors` or the shards listed in
 // `model.safetensors.index.json` on the requested device and dtype. With `use_kernels`, a
 // `kernel_config` (implies use_kernels, with a note on stderr) or an `attn_implementation` that is
-// not a built-in attention function, the loaded model goes through hk::kernelize (Inference);
-// `train()` / `eval()` then re-kernelize for Training / Inference.
+// not a built-in attention function, the loaded model goes through hk::kernelize (Inference, or
+// Inference | Capture with `kernelize_capture`); `train()` / `eval()` then re-kernelize for
+// Training / Inference (keeping Capture).
 //
 // Training mirrors Transformers: `model.train(); auto out = model.forward(ids, {.labels = labels});
 // out.loss.backward();` then every trainable parameter's `grad` (named_parameters()) holds the
@@ -42,6 +43,10 @@ struct LoadOptions {
   // "" = "eager"; "sdpa" built in; "flash_attention_2|3|4" or a hub id go through kernelize.
   std::string attn_implementation;
   bool allow_all_kernels = false;
+  // kernelize with Mode::Capture too (Inference | Capture; train() keeps it: Training | Capture):
+  // only kernels that declare CUDA-graph safety are bound, the rest fall back with the reason, so
+  // generate's CUDA graph can run every bound kernel. `hk generate --device cuda` sets it.
+  bool kernelize_capture = false;
   // Kernel supply chain (docs/security.md), applied by kernelize here and again by train()/eval():
   // every hub kernel must be pinned by this hk.lock ("" = HK_KERNELS_LOCK, if set) unless
   // allow_unlocked_kernels; require_signed_kernels (or HK_REQUIRE_SIGNED=1) refuses kernels whose
@@ -142,6 +147,12 @@ class CausalLM {
   std::vector<std::pair<std::string, nn::Parameter*>> named_parameters() const;
   // set_to_none: drop every gradient (the next backward allocates them); else fill with zeros.
   void zero_grad(bool set_to_none = true);
+  // zero_grad(false) without the pass over every gradient: the buffers are kept and marked
+  // (Parameter::grad_overwrite), and the next backward *writes* each gradient instead of adding
+  // to it, zero-filling any it gives none when it finishes. After that backward the gradients
+  // equal those of zero_grad(false) + backward; until then their values are undefined (do not
+  // read them). The buffers, and the addresses the fused optimizer's table holds, stay.
+  void zero_grad_lazily();
   // Keep only each decoder layer's input in a training forward and re-run the layer inside
   // backward (Transformers' gradient_checkpointing_enable).
   CausalLM& gradient_checkpointing_enable(bool on = true);

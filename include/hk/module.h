@@ -59,6 +59,10 @@ struct Parameter {
   // shape and dtype of a tensor a trainer put here first, e.g. f32 for master weights). Backward
   // accumulates into it; zero_grad clears it.
   Tensor grad;
+  // Training: `grad`'s buffer is kept but its values are stale (CausalLM::zero_grad_lazily); the
+  // next gradient into it is written instead of added (grad_target clears the flag), and a
+  // backward that gave it none zero-fills it when it finishes.
+  bool grad_overwrite = false;
   bool requires_grad = true;  // false for buffers; a trainer may freeze parameters
 };
 
@@ -123,7 +127,8 @@ class Module {
   // when that parameter does not require a gradient (the caller then skips it). When the slot had
   // no gradient yet, it gets a new tensor of the value's shape and dtype: zeros when
   // `zero_if_new`, else uninitialised with `accumulate` false, and the caller must then *write*
-  // every element (a GEMM with beta 0) instead of adding to it.
+  // every element (a GEMM with beta 0) instead of adding to it. A kept buffer marked
+  // `grad_overwrite` is handed out the same way (zero-filled when `zero_if_new`), once.
   struct GradTarget {
     Tensor grad;
     bool accumulate = false;

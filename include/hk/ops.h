@@ -13,6 +13,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "hk/stream.h"
 #include "hk/tensor.h"
@@ -88,8 +90,8 @@ void rotary_embedding_backward(const TensorView& dy, const TensorView& cos, cons
                                const TensorView& dx, Stream stream = {});
 
 // ---- elementwise --------------------------------------------------------------------------------
-enum class Activation { SiLU, GELU, GELUTanh };
-// y = act(x). GELU is the erf form; GELUTanh the tanh approximation.
+enum class Activation { SiLU, GELU, GELUTanh, QuickGELU };
+// y = act(x). GELU is the erf form; GELUTanh the tanh approximation; QuickGELU x·σ(1.702·x).
 void activation(Activation act, const TensorView& x, const TensorView& y, Stream stream = {});
 // dx = dy · act'(x)
 void activation_backward(Activation act, const TensorView& dy, const TensorView& x,
@@ -136,6 +138,37 @@ void attention_backward(const TensorView& dout, const TensorView& q, const Tenso
                         const TensorView& dk, const TensorView& dv,
                         const AttentionOptions& options = {}, Stream stream = {});
 
+// Fused attention (the "sdpa" attention function): never materialises the S×T scores. On CUDA the
+// flash kernels of kernels/flash-attn (compiled into libhk; bf16/f16, head_dim 64/128/256, any
+// other case on CUDA throws Unsupported); on CPU a blocked online softmax (f32/f64 math, any dtype).
+// Semantics are those of the layer interfaces attention@1 / attention_varlen@1
+// (hk/layer_interfaces.h): causal aligned bottom-right, softcap, left sliding window, left padding
+// through key_start, GQA; lse = log Σ exp(scores), +∞ for a fully masked row (its output is 0).
+struct FusedAttentionOptions {
+  float scale = 0.0f;  // 0 → 1/sqrt(head_dim)
+  bool causal = true;
+  float softcap = 0.0f;      // 0 = none
+  int64_t window_left = -1;  // -1 = no window
+  const TensorView* key_start = nullptr;  // i32/i64 [B] (batch layout only); null = none
+  // Varlen: q [Sq, Hq, D], k/v [Sk, Hkv, D] with sequence b in rows [cu[b], cu[b+1]) (i32
+  // [B+1]); max_seqlen_* bound the lengths (they size CUDA launches: no host read of cu_seqlens).
+  const TensorView* cu_seqlens_q = nullptr;
+  const TensorView* cu_seqlens_k = nullptr;
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  bool deterministic = false;  // backward without floating-point atomics
+};
+// q [B, S, Hq, D], k/v [B, T, Hkv, D], out like q (or the varlen layouts above). `lse`, when
+// given, receives f32 [B, Hq, S] ([Hq, Sq] varlen). Any strides with a unit last dim.
+void fused_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView& out, const FusedAttentionOptions& options = {},
+                     const TensorView* lse = nullptr, Stream stream = {});
+// Gradients from the forward's out and lse: dq, dk, dv written (dk/dv summed over each kv group).
+// Workspace (CUDA: f32 dq accumulator and row dots) comes from the caching allocator on `stream`.
+void fused_attention_backward(const TensorView& dout, const TensorView& q, const TensorView& k,
+                              const TensorView& v, const TensorView& out, const TensorView& lse,
+                              const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                              const FusedAttentionOptions& options = {}, Stream stream = {});
+
 // ---- loss ---------------------------------------------------------------------------------------
 enum class Reduction { None, Mean, Sum };
 struct CrossEntropyOptions {
@@ -153,6 +186,24 @@ void cross_entropy_backward(const TensorView& dloss, const TensorView& logits,
                             const TensorView& labels, const TensorView& dlogits,
                             const CrossEntropyOptions& options = {},
                             const TensorView* lse = nullptr, Stream stream = {});
+
+// ---- multi-scale deformable attention (Deformable DETR)
+// ------------------------------------------- The built-in of layer interface
+// multi_scale_deformable_attention@1 (hk/layer_interfaces.h has the formula): value [B, S, H, D],
+// sampling_locations [B, Q, H, L, P, 2], attention_weights [B, Q, H, L, P] (one floating dtype; f64
+// on the cpu), out [B, Q, H·D]; `spatial_shapes` the (height, width) of each of the L levels, Σ h·w
+// = S. Any strides. f32 math (f64 for f64).
+void ms_deform_attn(const TensorView& value,
+                    const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
+                    const TensorView& sampling_locations, const TensorView& attention_weights,
+                    const TensorView& out, Stream stream = {});
+// Gradients for dout [B, Q, H·D]; each output optional (null = not wanted), written.
+void ms_deform_attn_backward(const TensorView& dout, const TensorView& value,
+                             const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
+                             const TensorView& sampling_locations,
+                             const TensorView& attention_weights, const TensorView* dvalue,
+                             const TensorView* dsampling_locations,
+                             const TensorView* dattention_weights, Stream stream = {});
 
 // ---- reductions used by generation ------------------------------------------------------------
 // Index of the max over the last dim (first on ties), out i64 [rows].

@@ -1,22 +1,26 @@
-// hk/tokenizer.h — byte-level BPE tokenizer read from a Hugging Face `tokenizer.json`.
+// hk/tokenizer.h — BPE tokenizer read from a Hugging Face `tokenizer.json`.
 //
-// Covers the files of Qwen2/Qwen3, Llama 3 and GPT-2 style models, and produces the same ids as
-// the Hugging Face `tokenizers` library (the reference the tests compare against):
-//   normalizer      null, NFC (or a Sequence of those)
-//   pre_tokenizer   Split (Regex or String pattern, every split behaviour, invert) and ByteLevel
-//                   (add_prefix_space, use_regex = the GPT-2 regex), alone or in a Sequence that
-//                   ends with ByteLevel
+// Covers the files of Qwen2/Qwen3, Llama 2 and 3, Mistral, SmolLM and GPT-2 style models (the
+// byte-level and the SentencePiece-style layouts, and the file Transformers 5 writes for
+// LlamaTokenizer), and produces the same ids and text as the Hugging Face `tokenizers` library
+// (the reference the tests compare against):
+//   normalizer      NFC, NFKC, Prepend, Replace (String or Regex), Sequence of those
+//   pre_tokenizer   Split (Regex or String pattern, every split behaviour, invert), ByteLevel
+//                   (add_prefix_space, use_regex = the GPT-2 regex), Metaspace (replacement,
+//                   prepend_scheme always/first/never, split), Sequence of those; or none
 //   model           BPE with vocab + merges ("a b" strings or [a, b] pairs), ignore_merges,
-//                   byte_fallback false, no continuing_subword_prefix / end_of_word_suffix
+//                   byte_fallback (<0xXX> tokens), unk_token, fuse_unk; no dropout and no
+//                   continuing_subword_prefix / end_of_word_suffix
 //   added_tokens    matched first (leftmost-longest), honouring lstrip / rstrip / single_word /
 //                   normalized, mapped straight to their ids (assigned as the reference assigns
 //                   them, which for Qwen/Llama files are the ids written in the file)
 //   post_processor  ByteLevel, TemplateProcessing (single template), Bert/Roberta, Sequence
-//   decoder         ByteLevel (invalid UTF-8 becomes U+FFFD, as in the reference)
-// Anything else is rejected at load time with hk::InvalidArgument naming the file and the part,
-// rather than tokenizing differently from the reference (a file with "truncation" or "padding"
-// settings too: hk never truncates or pads). It deliberately does not do pair encodings, offsets
-// or training.
+//   decoder         ByteLevel (invalid UTF-8 becomes U+FFFD, as in the reference), ByteFallback,
+//                   Fuse, Replace, Strip, Metaspace, Sequence; none = tokens joined by spaces
+// Sequences nest at most 32 deep. Anything else is rejected at load time with
+// hk::InvalidArgument naming the file and the part, rather than tokenizing differently from the
+// reference (a file with "truncation" or "padding" settings too: hk never truncates or pads).
+// It deliberately does not do pair encodings, offsets or training.
 #pragma once
 
 #include <cstdint>

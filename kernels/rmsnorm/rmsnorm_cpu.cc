@@ -14,39 +14,13 @@ namespace rmsnorm {
 namespace {
 
 inline float load(const char* base, int32_t dtype, int64_t i) {
-  switch (dtype) {
-    case HK_DTYPE_F32:
-      return reinterpret_cast<const float*>(base)[i];
-    case HK_DTYPE_BF16:
-      return hk::bf16_to_float(reinterpret_cast<const hk::bf16_t*>(base)[i]);
-    default:
-      return static_cast<float>(reinterpret_cast<const _Float16*>(base)[i]);
-  }
+  return hk::sdk::load_float(base, dtype, i);
 }
-
 inline void store(char* base, int32_t dtype, int64_t i, float v) {
-  switch (dtype) {
-    case HK_DTYPE_F32:
-      reinterpret_cast<float*>(base)[i] = v;
-      break;
-    case HK_DTYPE_BF16:
-      reinterpret_cast<hk::bf16_t*>(base)[i] = hk::float_to_bf16(v);
-      break;
-    default:
-      reinterpret_cast<_Float16*>(base)[i] = static_cast<_Float16>(v);
-      break;
-  }
+  hk::sdk::store_float(base, dtype, i, v);
 }
-
 inline float round_to(int32_t dtype, float v) {
-  switch (dtype) {
-    case HK_DTYPE_BF16:
-      return hk::bf16_to_float(hk::float_to_bf16(v));
-    case HK_DTYPE_F16:
-      return static_cast<float>(static_cast<_Float16>(v));
-    default:
-      return v;
-  }
+  return hk::sdk::round_float(dtype, v);
 }
 
 inline size_t elem_size(int32_t dtype) {

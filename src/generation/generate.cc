@@ -1,13 +1,19 @@
 // generate(): left-pad the prompts, prefill them in one forward into a static KV cache, then decode
-// one token per step until every row produced a stop id or max_new_tokens tokens.
+// one token per step until every row produced a stop id (or on_token finished it) or
+// max_new_tokens tokens.
 //
-// Greedy takes the argmax on the model's device (only B ids cross to the host); sampling copies
-// the last position's logits (f32) to the host and draws with one seeded generator, row by row.
-// A finished row keeps being fed the pad id (its outputs are ignored), as Transformers does.
+// Two decode loops with the same semantics. On CUDA, the device step (decode_session.h): next ids,
+// positions, lengths and finished rows stay on the device, the step is a replayed CUDA graph (or
+// the same launches, eagerly), greedy runs one step ahead of the host. Elsewhere, and for models
+// the device step cannot run, one model forward per token. Greedy takes the argmax on the model's
+// device (only B ids cross to the host); sampling copies the last position's logits (f32) to the
+// host and draws with one seeded generator, row by row. A finished row keeps being fed the pad id
+// (its outputs are ignored), as Transformers does; the token it finished with is fed once first.
 #include <algorithm>
 #include <chrono>
 
 #include "../models/decoder_lm.h"
+#include "decode_session.h"
 #include "hk/error.h"
 #include "hk/ops.h"
 
@@ -19,6 +25,10 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
+
+// Cache capacities are rounded up to this many positions: one graph serves every generation whose
+// prompt + new tokens fall in the same bucket.
+constexpr int64_t kCacheBucket = 256;
 
 // Next token per row from logits [B, 1, V].
 std::vector<int64_t> pick(const Tensor& logits, const GenerateOptions& options,
@@ -88,8 +98,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
                               std::to_string(config.vocab_size) + ")");
     len = std::max<int64_t>(len, static_cast<int64_t>(prompts[r].size()));
   }
-  const int64_t total_length =
-      checked_add(len, options.max_new_tokens, "the prompt length plus max_new_tokens");
+  const int64_t total_length = checked_add(len, options.max_new_tokens,
+                                           "the prompt length plus max_new_tokens");
   if (total_length > config.max_position_embeddings)
     throw InvalidArgument(
         "prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
@@ -116,12 +126,50 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   }
   const bool padded = std::any_of(pad.begin(), pad.end(), [](int64_t p) { return p > 0; });
 
-  KVCache cache(config.num_hidden_layers, b, total_length, config.num_key_value_heads,
-                config.head_dim, lm.dtype, lm.device);
+  const bool greedy = !options.do_sample;
+  std::vector<bool> done(static_cast<size_t>(b), false);
+  // Records a new token of an unfinished row; true when the row is finished after it.
+  auto deliver = [&](size_t r, int64_t token) {
+    out.sequences[r].push_back(token);
+    bool finished = std::find(eos.begin(), eos.end(), token) != eos.end();
+    if (options.on_token && !options.on_token(r, token)) finished = true;
+    return finished;
+  };
   std::mt19937_64 rng(options.seed);
+  const SamplingOptions sampling{options.temperature, options.top_k, options.top_p};
+
+  // The device decode on CUDA (kept on the model for the next call of the same shape).
+  std::shared_ptr<DecodeSession> session;
+  std::string why_not_device;
+  if (lm.device.is_cuda() && options.max_new_tokens > 1) {
+    const int64_t capacity =
+        checked_add(total_length, kCacheBucket - 1, "the KV cache length") / kCacheBucket *
+        kCacheBucket;
+    if (lm.decode_session &&
+        lm.decode_session->serves(lm, b, capacity, greedy, options.cuda_graphs)) {
+      session = lm.decode_session;
+    } else {
+      lm.decode_session.reset();  // free its cache before making another
+      session = DecodeSession::create(lm, b, capacity, greedy, options.cuda_graphs, why_not_device);
+      lm.decode_session = session;
+    }
+  }
+
+  std::unique_ptr<KVCache> own_cache;
+  KVCache* cache = nullptr;
   Stream stream;
+  if (session) {
+    cache = &session->cache();
+    cache->reset();
+    stream = session->stream();
+  } else {
+    own_cache =
+        std::make_unique<KVCache>(config.num_hidden_layers, b, total_length,
+                                  config.num_key_value_heads, config.head_dim, lm.dtype, lm.device);
+    cache = own_cache.get();
+  }
   ForwardOptions fwd;
-  fwd.cache = &cache;
+  fwd.cache = cache;
   fwd.logits_to_keep = 1;
   fwd.stream = stream;
   if (padded) fwd.key_start = Tensor::from_ints(pad, {b}, DType::I64);
@@ -129,30 +177,94 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   auto t0 = Clock::now();
   CausalLMOutput step = lm.forward(Tensor::from_ints(ids, {b, len}, DType::I64), fwd);
   std::vector<int64_t> next = pick(step.logits, options, rng, stream);
+  step = CausalLMOutput();
   out.timings.prefill_ms = ms_since(t0);
 
-  std::vector<bool> done(static_cast<size_t>(b), false);
   auto t1 = Clock::now();
-  for (int64_t produced = 1;; ++produced) {
+  if (session && greedy) {
+    // Device loop, greedy: the first tokens come from prefill; each step's ids are copied back
+    // while the next step already runs.
     bool all_done = true;
+    std::vector<int64_t> done_flags(static_cast<size_t>(b), 0), positions(static_cast<size_t>(b));
     for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
-      if (done[r]) {
-        next[r] = pad_id;
-        continue;
-      }
-      out.sequences[r].push_back(next[r]);
-      if (std::find(eos.begin(), eos.end(), next[r]) != eos.end()) done[r] = true;
+      done[r] = deliver(r, next[r]);
+      done_flags[r] = done[r];
       all_done = all_done && done[r];
+      positions[r] = len - pad[r];
     }
-    if (all_done || produced >= options.max_new_tokens) break;
-    step = lm.forward(Tensor::from_ints(next, {b, 1}, DType::I64), fwd);
-    next = pick(step.logits, options, rng, stream);
-    ++out.timings.decode_steps;
+    const int64_t needed = options.max_new_tokens - 1;
+    if (!all_done) {
+      session->start(next, positions, len, pad, done_flags, eos, pad_id);
+      t1 = Clock::now();
+      int64_t launched = 0, processed = 0;
+      session->launch_step(0);
+      launched = 1;
+      while (processed < launched) {
+        if (launched < needed) {
+          session->launch_step(static_cast<int>(launched % 2));
+          ++launched;
+        }
+        const int64_t* tokens = session->tokens(static_cast<int>(processed % 2));
+        ++processed;
+        ++out.timings.decode_steps;
+        all_done = true;
+        for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
+          if (!done[r] && deliver(r, tokens[r])) {
+            done[r] = true;
+            if (std::find(eos.begin(), eos.end(), tokens[r]) == eos.end()) session->mark_done(r);
+          }
+          all_done = all_done && done[r];
+        }
+        if (all_done) break;
+      }
+      synchronize(lm.device, session->stream());  // a step launched ahead may still run
+    }
+  } else {
+    // One forward per token (or, for sampling on CUDA, the device step with host sampling).
+    if (session) {
+      std::vector<int64_t> positions(static_cast<size_t>(b)), zeros(static_cast<size_t>(b), 0);
+      for (size_t r = 0; r < static_cast<size_t>(b); ++r) positions[r] = len - pad[r];
+      session->start(next, positions, len, pad, zeros, eos, pad_id);
+    }
+    t1 = Clock::now();
+    for (int64_t produced = 1;; ++produced) {
+      bool all_done = true;
+      for (size_t r = 0; r < static_cast<size_t>(b); ++r) {
+        if (done[r]) {
+          next[r] = pad_id;
+          continue;
+        }
+        done[r] = deliver(r, next[r]);
+        all_done = all_done && done[r];
+      }
+      if (all_done || produced >= options.max_new_tokens) break;
+      if (session) {
+        const float* logits = session->sample_step(next);
+        for (size_t r = 0; r < static_cast<size_t>(b); ++r)
+          next[r] = sample_token(logits + r * static_cast<size_t>(config.vocab_size),
+                                 config.vocab_size, sampling, rng);
+      } else {
+        step = lm.forward(Tensor::from_ints(next, {b, 1}, DType::I64), fwd);
+        next = pick(step.logits, options, rng, stream);
+      }
+      ++out.timings.decode_steps;
+    }
   }
   out.timings.decode_ms = ms_since(t1);
   if (out.timings.decode_steps > 0 && out.timings.decode_ms > 0)
     out.timings.decode_tok_s =
         static_cast<double>(out.timings.decode_steps * b) * 1000.0 / out.timings.decode_ms;
+  if (out.timings.decode_steps > 0) {
+    if (session) {
+      out.timings.decode_path = session->path();
+      const std::string& note = session->graph_note();
+      out.timings.decode_note =
+          note.empty() ? session->summary() : note + " (" + session->summary() + ")";
+    } else {
+      out.timings.decode_path = "forward";
+      out.timings.decode_note = why_not_device;
+    }
+  }
   return out;
 }
 

@@ -97,16 +97,30 @@ namespace {
 
 class DirectorySource : public HubSource {
  public:
-  explicit DirectorySource(fs::path root) : root_(std::move(root)) {}
-  std::string describe() const override { return "hub directory " + root_.string(); }
+  explicit DirectorySource(std::vector<fs::path> roots) : roots_(std::move(roots)) {}
+  std::string describe() const override {
+    if (roots_.size() == 1) return "hub directory " + roots_[0].string();
+    std::string s = "hub directories ";
+    for (size_t i = 0; i < roots_.size(); ++i) s += (i ? ":" : "") + roots_[i].string();
+    return s;
+  }
   bool is_remote() const override { return false; }
 
   std::vector<std::string> list_repos() override {
-    if (!fs::is_directory(root_))
-      throw NotFound("the hub directory " + root_.string() +
+    std::vector<std::string> all;
+    bool any = false;
+    for (const fs::path& root : roots_) {
+      if (!fs::is_directory(root)) continue;
+      any = true;
+      for (std::string& r : list_repo_dirs(root)) all.push_back(std::move(r));
+    }
+    if (!any)
+      throw NotFound("the " + describe() +
                      " does not exist; build hk (it writes <build>/hub), set HK_HUB_DIR, or set "
                      "HK_ENDPOINT to a remote hub");
-    return list_repo_dirs(root_);
+    std::sort(all.begin(), all.end());
+    all.erase(std::unique(all.begin(), all.end()), all.end());
+    return all;
   }
 
   RefTable refs(const std::string& repo) override {
@@ -149,23 +163,35 @@ class DirectorySource : public HubSource {
   }
 
  private:
+  // The repo's directory in the first root that has it (first match wins), else in the first.
   fs::path repo_dir(const std::string& repo) const {
     auto [org, name] = parse_repo_name(repo);
-    return root_ / org / name;
+    for (const fs::path& root : roots_)
+      if (fs::is_directory(root / org / name / "refs")) return root / org / name;
+    return roots_.front() / org / name;
   }
   std::string existing() const {
-    auto repos = list_repo_dirs(root_);
+    std::vector<std::string> repos;
+    for (const fs::path& root : roots_)
+      for (std::string& r : list_repo_dirs(root)) repos.push_back(std::move(r));
+    std::sort(repos.begin(), repos.end());
+    repos.erase(std::unique(repos.begin(), repos.end()), repos.end());
     std::string s;
     for (const auto& r : repos) s += (s.empty() ? "" : ", ") + r;
     return repos.empty() ? " (it holds no repos)" : " (it has: " + s + ")";
   }
-  fs::path root_;
+  std::vector<fs::path> roots_;
 };
 
 }  // namespace
 
 std::unique_ptr<HubSource> make_directory_source(const fs::path& root) {
-  return std::make_unique<DirectorySource>(root);
+  return std::make_unique<DirectorySource>(std::vector<fs::path>{root});
+}
+
+std::unique_ptr<HubSource> make_directory_source(const std::vector<fs::path>& roots) {
+  if (roots.empty()) throw InvalidArgument("no hub directory given");
+  return std::make_unique<DirectorySource>(roots);
 }
 
 }  // namespace hk::hub

@@ -44,9 +44,11 @@ std::string describe_decisions(const std::vector<VariantDecision>& decisions) {
 
 Hub::Impl::Impl(HubConfig c)
     : config(std::move(c)), cache(config.cache_dir, config.lock_timeout_s) {
+  std::vector<fs::path> hub_dirs{config.hub_dir};
+  hub_dirs.insert(hub_dirs.end(), config.extra_hub_dirs.begin(), config.extra_hub_dirs.end());
   if (config.offline) {
     if (config.endpoint.empty())
-      source = make_directory_source(config.hub_dir);  // local already: offline changes nothing
+      source = make_directory_source(hub_dirs);  // local already: offline changes nothing
     else
       source = make_cache_source(cache);
   } else if (!config.endpoint.empty()) {
@@ -60,7 +62,7 @@ Hub::Impl::Impl(HubConfig c)
     http.progress = config.progress;
     source = make_http_source(config.endpoint, http);
   } else {
-    source = make_directory_source(config.hub_dir);
+    source = make_directory_source(hub_dirs);
   }
 }
 

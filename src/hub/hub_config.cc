@@ -1,10 +1,10 @@
 // HubConfig from the environment and the default embedded hub directory.
 //
-// Environment: HK_ENDPOINT, HK_HUB_DIR, HK_KERNELS_CACHE, HF_HUB_OFFLINE / HK_HUB_OFFLINE,
-// HK_TRUSTED_ORGS (comma-separated, added to kernels-community), HF_TOKEN, LOCAL_KERNELS, and the
-// security settings of docs/security.md: HK_KERNELS_LOCK, HK_ALLOW_UNLOCKED_KERNELS,
-// HK_PUBLISHER_KEYS, HK_REQUIRE_SIGNED and the HK_HUB_* limits. Only the lock and the publisher
-// keys files are read; nothing here touches the network.
+// Environment: HK_ENDPOINT, HK_HUB_DIR (a ':'-separated list), HK_KERNELS_CACHE,
+// HF_HUB_OFFLINE / HK_HUB_OFFLINE, HK_TRUSTED_ORGS (comma-separated, added to kernels-community),
+// HF_TOKEN, LOCAL_KERNELS, and the security settings of docs/security.md: HK_KERNELS_LOCK,
+// HK_ALLOW_UNLOCKED_KERNELS, HK_PUBLISHER_KEYS, HK_REQUIRE_SIGNED and the HK_HUB_* limits. Only
+// the lock and the publisher keys files are read; nothing here touches the network.
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -55,11 +55,19 @@ T env_positive(const char* name, T fallback) {
 std::filesystem::path default_hub_dir() {
   std::lock_guard<std::mutex> lock(g_default_mutex);
   if (!g_default_hub_dir.empty()) return g_default_hub_dir;
-  // The build puts libhk.so and the embedded hub side by side: <build>/libhk.so, <build>/hub.
+  // The build puts libhk.so and the embedded hub side by side (<build>/libhk.so, <build>/hub);
+  // cmake --install puts the hub under the data dir (HK_INSTALLED_HUB, relative to the libdir).
   Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&default_hub_dir), &info) != 0 && info.dli_fname)
-    return std::filesystem::path(info.dli_fname).parent_path() / "hub";
-  return "hub";
+  if (dladdr(reinterpret_cast<void*>(&default_hub_dir), &info) == 0 || !info.dli_fname)
+    return "hub";
+  const std::filesystem::path libdir = std::filesystem::path(info.dli_fname).parent_path();
+  std::error_code ec;
+  if (std::filesystem::is_directory(libdir / "hub", ec)) return libdir / "hub";
+#ifdef HK_INSTALLED_HUB
+  const std::filesystem::path installed = (libdir / HK_INSTALLED_HUB).lexically_normal();
+  if (std::filesystem::is_directory(installed, ec)) return installed;
+#endif
+  return libdir / "hub";
 }
 
 void set_default_hub_dir(const std::filesystem::path& dir) {
@@ -70,8 +78,22 @@ void set_default_hub_dir(const std::filesystem::path& dir) {
 HubConfig HubConfig::from_environment() {
   HubConfig c;
   c.endpoint = env("HK_ENDPOINT");
-  c.hub_dir =
-      env("HK_HUB_DIR").empty() ? default_hub_dir() : std::filesystem::path(env("HK_HUB_DIR"));
+  // HK_HUB_DIR=a:b:c — the first is hub_dir, the rest are searched after it (empty entries
+  // skipped).
+  const std::string dirs = env("HK_HUB_DIR");
+  for (size_t start = 0; start <= dirs.size();) {
+    size_t colon = dirs.find(':', start);
+    if (colon == std::string::npos) colon = dirs.size();
+    if (colon > start) {
+      std::filesystem::path dir = dirs.substr(start, colon - start);
+      if (c.hub_dir.empty())
+        c.hub_dir = dir;
+      else
+        c.extra_hub_dirs.push_back(dir);
+    }
+    start = colon + 1;
+  }
+  if (c.hub_dir.empty()) c.hub_dir = default_hub_dir();
   if (!env("HK_KERNELS_CACHE").empty()) {
     c.cache_dir = env("HK_KERNELS_CACHE");
   } else if (!env("XDG_CACHE_HOME").empty()) {

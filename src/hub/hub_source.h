@@ -46,6 +46,8 @@ class HubSource {
 
 // The hub tree layout read from a directory (the embedded hub, or what `hk hub serve` serves).
 std::unique_ptr<HubSource> make_directory_source(const std::filesystem::path& root);
+// Several hub directories searched in order: each repo comes from the first that has it.
+std::unique_ptr<HubSource> make_directory_source(const std::vector<std::filesystem::path>& roots);
 std::unique_ptr<HubSource> make_http_source(const std::string& endpoint,
                                             const HttpOptions& options);
 std::unique_ptr<HubSource> make_cache_source(const KernelCache& cache);

@@ -18,8 +18,9 @@ const std::vector<InterfaceInfo>& known_interfaces() {
          "dy, x, weight, mean?, rstd?", "dx, dweight?, dbias?", sizeof(LayerNormAttrs)},
         {"rotary_pos_emb", 1, "rotary_pos_emb", "q, k, cos, sin", "q_out, k_out",
          "dq_out, dk_out, cos, sin", "dq, dk", sizeof(RotaryAttrs)},
-        {"mlp", 1, "MLP", "x, gate_w, up_w, down_w", "y", "dy, x, gate_w, up_w, down_w",
-         "dx, dgate_w?, dup_w?, ddown_w?", sizeof(MlpAttrs)},
+        {"mlp", 1, "MLP", "x, gate_w, up_w, down_w", "y, gate?, up?",
+         "dy, x, gate_w, up_w, down_w, gate?, up?", "dx, dgate_w?, dup_w?, ddown_w?",
+         sizeof(MlpAttrs)},
         {"silu", 1, "SiLU", "x", "y", "dy, x", "dx", sizeof(SiluAttrs)},
         {"activation", 1, "activation", "x", "y", "dy, x", "dx", sizeof(ActivationAttrs)},
         {"act_and_mul", 1, "act_and_mul", "x, up?", "y", "dy, x, up?", "dx, dup?",
@@ -37,6 +38,16 @@ const std::vector<InterfaceInfo>& known_interfaces() {
          sizeof(RmsNormMlpAttrs)},
         {"causal_lm_loss", 1, "ForCausalLMLoss", "logits, labels", "loss", "dloss, logits, labels",
          "dlogits", sizeof(CausalLmLossAttrs)},
+        {"multi_scale_deformable_attention", 1, "MultiScaleDeformableAttention",
+         "value, sampling_locations, attention_weights", "out",
+         "dout, value, sampling_locations, attention_weights",
+         "dvalue?, dsampling_locations?, dattention_weights?", sizeof(MsDeformAttnAttrs)},
+        {"attention_varlen", 1, "attention_varlen", "q, k, v, cu_seqlens_q, cu_seqlens_k",
+         "out, lse?", "dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k", "dq, dk, dv",
+         sizeof(AttentionVarlenAttrs)},
+        {"attention_kvcache", 1, "attention_kvcache",
+         "q, k_cache, v_cache, cache_seqlens, k_new?, v_new?, key_start?", "out, lse?", "", "",
+         sizeof(AttentionKvcacheAttrs)},
     };
     std::sort(v.begin(), v.end(), [](const InterfaceInfo& a, const InterfaceInfo& b) {
       int c = std::string(a.name).compare(b.name);

@@ -45,10 +45,11 @@ uint32_t first_code_point(std::string_view s) {
 AddedTokenMatcher::AddedTokenMatcher(std::vector<const AddedToken*> tokens)
     : tokens_(std::move(tokens)) {
   for (const AddedToken* t : tokens_)
-    if (!t->content.empty()) by_first_byte_[static_cast<unsigned char>(t->content[0])].push_back(t);
+    if (!t->matched().empty())
+      by_first_byte_[static_cast<unsigned char>(t->matched()[0])].push_back(t);
   for (auto& bucket : by_first_byte_)
     std::stable_sort(bucket.begin(), bucket.end(), [](const AddedToken* a, const AddedToken* b) {
-      return a->content.size() > b->content.size();
+      return a->matched().size() > b->matched().size();
     });
 }
 
@@ -60,8 +61,9 @@ std::vector<Segment> AddedTokenMatcher::split(std::string_view text) const {
     const AddedToken* found = nullptr;
     const auto& bucket = by_first_byte_[static_cast<unsigned char>(text[pos])];
     for (const AddedToken* t : bucket) {
-      if (t->content.size() <= text.size() - pos &&
-          std::memcmp(text.data() + pos, t->content.data(), t->content.size()) == 0) {
+      const std::string& m = t->matched();
+      if (m.size() <= text.size() - pos &&
+          std::memcmp(text.data() + pos, m.data(), m.size()) == 0) {
         found = t;
         break;
       }
@@ -70,7 +72,7 @@ std::vector<Segment> AddedTokenMatcher::split(std::string_view text) const {
       ++pos;
       continue;
     }
-    size_t start = pos, stop = pos + found->content.size();
+    size_t start = pos, stop = pos + found->matched().size();
     pos = stop;
     if (found->single_word) {
       bool space_before = start == 0 || !is_word_char(last_code_point(text.substr(0, start)));

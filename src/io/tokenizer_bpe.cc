@@ -1,8 +1,13 @@
-// The byte-level BPE model: maps a pre-token's bytes to the vocabulary's byte characters, then
-// applies merges lowest rank first (leftmost among equal ranks) with a heap over adjacent pairs,
-// exactly like the reference's Word::merge_all, so long pieces cost O(n log n), not O(n²).
-// ignore_merges (Llama 3) emits a pre-token that is itself in the vocabulary whole. Results are
-// cached per pre-token. No dropout, byte_fallback, or subword prefixes/suffixes (rejected at load).
+// The BPE model: splits a pre-token (already in the vocabulary's alphabet: byte-level characters
+// after a ByteLevel pre-tokenizer, '▁'-marked text for SentencePiece-style files) into
+// characters, maps each to its id — or, when it is missing, to its <0xXX> byte tokens
+// (byte_fallback), to the unk token (fused over a run with fuse_unk), or drops it, in the
+// reference's order — then applies merges lowest rank first (leftmost among equal ranks) with a
+// heap over adjacent pairs, exactly like the reference's Word::merge_all, so long pieces cost
+// O(n log n), not O(n²). ignore_merges (Llama 3) emits a pre-token that is itself in the
+// vocabulary whole. Results are cached per pre-token. No dropout or subword prefixes/suffixes
+// (rejected at load).
+#include <cstdio>
 #include <queue>
 #include <stdexcept>
 
@@ -21,9 +26,8 @@ uint64_t pair_key(int64_t left, int64_t right) {
 }  // namespace
 
 Bpe::Bpe(std::unordered_map<std::string, int64_t> vocab,
-         const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
-         std::optional<int64_t> unk_id)
-    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), unk_id_(unk_id) {
+         const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options)
+    : vocab_(std::move(vocab)), options_(options) {
   for (const auto& [token, id] : vocab_) {
     if (id < 0 || id > INT32_MAX)
       throw std::invalid_argument("token '" + token + "' has id " + std::to_string(id) +
@@ -46,11 +50,25 @@ Bpe::Bpe(std::unordered_map<std::string, int64_t> vocab,
     // A repeated pair takes its last rank: the reference collects merges into a map the same way.
     merges_[pair_key(l->second, r->second)] = Merge{static_cast<int32_t>(rank), m->second};
   }
-  const auto& chars = byte_to_unicode();
-  for (int b = 0; b < 256; ++b) {
-    auto it = vocab_.find(chars[b]);
-    byte_ids_[b] = it == vocab_.end() ? -1 : it->second;
+  low_char_ids_.fill(-1);
+  for (uint32_t cp = 0; cp < low_char_ids_.size(); ++cp) {
+    std::string c;
+    append_utf8(c, cp);
+    auto it = vocab_.find(c);
+    if (it != vocab_.end()) low_char_ids_[cp] = it->second;
   }
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    auto it = vocab_.find(name);
+    byte_token_ids_[b] = it == vocab_.end() ? -1 : it->second;
+  }
+}
+
+int64_t Bpe::char_id(std::string_view piece, size_t begin, size_t end, uint32_t cp) const {
+  if (cp < low_char_ids_.size()) return low_char_ids_[cp];
+  auto it = vocab_.find(std::string(piece.substr(begin, end - begin)));
+  return it == vocab_.end() ? -1 : it->second;
 }
 
 const std::string* Bpe::token(int64_t id) const {
@@ -72,10 +90,8 @@ void Bpe::encode(std::string_view piece, std::vector<int64_t>& out) const {
     }
   }
   size_t start = out.size();
-  if (ignore_merges_) {
-    std::string mapped;
-    for (unsigned char b : piece) mapped += byte_to_unicode()[b];
-    auto it = vocab_.find(mapped);
+  if (options_.ignore_merges) {
+    auto it = vocab_.find(std::string(piece));
     if (it != vocab_.end())
       out.push_back(it->second);
     else
@@ -100,16 +116,42 @@ void Bpe::merge_word(std::string_view piece, std::vector<int64_t>& out) const {
   };
   std::vector<Symbol> symbols;
   symbols.reserve(piece.size());
-  for (unsigned char b : piece) {
-    int64_t id = byte_ids_[b];
-    if (id < 0) {
-      // The reference skips a character missing from the vocabulary unless there is an unk.
-      if (!unk_id_) continue;
-      id = *unk_id_;
-    }
+  auto add = [&](int64_t id) {
     int index = static_cast<int>(symbols.size());
     symbols.push_back({id, index - 1, index + 1, true});
+  };
+  bool pending_unk = false;  // an unk not yet added (fuse_unk extends it)
+  for (size_t i = 0; i < piece.size();) {
+    const size_t begin = i;
+    uint32_t cp = 0;
+    if (!next_code_point(piece, i, cp)) {  // not reachable: pieces come from valid UTF-8
+      cp = 0xFFFD;
+      i = begin + 1;
+    }
+    const int64_t id = char_id(piece, begin, i, cp);
+    if (id >= 0) {
+      if (pending_unk) add(*options_.unk_id);
+      pending_unk = false;
+      add(id);
+      continue;
+    }
+    if (options_.byte_fallback) {
+      bool all_bytes = true;
+      for (size_t b = begin; b < i; ++b)
+        all_bytes = all_bytes && byte_token_ids_[static_cast<unsigned char>(piece[b])] >= 0;
+      if (all_bytes) {
+        // The reference leaves a pending unk pending here: it is added after the byte tokens.
+        for (size_t b = begin; b < i; ++b)
+          add(byte_token_ids_[static_cast<unsigned char>(piece[b])]);
+        continue;
+      }
+    }
+    // The reference drops a missing character when there is no unk token.
+    if (!options_.unk_id) continue;
+    if (pending_unk && !options_.fuse_unk) add(*options_.unk_id);
+    pending_unk = true;
   }
+  if (pending_unk) add(*options_.unk_id);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

@@ -1,7 +1,8 @@
-// The parts of the byte-level BPE tokenizer (hk/tokenizer.h), each implemented in its own
+// The parts of the BPE tokenizer (hk/tokenizer.h), each implemented in its own
 // src/io/tokenizer_*.cc file: UTF-8 and the GPT-2 byte↔unicode table, the PCRE2 regex wrapper,
-// the pre-tokenizer steps, the BPE model, the added-token matcher and NFC. Internal to libhk;
-// nothing here parses JSON (tokenizer.cc turns tokenizer.json into these parts).
+// the normalizer, pre-tokenizer and decoder steps, the BPE model, the added-token matcher and
+// NFC/NFKC. Internal to libhk; nothing here parses JSON (tokenizer_load.cc turns tokenizer.json
+// into these parts).
 #pragma once
 
 #include <array>
@@ -88,38 +89,79 @@ extern const size_t kNewerLettersCount;
 extern const CodePointRange kNewerNumbers[];
 extern const size_t kNewerNumbersCount;
 
+// ---- normalizer (tokenizer_normalize.cc) -------------------------------------------------------
+
+// One normalizer of the file's chain, applied in order to each segment between added tokens.
+struct NormalizerStep {
+  enum class Kind { NFC, NFKC, Prepend, Replace };
+  Kind kind = Kind::NFC;
+  std::string text;                      // Prepend: the prefix; Replace: the content
+  std::shared_ptr<const Regex> pattern;  // Replace (a String pattern is a literal regex)
+};
+
+class Normalizer {
+ public:
+  std::vector<NormalizerStep> steps;  // Sequences are flattened at load
+  bool empty() const { return steps.empty(); }
+  std::string apply(std::string_view text) const;
+};
+
+// Every non-overlapping match of `pattern` replaced by `content`, with the reference's rules for
+// empty matches; empty text is left as it is (the reference reports no match there).
+std::string replace_all(const Regex& pattern, std::string_view text, std::string_view content);
+
 // ---- pre-tokenizer (tokenizer_pretokenize.cc) --------------------------------------------------
 
 enum class SplitBehavior { Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous };
+enum class PrependScheme { Always, First, Never };
 
-struct SplitStep {
+// One pre-tokenizer of the file's chain. Each runs on every piece the previous ones produced.
+struct PreTokenizerStep {
+  enum class Kind { Split, ByteLevel, Metaspace };
+  Kind kind = Kind::Split;
+  // Split
   std::shared_ptr<const Regex> regex;
   SplitBehavior behavior = SplitBehavior::Isolated;
   bool invert = false;
+  // ByteLevel: optional prefix space, the GPT-2 regex (null: use_regex false), then every byte
+  // becomes its byte-level character (the BPE vocabulary's alphabet)
+  bool add_prefix_space = false;
+  std::shared_ptr<const Regex> byte_level_regex;
+  // Metaspace: ' ' becomes `replacement`, prefixed per `prepend_scheme`, optionally split before
+  // each replacement character
+  std::string replacement;
+  PrependScheme prepend_scheme = PrependScheme::Always;
+  bool split = true;
 };
 
-// Splits text into the pieces BPE runs on: the Split steps in order, then ByteLevel's optional
-// prefix space and GPT-2 regex. The byte→character mapping itself is left to the BPE model.
+// Cuts normalized text into the pieces BPE runs on, in the model's alphabet. With no steps the
+// whole text is one piece (SentencePiece-style files whose normalizer does the work).
 class PreTokenizer {
  public:
-  std::vector<SplitStep> steps;
-  bool add_prefix_space = false;
-  std::shared_ptr<const Regex> byte_level_regex;  // null: ByteLevel with use_regex false
+  std::vector<PreTokenizerStep> steps;  // Sequences are flattened at load
 
-  void split(std::string_view text, std::vector<std::string>& pieces) const;
+  // `at_start`: the text begins at offset 0 of the original input (Metaspace's "first" scheme
+  // prefixes only there, like the reference, which checks the piece's original offset).
+  void split(std::string_view text, bool at_start, std::vector<std::string>& pieces) const;
 };
 
 const std::string& gpt2_pattern();
 
 // ---- BPE model (tokenizer_bpe.cc) --------------------------------------------------------------
 
+struct BpeOptions {
+  bool ignore_merges = false;     // a piece that is itself in the vocabulary is one token
+  std::optional<int64_t> unk_id;  // characters missing from the vocabulary (else dropped)
+  bool fuse_unk = false;          // consecutive unknown characters give one unk
+  bool byte_fallback = false;     // missing characters become their <0xXX> byte tokens
+};
+
 class Bpe {
  public:
   // Throws std::invalid_argument naming the merge or token that does not fit the vocabulary.
   Bpe(std::unordered_map<std::string, int64_t> vocab,
-      const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
-      std::optional<int64_t> unk_id);
-  // Appends the ids of one pre-token (raw bytes; mapped to byte-level characters here).
+      const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options);
+  // Appends the ids of one pre-token (text in the vocabulary's alphabet).
   void encode(std::string_view piece, std::vector<int64_t>& out) const;
 
   const std::unordered_map<std::string, int64_t>& vocab() const { return vocab_; }
@@ -128,6 +170,7 @@ class Bpe {
 
  private:
   void merge_word(std::string_view piece, std::vector<int64_t>& out) const;
+  int64_t char_id(std::string_view piece, size_t begin, size_t end, uint32_t cp) const;
 
   std::unordered_map<std::string, int64_t> vocab_;
   std::unordered_map<int64_t, const std::string*> tokens_;
@@ -136,20 +179,43 @@ class Bpe {
     int64_t new_id;
   };
   std::unordered_map<uint64_t, Merge> merges_;  // key: (left id << 32) | right id
-  std::array<int64_t, 256> byte_ids_;           // -1 when the byte's character is not in vocab
-  bool ignore_merges_;
-  std::optional<int64_t> unk_id_;
+  std::array<int64_t, 0x200> low_char_ids_;     // ids of single characters below U+0200, or -1
+  std::array<int64_t, 256> byte_token_ids_;     // ids of "<0xXX>" tokens, or -1
+  BpeOptions options_;
   // Words already merged; bounded, cleared when full (text has a Zipfian word distribution).
   mutable std::mutex cache_mutex_;
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
+};
+
+// ---- decoder (tokenizer_decode.cc) -------------------------------------------------------------
+
+// One decoder of the file's chain; each turns the list of token strings into a new list, and the
+// last list is concatenated (the reference's decode_chain).
+struct DecoderStep {
+  enum class Kind { ByteLevel, ByteFallback, Fuse, Replace, Strip, Metaspace };
+  Kind kind = Kind::ByteLevel;
+  std::shared_ptr<const Regex> pattern;  // Replace
+  std::string text;                      // Replace: content; Strip: the character; Metaspace:
+                                         // the replacement character
+  size_t start = 0, stop = 0;            // Strip: characters removed at most from each end
+  PrependScheme prepend_scheme = PrependScheme::Always;  // Metaspace
+};
+
+class Decoder {
+ public:
+  bool present = false;            // a file without decoder joins the tokens with spaces
+  std::vector<DecoderStep> steps;  // Sequences are flattened at load
+  std::string decode(std::vector<std::string> tokens) const;
 };
 
 // ---- added tokens (tokenizer_added.cc) ---------------------------------------------------------
 
 struct AddedToken {
   std::string content;
+  std::string match_content;  // what the matcher looks for when it differs (normalized tokens)
   int64_t id = 0;
   bool special = false, single_word = false, lstrip = false, rstrip = false, normalized = false;
+  const std::string& matched() const { return match_content.empty() ? content : match_content; }
 };
 
 // One segment of split text: either an added token's id or a span still to be tokenized.
@@ -176,6 +242,8 @@ class AddedTokenMatcher {
 // Unicode Normalization Form C of valid UTF-8. Text below U+0300 is returned unchanged without
 // table lookups.
 std::string nfc(std::string_view text);
+// Form KC: compatibility decomposition, then canonical composition. ASCII is returned unchanged.
+std::string nfkc(std::string_view text);
 
 // Generated tables (tokenizer_nfc_tables.cc), sorted by code point.
 struct CombiningClass {
@@ -190,5 +258,16 @@ extern const CombiningClass kCombiningClasses[];
 extern const size_t kCombiningClassCount;
 extern const Decomposition kDecompositions[];
 extern const size_t kDecompositionCount;
+// Full compatibility decompositions (tokenizer_nfkc_tables.cc): code point → the reference's
+// NFKD of it, kCompatibilityCodePoints[first, first + length), for code points whose NFKD
+// differs from their NFD. Sorted by code point.
+struct CompatibilityDecomposition {
+  uint32_t cp;
+  uint32_t first;
+  uint8_t length;
+};
+extern const CompatibilityDecomposition kCompatibilityDecompositions[];
+extern const size_t kCompatibilityDecompositionCount;
+extern const uint32_t kCompatibilityCodePoints[];
 
 }  // namespace hk::tok

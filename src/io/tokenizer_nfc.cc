@@ -1,10 +1,11 @@
-// Unicode Normalization Form C for the tokenizer's NFC normalizer (Qwen2/Qwen3 files use it):
-// canonical decomposition, canonical ordering of combining marks, then canonical composition, per
-// UAX #15, with Hangul handled algorithmically. The tables are generated from Python's
-// unicodedata (see tokenizer_nfc_tables.cc); the reference uses the Rust crate
-// unicode-normalization-alignments, whose Unicode version may be older, so characters added to
-// Unicode after it can normalize differently — the tests compare the two on every code point.
-// Text below U+0300 is always already NFC and is returned without any lookup.
+// Unicode Normalization Forms C and KC for the tokenizer's NFC / NFKC normalizers (Qwen2/Qwen3
+// files use NFC): canonical (KC: compatibility) decomposition, canonical ordering of combining
+// marks, then canonical composition, per UAX #15, with Hangul handled algorithmically. The tables
+// are generated from Python's unicodedata (see tokenizer_nfc_tables.cc); the reference uses the
+// Rust crate unicode-normalization-alignments, whose Unicode version may be older, so characters
+// added to Unicode after it can normalize differently — the tests compare the two on every code
+// point. Text below U+0300 is always already NFC and is returned without any lookup (ASCII for
+// NFKC).
 #include <algorithm>
 
 #include "io/tokenizer_internal.h"
@@ -77,13 +78,16 @@ uint32_t compose(uint32_t starter, uint32_t c) {
   return it == table.end() ? 0 : it->second;
 }
 
-}  // namespace
+const CompatibilityDecomposition* compatibility_decomposition(uint32_t cp) {
+  const CompatibilityDecomposition* end =
+      kCompatibilityDecompositions + kCompatibilityDecompositionCount;
+  auto it =
+      std::lower_bound(kCompatibilityDecompositions, end, cp,
+                       [](const CompatibilityDecomposition& e, uint32_t c) { return e.cp < c; });
+  return it != end && it->cp == cp ? it : nullptr;
+}
 
-std::string nfc(std::string_view text) {
-  bool below_0300 = std::all_of(text.begin(), text.end(),
-                                [](char c) { return static_cast<unsigned char>(c) < 0xCC; });
-  if (below_0300) return std::string(text);
-
+std::string compose_normalized(std::string_view text, bool compatibility) {
   std::vector<uint32_t> chars;
   chars.reserve(text.size());
   for (size_t i = 0; i < text.size();) {
@@ -91,6 +95,13 @@ std::string nfc(std::string_view text) {
     if (!next_code_point(text, i, cp)) {  // callers validate; keep bytes rather than guess
       cp = 0xFFFD;
       ++i;
+    }
+    if (compatibility && cp >= 0xA0) {
+      if (const CompatibilityDecomposition* d = compatibility_decomposition(cp)) {
+        chars.insert(chars.end(), kCompatibilityCodePoints + d->first,
+                     kCompatibilityCodePoints + d->first + d->length);
+        continue;
+      }
     }
     decompose(cp, chars);
   }
@@ -136,6 +147,22 @@ std::string nfc(std::string_view text) {
   result.reserve(text.size());
   for (uint32_t c : out) append_utf8(result, c);
   return result;
+}
+
+}  // namespace
+
+std::string nfc(std::string_view text) {
+  bool below_0300 = std::all_of(text.begin(), text.end(),
+                                [](char c) { return static_cast<unsigned char>(c) < 0xCC; });
+  if (below_0300) return std::string(text);
+  return compose_normalized(text, false);
+}
+
+std::string nfkc(std::string_view text) {
+  bool ascii = std::all_of(text.begin(), text.end(),
+                           [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  if (ascii) return std::string(text);
+  return compose_normalized(text, true);
 }
 
 }  // namespace hk::tok

@@ -1,8 +1,12 @@
 // Pre-tokenization: cuts normalized text into the pieces that BPE merges within. Mirrors the
-// reference's Split (every SplitDelimiterBehavior, invert) and ByteLevel (prefix space, GPT-2
-// regex) pre-tokenizers, piece by piece. Empty matches take part in the split behaviours (they
-// can separate pieces) and empty pieces are dropped at the end, as in the reference. The
-// byte→character mapping of ByteLevel is applied by the BPE model, which works on raw bytes.
+// reference's Split (every SplitDelimiterBehavior, invert), ByteLevel (prefix space, GPT-2 regex,
+// then the byte→character mapping) and Metaspace (' ' → '▁', the prepend schemes, split before
+// each '▁') pre-tokenizers, each step applied to every piece of the previous one, in the file's
+// order. Empty matches take part in the split behaviours (they can separate pieces) and empty
+// pieces are dropped, as in the reference. A piece remembers whether it starts at offset 0 of the
+// original text, which Metaspace's "first" scheme asks.
+#include <functional>
+
 #include "io/tokenizer_internal.h"
 
 namespace hk::tok {
@@ -69,33 +73,111 @@ std::vector<Span> apply_behavior(std::vector<Span> spans, SplitBehavior behavior
   return spans;
 }
 
-void split_each(const std::vector<std::string>& in, std::vector<std::string>& out,
-                const Regex& regex, SplitBehavior behavior, bool invert) {
+struct Piece {
+  std::string text;
+  bool at_start;
+};
+
+void split_spans(const std::vector<Piece>& in, std::vector<Piece>& out,
+                 const std::function<std::vector<Span>(std::string_view)>& spans_of,
+                 SplitBehavior behavior) {
   out.clear();
-  for (const std::string& piece : in) {
-    for (const Span& s : apply_behavior(find_spans(regex, piece, invert), behavior))
-      if (s.end > s.begin) out.emplace_back(piece, s.begin, s.end - s.begin);
+  for (const Piece& piece : in) {
+    for (const Span& s : apply_behavior(spans_of(piece.text), behavior))
+      if (s.end > s.begin)
+        out.push_back(
+            {piece.text.substr(s.begin, s.end - s.begin), piece.at_start && s.begin == 0});
+  }
+}
+
+// Every occurrence of a non-empty literal, and the gaps (the reference's pattern for a char).
+std::vector<Span> literal_spans(std::string_view text, std::string_view literal) {
+  std::vector<Span> spans;
+  size_t previous = 0;
+  for (size_t at = text.find(literal); at != std::string_view::npos;
+       at = text.find(literal, at + literal.size())) {
+    if (previous != at) spans.push_back({previous, at, false});
+    spans.push_back({at, at + literal.size(), true});
+    previous = at + literal.size();
+  }
+  if (previous != text.size()) spans.push_back({previous, text.size(), false});
+  return spans;
+}
+
+std::string replace_spaces(std::string_view text, const std::string& replacement) {
+  std::string out;
+  out.reserve(text.size() + 8);
+  for (char c : text) {
+    if (c == ' ')
+      out += replacement;
+    else
+      out += c;
+  }
+  return out;
+}
+
+void run_step(const PreTokenizerStep& step, std::vector<Piece>& pieces, std::vector<Piece>& next) {
+  switch (step.kind) {
+    case PreTokenizerStep::Kind::Split:
+      split_spans(
+          pieces, next, [&](std::string_view t) { return find_spans(*step.regex, t, step.invert); },
+          step.behavior);
+      pieces.swap(next);
+      return;
+    case PreTokenizerStep::Kind::ByteLevel: {
+      if (step.add_prefix_space)
+        for (Piece& piece : pieces)
+          if (piece.text[0] != ' ') piece.text.insert(piece.text.begin(), ' ');
+      if (step.byte_level_regex) {
+        split_spans(
+            pieces, next,
+            [&](std::string_view t) { return find_spans(*step.byte_level_regex, t, false); },
+            SplitBehavior::Isolated);
+        pieces.swap(next);
+      }
+      const auto& chars = byte_to_unicode();
+      for (Piece& piece : pieces) {
+        std::string mapped;
+        mapped.reserve(piece.text.size() * 2);
+        for (unsigned char b : piece.text) mapped += chars[b];
+        piece.text.swap(mapped);
+      }
+      return;
+    }
+    case PreTokenizerStep::Kind::Metaspace: {
+      for (Piece& piece : pieces) {
+        piece.text = replace_spaces(piece.text, step.replacement);
+        const bool starts_with_replacement =
+            piece.text.compare(0, step.replacement.size(), step.replacement) == 0;
+        const bool prepend = !starts_with_replacement &&
+                             (step.prepend_scheme == PrependScheme::Always ||
+                              (step.prepend_scheme == PrependScheme::First && piece.at_start));
+        if (prepend) piece.text.insert(0, step.replacement);
+      }
+      if (step.split) {
+        split_spans(
+            pieces, next, [&](std::string_view t) { return literal_spans(t, step.replacement); },
+            SplitBehavior::MergedWithNext);
+        pieces.swap(next);
+      }
+      return;
+    }
   }
 }
 
 }  // namespace
 
-void PreTokenizer::split(std::string_view text, std::vector<std::string>& pieces) const {
+void PreTokenizer::split(std::string_view text, bool at_start,
+                         std::vector<std::string>& pieces) const {
   pieces.clear();
   if (text.empty()) return;
-  pieces.emplace_back(text);
-  std::vector<std::string> next;
-  for (const SplitStep& step : steps) {
-    split_each(pieces, next, *step.regex, step.behavior, step.invert);
-    pieces.swap(next);
+  std::vector<Piece> current{{std::string(text), at_start}}, next;
+  for (const PreTokenizerStep& step : steps) {
+    run_step(step, current, next);
+    if (current.empty()) return;
   }
-  if (add_prefix_space)
-    for (std::string& piece : pieces)
-      if (piece.empty() || piece[0] != ' ') piece.insert(piece.begin(), ' ');
-  if (byte_level_regex) {
-    split_each(pieces, next, *byte_level_regex, SplitBehavior::Isolated, false);
-    pieces.swap(next);
-  }
+  pieces.reserve(current.size());
+  for (Piece& piece : current) pieces.push_back(std::move(piece.text));
 }
 
 }  // namespace hk::tok

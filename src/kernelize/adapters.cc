@@ -6,33 +6,19 @@
 
 #include <optional>
 
-#include "hk/attention_functions.h"
 #include "hk/error.h"
 #include "hk/layer_interfaces.h"
+#include "kernelize/activation_binding.h"
+#include "kernelize/deformable_binding.h"
 #include "nn/param_grad.h"
 
 namespace hk::kernel_binding {
 namespace {
 
-// Calls `fn` (forward or backward pass) with a workspace from the caching allocator when the
-// entry asks for one.
 template <class Attrs>
 void call_pass(const KernelFunction& fn, bool backward, const std::vector<TensorView>& inputs,
                const std::vector<TensorView>& outputs, const Attrs& attrs, Stream stream) {
-  KernelCallOptions options;
-  options.stream = stream;
-  Tensor workspace;
-  const size_t bytes = fn.workspace_size(backward, inputs, outputs, &attrs, sizeof(Attrs));
-  if (bytes > 0) {
-    workspace =
-        Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, outputs.front().device, stream);
-    options.workspace = workspace.view().ptr();
-    options.workspace_size = bytes;
-  }
-  if (backward)
-    fn.backward(inputs, outputs, attrs, options);
-  else
-    fn.forward(inputs, outputs, attrs, options);
+  call_kernel_pass(fn, backward, inputs, outputs, &attrs, sizeof(Attrs), stream);
 }
 template <class Attrs>
 void call_forward(const KernelFunction& fn, const std::vector<TensorView>& inputs,
@@ -81,6 +67,10 @@ class Named {
  public:
   explicit Named(std::string name, KernelFunction fn)
       : name_(std::move(name)), fn_(std::move(fn)) {}
+  virtual ~Named() = default;
+  bool declares_capture() const {
+    return fn_.valid() && fn_.entry().supports_mode(kKernelModeCapture);
+  }
 
  protected:
   bool has_backward() const { return fn_.valid() && fn_.entry().has_backward; }
@@ -88,7 +78,7 @@ class Named {
   KernelFunction fn_;
 };
 
-class RMSNormAdapter final : public nn::RMSNormImpl, Named {
+class RMSNormAdapter final : public nn::RMSNormImpl, public Named {
  public:
   RMSNormAdapter(std::string name, KernelFunction fn, std::vector<Tensor> layout_params)
       : Named(std::move(name), std::move(fn)), layout_params_(std::move(layout_params)) {}
@@ -143,7 +133,7 @@ class IdentityRMSNorm final : public nn::RMSNormImpl {
   std::string name_;
 };
 
-class FusedRMSNormMLP final : public nn::MLPImpl, Named {
+class FusedRMSNormMLP final : public nn::MLPImpl, public Named {
  public:
   FusedRMSNormMLP(std::string name, KernelFunction fn, float eps, std::vector<Tensor> params)
       : Named(std::move(name), std::move(fn)), eps_(eps), params_(std::move(params)) {}
@@ -156,7 +146,7 @@ class FusedRMSNormMLP final : public nn::MLPImpl, Named {
   std::vector<Tensor> params_;
 };
 
-class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
+class RotaryAdapter final : public nn::RotaryApplyImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -178,19 +168,7 @@ class RotaryAdapter final : public nn::RotaryApplyImpl, Named {
   }
 };
 
-uint32_t activation_code(ops::Activation kind) {
-  switch (kind) {
-    case ops::Activation::SiLU:
-      return kActivationSiLU;
-    case ops::Activation::GELU:
-      return kActivationGELU;
-    case ops::Activation::GELUTanh:
-      return kActivationGELUTanh;
-  }
-  return kActivationSiLU;
-}
-
-class MLPAdapter final : public nn::MLPImpl, Named {
+class MLPAdapter final : public nn::MLPImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -203,13 +181,26 @@ class MLPAdapter final : public nn::MLPImpl, Named {
                   layer.down_proj->weight().view()},
                  {y}, attrs, stream);
   }
-  // mlp@1 recomputes its intermediates in backward: nothing is kept but the caller's x.
+  // The training forward keeps the pre-activations gate(x), up(x) (mlp@1's optional outputs), so
+  // backward skips recomputing those two GEMMs; backward consumes them (dgate, dup overwrite
+  // them). A kernel that predates the optional tensors leaves them unwritten and recomputes.
   bool supports_training() const override { return has_backward(); }
-  void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext&,
+  void forward_train(const nn::MLP& layer, const Tensor& x, const Tensor& y, nn::LayerContext& ctx,
                      Stream stream) const override {
-    forward(layer, x, y, stream);
+    Shape inner = x.sizes();
+    inner.back() = layer.intermediate_size();
+    Tensor gate = Tensor::empty(inner, x.dtype(), x.device(), stream);
+    Tensor up = Tensor::empty(inner, x.dtype(), x.device(), stream);
+    MlpAttrs attrs;
+    attrs.activation = activation_code(layer.act_fn->kind());
+    call_forward(fn_,
+                 {x, layer.gate_proj->weight().view(), layer.up_proj->weight().view(),
+                  layer.down_proj->weight().view()},
+                 {y, gate, up}, attrs, stream);
+    ctx.save("gate", gate);
+    ctx.save("up", up);
   }
-  void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext&, const Tensor& dy,
+  void backward(const nn::MLP& layer, const Tensor& x, nn::LayerContext& ctx, const Tensor& dy,
                 const Tensor& dx, Stream stream) const override {
     const Tensor &gw = layer.gate_proj->weight(), &uw = layer.up_proj->weight(),
                  &dw = layer.down_proj->weight();
@@ -219,7 +210,12 @@ class MLPAdapter final : public nn::MLPImpl, Named {
     MlpAttrs attrs;
     attrs.activation = activation_code(layer.act_fn->kind());
     attrs.flags = shared_accumulate_flag({&dgate, &dup, &ddown}, stream);
-    call_backward(fn_, {dy, x, gw, uw, dw},
+    std::vector<TensorView> inputs{dy, x, gw, uw, dw};
+    if (ctx.has("gate")) {
+      inputs.push_back(ctx.saved("gate"));
+      inputs.push_back(ctx.saved("up"));
+    }
+    call_backward(fn_, inputs,
                   {dx, view_or_absent(dgate), view_or_absent(dup), view_or_absent(ddown)}, attrs,
                   stream);
     dgate.commit();
@@ -228,43 +224,7 @@ class MLPAdapter final : public nn::MLPImpl, Named {
   }
 };
 
-class ActivationAdapter final : public nn::ActivationImpl, Named {
- public:
-  using Named::Named;
-  std::string name() const override { return name_; }
-  void forward(const nn::Activation&, const TensorView& x, const TensorView& y,
-               Stream stream) const override {
-    SiluAttrs attrs;
-    call_forward(fn_, {x}, {y}, attrs, stream);
-  }
-  void forward_mul(const nn::Activation& layer, const TensorView& gate, const TensorView& up,
-                   const TensorView& out, Stream stream) const override {
-    // silu@1 has no fused form: act into `out`, rounded to the dtype like Transformers, then ·up.
-    forward(layer, gate, out, stream);
-    ops::mul(out, up, out, stream);
-  }
-  bool supports_training() const override { return has_backward(); }
-  void backward(const nn::Activation&, const Tensor& x, const Tensor& dy, const Tensor& dx,
-                Stream stream) const override {
-    SiluAttrs attrs;
-    call_backward(fn_, {dy, x}, {dx}, attrs, stream);
-  }
-  // out = round(act(gate))·up, composed as in forward (and as autograd sees Transformers' MLP):
-  // dup = dout·round(act(gate)), dgate = act'(gate)·round(dout·up). dgate/dup may alias gate/up.
-  void backward_mul(const nn::Activation& layer, const Tensor& gate, const Tensor& up,
-                    const Tensor& dout, const Tensor& dgate, const Tensor& dup,
-                    Stream stream) const override {
-    Tensor act = Tensor::empty(gate.sizes(), gate.dtype(), gate.device(), stream);
-    Tensor dact = Tensor::empty(gate.sizes(), gate.dtype(), gate.device(), stream);
-    forward(layer, gate, act, stream);
-    ops::mul(dout, up, dact, stream);  // before dup may overwrite up
-    ops::mul(dout, act, dup, stream);
-    backward(layer, gate, dact, act, stream);  // act := dgate (gate is still intact)
-    copy_view(dgate, act, stream);
-  }
-};
-
-class LinearAdapter final : public nn::LinearImpl, Named {
+class LinearAdapter final : public nn::LinearImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -304,7 +264,7 @@ class LinearAdapter final : public nn::LinearImpl, Named {
   }
 };
 
-class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
+class CausalLMLossAdapter final : public nn::CausalLMLossImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -337,7 +297,7 @@ class CausalLMLossAdapter final : public nn::CausalLMLossImpl, Named {
 // the gradients for dloss = 1 in the same pass (so the [tokens, vocab] logits never exist), and
 // backward only scales them by dloss (and 1/num_items_in_batch, computed as a sum). A forward that
 // has logits anyway (eval with labels) computes the built-in loss from them.
-class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named {
+class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, public Named {
  public:
   using Named::Named;
   std::string name() const override { return name_; }
@@ -384,8 +344,28 @@ class FusedLinearCrossEntropyAdapter final : public nn::CausalLMLossImpl, Named 
       ops::scale(dx, factor, dh, stream);
     if (ctx.has("dweight")) {
       const Tensor dw = ctx.saved("dweight");
-      if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
-      lm_head.accumulate_grad("weight", dw, stream);  // ties: into the embedding's gradient
+      // Ties: into the embedding's gradient. When that is handed out for writing (the first
+      // backward after zero_grad_lazily, or none yet), the scaled copy goes straight there: one
+      // pass over the [vocab, hidden] table instead of scale + copy (or add).
+      const nn::Module::GradTarget t = lm_head.grad_target("weight", false, stream);
+      if (t.grad.defined() && !t.accumulate && t.grad.dtype() == dw.dtype()) {
+        if (factor == 1.0f)
+          copy_view(t.grad, dw, stream);
+        else
+          ops::scale(dw, factor, t.grad, stream);
+      } else if (t.grad.defined()) {
+        if (factor != 1.0f) ops::scale(dw, factor, dw, stream);
+        if (t.accumulate) {
+          Tensor addend = dw;
+          if (dw.dtype() != t.grad.dtype()) {  // e.g. into f32 master gradients
+            addend = Tensor::empty(dw.sizes(), t.grad.dtype(), dw.device(), stream);
+            ops::cast(dw, addend, stream);
+          }
+          ops::add(t.grad, addend, t.grad, 1.0f, stream);
+        } else {
+          ops::cast(dw, t.grad, stream);
+        }
+      }
     }
   }
 };
@@ -421,9 +401,30 @@ const Module& as(const nn::Module& module, const std::string& layer) {
 
 }  // namespace
 
+void call_kernel_pass(const KernelFunction& fn, bool backward,
+                      const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                      const void* attrs, size_t attrs_size, Stream stream) {
+  KernelCallOptions options;
+  options.stream = stream;
+  Tensor workspace;
+  const size_t bytes = fn.workspace_size(backward, inputs, outputs, attrs, attrs_size);
+  if (bytes > 0) {
+    workspace =
+        Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, outputs.front().device, stream);
+    options.workspace = workspace.view().ptr();
+    options.workspace_size = bytes;
+  }
+  if (backward)
+    fn.backward(inputs, outputs, attrs, attrs_size, options);
+  else
+    fn.forward(inputs, outputs, attrs, attrs_size, options);
+}
+
 bool entry_serves(const KernelEntryInfo& entry, const std::string& layer) {
   const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);
   if (info && layer == info->layer) return true;
+  if (entry.interface == "activation" && entry.interface_version == 1)
+    return is_activation_layer(layer);
   return layer == "ForCausalLMLoss" && entry.interface == "fused_linear_cross_entropy" &&
          entry.interface_version == 1;
 }
@@ -446,9 +447,18 @@ std::string adapter_refusal(const nn::Module& module, const std::string& layer,
   return "";
 }
 
+bool declares_capture(const nn::LayerImpl& impl) {
+  if (dynamic_cast<const IdentityRMSNorm*>(&impl)) return true;  // a copy, no kernel call
+  if (const auto* other = dynamic_cast<const CaptureDeclaring*>(&impl))
+    return other->declares_capture();  // adapters of activation_binding / deformable_binding
+  const auto* named = dynamic_cast<const Named*>(&impl);
+  return named && named->declares_capture();
+}
+
 bool has_adapter(const std::string& layer) {
-  return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" || layer == "SiLU" ||
-         layer == "Linear" || layer == "ForCausalLMLoss";
+  return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" ||
+         is_activation_layer(layer) || layer == "Linear" || layer == "ForCausalLMLoss" ||
+         layer == "MultiScaleDeformableAttention";
 }
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
@@ -471,10 +481,11 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
     as<nn::MLP>(module, layer);
     return std::make_shared<MLPAdapter>(display_name, std::move(fn));
   }
-  if (layer == "SiLU") {
-    as<nn::Activation>(module, layer);
-    return std::make_shared<ActivationAdapter>(display_name, std::move(fn));
-  }
+  if (is_activation_layer(layer))
+    return make_activation_adapter(as<nn::Activation>(module, layer), std::move(fn), display_name);
+  if (layer == "MultiScaleDeformableAttention")
+    return make_deformable_attention_adapter(as<nn::MultiScaleDeformableAttention>(module, layer),
+                                             std::move(fn), display_name);
   if (layer == "Linear") {
     as<nn::Linear>(module, layer);
     return std::make_shared<LinearAdapter>(display_name, std::move(fn));
@@ -542,18 +553,6 @@ FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, K
   return {std::make_shared<IdentityRMSNorm>(display_name + " (fused into the MLP)"),
           std::make_shared<FusedRMSNormMLP>(display_name, std::move(fn),
                                             static_cast<float>(norm.eps()), std::move(params))};
-}
-
-nn::AttentionFunction make_attention_function(KernelFunction fn) {
-  return [fn = std::move(fn)](const TensorView& q, const TensorView& k, const TensorView& v,
-                              const TensorView& out, const nn::AttentionCall& call, Stream stream) {
-    AttentionAttrs attrs;
-    attrs.scale = call.scale;
-    attrs.causal = call.causal ? 1u : 0u;
-    std::vector<TensorView> inputs{q, k, v};
-    if (call.key_start) inputs.push_back(*call.key_start);
-    call_forward(fn, inputs, {out}, attrs, stream);
-  };
 }
 
 }  // namespace hk::kernel_binding

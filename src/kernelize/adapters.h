@@ -12,19 +12,38 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "hk/attention_functions.h"
 #include "hk/kernel_loader.h"
 #include "hk/layers.h"
 #include "hk/mode.h"
 
 namespace hk::kernel_binding {
 
-// The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", "SiLU", "Linear",
-// "ForCausalLMLoss"); attention goes through attention functions instead.
+// True when `impl` is an adapter whose kernel entry declares HK_MODE_CAPTURE (safe inside a CUDA
+// graph: no host sync, no allocation, no host reads), or the pass-through half of a fusion. False
+// for any other implementation (callers treat the built-in ones as safe themselves).
+bool declares_capture(const nn::LayerImpl& impl);
+// Adapters defined in other files (activation_binding.cc, deformable_binding.cc) implement this so
+// declares_capture can ask them.
+class CaptureDeclaring {
+ public:
+  virtual ~CaptureDeclaring() = default;
+  virtual bool declares_capture() const = 0;
+};
+// Calls one pass of `fn` (forward, or backward when `backward`) with a workspace from the caching
+// allocator on `stream` when the entry asks for one (adapters and attention bindings share it).
+void call_kernel_pass(const KernelFunction& fn, bool backward,
+                      const std::vector<TensorView>& inputs, const std::vector<TensorView>& outputs,
+                      const void* attrs, size_t attrs_size, Stream stream);
+
+// The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", the activation layers
+// of activation_binding.h, "Linear", "ForCausalLMLoss", "MultiScaleDeformableAttention");
+// attention goes through attention functions instead (kernelize/attention_binding.h).
 bool has_adapter(const std::string& layer);
-// True when `entry` can serve `layer`: its interface's layer is `layer`, or `layer` is
-// ForCausalLMLoss and the entry is a fused_linear_cross_entropy@1 (the fused lm_head + loss).
+// True when `entry` can serve `layer`: its interface's layer is `layer`, `layer` is an activation
+// layer and the entry an activation@1, or `layer` is ForCausalLMLoss and the entry is a
+// fused_linear_cross_entropy@1 (the fused lm_head + loss).
 bool entry_serves(const KernelEntryInfo& entry, const std::string& layer);
 // Why the adapter cannot serve this module with `entry` in `mode` (a sentence for the report), or
 // "" when it can: a fused linear cross-entropy outside training mode, a gated MLP with biases
@@ -52,7 +71,5 @@ struct FusedPair {
 };
 FusedPair make_rmsnorm_mlp_fusion(const nn::RMSNorm& norm, const nn::MLP& mlp, KernelFunction fn,
                                   const std::string& display_name, std::vector<Tensor> params);
-// An attention function (hk/attention_functions.h signature) calling an attention@1 entry.
-nn::AttentionFunction make_attention_function(KernelFunction fn);
 
 }  // namespace hk::kernel_binding

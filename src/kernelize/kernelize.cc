@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <set>
 
@@ -24,7 +25,9 @@
 #include "hk/layer_interfaces.h"
 #include "hk/layers.h"
 #include "hk/module.h"
+#include "kernelize/activation_binding.h"
 #include "kernelize/adapters.h"
+#include "kernelize/attention_binding.h"
 #include "kernelize/mapping.h"
 
 namespace hk {
@@ -50,10 +53,47 @@ std::string join(const std::vector<std::string>& items, const char* sep = ", ") 
   return out;
 }
 
-// Which layer an entry's interface serves ("rms_norm@1" → "RMSNorm").
-std::string layer_of(const KernelEntryInfo& entry) {
+bool serves(const KernelEntryInfo& entry, const std::string& layer) {
+  return kernel_binding::entry_serves(entry, layer);
+}
+
+// Whether an entry is the one to take for `layer` when the spec names none: one of the layer's own
+// interface (an activation@1 for activation layers), not a stand-in such as the fused linear
+// cross-entropy that can serve ForCausalLMLoss only when named.
+bool default_entry_for(const KernelEntryInfo& entry, const std::string& layer) {
   const InterfaceInfo* info = find_interface(entry.interface, entry.interface_version);
-  return info ? info->layer : "";
+  return (info && layer == info->layer) ||
+         (entry.interface == "activation" && kernel_binding::is_activation_layer(layer));
+}
+
+// What metadata.json says of a variant's entries, in the loader's form: enough to choose an entry
+// without loading the library (simulated selection).
+std::vector<KernelEntryInfo> entries_from_metadata(const hub::VariantMetadata& metadata) {
+  std::vector<KernelEntryInfo> out;
+  for (const hub::EntryMetadata& m : metadata.entries) {
+    KernelEntryInfo e;
+    e.name = m.name;
+    e.interface = m.interface;
+    e.interface_version = static_cast<uint32_t>(m.interface_version);
+    e.device = m.device;
+    e.min_capability = m.min_capability;
+    e.max_capability = m.max_capability;
+    e.has_backward = m.backward;
+    for (const std::string& mode : m.modes)
+      e.modes |= mode == "inference"  ? kKernelModeInference
+                 : mode == "training" ? kKernelModeTraining
+                 : mode == "capture"  ? kKernelModeCapture
+                                      : 0u;
+    for (const std::string& dtype : m.dtypes) {
+      try {
+        e.dtypes |= HK_DTYPE_BIT(static_cast<uint32_t>(parse_dtype(dtype)));
+      } catch (const Error&) {
+        // a dtype this hk does not know: the entry cannot compute in it anyway
+      }
+    }
+    out.push_back(std::move(e));
+  }
+  return out;
 }
 
 // The result of resolving + loading one (spec, options) pair.
@@ -61,6 +101,13 @@ struct LoadOutcome {
   std::shared_ptr<const KernelLibrary> library;
   hub::Resolution resolution;
   std::string failure;  // non-empty: why it cannot be used (the fallback reason)
+  // Simulated selection: the chosen variant's entries from metadata.json (nothing loaded).
+  std::vector<KernelEntryInfo> simulated_entries;
+  bool usable() const { return library || !simulated_entries.empty(); }
+  const std::vector<KernelEntryInfo>& entries() const {
+    return library ? library->entries() : simulated_entries;
+  }
+  std::string version() const { return library ? library->version() : resolution.metadata.version; }
 };
 
 class Binder {
@@ -70,6 +117,8 @@ class Binder {
     Device target_device = options.device;
     if (device_type_ == "rocm") target_device.type = DeviceType::ROCM;
     target_ = hub::Target::for_device(target_device);
+    if (options.simulate && options.simulated_cuda_runtime > 0)
+      target_.cuda_runtime_version = options.simulated_cuda_runtime;
   }
 
   const std::string& device_type() const { return device_type_; }
@@ -110,8 +159,22 @@ class Binder {
         hub().resolve_commit(parsed.repo(), pin, parsed.version_range);
       }
       try {
-        outcome.resolution = hub().resolve(kernel.spec, target_, ro);
-        outcome.library = hub().load(outcome.resolution);
+        if (options_.simulate) {
+          // Choose as resolve() would, without fetching or loading anything.
+          outcome.resolution = hub().explain(kernel.spec, target_, ro);
+          if (outcome.resolution.variant.empty()) {
+            outcome.failure =
+                "no variant of " + outcome.resolution.repo + " fits " + target_.str() + ":";
+            for (const auto& d : outcome.resolution.decisions)
+              outcome.failure += " " + d.variant + ": " + d.reason + ";";
+            outcome.failure.pop_back();
+          } else {
+            outcome.simulated_entries = entries_from_metadata(outcome.resolution.metadata);
+          }
+        } else {
+          outcome.resolution = hub().resolve(kernel.spec, target_, ro);
+          outcome.library = hub().load(outcome.resolution);
+        }
       } catch (const Error& e) {
         outcome.failure = e.what();
       }
@@ -119,32 +182,42 @@ class Binder {
     return memo_.emplace(key, std::move(outcome)).first->second;
   }
 
-  // Picks and checks the entry of `library` for `layer`; returns it, or sets `why`.
-  const KernelEntryInfo* pick_entry(const KernelLibrary& library, const std::string& wanted,
-                                    const std::string& layer, std::string& why) const {
+  // Picks and checks the entry of `outcome` for a module answering to `names` (its layer name
+  // first); returns it, or sets `why`. Without a wanted entry, one whose name is one of the
+  // module's names (case-insensitive) is preferred — an activation@1 entry computes one fixed
+  // function, so for activation layers only a named match is taken.
+  const KernelEntryInfo* pick_entry(const LoadOutcome& outcome, const std::string& wanted,
+                                    const std::vector<std::string>& names, std::string& why) const {
+    const std::string& layer = names.front();
+    const std::string repo = outcome.library ? outcome.library->repo() : outcome.resolution.repo;
     const KernelEntryInfo* entry = nullptr;
     if (!wanted.empty()) {
-      entry = library.find_entry(wanted);
+      for (const auto& e : outcome.entries())
+        if (e.name == wanted) entry = &e;
       if (!entry) {
-        std::vector<std::string> names;
-        for (const auto& e : library.entries()) names.push_back(e.name);
-        why = library.repo() + " " + library.version() + " has no entry " + wanted +
-              " (entries: " + join(names) + ")";
+        std::vector<std::string> all;
+        for (const auto& e : outcome.entries()) all.push_back(e.name);
+        why = repo + " " + outcome.version() + " has no entry " + wanted +
+              " (entries: " + join(all) + ")";
         return nullptr;
       }
     } else {
-      for (const auto& e : library.entries())
-        if (layer_of(e) == layer && e.device == device_type_) {
+      for (const auto& e : outcome.entries())
+        for (const std::string& n : names)
+          if (!entry && lower(e.name) == lower(n) && default_entry_for(e, layer) &&
+              e.device == device_type_)
+            entry = &e;
+      for (const auto& e : outcome.entries())
+        if (!entry && default_entry_for(e, layer) && e.device == device_type_ &&
+            !kernel_binding::is_activation_layer(layer))
           entry = &e;
-          break;
-        }
       if (!entry) {
-        why = library.repo() + " " + library.version() + " has no entry for layer " + layer +
-              " on " + device_type_;
+        why = repo + " " + outcome.version() + " has no entry for layer " + layer + " on " +
+              device_type_;
         return nullptr;
       }
     }
-    if (!kernel_binding::entry_serves(*entry, layer)) {
+    if (!serves(*entry, layer)) {
       why =
           "entry " + entry->name + " implements " + entry->interface_id() + ", not layer " + layer;
       return nullptr;
@@ -176,6 +249,19 @@ class Binder {
     return entry;
   }
 
+  // An activation entry named for another function than the module computes (e.g. QuickGELU on
+  // a GeLU layer): refused here rather than by the kernel at call time.
+  bool activation_mismatch(const KernelEntryInfo& entry, const nn::Module& module,
+                           std::string& why) const {
+    const auto* act = dynamic_cast<const nn::Activation*>(&module);
+    if (!act || entry.interface != "activation") return false;
+    const auto kind = kernel_binding::activation_entry_kind(entry.name);
+    if (!kind || *kind == kernel_binding::activation_code(act->kind())) return false;
+    why = "entry " + entry.name + " computes another activation than " + module.type_name() + " (" +
+          module.layer_interface() + ")";
+    return true;
+  }
+
   const hub::Target& target() const { return target_; }
 
  private:
@@ -187,12 +273,26 @@ class Binder {
   std::map<std::string, LoadOutcome> memo_;
 };
 
+// "org/repo:Entry"; a local kernel as the user named it ("/abs/path:Entry"), a LOCAL_KERNELS repo
+// by its variant directory.
 std::string display_name(const hub::Resolution& res, const KernelEntryInfo& entry) {
+  if (res.local) {
+    const hub::KernelSpec spec = hub::KernelSpec::parse(res.spec);
+    if (spec.kind == hub::KernelSpec::Kind::Local) return spec.local_path + ":" + entry.name;
+  }
   return (res.local ? res.dir.string() : res.repo) + ":" + entry.name;
 }
 
 // attn_implementation: built-in names, flash_attention_N → hub repos, or a hub id.
-void bind_attention(nn::Module& root, const KernelizeOptions& options, Binder& binder,
+//
+// Every name here is the user's explicit request, so: an untrusted repo without
+// allow_all_kernels, a repo or pinned version the hub does not have, or a bad spec is an error;
+// a kernel that exists but cannot serve this device, dtype or mode (no variant for the CUDA /
+// capability, no entry for the layer, no backward for training) falls back to the built-in
+// fused attention ("sdpa"), with the reason in the report and a warning on stderr. A bound hub
+// entry also serves packed sequences when its library has an attention_varlen@1 entry, and gets
+// a training form (hk/attention_functions.h) when it has a backward.
+void bind_attention(nn::Module& root, Mode mode, const KernelizeOptions& options, Binder& binder,
                     KernelizeReport& report) {
   std::vector<std::pair<std::string, nn::Attention*>> layers;
   for (auto& [path, module] : root.named_modules())
@@ -202,50 +302,83 @@ void bind_attention(nn::Module& root, const KernelizeOptions& options, Binder& b
   std::string name = options.attn_implementation.empty() ? "eager" : options.attn_implementation;
   std::string reason;
   std::string kernel, revision, variant;
-  if (name == "eager" || name == "sdpa") {
-    reason = "attn_implementation=" + name + ": built-in attention";
+  auto fall_back = [&](const std::string& why) {
+    reason = "attn_implementation=" + name + " cannot be used on " + report.device + ": " + why +
+             "; using the built-in fused attention (sdpa)";
+    std::cerr << "hk: warning: " << reason << "\n";
+    name = "sdpa";
+  };
+  if (name == "eager") {
+    reason = "attn_implementation=eager: built-in attention";
+  } else if (name == "sdpa") {
+    reason = std::string("attn_implementation=sdpa: built-in fused attention (") +
+             (options.device.is_cuda() ? "hk's flash kernels" : "blocked online softmax") + ")";
   } else {
     std::string spec = name;
     if (name == "flash_attention_2" || name == "flash_attention_3" || name == "flash_attention_4") {
-      // hk has no built-in flash attention for any device: use the hub kernel, as Transformers
+      // hk has no flash attention outside its hub repos: use the hub kernel, as Transformers
       // does when the compiled package is absent.
       spec = "kernels-community/flash-attn" + name.substr(name.size() - 1);
     }
     const hub::KernelSpec parsed = hub::KernelSpec::parse(spec);
-    if (parsed.kind == hub::KernelSpec::Kind::Hub && !binder.hub().is_trusted(parsed.repo()) &&
-        !options.allow_all_kernels)
+    const bool from_hub = parsed.kind == hub::KernelSpec::Kind::Hub;
+    if (from_hub && !binder.hub().is_trusted(parsed.repo()) && !options.allow_all_kernels)
       throw InvalidArgument("attn_implementation " + name + ": repo " + parsed.repo() +
                             " is outside the trusted orgs, and loading a kernel runs its code on "
                             "this machine; pass allow_all_kernels=true (--allow-all-kernels) if "
                             "you trust it");
-    if (parsed.kind == hub::KernelSpec::Kind::Hub && !hub_kernels_enabled()) {
-      name = "eager";
-      reason = "USE_HUB_KERNELS disables hub kernels: attn_implementation " + spec +
-               " replaced by built-in eager attention";
+    if (from_hub && !hub_kernels_enabled()) {
+      fall_back("USE_HUB_KERNELS disables hub kernels");
     } else {
+      if (from_hub && !binder.hub().config().local_kernels.count(parsed.repo())) {
+        // the repo and any pinned version must exist (NotFound lists what does)
+        hub::ResolveOptions pin;
+        pin.revision = parsed.revision;
+        pin.trust_remote_code = options.allow_all_kernels;
+        binder.hub().resolve_commit(parsed.repo(), pin, parsed.version_range);
+      }
       MappedKernel mk{spec, {}};
       const LoadOutcome& outcome =
           binder.load(mk, /*explicit_request=*/true, options.allow_all_kernels);
-      if (!outcome.library)
-        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
-                       ": " + outcome.failure);
-      std::string why;
+      std::string why = outcome.failure;
       const KernelEntryInfo* entry =
-          binder.pick_entry(*outcome.library, parsed.entry, "attention", why);
-      if (!entry)
-        throw NotFound("attn_implementation " + name + " cannot be used on " + report.device +
-                       ": " + why);
-      kernel = display_name(outcome.resolution, *entry);
-      revision = outcome.resolution.commit;
-      variant = outcome.resolution.variant;
-      nn::register_attention_function(
-          spec, kernel_binding::make_attention_function(outcome.library->function(entry->name)));
-      reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ")";
-      name = spec;
+          outcome.usable() ? binder.pick_entry(outcome, parsed.entry, {"attention"}, why) : nullptr;
+      if (!entry && options.simulate) {
+        reason = "simulated for " + binder.target().str() + ": attn_implementation " + name +
+                 " cannot be used: " + why;
+        name = "sdpa";
+      } else if (!entry) {
+        fall_back(why);
+      } else if (options.simulate) {
+        kernel = display_name(outcome.resolution, *entry);
+        revision = outcome.resolution.commit;
+        variant = outcome.resolution.variant;
+        reason = "simulated for " + binder.target().str() + ": would use " + kernel +
+                 ", attn_implementation=" + name + " (" + outcome.resolution.revision +
+                 "); nothing loaded";
+      } else {
+        kernel = display_name(outcome.resolution, *entry);
+        revision = outcome.resolution.commit;
+        variant = outcome.resolution.variant;
+        kernel_binding::AttentionKernels fns;
+        fns.attention = outcome.library->function(entry->name);
+        for (const auto& e : outcome.library->entries())
+          if (e.interface == "attention_varlen" && e.device == entry->device) {
+            fns.varlen = outcome.library->function(e.name);
+            break;
+          }
+        nn::register_attention_function(spec, kernel_binding::make_attention_function(fns));
+        if (entry->has_backward)
+          nn::register_attention_training(spec, kernel_binding::make_attention_training(fns));
+        reason = "attn_implementation=" + name + " (" + outcome.resolution.revision + ", version " +
+                 outcome.library->version() + (fns.varlen.valid() ? ", with varlen" : "") + ", " +
+                 mode_name(mode) + ")";
+        name = spec;
+      }
     }
   }
   for (auto& [path, attn] : layers) {
-    attn->set_attn_implementation(name);
+    if (!options.simulate) attn->set_attn_implementation(name);
     report.layers.push_back({path, "attention", kernel, revision, variant, reason});
   }
 }
@@ -319,8 +452,7 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
         binder.load(rule.kernel, /*explicit_request=*/true, options.allow_all_kernels);
     std::string why;
     const KernelEntryInfo* entry =
-        outcome.library ? binder.pick_entry(*outcome.library, parsed.entry, "RMSNorm+MLP", why)
-                        : nullptr;
+        outcome.usable() ? binder.pick_entry(outcome, parsed.entry, {"RMSNorm+MLP"}, why) : nullptr;
     if (outcome.library && entry && !entry->has_layout)
       throw InvalidArgument(where + ": kernel entry " + entry->name + " has no " + entry->name +
                             "Layout; a fusion needs the kernel's layout "
@@ -344,7 +476,12 @@ std::set<std::string> bind_fusions(nn::Module& root, const KernelizeOptions& opt
       }
       if (!entry) {
         record("",
-               where + " unusable: " + (outcome.library ? why : outcome.failure) + "; built-in");
+               where + " unusable: " + (outcome.usable() ? why : outcome.failure) + "; built-in");
+        continue;
+      }
+      if (options.simulate) {
+        record(display_name(outcome.resolution, *entry),
+               "simulated: " + where + " would fuse these modules; nothing loaded");
         continue;
       }
       nn::Module* scope = root.find_module(parent);
@@ -380,6 +517,35 @@ std::string mapping_device_type(const Device& device) {
   return device_type_name(device.type);
 }
 
+// One line per explicit request that fell back (kernel_config value or fusion), the layers it
+// concerned counted: the report has the details, stderr gets the sentence.
+void warn_explicit_fallbacks(const KernelizeReport& report,
+                             const std::vector<std::pair<std::string, std::string>>& fallbacks) {
+  std::map<std::string, std::vector<std::string>> by_reason;  // reason → layers
+  std::vector<std::string> order;
+  for (const auto& [path, reason] : fallbacks) {
+    if (!by_reason.count(reason)) order.push_back(reason);
+    by_reason[reason].push_back(path);
+  }
+  for (const std::string& reason : order) {
+    const auto& paths = by_reason[reason];
+    std::string one_line;  // hub messages list variants on lines of their own
+    for (size_t i = 0; i < reason.size(); ++i) {
+      if (reason[i] != '\n') {
+        one_line += reason[i];
+        continue;
+      }
+      while (i + 1 < reason.size() && reason[i + 1] == ' ') ++i;
+      if (!one_line.empty() && one_line.back() != ':') one_line += ";";
+      one_line += " ";
+    }
+    std::cerr << "hk: warning: an explicitly requested kernel falls back to the built-in on "
+              << report.device << " for " << paths.front()
+              << (paths.size() > 1 ? " and " + std::to_string(paths.size() - 1) + " more" : "")
+              << ": " << one_line << "\n";
+  }
+}
+
 KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& options) {
   validate_mode(mode);
   Binder binder(mode, options);
@@ -387,11 +553,14 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
   report.device = binder.device_type() == "rocm" ? "rocm:" + std::to_string(options.device.index)
                                                  : options.device.str();
   report.mode = mode;
+  if (options.simulate) report.simulated_target = binder.target().str();
 
   auto modules = root.named_modules();
   std::set<std::string> registered;
   for (auto& [path, module] : modules)
-    if (!module->layer_interface().empty()) registered.insert(module->layer_interface());
+    if (!module->layer_interface().empty())
+      for (const std::string& name : kernel_binding::mapping_names(*module))
+        registered.insert(name);
   for (const auto& [layer, value] : options.config.kernel_mapping) {
     (void)value;
     if (!registered.count(layer))
@@ -400,25 +569,36 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
                             join(std::vector<std::string>(registered.begin(), registered.end())));
   }
 
-  for (auto& [path, module] : modules)
-    if (!module->layer_interface().empty() && module->layer_interface() != "attention")
-      module->reset_impl();
+  if (!options.simulate)
+    for (auto& [path, module] : modules)
+      if (!module->layer_interface().empty() && module->layer_interface() != "attention")
+        module->reset_impl();
+  const size_t first_unfused = report.layers.size();
   const std::set<std::string> fused = bind_fusions(root, options, binder, report);
+  std::vector<std::pair<std::string, std::string>> explicit_fallbacks;
+  for (size_t i = first_unfused; i < report.layers.size(); ++i)
+    if (report.layers[i].kernel.empty())
+      explicit_fallbacks.emplace_back(report.layers[i].path, report.layers[i].reason);
 
   const auto rules = kernel_binding::effective_rules(options.config);
   for (auto& [path, module] : modules) {
     const std::string& layer = module->layer_interface();
     if (layer.empty() || layer == "attention" || fused.count(path)) continue;
     LayerDecision d{path, layer, "", "", "", ""};
-    auto choice = kernel_binding::choose_rule(rules, layer, binder.device_type(),
+    const std::vector<std::string> names = kernel_binding::mapping_names(*module);
+    auto choice = kernel_binding::choose_rule(rules, names, binder.device_type(),
                                               options.device.capability, mode);
+    const bool explicit_request = choice && choice->rule.source == "kernel_config";
     if (!options.use_kernels) {
       d.reason = "use_kernels is off: built-in";
     } else if (!choice) {
       d.reason = "no kernel mapped for " + layer + " on " + binder.device_type() + " in " +
                  mode_name(mode) + " mode: built-in";
     } else if (choice->rule.kernel.disabled()) {
-      d.reason = "disabled by kernel_config (empty value): built-in";
+      d.reason = explicit_request ? "disabled by kernel_config (empty value): built-in"
+                                  : "the default table keeps the built-in " + choice->rule.layer +
+                                        " on " + binder.device_type() + " in " +
+                                        mode_name(choice->matched_mode) + " mode";
     } else if (!kernel_binding::has_adapter(layer)) {
       d.reason = "hk has no kernel adapter for layer " + layer + ": built-in";
     } else {
@@ -426,24 +606,32 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
       if (mk.spec[0] == '/' && !options.config.use_local_kernel)
         throw InvalidArgument("kernel_config maps " + layer + " to the local path " + mk.spec +
                               "; set use_local_kernel=true to load kernels from local paths");
-      const bool explicit_request = choice->rule.source == "kernel_config";
       const LoadOutcome& outcome = binder.load(mk, explicit_request, options.allow_all_kernels);
-      if (!outcome.library) {
-        d.reason = mk.spec + " unusable: " + outcome.failure + "; built-in";
+      std::string why;
+      const KernelEntryInfo* entry =
+          outcome.usable()
+              ? binder.pick_entry(outcome, hub::KernelSpec::parse(mk.spec).entry, names, why)
+              : nullptr;
+      if (entry && binder.activation_mismatch(*entry, *module, why)) entry = nullptr;
+      if (entry) why = kernel_binding::adapter_refusal(*module, layer, *entry, mode);
+      if (entry && !why.empty()) entry = nullptr;
+      const std::string mapped =
+          choice->rule.layer == layer ? "" : " (as " + choice->rule.layer + ")";
+      if (!outcome.usable()) {
+        d.reason = mk.spec + mapped + " unusable: " + outcome.failure + "; built-in";
+      } else if (!entry) {
+        d.reason = mk.spec + mapped + " unusable: " + why + "; built-in";
       } else {
-        std::string why;
-        const KernelEntryInfo* entry =
-            binder.pick_entry(*outcome.library, hub::KernelSpec::parse(mk.spec).entry, layer, why);
-        if (entry) why = kernel_binding::adapter_refusal(*module, layer, *entry, mode);
-        if (!entry || !why.empty()) {
-          d.reason = mk.spec + " unusable: " + why + "; built-in";
+        d.kernel = display_name(outcome.resolution, *entry);
+        d.revision = outcome.resolution.commit;
+        d.variant = outcome.resolution.variant;
+        d.reason = "mapped by " + choice->rule.source + mapped + " (" +
+                   mode_name(choice->matched_mode) + " entry); " + outcome.resolution.repo + "@" +
+                   outcome.resolution.revision + ", version " + outcome.version();
+        if (options.simulate) {
+          d.reason = "simulated for " + binder.target().str() + ": would bind; " + d.reason +
+                     "; nothing loaded";
         } else {
-          d.kernel = display_name(outcome.resolution, *entry);
-          d.revision = outcome.resolution.commit;
-          d.variant = outcome.resolution.variant;
-          d.reason = "mapped by " + choice->rule.source + " (" + mode_name(choice->matched_mode) +
-                     " entry); " + outcome.resolution.repo + "@" + outcome.resolution.revision +
-                     ", version " + outcome.library->version();
           std::vector<Tensor> layout_params;
           if (entry->has_layout)
             layout_params = kernel_binding::materialize_layout(*entry->raw->layout, *module);
@@ -455,10 +643,13 @@ KernelizeReport kernelize(nn::Module& root, Mode mode, const KernelizeOptions& o
                         " made from the loaded parameters";
         }
       }
+      if (d.kernel.empty() && explicit_request) explicit_fallbacks.emplace_back(path, d.reason);
     }
     report.layers.push_back(std::move(d));
   }
-  bind_attention(root, options, binder, report);
+  bind_attention(root, mode, options, binder, report);
+  if (options.warn_on_fallback && !options.simulate)
+    warn_explicit_fallbacks(report, explicit_fallbacks);
   return report;
 }
 

@@ -1,7 +1,11 @@
-// Merging KernelConfig over the default table and choosing a rule for (layer, device, mode).
+// Merging KernelConfig over the default table, choosing a rule for (layer, device, mode), and the
+// names a module answers to.
 #include "kernelize/mapping.h"
 
+#include <algorithm>
 #include <set>
+
+#include "hk/layers.h"
 
 namespace hk::kernel_binding {
 
@@ -51,6 +55,36 @@ std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
     }
   }
   return std::nullopt;
+}
+
+std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
+                                         const std::vector<std::string>& names,
+                                         const std::string& device, int capability, Mode mode) {
+  // A KernelConfig value under any of the names beats the default table's rules.
+  for (const bool from_config : {true, false})
+    for (const std::string& name : names) {
+      const bool any = std::any_of(rules.begin(), rules.end(), [&](const MappingRule& r) {
+        return r.layer == name && r.device == device &&
+               (!from_config || r.source == "kernel_config");
+      });
+      if (any) return choose_rule(rules, name, device, capability, mode);
+    }
+  return std::nullopt;
+}
+
+std::vector<std::string> mapping_names(const nn::Module& module) {
+  std::vector<std::string> names{module.layer_interface()};
+  if (const auto* mlp = dynamic_cast<const nn::MLP*>(&module)) {
+    const ops::Activation act = mlp->act_fn->kind();
+    if (act == ops::Activation::SiLU) names.push_back("SwiGLUMLP");
+    if (act == ops::Activation::GELU || act == ops::Activation::GELUTanh)
+      names.push_back("GeGLUMLP");
+  } else if (module.layer_interface() == "GeLU") {
+    names.push_back("GELU");
+  } else if (module.layer_interface() == "GeluTanh") {
+    names.push_back("GELUTanh");
+  }
+  return names;
 }
 
 }  // namespace hk::kernel_binding

@@ -1,5 +1,6 @@
 // Internal: the resolved mapping kernelize consults — layer → device type → capability range →
-// mode → kernel spec — built from hk's default table and a KernelConfig.
+// mode → kernel spec — built from hk's default table and a KernelConfig, and which layer names a
+// module answers to.
 //
 // Precedence: a KernelConfig value for a layer replaces the default rules of that layer for the
 // device types it covers (a plain value covers all device types; a per-device value only those
@@ -15,6 +16,10 @@
 
 #include "hk/kernel_config.h"
 #include "hk/mode.h"
+
+namespace hk::nn {
+class Module;
+}
 
 namespace hk::kernel_binding {
 
@@ -43,5 +48,16 @@ std::vector<MappingRule> effective_rules(const KernelConfig& config);
 std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
                                          const std::string& layer, const std::string& device,
                                          int capability, Mode mode);
+// The same over the names a module answers to: the first name with a KernelConfig rule for the
+// device, else the first with any rule (so a KernelConfig value for "MLP" or "GELU" beats the
+// default "SwiGLUMLP" or "GeLU" rule).
+std::optional<MappingChoice> choose_rule(const std::vector<MappingRule>& rules,
+                                         const std::vector<std::string>& names,
+                                         const std::string& device, int capability, Mode mode);
+
+// The names a module can be mapped by, its registered layer name first: a gated MLP is also
+// Transformers' "SwiGLUMLP" (SiLU) or "GeGLUMLP" (GELU, either form) — the keys of Transformers'
+// default table; activation layers also answer to hk's earlier names ("GELU", "GELUTanh").
+std::vector<std::string> mapping_names(const nn::Module& module);
 
 }  // namespace hk::kernel_binding

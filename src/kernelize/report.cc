@@ -22,6 +22,10 @@ std::string KernelizeReport::to_json() const {
   nlohmann::ordered_json j;
   j["device"] = device;
   j["mode"] = mode_name(mode);
+  if (!simulated_target.empty()) {
+    j["simulated"] = true;
+    j["target"] = simulated_target;
+  }
   j["layers"] = nlohmann::ordered_json::array();
   for (const auto& d : layers) {
     nlohmann::ordered_json l;
@@ -39,8 +43,13 @@ std::string KernelizeReport::to_json() const {
 
 std::string KernelizeReport::to_text() const {
   std::ostringstream os;
-  os << "kernelize: device " << device << ", mode " << mode_name(mode) << ", " << num_kernels()
-     << " of " << layers.size() << " layers on kernels\n";
+  if (!simulated_target.empty())
+    os << "kernelize: simulated selection for " << simulated_target << ", mode " << mode_name(mode)
+       << " — nothing was fetched or loaded; " << num_kernels() << " of " << layers.size()
+       << " layers would get a kernel\n";
+  else
+    os << "kernelize: device " << device << ", mode " << mode_name(mode) << ", " << num_kernels()
+       << " of " << layers.size() << " layers on kernels\n";
   for (const auto& d : layers) {
     os << "  " << d.path << " [" << d.layer << "] → " << (d.kernel.empty() ? "built-in" : d.kernel);
     if (!d.variant.empty()) os << " (" << d.variant << ", " << d.revision.substr(0, 12) << ")";

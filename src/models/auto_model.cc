@@ -149,7 +149,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
       k.hub = std::make_shared<hub::Hub>(hub::HubConfig::from_environment(
           options.kernels_lock, options.allow_unlocked_kernels, options.require_signed_kernels));
     }
-    lm.kernelize_report = kernelize(lm, Mode::Inference, k);
+    lm.kernelize_report = kernelize(
+        lm, options.kernelize_capture ? Mode::Inference | Mode::Capture : Mode::Inference, k);
     lm.kernelize_options = k;
   }
   return model;
@@ -200,9 +201,11 @@ CausalLMOutput CausalLM::forward(const Tensor& input_ids, const Tensor& labels) 
 CausalLM& CausalLM::train(bool on) {
   DecoderLM& lm = need(impl_);
   lm.train(on);
-  if (lm.kernelize_options)
+  if (lm.kernelize_options) {
+    const Mode capture = lm.load_options.kernelize_capture ? Mode::Capture : Mode::None;
     lm.kernelize_report =
-        kernelize(lm, on ? Mode::Training : Mode::Inference, *lm.kernelize_options);
+        kernelize(lm, (on ? Mode::Training : Mode::Inference) | capture, *lm.kernelize_options);
+  }
   return *this;
 }
 
@@ -242,6 +245,11 @@ void CausalLM::zero_grad(bool set_to_none) {
     else
       ops::fill(p->grad, 0.0);
   }
+}
+
+void CausalLM::zero_grad_lazily() {
+  for (auto& [name, p] : named_parameters())
+    if (p->grad.defined()) p->grad_overwrite = true;
 }
 
 CausalLM& CausalLM::gradient_checkpointing_enable(bool on) {

@@ -21,6 +21,8 @@
 
 namespace hk {
 
+class DecodeSession;  // src/generation: the device decode of generate()
+
 struct ArchitectureSpec {
   std::string prefix;    // "Qwen3", "Llama": class names are <prefix>RMSNorm, <prefix>MLP, ...
   bool qk_norm = false;  // Qwen3: RMSNorm over head_dim on q and k before rotary
@@ -77,6 +79,10 @@ class DecoderLM : public nn::Module, public std::enable_shared_from_this<Decoder
   Device device = Device::cpu();
   DType dtype = DType::F32;
   bool gradient_checkpointing = false;
+  // The device decode of the last CUDA generate (KV cache, buffers, captured graph), reused by the
+  // next generate with the same batch and cache bucket; replaced when they differ or the layer
+  // bindings changed. Inference only: training never touches it.
+  mutable std::shared_ptr<DecodeSession> decode_session;
 
   std::shared_ptr<DecoderModel> model;
   std::shared_ptr<nn::Linear> lm_head;

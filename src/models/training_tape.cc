@@ -212,6 +212,13 @@ void TrainingTape::backward(Stream stream) {
     step.input = Tensor();
   }
   lm.model->embed_tokens->backward(inputs_.ids, embed_, dh, s);
+  // Gradients marked for overwrite (CausalLM::zero_grad_lazily) that this backward did not reach
+  // (frozen parameters, unused ones) are zero now, as after zero_grad(false).
+  for (auto& [path, p] : const_cast<DecoderLM&>(lm).named_parameters("", /*include_buffers=*/false))
+    if (p->grad_overwrite) {
+      ops::fill(p->grad, 0.0, s);
+      p->grad_overwrite = false;
+    }
 }
 
 size_t TrainingTape::layer_bytes(size_t i) const {

@@ -1,4 +1,6 @@
-// The MLP activation (`act_fn`, interface `SiLU` for "silu") and its built-in implementation.
+// The MLP activation (`act_fn`) and its built-in implementation. The layer name is the one
+// Transformers registers for the config's hidden_act (SiLU, GeLU, GeluTanh, NewGELU, FastGELU,
+// QuickGELU), so KernelConfig keys and the default table read as in Transformers.
 #include "hk/error.h"
 #include "hk/layers.h"
 
@@ -28,31 +30,41 @@ class BuiltinActivation final : public ActivationImpl {
   }
 };
 
-ops::Activation parse_act(const std::string& name) {
-  if (name == "silu" || name == "swish") return ops::Activation::SiLU;
-  if (name == "gelu") return ops::Activation::GELU;
-  if (name == "gelu_pytorch_tanh" || name == "gelu_new") return ops::Activation::GELUTanh;
-  throw InvalidArgument("hidden_act '" + name +
-                        "' is not supported; supported: silu, gelu, gelu_pytorch_tanh");
-}
+// hidden_act (config.json) → the function, the layer name Transformers registers it under
+// (integrations/hub_kernels.py keys: use_kernel_forward_from_hub on transformers/activations.py)
+// and Transformers' class name. gelu_new and gelu_fast are the tanh approximation like
+// gelu_pytorch_tanh (hk computes all three in f32 with one rounding). "swish" is nn.SiLU in
+// Transformers, which is not kernelized there; hk registers it as SiLU (the same function).
+struct ActSpec {
+  const char* hidden_act;
+  ops::Activation kind;
+  const char* layer;
+  const char* type_name;
+};
+constexpr ActSpec kActs[] = {
+    {"silu", ops::Activation::SiLU, "SiLU", "SiLUActivation"},
+    {"swish", ops::Activation::SiLU, "SiLU", "SiLU"},
+    {"gelu", ops::Activation::GELU, "GeLU", "GELUActivation"},
+    {"gelu_pytorch_tanh", ops::Activation::GELUTanh, "GeluTanh", "GELUTanh"},
+    {"gelu_new", ops::Activation::GELUTanh, "NewGELU", "NewGELUActivation"},
+    {"gelu_fast", ops::Activation::GELUTanh, "FastGELU", "FastGELUActivation"},
+    {"quick_gelu", ops::Activation::QuickGELU, "QuickGELU", "QuickGELUActivation"},
+};
 
-const char* interface_for(ops::Activation act) {
-  switch (act) {
-    case ops::Activation::SiLU:
-      return "SiLU";
-    case ops::Activation::GELU:
-      return "GELU";
-    case ops::Activation::GELUTanh:
-      return "GELUTanh";
-  }
-  return "SiLU";
+const ActSpec& spec_of(const std::string& name) {
+  for (const ActSpec& a : kActs)
+    if (name == a.hidden_act) return a;
+  std::string supported;
+  for (const ActSpec& a : kActs)
+    supported += std::string(supported.empty() ? "" : ", ") + a.hidden_act;
+  throw InvalidArgument("hidden_act '" + name + "' is not supported; supported: " + supported);
 }
 
 }  // namespace
 
 Activation::Activation(const std::string& hidden_act)
-    : LayerModule(std::string(interface_for(parse_act(hidden_act))) + "Activation",
-                  interface_for(parse_act(hidden_act)), std::make_shared<BuiltinActivation>()),
-      kind_(parse_act(hidden_act)) {}
+    : LayerModule(spec_of(hidden_act).type_name, spec_of(hidden_act).layer,
+                  std::make_shared<BuiltinActivation>()),
+      kind_(spec_of(hidden_act).kind) {}
 
 }  // namespace hk::nn

@@ -163,6 +163,13 @@ Module::GradTarget Module::grad_target(const std::string& name, bool zero_if_new
                  "; zero_grad() before training after changing the model");
     target.grad = p.grad;
     target.accumulate = true;
+    if (p.grad_overwrite) {  // stale values: the first gradient of this backward writes
+      p.grad_overwrite = false;
+      if (zero_if_new)
+        ops::fill(p.grad, 0.0, stream);
+      else
+        target.accumulate = false;
+    }
     return target;
   }
   p.grad = zero_if_new ? Tensor::zeros(p.value.sizes(), p.value.dtype(), p.value.device(), stream)

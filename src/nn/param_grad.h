@@ -4,7 +4,8 @@
 // the weight's or f32). Usually the parameter's grad has one of them and the op writes (or, when
 // a gradient is already there, accumulates) straight into it. When a trainer put a gradient of
 // another dtype there (f32 master gradients for a bf16 model), the op writes a temporary that
-// commit() adds into the gradient. A frozen parameter (requires_grad false) gives no buffer.
+// commit() adds into the gradient (or writes, when the gradient was handed out for writing). A
+// frozen parameter (requires_grad false) gives no buffer.
 #pragma once
 
 #include <initializer_list>
@@ -35,14 +36,21 @@ class ParamGradWriter {
                           : Tensor::empty(target.grad.sizes(), d, target.grad.device(), stream);
     accumulate_ = zero_if_new;
     temporary_ = true;
+    target_ = target;
   }
   bool active() const { return buffer_.defined(); }
   const Tensor& buffer() const { return buffer_; }
   const TensorView* view() const { return active() ? &buffer_.view() : nullptr; }
   bool accumulate() const { return accumulate_; }
-  // Adds a temporary buffer into the gradient (nothing to do otherwise).
+  // Adds a temporary buffer into the gradient, or writes it there when the gradient was handed
+  // out for writing (nothing to do without a temporary).
   void commit() {
-    if (temporary_) module_.accumulate_grad(name_, buffer_, stream_);
+    if (temporary_) {
+      if (target_.accumulate)
+        module_.accumulate_grad(name_, buffer_, stream_);
+      else
+        ops::cast(buffer_, target_.grad, stream_);
+    }
     temporary_ = false;
   }
 
@@ -53,6 +61,7 @@ class ParamGradWriter {
   Tensor buffer_;
   bool accumulate_ = false;
   bool temporary_ = false;
+  Module::GradTarget target_;  // with a temporary: where commit() puts it, and how
 };
 
 }  // namespace hk::nn

@@ -1,5 +1,5 @@
-// CUDA activations (SiLU, GELU, GELU-tanh), their backward, and the gated act_mul (SwiGLU/GeGLU)
-// with its backward.
+// CUDA activations (SiLU, GELU, GELU-tanh, QuickGELU), their backward, and the gated act_mul
+// (SwiGLU/GeGLU) with its backward.
 //
 // Forward ops use the elementwise engine (16-byte vectors on dense rows). act_mul rounds act(gate)
 // to the storage dtype before the product, as Transformers' `act_fn(gate) * up` does. The
@@ -50,6 +50,9 @@ void with_activation(Activation act, F&& f) {
       break;
     case Activation::GELUTanh:
       f(std::integral_constant<Activation, Activation::GELUTanh>{});
+      break;
+    case Activation::QuickGELU:
+      f(std::integral_constant<Activation, Activation::QuickGELU>{});
       break;
   }
 }

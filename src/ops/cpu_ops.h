@@ -64,5 +64,15 @@ void cross_entropy_backward(const TensorView& dloss, const TensorView& logits,
                             const CrossEntropyOptions& options, const TensorView* lse,
                             Stream stream);
 void argmax(const TensorView& x, const TensorView& out, Stream stream);
+void ms_deform_attn(const TensorView& value,
+                    const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
+                    const TensorView& sampling_locations, const TensorView& attention_weights,
+                    const TensorView& out, Stream stream);
+void ms_deform_attn_backward(const TensorView& dout, const TensorView& value,
+                             const std::vector<std::pair<int64_t, int64_t>>& spatial_shapes,
+                             const TensorView& sampling_locations,
+                             const TensorView& attention_weights, const TensorView* dvalue,
+                             const TensorView* dsampling_locations,
+                             const TensorView* dattention_weights, Stream stream);
 
 }  // namespace hk::ops::cpu

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "core/cuda_check.h"
-#include "hk/kernel_sdk_cuda.cuh"
 #include "hk/error.h"
+#include "hk/kernel_sdk_cuda.cuh"
 #include "hk/ops.h"
 #include "hk/tensor.h"
 
@@ -339,6 +339,8 @@ __device__ __forceinline__ float activation_forward(Activation act, float x) {
       return x * __frcp_rn(1.0f + expf(-x));
     case Activation::GELU:
       return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case Activation::QuickGELU:
+      return x * __frcp_rn(1.0f + expf(-1.702f * x));
     default: {
       const float u = 0.79788456080286536f * (x + 0.044715f * x * x * x);
       return 0.5f * x * (1.0f + tanhf(u));
@@ -355,6 +357,10 @@ __device__ __forceinline__ float activation_derivative(Activation act, float x) 
       const float cdf = 0.5f * (1.0f + erff(x * 0.70710678118654752f));
       const float pdf = 0.39894228040143268f * expf(-0.5f * x * x);
       return cdf + x * pdf;
+    }
+    case Activation::QuickGELU: {
+      const float s = 1.0f / (1.0f + expf(-1.702f * x));
+      return s * (1.0f + 1.702f * x * (1.0f - s));
     }
     default: {
       const float k = 0.79788456080286536f, c = 0.044715f;

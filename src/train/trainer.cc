@@ -304,7 +304,8 @@ TrainOutput TrainerImpl::train(const std::function<void(const TrainLog&)>& on_lo
       norm = optimizer->clip_grad_norm(args.max_grad_norm, stream);
       const double lr = scheduler.lr(state.global_step);
       optimizer->step(lr, args.max_grad_norm > 0 ? &norm.clip_coef : nullptr, stream);
-      model.zero_grad(/*set_to_none=*/false);
+      // The next step's first backward writes the gradients (zero_grad(false) without the fill).
+      model.zero_grad_lazily();
       ++state.global_step;
       ++window_steps;
       state.epoch = static_cast<double>(epoch) +

@@ -13,9 +13,19 @@ using namespace gpu_testing;
 const Layout kLayouts[] = {Layout::Contiguous, Layout::PaddedRows, Layout::Transposed};
 const Shape kShapes[] = {{64, 256}, {37, 131}, {3, 5, 9}};
 const ops::Activation kActs[] = {ops::Activation::SiLU, ops::Activation::GELU,
-                                 ops::Activation::GELUTanh};
+                                 ops::Activation::GELUTanh, ops::Activation::QuickGELU};
 const char* act_name(ops::Activation a) {
-  return a == ops::Activation::SiLU ? "silu" : a == ops::Activation::GELU ? "gelu" : "gelu_tanh";
+  switch (a) {
+    case ops::Activation::SiLU:
+      return "silu";
+    case ops::Activation::GELU:
+      return "gelu";
+    case ops::Activation::GELUTanh:
+      return "gelu_tanh";
+    case ops::Activation::QuickGELU:
+      return "quick_gelu";
+  }
+  return "?";
 }
 
 TEST(GpuElementwise, AddMulScale) {

@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include "hk/error.h"
 #include "hk/kernel_loader.h"
@@ -157,8 +158,10 @@ TEST(LigerHub, TablesDeclareInterfacesAndHonestModes) {
       {"LigerCrossEntropyLoss", "cross_entropy@1"},
       {"LigerFusedLinearCrossEntropyLoss", "fused_linear_cross_entropy@1"},
       {"LigerForCausalLMLoss", "causal_lm_loss@1"},
+      {"LigerForCausalLMLossLayer", "causal_lm_loss@1"},
       {"LigerSwiGLUMLP", "mlp@1"},
-      {"LigerGEGLUMLP", "mlp@1"}};
+      {"LigerGEGLUMLP", "mlp@1"},
+      {"LigerLinear", "linear@1"}};
   for (const auto& [name, iface] : want) {
     const auto* e = lib->find_entry(name);
     ASSERT_NE(e, nullptr) << name;
@@ -167,8 +170,8 @@ TEST(LigerHub, TablesDeclareInterfacesAndHonestModes) {
     EXPECT_TRUE(e->has_backward) << name;
     const bool capture = e->supports_mode(hk::kKernelModeCapture);
     // Capture only on cuda, and never for the entries that create a cuBLASLt handle.
-    const bool gemm =
-        name == "LigerFusedLinearCrossEntropyLoss" || name.find("MLP") != std::string::npos;
+    const bool gemm = name == "LigerFusedLinearCrossEntropyLoss" || name == "LigerLinear" ||
+                      name.find("MLP") != std::string::npos;
     EXPECT_EQ(capture, dev().is_cuda() && !gemm) << name;
   }
 }
@@ -398,6 +401,21 @@ TEST(LigerHub, ActivationRepoGeluFamilyAndGatedEntries) {
     wrong.kind = u.kind == hk::kActivationGELU ? hk::kActivationSiLU : hk::kActivationGELU;
     EXPECT_THROW(fn.forward({x}, {y}, wrong), hk::InvalidArgument);
   }
+  // Transformers' entry names for the same functions (Silu, Gelu) compute the same values.
+  for (const auto& [name, act, kind] : std::vector<std::tuple<const char*, liger::Act, uint32_t>>{
+           {"Silu", liger::Act::SiLU, hk::kActivationSiLU},
+           {"Gelu", liger::Act::GeluErf, hk::kActivationGELU}}) {
+    SCOPED_TRACE(name);
+    M xv;
+    Tensor x = randn({3, 41}, DType::BF16, &xv, 2.0f), y = empty({3, 41}, DType::BF16);
+    hk::ActivationAttrs attrs;
+    attrs.kind = kind;
+    entry("kernels-community/activation", "v1", name).forward({x}, {y}, attrs);
+    M ry(xv.size());
+    for (size_t i = 0; i < xv.size(); ++i)
+      ry[i] = liger_test::ref::rnd(liger::Dt::BF16, liger_test::ref::act(act, xv[i]));
+    expect_close(host(y), ry, 1e-6, 8e-3, "y");
+  }
   // gated: x = gate ‖ up in one tensor [rows, 2d]; y = round(act(gate)) · up
   const std::pair<const char*, liger::Act> gated[] = {{"silu_and_mul", liger::Act::SiLU},
                                                       {"gelu_and_mul", liger::Act::GeluErf},
@@ -450,6 +468,81 @@ Tensor unit_dloss(uint32_t reduction, int64_t n) {
   if (reduction == hk::kReductionNone)
     return Tensor::from_floats(std::vector<float>(n, 1.0f), {n}).to(dev());
   return Tensor::from_floats({1.0f}, {}).to(dev());
+}
+
+// linear@1 (LigerLinear): y = x·wᵀ + b with one rounding, dx = dy·w, dw (+)= dyᵀ·x, db (+)= Σ dy
+// against a double reference, over dtypes, odd shapes, with and without bias, a row-strided x
+// (a column block of a wider tensor) and accumulated weight gradients.
+TEST(LigerHub, LinearForwardBackwardThroughTheAbi) {
+  auto fn = liger("LigerLinear");
+  struct Case {
+    DType dt;
+    int64_t rows, k, n;
+    bool bias, strided, accumulate;
+  };
+  for (const Case& c : {Case{DType::F32, 1, 1, 1, false, false, false},
+                        Case{DType::F32, 17, 33, 65, true, false, false},
+                        Case{DType::BF16, 9, 128, 31, true, true, true},
+                        Case{DType::F16, 4, 57, 16, false, true, false}}) {
+    SCOPED_TRACE(std::string(hk::dtype_name(c.dt)) + " rows " + std::to_string(c.rows) + " k " +
+                 std::to_string(c.k) + " n " + std::to_string(c.n));
+    M wide, wv, bv, dyv;
+    const int64_t pad = c.strided ? 7 : 0;
+    Tensor xw = randn({c.rows, c.k + pad}, c.dt, &wide);
+    Tensor x = c.strided ? xw.slice(1, pad, pad + c.k) : xw;
+    M xv(c.rows * c.k);
+    for (int64_t i = 0; i < c.rows; ++i)
+      for (int64_t j = 0; j < c.k; ++j) xv[i * c.k + j] = wide[i * (c.k + pad) + pad + j];
+    Tensor w = randn({c.n, c.k}, c.dt, &wv, 0.3f), b = randn({c.n}, c.dt, &bv);
+    Tensor y = empty({c.rows, c.n}, c.dt);
+    std::vector<hk::TensorView> in{x, w};
+    if (c.bias) in.push_back(b);
+    call_with_workspace(fn, false, in, {y}, hk::LinearAttrs{});
+    M ry(c.rows * c.n);
+    for (int64_t i = 0; i < c.rows; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double acc = c.bias ? bv[j] : 0.0;
+        for (int64_t p = 0; p < c.k; ++p) acc += xv[i * c.k + p] * wv[j * c.k + p];
+        ry[i * c.n + j] = acc;
+      }
+    const double rtol = c.dt == DType::F32 ? 1e-5 : 1e-2;
+    expect_close(host(y), ry, 1e-4 * std::sqrt(double(c.k)), rtol, "y");
+
+    Tensor dy = randn({c.rows, c.n}, c.dt, &dyv);
+    Tensor dx = empty({c.rows, c.k}, c.dt);
+    M w0, b0;
+    Tensor dw = randn({c.n, c.k}, DType::F32, &w0), db = randn({c.n}, DType::F32, &b0);
+    hk::LinearAttrs at;
+    at.flags = c.accumulate ? hk::kAccumulateWeightGrads : 0u;
+    call_with_workspace(fn, true, {dy, x, w}, {dx, dw, db}, at);
+    M rdx(c.rows * c.k, 0.0), rdw(c.n * c.k, 0.0), rdb(c.n, 0.0);
+    for (int64_t i = 0; i < c.rows; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        const double g = dyv[i * c.n + j];
+        rdb[j] += g;
+        for (int64_t p = 0; p < c.k; ++p) {
+          rdx[i * c.k + p] += g * wv[j * c.k + p];
+          rdw[j * c.k + p] += g * xv[i * c.k + p];
+        }
+      }
+    if (c.accumulate) {
+      for (size_t i = 0; i < rdw.size(); ++i) rdw[i] += w0[i];
+      for (size_t i = 0; i < rdb.size(); ++i) rdb[i] += b0[i];
+    }
+    const double atol_n = 1e-4 * std::sqrt(double(c.n)), atol_r = 1e-4 * std::sqrt(double(c.rows));
+    expect_close(host(dx), rdx, atol_n, rtol, "dx");
+    expect_close(host(dw), rdw, atol_r, c.dt == DType::F32 ? 1e-5 : 1e-3, "dweight");
+    expect_close(host(db), rdb, atol_r, c.dt == DType::F32 ? 1e-5 : 1e-3, "dbias");
+  }
+  // A weight that does not match x is refused with a sentence, not a crash.
+  Tensor x = randn({2, 5}, DType::F32, nullptr), w = randn({3, 4}, DType::F32, nullptr);
+  Tensor y = empty({2, 3}, DType::F32);
+  try {
+    call_with_workspace(fn, false, {x, w}, {y}, hk::LinearAttrs{});
+    ADD_FAILURE() << "a [3, 4] weight for x [2, 5] was accepted";
+  } catch (const hk::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight must be [N, K]"), std::string::npos) << e.what();
+  }
 }
 
 // rms_norm@1 casting mode 2 ("none"): y = round(x·r·(offset + w)) in f32, one rounding — the

@@ -36,7 +36,7 @@ inline size_t ln_bwd_workspace(int64_t, int64_t) {
 inline size_t ce_workspace(int64_t) {
   return 0;
 }
-inline size_t mlp_workspace(int64_t, int64_t, liger::Dt, bool) {
+inline size_t mlp_workspace(int64_t, int64_t, liger::Dt, bool, bool) {
   return 0;
 }
 inline size_t flce_workspace(int64_t, int64_t, int64_t, liger::Dt, int64_t) {

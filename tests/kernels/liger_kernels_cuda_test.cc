@@ -52,8 +52,8 @@ size_t flce_workspace(int64_t n, int64_t h, int64_t v, liger::Dt dt, int64_t chu
   return liger::cuda::fused_linear_cross_entropy_workspace_bytes(n, h, v, liger::Dt::F32, dt,
                                                                  chunk);
 }
-size_t mlp_workspace(int64_t r, int64_t i, liger::Dt dt, bool bwd) {
-  return liger::cuda::mlp_workspace_bytes(r, i, dt, bwd);
+size_t mlp_workspace(int64_t r, int64_t i, liger::Dt dt, bool bwd, bool saved) {
+  return liger::cuda::mlp_workspace_bytes(r, i, dt, bwd, saved);
 }
 void mlp_fwd(const liger::MlpArgs& a) {
   LIGER_CHECKED("mlp_fwd", liger::cuda::mlp_fwd(a, nullptr));

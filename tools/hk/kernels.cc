@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "commands.h"
@@ -73,11 +74,9 @@ hub::Target make_target(const TargetFlags& flags) {
   return target;
 }
 
+// The library's lookup (hub::default_hub_dir: next to libhk.so, or the installed share/hk/hub), so
+// the CLI and programs linking libhk find the same embedded hub.
 HubConfig config_from_environment(const KernelPolicyFlags& policy = {}) {
-  // The embedded hub sits next to the binary's directory: <build>/bin/hk → <build>/hub.
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) hub::set_default_hub_dir(exe.parent_path().parent_path() / "hub");
   return HubConfig::from_environment(policy.kernels_lock, policy.allow_unlocked,
                                      policy.require_signed);
 }
@@ -111,11 +110,121 @@ void cmd_versions(const std::string& repo) {
     std::cout << "branch " << branch << "  " << short_commit(commit) << "\n";
 }
 
+nlohmann::json variant_json(const hub::VariantMetadata& m) {
+  nlohmann::json v{{"name", m.variant},
+                   {"backend", m.backend.type},
+                   {"entries", m.entry_names()},
+                   {"version", m.version},
+                   {"abi", m.abi_major}};
+  if (!m.backend.version.empty()) v["backend_version"] = m.backend.version;
+  if (!m.backend.archs.empty()) v["archs"] = m.backend.archs;
+  return v;
+}
+
+void print_variants(const std::vector<hub::VariantMetadata>& variants, const char* indent) {
+  for (const auto& m : variants) {
+    std::cout << indent << m.variant << "  backend " << m.backend.type;
+    if (!m.backend.version.empty()) std::cout << " " << m.backend.version;
+    std::cout << "  entries:";
+    for (const auto& e : m.entry_names()) std::cout << " " << e;
+    std::cout << "\n";
+  }
+}
+
+// What the publisher says a build is (metadata.json provenance.description), if anything.
+std::string description_of(const std::vector<hub::VariantMetadata>& variants) {
+  for (const auto& m : variants) {
+    const auto p = nlohmann::json::parse(m.provenance_json, nullptr, false);
+    if (p.is_object() && p.contains("description") && p["description"].is_string())
+      return p["description"].get<std::string>();
+  }
+  return {};
+}
+
+// `hk kernels info REPO` with no version, revision or range: every release (vX.Y.Z tag) with its
+// commit, the branches on it and its variants; "revision" is the default version's (branch v1)
+// commit when there is one, else the newest release's.
+void cmd_info_all(Hub& hub, const std::string& repo, bool json) {
+  const hub::RefTable refs = hub.refs(repo);
+  std::vector<std::string> versions;
+  nlohmann::json releases = nlohmann::json::array();
+  std::string default_commit, default_ref;
+  std::vector<hub::VariantMetadata> default_variants;
+  std::set<std::string> covered;  // commits listed as a release
+  auto add_release = [&](const std::string& label, const std::string& tag,
+                         const std::string& commit) {
+    nlohmann::json r{{"version", label}, {"tag", tag}, {"commit", commit}};
+    nlohmann::json branches = nlohmann::json::array();
+    for (const auto& [branch, c] : refs.branches)
+      if (c == commit) branches.push_back(branch);
+    r["branches"] = branches;
+    std::vector<hub::VariantMetadata> variants;
+    try {
+      variants = hub.variants(repo, commit);
+    } catch (const Error& e) {
+      r["error"] = e.what();
+    }
+    r["variants"] = nlohmann::json::array();
+    for (const auto& m : variants) r["variants"].push_back(variant_json(m));
+    const std::string description = description_of(variants);
+    if (!description.empty()) r["description"] = description;
+    covered.insert(commit);
+    if (json) {
+      releases.push_back(r);
+      return;
+    }
+    std::cout << "  " << label << "  commit " << short_commit(commit);
+    for (const auto& b : branches) std::cout << "  branch " << b.get<std::string>();
+    std::cout << "\n";
+    if (!description.empty()) std::cout << "      " << description << "\n";
+    if (r.contains("error")) std::cout << "      " << r["error"].get<std::string>() << "\n";
+    print_variants(variants, "      ");
+  };
+  if (!json) {
+    std::cout << repo << "  "
+              << (hub.is_trusted(repo) ? "trusted org"
+                                       : "untrusted org (needs --trust-remote-code)")
+              << "\n";
+    std::cout << "releases (name one with @vX.Y.Z, @vN or --version N; a config without a version "
+                 "gets branch v1):\n";
+  }
+  for (const auto& v : hub.versions(repo)) {
+    versions.push_back(v.str());
+    const std::string tag = "v" + v.str();
+    add_release(v.str(), tag, refs.tags.at(tag));
+  }
+  for (const auto& [branch, commit] : refs.branches)
+    if (!covered.count(commit)) add_release("branch " + branch, "", commit);
+  auto v1 = refs.branches.find("v1");
+  if (v1 != refs.branches.end()) {
+    default_commit = v1->second, default_ref = "v1";
+  } else if (!versions.empty()) {
+    default_ref = "v" + versions.back();
+    default_commit = refs.tags.at(default_ref);
+  }
+  if (!json) {
+    if (versions.empty() && refs.branches.empty()) std::cout << "  (none)\n";
+    return;
+  }
+  nlohmann::json out{{"repo", repo},
+                     {"revision", default_commit},
+                     {"ref", default_ref},
+                     {"versions", versions},
+                     {"trusted", hub.is_trusted(repo)},
+                     {"variants", nlohmann::json::array()},
+                     {"releases", releases}};
+  for (const auto& r : releases)
+    if (r["commit"] == default_commit) out["variants"] = r["variants"];
+  std::cout << out.dump(2) << "\n";
+}
+
 void cmd_info(const std::string& spec_text, const std::string& revision, int version, bool json) {
   Hub hub(config_from_environment());
   hub::KernelSpec spec = hub::KernelSpec::parse(spec_text);
   if (spec.kind != hub::KernelSpec::Kind::Hub)
     throw InvalidArgument("hk kernels info takes org/repo[@revision], not a local path");
+  if (!spec.revision && !spec.version_range && revision.empty() && version < 0)
+    return cmd_info_all(hub, spec.repo(), json);
   hub::ResolveOptions options;
   if (spec.revision)
     options.revision = spec.revision;
@@ -133,34 +242,22 @@ void cmd_info(const std::string& spec_text, const std::string& revision, int ver
                      {"versions", versions},
                      {"trusted", hub.is_trusted(spec.repo())},
                      {"variants", nlohmann::json::array()}};
-  for (const auto& m : variants) {
-    nlohmann::json v{{"name", m.variant},
-                     {"backend", m.backend.type},
-                     {"entries", m.entry_names()},
-                     {"version", m.version},
-                     {"abi", m.abi_major}};
-    if (!m.backend.version.empty()) v["backend_version"] = m.backend.version;
-    if (!m.backend.archs.empty()) v["archs"] = m.backend.archs;
-    out["variants"].push_back(v);
-  }
+  for (const auto& m : variants) out["variants"].push_back(variant_json(m));
+  const std::string description = description_of(variants);
+  if (!description.empty()) out["description"] = description;
   if (json) {
     std::cout << out.dump(2) << "\n";
     return;
   }
   std::cout << spec.repo() << " at " << pinned << " = " << commit << "\n";
+  if (!description.empty()) std::cout << description << "\n";
   std::cout << "versions: ";
   for (size_t i = 0; i < versions.size(); ++i) std::cout << (i ? ", " : "") << versions[i];
   std::cout << "\n"
             << (hub.is_trusted(spec.repo()) ? "trusted org"
                                             : "untrusted org (needs --trust-remote-code)")
             << "\n";
-  for (const auto& m : variants) {
-    std::cout << "  " << m.variant << "  backend " << m.backend.type;
-    if (!m.backend.version.empty()) std::cout << " " << m.backend.version;
-    std::cout << "  entries:";
-    for (const auto& e : m.entry_names()) std::cout << " " << e;
-    std::cout << "\n";
-  }
+  print_variants(variants, "  ");
 }
 
 void cmd_explain(const std::string& spec, const std::string& revision, int version,

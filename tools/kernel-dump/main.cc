@@ -11,7 +11,9 @@
 //                                 "entries": [{"name", "interface", "interface_version", "modes",
 //                                 "device", "min_capability", "max_capability", "dtypes",
 //                                 "backward", ["layout"]}]}   (exactly metadata.json's entries)
-// Exit status: 0 on success, 2 when the library cannot be opened, 3 when it exports no table.
+// A path without '/' is a file in the current directory (dlopen would search the library path).
+// `--help` / `-h` print the usage. Exit status: 0 on success, 1 on bad arguments, 2 when the
+// library cannot be opened, 3 when it exports no table.
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -47,12 +49,22 @@ nlohmann::json layout_json(const hk_layout& layout) {
 
 }  // namespace
 
+constexpr const char* kUsage =
+    "usage: hk-kernel-dump LIB.so\n"
+    "Prints the entry table of a built hk kernel library as JSON (the entries of metadata.json).\n";
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: hk-kernel-dump LIB.so\n");
+  if (argc == 2 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (argc != 2 || argv[1][0] == '-') {
+    std::fputs(kUsage, stderr);
     return 1;
   }
-  void* handle = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+  const std::string path =
+      std::string(argv[1]).find('/') == std::string::npos ? "./" + std::string(argv[1]) : argv[1];
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     std::fprintf(stderr, "hk-kernel-dump: cannot load %s: %s\n", argv[1], dlerror());
     return 2;

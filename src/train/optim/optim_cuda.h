@@ -4,7 +4,10 @@
 // A TensorTable describes every tensor of one multi-tensor launch (addresses, sizes, dtypes);
 // each tensor is cut into fixed chunks and one CUDA block handles one chunk, finding its tensor by
 // binary search over the chunk prefix. The table lives on the device and is re-uploaded only when
-// it changes (parameters and gradient buffers are stable between steps), so a step is one launch.
+// it changes (parameters and gradient buffers are stable between steps). Tensors are grouped by
+// their dtype combination (one group in practice: a bf16 model, an f32 model, or f32 masters over
+// a bf16 model) so each group's launch is compiled for its dtypes: no per-element dtype switch,
+// 16-byte vector accesses. A step is one launch per group.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +35,17 @@ struct TensorSlot {
   DType state_dtype = DType::F32;
   DType model_dtype = DType::F32;
   uint8_t decay = 0;
-  uint8_t pad_[3] = {};
+  uint8_t vector_ok = 0;  // filled by TensorTable: every pointer 16-byte aligned
+  uint8_t kind = 0;       // filled by TensorTable: the dtype combination (its group)
+  uint8_t pad_ = 0;
   bool operator==(const TensorSlot& o) const;
+};
+
+// A run of slots of one dtype combination, and the chunks they cover.
+struct SlotGroup {
+  int first_slot = 0, num_slots = 0;
+  int64_t first_chunk = 0, num_chunks = 0;
+  uint8_t kind = 0;
 };
 
 // Elements per chunk (one CUDA block).
@@ -43,9 +55,11 @@ class TensorTable {
  public:
   explicit TensorTable(Device device);
   ~TensorTable();
-  // Uploads `slots` (enqueued on `stream`) unless they equal the last upload.
+  // Groups `slots` by dtype combination (stable within a group) and uploads them (enqueued on
+  // `stream`) unless they equal the last upload.
   void update(std::vector<TensorSlot> slots, Stream stream);
   int64_t num_chunks() const { return num_chunks_; }
+  const std::vector<SlotGroup>& groups() const { return groups_; }
   int64_t num_tensors() const { return static_cast<int64_t>(host_.size()); }
   const TensorSlot* device_slots() const { return device_; }
   Device device() const { return device_id_; }
@@ -53,6 +67,7 @@ class TensorTable {
  private:
   Device device_id_;
   std::vector<TensorSlot> host_;
+  std::vector<SlotGroup> groups_;
   TensorSlot* device_ = nullptr;
   size_t capacity_ = 0;
   int64_t num_chunks_ = 0;

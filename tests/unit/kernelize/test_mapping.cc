@@ -13,8 +13,8 @@ TEST(Mapping, DefaultTableIsDeviceAware) {
   EXPECT_EQ(*cuda->rule.kernel.options.version, 3);
   EXPECT_EQ(choose_rule(rules, "RMSNorm", "xpu", 0, Mode::Inference)->rule.kernel.spec,
             "kernels-community/rmsnorm:RMSNorm");
-  EXPECT_EQ(choose_rule(rules, "rotary_pos_emb", "rocm", 0, Mode::Training)->rule.kernel.spec,
-            "kernels-community/aiter-rope");
+  EXPECT_EQ(choose_rule(rules, "rotary_pos_emb", "rocm", 0, Mode::Inference)->rule.kernel.spec,
+            "kernels-community/aiter-rope:apply_rotary_transformers");
   EXPECT_FALSE(choose_rule(rules, "MLP", "rocm", 0, Mode::Inference));
   EXPECT_FALSE(choose_rule(rules, "Unknown", "cuda", 90, Mode::Inference));
 }

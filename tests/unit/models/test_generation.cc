@@ -141,6 +141,30 @@ TEST(Generate, StopsAtEosAndKeepsIt) {
   EXPECT_EQ(batch[1], lm.generate({9, 10}, o).sequences[0]);
 }
 
+TEST(Generate, OnTokenStreamsInOrderAndCanFinishARow) {
+  CausalLM lm = AutoModelForCausalLM::from_pretrained(fixture());
+  GenerateOptions o{.max_new_tokens = 6, .eos_token_ids = std::vector<int64_t>{}};
+  const auto free_runs = lm.generate({{5, 6, 7}, {9, 10}}, o).sequences;
+  // Every token reaches the callback, in production order per row.
+  std::vector<std::vector<int64_t>> seen(2);
+  o.on_token = [&](size_t row, int64_t token) {
+    seen.at(row).push_back(token);
+    return true;
+  };
+  EXPECT_EQ(lm.generate({{5, 6, 7}, {9, 10}}, o).sequences, free_runs);
+  EXPECT_EQ(seen, free_runs);
+  // Returning false finishes that row after the token (the other row keeps going), as a stop
+  // string does in `hk generate --stop`.
+  o.on_token = [](size_t row, int64_t) { return row != 0; };
+  auto stopped = lm.generate({{5, 6, 7}, {9, 10}}, o).sequences;
+  EXPECT_EQ(stopped[0], std::vector<int64_t>{free_runs[0][0]});
+  EXPECT_EQ(stopped[1], free_runs[1]);
+  // CPU: decoded by the model forward, and the timings say so.
+  o.on_token = nullptr;
+  auto timed = lm.generate({5, 6, 7}, o);
+  EXPECT_EQ(timed.timings.decode_path, "forward");
+}
+
 TEST(Generate, LongerThanContextIsAClearError) {
   CausalLM lm = AutoModelForCausalLM::from_pretrained(fixture());  // context 128
   std::vector<int64_t> prompt(120, 5);

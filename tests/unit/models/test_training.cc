@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 
 #include "hk/error.h"
 #include "hk/layers.h"
@@ -83,6 +84,41 @@ TEST(Training, SecondBackwardIsAnErrorAndTheTapeIsReleased) {
   }
   // The logits handed to the caller stay valid after backward.
   EXPECT_EQ(out.logits.sizes(), (Shape{2, 6, model.config().vocab_size}));
+}
+
+// zero_grad_lazily + backward gives exactly what zero_grad(false) + backward gives: the first
+// gradient into each kept buffer is written, not added; a parameter the backward does not reach
+// (frozen here) is zero afterwards; the buffers stay where they were.
+TEST(Training, LazyZeroGradThenBackwardEqualsZeroGradThenBackward) {
+  auto run = [](bool lazily) {
+    CausalLM model = AutoModelForCausalLM::from_pretrained(fixture("qwen3-tiny"));
+    model.train();
+    Batch first = batch(2, 6, model.config().vocab_size), second = batch(1, 7, 97);
+    model.forward(first.ids, first.labels).loss.backward();
+    nn::Parameter* frozen = nullptr;
+    for (auto& [name, p] : model.named_parameters())
+      if (name == "model.norm.weight") frozen = p;
+    EXPECT_NE(frozen, nullptr);
+    std::map<std::string, const void*> where;
+    for (auto& [name, p] : model.named_parameters()) where[name] = p->grad.view().ptr();
+    if (lazily)
+      model.zero_grad_lazily();
+    else
+      model.zero_grad(/*set_to_none=*/false);
+    frozen->requires_grad = false;
+    model.forward(second.ids, second.labels).loss.backward();
+    std::map<std::string, std::vector<double>> grads;
+    for (auto& [name, p] : model.named_parameters()) {
+      EXPECT_EQ(p->grad.view().ptr(), where[name]) << name << ": the buffer moved";
+      EXPECT_FALSE(p->grad_overwrite) << name;
+      grads[name] = p->grad.to_doubles();
+    }
+    for (double g : frozen->grad.to_doubles()) EXPECT_EQ(g, 0.0);
+    return grads;
+  };
+  const auto eager = run(false), lazy = run(true);
+  ASSERT_EQ(eager.size(), lazy.size());
+  for (const auto& [name, g] : eager) EXPECT_EQ(lazy.at(name), g) << name;
 }
 
 TEST(Training, PartialLogitsAreRefused) {

@@ -14,7 +14,8 @@ namespace {
 using namespace hk::test;
 using ops::Activation;
 
-constexpr Activation kActs[] = {Activation::SiLU, Activation::GELU, Activation::GELUTanh};
+constexpr Activation kActs[] = {Activation::SiLU, Activation::GELU, Activation::GELUTanh,
+                                Activation::QuickGELU};
 
 double ref_act(Activation a, double x) {
   switch (a) {
@@ -24,6 +25,8 @@ double ref_act(Activation a, double x) {
       return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     case Activation::GELUTanh:
       return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Activation::QuickGELU:
+      return x / (1 + std::exp(-1.702 * x));
   }
   return 0;
 }

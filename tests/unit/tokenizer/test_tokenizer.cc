@@ -12,29 +12,17 @@
 
 #include "hk/error.h"
 #include "hk/tokenizer.h"
+#include "tokenizer_test_util.h"
 
 namespace hk {
 namespace {
 
-std::string fixture_dir() {
-  const char* src = std::getenv("HK_SOURCE_DIR");
-  return std::string(src ? src : ".") + "/tests/fixtures/tokenizer";
-}
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in) << "missing " << path;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using tokenizer_test::fixture_dir;
+using tokenizer_test::ids_of;
+using tokenizer_test::read_text;
 
 nlohmann::json expected(const std::string& name) {
   return nlohmann::json::parse(read_text(fixture_dir() + "/" + name + "/expected.json"));
-}
-
-std::vector<int64_t> ids_of(const nlohmann::json& j) {
-  return j.get<std::vector<int64_t>>();
 }
 
 class Reference : public ::testing::TestWithParam<std::string> {};
@@ -244,7 +232,9 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(qwen_json().substr(0, 1000), "JSON");
   expect_rejected(edited([](auto& j) { j.erase("model"); }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["type"] = "WordPiece"; }).dump(), "WordPiece");
-  expect_rejected(edited([](auto& j) { j["model"]["byte_fallback"] = true; }).dump(), "model");
+  expect_rejected(edited([](auto& j) { j["model"]["byte_fallback"] = "yes"; }).dump(), "model");
+  expect_rejected(edited([](auto& j) { j["model"]["unk_token"] = "<nope>"; }).dump(), "unk_token");
+  expect_rejected(edited([](auto& j) { j["model"]["dropout"] = 0.1; }).dump(), "dropout");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"] = 3; }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["vocab"]["x"] = "seven"; }).dump(), "model");
   expect_rejected(edited([](auto& j) { j["model"]["merges"][0] = "onlyone"; }).dump(), "model");
@@ -256,8 +246,11 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
   expect_rejected(edited([](auto& j) {
                     j["pre_tokenizer"] = {{"type", "Metaspace"}};
                   }).dump(),
-                  "Metaspace");
-  expect_rejected(edited([](auto& j) { j["pre_tokenizer"] = nullptr; }).dump(), "pre_tokenizer");
+                  "replacement");
+  expect_rejected(edited([](auto& j) {
+                    j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                  }).dump(),
+                  "Whitespace");
   expect_rejected(edited([](auto& j) {
                     j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
                   }).dump(),
@@ -266,7 +259,7 @@ TEST(TokenizerErrors, MalformedFilesNameTheFileAndThePart) {
                     j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Sideways";
                   }).dump(),
                   "Sideways");
-  expect_rejected(edited([](auto& j) { j["normalizer"] = {{"type", "NFKC"}}; }).dump(), "NFKC");
+  expect_rejected(edited([](auto& j) { j["normalizer"] = {{"type", "NFD"}}; }).dump(), "NFD");
   expect_rejected(edited([](auto& j) {
                     j["decoder"] = {{"type", "WordPiece"}};
                   }).dump(),

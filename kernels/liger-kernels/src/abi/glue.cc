@@ -467,22 +467,44 @@ void mlp_common(const hk_call& call, int first, liger::MlpArgs* a) {
     if (w->dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "mlp: weights must have x's dtype");
 }
 
+// The saved pre-activations: forward outputs 1, 2 or backward inputs 5, 6 (both or neither).
+const hk_tensor* mlp_saved(const hk_call& call, bool backward, int which) {
+  return backward ? hk::sdk::optional_input(call, 5 + which)
+                  : hk::sdk::optional_output(call, 1 + which);
+}
+
 size_t mlp_ws(const hk_call& call, uint32_t pass) {
 #if LIGER_CUDA
   const bool bwd = pass == HK_PASS_BACKWARD;
   const hk_tensor& x = hk::sdk::input(call, bwd ? 1 : 0, "x");
   const hk_tensor& gw = hk::sdk::input(call, bwd ? 2 : 1, "gate_w");
   return liger::cuda::mlp_workspace_bytes(hk::sdk::rows(x), gw.ndim > 0 ? gw.shape[0] : 0,
-                                          float_dt(x, "x"), bwd);
+                                          float_dt(x, "x"), bwd,
+                                          mlp_saved(call, bwd, 0) != nullptr);
 #else
   (void)call, (void)pass;
   return 0;
 #endif
 }
 
+// Fills a->gate / a->up from the call's saved pre-activations, checked against x and gate_w.
+void mlp_gate_up(const hk_call& call, bool backward, liger::MlpArgs* a) {
+  const hk_tensor* g = mlp_saved(call, backward, 0);
+  const hk_tensor* u = mlp_saved(call, backward, 1);
+  if (!g && !u) return;
+  if (!g || !u)
+    fail(HK_STATUS_INVALID_ARGUMENT, "mlp: gate and up are given together or not at all");
+  a->gate = rows_of(*g, "gate"), a->up = rows_of(*u, "up");
+  for (const Rows* r : {&a->gate, &a->up})
+    if (r->rows != a->x.rows || r->cols != a->gate_w.rows || r->dt != a->x.dt)
+      fail(HK_STATUS_INVALID_ARGUMENT,
+           "mlp: gate and up must be [..., I] in x's dtype, one row per row of x");
+}
+
 void mlp_fwd_call(const hk_call& call) {
   liger::MlpArgs a;
   mlp_common(call, 0, &a);
+  mlp_gate_up(call, false, &a);
   const hk_tensor& y = hk::sdk::output(call, 0, "y");
   same_shape(y, hk::sdk::input(call, 0, "x"), "y", "x");
   a.y = rows_of(y, "y");
@@ -495,6 +517,7 @@ void mlp_fwd_call(const hk_call& call) {
 void mlp_bwd_call(const hk_call& call) {
   liger::MlpArgs a;
   mlp_common(call, 1, &a);
+  mlp_gate_up(call, true, &a);
   const hk_tensor& x = hk::sdk::input(call, 1, "x");
   const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
   const hk_tensor& dx = hk::sdk::output(call, 0, "dx");
@@ -516,6 +539,74 @@ void mlp_bwd_call(const hk_call& call) {
   check_workspace(call, mlp_ws(call, HK_PASS_BACKWARD), "mlp backward");
   a.workspace = call.workspace;
   LIGER_RUN(mlp_bwd, a, call);
+}
+
+// ---- linear@1 -----------------------------------------------------------------------------------
+size_t linear_ws(const hk_call& call, uint32_t pass) {
+#if LIGER_CUDA
+  (void)call, (void)pass;
+  return liger::cuda::linear_workspace_bytes();
+#else
+  (void)call, (void)pass;
+  return 0;
+#endif
+}
+
+// x [..., K] (input `x_index`) and weight [N, K] (input `x_index` + 1).
+void linear_common(const hk_call& call, int x_index, liger::LinearArgs* a) {
+  a->accumulate =
+      (hk::sdk::read_attrs<hk::LinearAttrs>(call).flags & hk::kAccumulateWeightGrads) != 0;
+  a->x = rows_of(hk::sdk::input(call, x_index, "x"), "x");
+  a->w = rows_of(hk::sdk::input(call, x_index + 1, "weight"), "weight");
+  if (hk::sdk::input(call, x_index + 1, "weight").ndim != 2 || a->w.cols != a->x.cols)
+    fail(HK_STATUS_INVALID_ARGUMENT, "linear: weight must be [N, K] for x [..., K]");
+  if (a->w.dt != a->x.dt) fail(HK_STATUS_UNSUPPORTED, "linear: weight must have x's dtype");
+}
+
+// [..., K] → [..., N]: the same leading dims, last dim n.
+void check_linear_out(const hk_tensor& out, const hk_tensor& in, int64_t n, const char* what) {
+  bool ok = out.ndim == in.ndim && out.ndim > 0 && out.shape[out.ndim - 1] == n;
+  for (int i = 0; ok && i + 1 < in.ndim; ++i) ok = out.shape[i] == in.shape[i];
+  if (!ok)
+    fail(HK_STATUS_INVALID_ARGUMENT, std::string("linear: ") + what + " " + shape_of(out) +
+                                         " must be x's leading dims by " + std::to_string(n));
+}
+
+void linear_fwd_call(const hk_call& call) {
+  liger::LinearArgs a;
+  linear_common(call, 0, &a);
+  const hk_tensor& y = hk::sdk::output(call, 0, "y");
+  check_linear_out(y, hk::sdk::input(call, 0, "x"), a.w.rows, "y");
+  a.y = rows_of(y, "y");
+  if (a.y.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "linear: y must have x's dtype");
+  if (const hk_tensor* b = hk::sdk::optional_input(call, 2)) a.b = vec_of(*b, a.w.rows, "bias");
+  check_workspace(call, linear_ws(call, HK_PASS_FORWARD), "linear");
+  a.workspace = call.workspace;
+  LIGER_RUN(linear_fwd, a, call);
+}
+
+void linear_bwd_call(const hk_call& call) {
+  liger::LinearArgs a;
+  linear_common(call, 1, &a);
+  const hk_tensor& dy = hk::sdk::input(call, 0, "dy");
+  check_linear_out(dy, hk::sdk::input(call, 1, "x"), a.w.rows, "dy");
+  a.dy = rows_of(dy, "dy");
+  if (a.dy.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "linear backward: dy must have x's dtype");
+  if (const hk_tensor* dx = hk::sdk::optional_output(call, 0)) {
+    same_shape(*dx, hk::sdk::input(call, 1, "x"), "dx", "x");
+    a.dx = rows_of(*dx, "dx");
+    if (a.dx.dt != a.x.dt) fail(HK_STATUS_UNSUPPORTED, "linear backward: dx must have x's dtype");
+  }
+  if (const hk_tensor* dw = hk::sdk::optional_output(call, 1)) {
+    a.dw = rows_of(*dw, "dweight");
+    if (dw->ndim != 2 || a.dw.rows != a.w.rows || a.dw.cols != a.w.cols)
+      fail(HK_STATUS_INVALID_ARGUMENT, "linear backward: dweight must be shaped like weight");
+  }
+  if (const hk_tensor* db = hk::sdk::optional_output(call, 2))
+    a.db = vec_of(*db, a.w.rows, "dbias");
+  check_workspace(call, linear_ws(call, HK_PASS_BACKWARD), "linear backward");
+  a.workspace = call.workspace;
+  LIGER_RUN(linear_bwd, a, call);
 }
 
 // ---- cross_entropy@1 ----------------------------------------------------------------------------
@@ -780,6 +871,7 @@ void unary_fixed(const hk_call& c, bool backward, liger::Act act, const char* na
   check_kind(c, act, name);
   unary_act_call(c, backward, act, name);
 }
+LIGER_FIXED_ACT(silu_act, unary_fixed, liger::Act::SiLU, "Silu")
 LIGER_FIXED_ACT(gelu, unary_fixed, liger::Act::GeluErf, "GELU")
 LIGER_FIXED_ACT(gelu_tanh, unary_fixed, liger::Act::GeluTanh, "GeluTanh")
 LIGER_FIXED_ACT(quick_gelu, unary_fixed, liger::Act::QuickGelu, "QuickGELU")
@@ -795,6 +887,15 @@ hk_status mlp_backward(const hk_call* c) noexcept {
 }
 hk_status mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
   return hk::sdk::workspace_point<mlp_ws>(c, p, b);
+}
+hk_status linear_forward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { linear_fwd_call(*c); });
+}
+hk_status linear_backward(const hk_call* c) noexcept {
+  return hk::sdk::guard(c, [&] { linear_bwd_call(*c); });
+}
+hk_status linear_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
+  return hk::sdk::workspace_point<linear_ws>(c, p, b);
 }
 hk_status cross_entropy_forward(const hk_call* c) noexcept {
   return hk::sdk::guard(c, [&] { ce_fwd(*c); });

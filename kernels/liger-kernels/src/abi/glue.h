@@ -9,7 +9,9 @@
 // 2 = none (computed as gemma: f32 math, one rounding); cross_entropy@1's optional forward output
 // dlogits (index 3; may alias logits) and fused_linear_cross_entropy@1's optional forward outputs
 // dx, dweight (indices 1, 2) — the gradients for dloss = 1 written by the forward, so training
-// needs no backward call. FLCE's bias and dbias are refused with HK_STATUS_UNSUPPORTED.
+// needs no backward call; mlp@1's optional forward outputs gate, up (indices 1, 2) and backward
+// inputs gate, up (indices 5, 6): the kept pre-activations, which backward overwrites with their
+// gradients. FLCE's bias and dbias are refused with HK_STATUS_UNSUPPORTED.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +34,9 @@
   hk_status mlp_forward(const hk_call* call) noexcept;                                       \
   hk_status mlp_backward(const hk_call* call) noexcept;                                      \
   hk_status mlp_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;           \
+  hk_status linear_forward(const hk_call* call) noexcept;                                    \
+  hk_status linear_backward(const hk_call* call) noexcept;                                   \
+  hk_status linear_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;        \
   hk_status cross_entropy_forward(const hk_call* call) noexcept;                             \
   hk_status cross_entropy_backward(const hk_call* call) noexcept;                            \
   hk_status cross_entropy_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept; \
@@ -42,6 +47,8 @@
   hk_status causal_lm_backward(const hk_call* call) noexcept;                                \
   hk_status causal_lm_workspace(const hk_call* call, uint32_t pass, size_t* b) noexcept;     \
   /* kernels-community/activation: activation@1 and act_and_mul@1 with a fixed function */   \
+  hk_status silu_act_forward(const hk_call* call) noexcept;                                  \
+  hk_status silu_act_backward(const hk_call* call) noexcept;                                 \
   hk_status gelu_forward(const hk_call* call) noexcept;                                      \
   hk_status gelu_backward(const hk_call* call) noexcept;                                     \
   hk_status gelu_tanh_forward(const hk_call* call) noexcept;                                 \

@@ -3,7 +3,9 @@
 // the caller's workspace. Host orchestration only; no synchronisation; the first call creates the
 // cuBLASLt handle (so the entries using this do not claim capture).
 //
-// Workspace: forward g, u [rows, I]; backward g, u, h, dh [rows, I]; + the GEMM workspace.
+// Workspace: forward g, u [rows, I] (h overwrites g), or h alone when the caller keeps g and u
+// (MlpArgs::gate/up); backward h, dh, plus g, u unless the forward's are given; + the GEMM
+// workspace.
 #include "cuda/gemm.h"
 #include "liger/cuda_ops.h"
 
@@ -22,8 +24,10 @@ Rows carve(char*& at, int64_t rows, int64_t cols, Dt dt) {
 
 }  // namespace
 
-size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward) {
-  return (backward ? 4 : 2) * align256(static_cast<size_t>(rows * intermediate) * dt_size(dt)) +
+size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward,
+                           bool saved_gate_up) {
+  const int buffers = backward ? (saved_gate_up ? 2 : 4) : (saved_gate_up ? 1 : 2);
+  return buffers * align256(static_cast<size_t>(rows * intermediate) * dt_size(dt)) +
          kGemmWorkspace;
 }
 
@@ -39,14 +43,17 @@ int mlp_fwd(const MlpArgs& a, void* stream) {
   void* lt = lt_handle(&status);
   if (!lt) return status;
   char* at = static_cast<char*>(a.workspace);
-  const Rows g = carve(at, rows, inter, a.x.dt), u = carve(at, rows, inter, a.x.dt);
+  const bool keep = a.gate.data != nullptr;
+  const Rows g = keep ? a.gate : carve(at, rows, inter, a.x.dt);
+  const Rows u = keep ? a.up : carve(at, rows, inter, a.x.dt);
+  const Rows hh = keep ? carve(at, rows, inter, a.x.dt) : g;  // h overwrites a scratch g
   void* ws = at;
   LIGER_TRY(gemm_rm(lt, false, true, rows, inter, h, a.x, a.gate_w, g, 0.0f, ws, stream));
   LIGER_TRY(gemm_rm(lt, false, true, rows, inter, h, a.x, a.up_w, u, 0.0f, ws, stream));
   GatedAct act;
-  act.act = a.act, act.gate = g, act.up = u, act.out = g;  // h overwrites g
+  act.act = a.act, act.gate = g, act.up = u, act.out = hh;
   LIGER_TRY(gated_act_fwd(act, stream));
-  return gemm_rm(lt, false, true, rows, h, inter, g, a.down_w, a.y, 0.0f, ws, stream);
+  return gemm_rm(lt, false, true, rows, h, inter, hh, a.down_w, a.y, 0.0f, ws, stream);
 }
 
 int mlp_bwd(const MlpArgs& a, void* stream) {
@@ -57,11 +64,15 @@ int mlp_bwd(const MlpArgs& a, void* stream) {
   const float wbeta = a.accumulate ? 1.0f : 0.0f;
   if (rows == 0) return 0;  // (weight gradients of an empty batch: left as they are)
   char* at = static_cast<char*>(a.workspace);
-  const Rows g = carve(at, rows, inter, a.x.dt), u = carve(at, rows, inter, a.x.dt),
-             hh = carve(at, rows, inter, a.x.dt), dh = carve(at, rows, inter, a.x.dt);
+  const bool saved = a.gate.data != nullptr;
+  const Rows g = saved ? a.gate : carve(at, rows, inter, a.x.dt);
+  const Rows u = saved ? a.up : carve(at, rows, inter, a.x.dt);
+  const Rows hh = carve(at, rows, inter, a.x.dt), dh = carve(at, rows, inter, a.x.dt);
   void* ws = at;
-  LIGER_TRY(gemm_rm(lt, false, true, rows, inter, h, a.x, a.gate_w, g, 0.0f, ws, stream));
-  LIGER_TRY(gemm_rm(lt, false, true, rows, inter, h, a.x, a.up_w, u, 0.0f, ws, stream));
+  if (!saved) {
+    LIGER_TRY(gemm_rm(lt, false, true, rows, inter, h, a.x, a.gate_w, g, 0.0f, ws, stream));
+    LIGER_TRY(gemm_rm(lt, false, true, rows, inter, h, a.x, a.up_w, u, 0.0f, ws, stream));
+  }
   GatedAct act;
   act.act = a.act, act.gate = g, act.up = u, act.out = hh;
   LIGER_TRY(gated_act_fwd(act, stream));

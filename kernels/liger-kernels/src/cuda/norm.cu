@@ -6,6 +6,12 @@
 //    stays in registers as packed 16-bit values between the reduction and the write.
 //  * Operands that are not 16-byte aligned or whose width is not a multiple of the pack use the
 //    "loop" kernels: one block per row, scalar accesses, the row re-read from L1/L2.
+//  * Short RMSNorm rows (Qwen3's per-head q_norm/k_norm: 128 bf16 elements) would leave half a
+//    warp idle with one row in flight per warp, so rows of 8 or 16 packs go to the "rows"
+//    kernels: a group of G = 8 or 16 lanes owns a row (its weight slice stays in registers) and
+//    each thread keeps kRowsInFlight rows of loads in flight. The row sums reduce in the same
+//    lane order as the warp kernels (lanes past the row added zeros there), so the forward's
+//    values are unchanged.
 //  * Backward is persistent (a fixed grid of 2 blocks per SM striding over rows): each thread
 //    accumulates d(weight) (and d(bias)) for its own columns in f32 registers, the block
 //    combines its groups in shared memory in a fixed order and writes one partial row to the
@@ -185,6 +191,70 @@ __global__ void __launch_bounds__(kThreads, 4) rms_fwd_warp(NormP p) {
   }
 }
 
+// Sum over an aligned group of G lanes (G a power of two ≤ 32); every lane of the warp must
+// call it (xor partners stay inside the group).
+template <int G>
+__device__ __forceinline__ float lanes_sum(float v) {
+#pragma unroll
+  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// rstd of a row held as one pack per lane of a G-lane group (every lane calls it; `live` false
+// for a lane past the last row, which then contributes nothing).
+template <class T, int N, int G>
+__device__ __forceinline__ float pack_row_rstd(const Pack<T, N>& x, bool live, int64_t cols,
+                                               float eps) {
+  float s = 0;
+  if (live)
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float d = to_f32(x.e[i]);
+      s += d * d;
+    }
+  return rsqrtf(lanes_sum<G>(s) / cols + eps);
+}
+
+constexpr int kRowsInFlight = 4;
+
+// RMSNorm forward for rows of exactly G packs (G = 8 or 16): a G-lane group owns a row; the
+// groups stride over rows kRowsInFlight at a time (all loads first, then reduce and write).
+template <class T, int G, bool kLlama>
+__global__ void __launch_bounds__(kThreads) rms_fwd_rows(NormP p) {
+  constexpr int N = 16 / sizeof(T), U = kRowsInFlight;
+  const int lane = threadIdx.x % G;
+  const int64_t group = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * (kThreads / G);
+  const int64_t c = static_cast<int64_t>(lane) * N;
+  pdl_wait_and_release();  // (the weight may have just been updated by the optimizer)
+  float w[N];
+  load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
+  for (int64_t r0 = group; r0 < p.rows; r0 += groups * U) {
+    Pack<T, N> xv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + u * groups;
+      if (r < p.rows) xv[u] = ld<T, N>(static_cast<const T*>(p.x) + r * p.x_stride + c);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + u * groups;
+      const bool live = r < p.rows;
+      const float rstd = pack_row_rstd<T, N, G>(xv[u], live, p.cols, p.eps);
+      if (!live) continue;
+      if (lane == 0 && p.rstd_out) p.rstd_out[r] = rstd;
+      Pack<T, N> out;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        float h = to_f32(xv[u].e[i]) * rstd;
+        if (kLlama) h = round_as<T>(h);
+        out.e[i] = from_f32<T>(h * (p.offset + w[i]));
+      }
+      st<T, N>(static_cast<T*>(p.y) + r * p.y_stride + c, out);
+    }
+  }
+}
+
 // Writes this block's f32 partial sums of a per-column quantity: the G-thread groups' register
 // accumulators are combined in shared memory (group order fixed) into partials[blockIdx.x].
 template <int G, int V, int N>
@@ -322,6 +392,63 @@ __global__ void __launch_bounds__(kThreads, kLN ? 1 : 2) norm_bwd_vec(NormP p) {
                             p.cols, smem);
 }
 
+// RMSNorm backward for rows of exactly G packs (see rms_fwd_rows): persistent like
+// norm_bwd_vec, kRowsInFlight rows of x and dy loaded before any is reduced; each thread keeps
+// d(weight) for its N columns in f32 and the block writes one partial row.
+template <class T, int G>
+__global__ void __launch_bounds__(kThreads, 2) rms_bwd_rows(NormP p) {
+  constexpr int N = 16 / sizeof(T), U = kRowsInFlight;
+  extern __shared__ float smem[];  // [kThreads / G][cols]
+  const int lane = threadIdx.x % G;
+  const int64_t group = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / G;
+  const int64_t groups = static_cast<int64_t>(gridDim.x) * (kThreads / G);
+  const int64_t c = static_cast<int64_t>(lane) * N;
+  float dw[1][N] = {};
+  pdl_wait_and_release();
+  float w[N];
+  load_run<T, N>(p.w, p.w_dt, c, p.w_packed, w);
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] += p.offset;
+  for (int64_t r0 = group; r0 < p.rows; r0 += groups * U) {
+    Pack<T, N> xv[U], gv[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + u * groups;
+      if (r < p.rows) {
+        xv[u] = ld<T, N>(static_cast<const T*>(p.x) + r * p.x_stride + c);
+        gv[u] = ld<T, N>(static_cast<const T*>(p.dy) + r * p.dy_stride + c);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t r = r0 + u * groups;
+      const bool live = r < p.rows;
+      float rstd = 1.0f;
+      if (p.rstd_in) {
+        if (live) rstd = p.rstd_in[r];
+      } else {
+        rstd = pack_row_rstd<T, N, G>(xv[u], live, p.cols, p.eps);
+      }
+      float s2 = 0;
+      if (live)
+#pragma unroll
+        for (int i = 0; i < N; ++i) s2 += to_f32(gv[u].e[i]) * w[i] * (to_f32(xv[u].e[i]) * rstd);
+      const float c2 = lanes_sum<G>(s2) / p.cols;
+      if (!live) continue;
+      Pack<T, N> out;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const float d = to_f32(gv[u].e[i]), h = to_f32(xv[u].e[i]) * rstd;
+        out.e[i] = from_f32<T>(rstd * (d * w[i] - h * c2));
+        dw[0][i] += d * (p.llama_round ? round_as<T>(h) : h);
+      }
+      st<T, N>(static_cast<T*>(p.y) + r * p.y_stride + c, out);
+    }
+  }
+  if (!p.want_param_grad) return;
+  write_partials<G, 1, N>(dw, p.partials + static_cast<int64_t>(blockIdx.x) * p.cols, p.cols, smem);
+}
+
 // ---- scalar kernels (any alignment, any width) --------------------------------------------------
 template <class T>
 __global__ void __launch_bounds__(kThreads) norm_fwd_loop(NormP p) {
@@ -430,13 +557,15 @@ __global__ void __launch_bounds__(1024)
   store_dt(out, out_dt, c, sum);
 }
 
-enum class Path { Warp, Block, Loop };
+enum class Path { Rows8, Rows16, Warp, Block, Loop };
 
 template <class T>
 Path choose_path(const NormP& p) {
   constexpr int N = 16 / sizeof(T);
   const bool vec = aligned16(p.x) && aligned16(p.y) && p.cols % N == 0 && p.x_stride % N == 0 &&
                    p.y_stride % N == 0 && (!p.dy || (aligned16(p.dy) && p.dy_stride % N == 0));
+  if (vec && !p.layer_norm && p.cols == 8 * N) return Path::Rows8;
+  if (vec && !p.layer_norm && p.cols == 16 * N) return Path::Rows16;
   if (vec && p.cols <= 32 * 4 * N) return Path::Warp;  // (w_packed set by the launchers)
   if (vec && p.cols <= kThreads * 4 * N) return Path::Block;
   return Path::Loop;
@@ -491,7 +620,21 @@ template <class T>
 int launch_fwd(NormP p, cudaStream_t s) {
   if (p.rows == 0) return 0;
   set_packed<T>(p);
-  switch (choose_path<T>(p)) {
+  const Path path = choose_path<T>(p);
+  if (path == Path::Rows8 || path == Path::Rows16) {
+    const int g = path == Path::Rows8 ? 8 : 16;
+    const int64_t blocks =
+        (p.rows + (kThreads / g) * kRowsInFlight - 1) / ((kThreads / g) * kRowsInFlight);
+    auto launch = [&](auto kernel) {
+      launch_pdl(kernel, fwd_grid(blocks, kernel), kThreads, 0, s, p);
+    };
+    if (path == Path::Rows8)
+      p.llama_round ? launch(rms_fwd_rows<T, 8, true>) : launch(rms_fwd_rows<T, 8, false>);
+    else
+      p.llama_round ? launch(rms_fwd_rows<T, 16, true>) : launch(rms_fwd_rows<T, 16, false>);
+    return last_error();
+  }
+  switch (path) {
     case Path::Warp: {
       const int64_t blocks = (p.rows + 7) / 8;
       if (!p.layer_norm) {
@@ -524,6 +667,13 @@ int launch_bwd(NormP p, void* dw, Dt dw_dt, void* db, Dt db_dt, bool accumulate,
   const int64_t grid = bwd_grid(p.rows, p.cols);
   p.want_param_grad = dw != nullptr || db != nullptr;
   switch (choose_path<T>(p)) {
+    case Path::Rows8:
+      launch_pdl(rms_bwd_rows<T, 8>, grid, kThreads, (kThreads / 8) * p.cols * sizeof(float), s, p);
+      break;
+    case Path::Rows16:
+      launch_pdl(rms_bwd_rows<T, 16>, grid, kThreads, (kThreads / 16) * p.cols * sizeof(float), s,
+                 p);
+      break;
     case Path::Warp: {
       const size_t smem = (kThreads / 32) * p.cols * sizeof(float);
       if (p.layer_norm)

@@ -228,19 +228,35 @@ namespace liger {
 
 // ---- gated MLP (SwiGLU / GeGLU with its three projections) --------------------------------------
 // forward : g = x·gate_wᵀ, u = x·up_wᵀ, h = round(act(g))·u, y = h·down_wᵀ
-// backward: recomputes g, u, h; dh = dy·down_w; d(down_w) (+)= dyᵀ·h; (dg, du) from the gated
-//           activation backward; dx = dg·gate_w + du·up_w; d(gate_w) (+)= dgᵀ·x, d(up_w) (+)=
-//           duᵀ·x.
+// backward: g, u from the forward (saved) or recomputed; h recomputed; dh = dy·down_w;
+//           d(down_w) (+)= dyᵀ·h; (dg, du) from the gated activation backward (in place over g,
+//           u); dx = dg·gate_w + du·up_w; d(gate_w) (+)= dgᵀ·x, d(up_w) (+)= duᵀ·x.
 // All matrices share x's dtype except the weight gradients (their own dtype, f32 accumulation in
-// the GEMM). The cuda variant takes its [rows, I] intermediates from the workspace
-// (mlp_workspace_bytes); the cpu variant allocates them.
+// the GEMM). `gate`/`up` (both or neither): forward writes g, u there instead of into scratch (a
+// training forward keeps them); backward reads them instead of recomputing the two GEMMs and
+// overwrites them with dg, du. The cuda variant takes the rest of its [rows, I] intermediates
+// from the workspace (mlp_workspace_bytes); the cpu variant allocates them.
 struct MlpArgs {
   Act act = Act::SiLU;
   Rows x, gate_w, up_w, down_w;  // [rows, H], [I, H], [I, H], [H, I]
   Rows y;                        // forward output [rows, H]
   Rows dy, dx;                   // backward
   Rows dgate_w, dup_w, ddown_w;  // backward, each optional (data null)
+  Rows gate, up;                 // [rows, I] saved pre-activations, optional (data null)
   bool accumulate = false;
+  void* workspace = nullptr;
+};
+
+// ---- Linear (linear@1) --------------------------------------------------------------------------
+// forward : y[rows, N] = x[rows, K]·wᵀ (+ b), f32 accumulation, one rounding (the bias is added
+//           before it)
+// backward: dx = dy·w; dw = dyᵀ·x and db = Σ_rows dy, written or accumulated, f32 sums
+struct LinearArgs {
+  Rows x, w, y;             // forward (x also in backward)
+  Vec b;                    // forward bias, data may be null
+  Rows dy, dx, dw;          // backward; dx.data / dw.data may be null
+  Vec db;                   // backward bias gradient, data may be null
+  bool accumulate = false;  // dw / db are added to
   void* workspace = nullptr;
 };
 

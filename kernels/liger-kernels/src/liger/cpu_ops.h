@@ -33,4 +33,6 @@ void shift_labels(const void* labels, IndexDt dt, int64_t batch, int64_t seq, in
 namespace liger::cpu {
 void mlp_fwd(const MlpArgs& a);
 void mlp_bwd(const MlpArgs& a);
+void linear_fwd(const LinearArgs& a);
+void linear_bwd(const LinearArgs& a);
 }  // namespace liger::cpu

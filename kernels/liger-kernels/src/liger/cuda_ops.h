@@ -39,9 +39,18 @@ size_t fused_linear_cross_entropy_workspace_bytes(int64_t n, int64_t hidden, int
                                                   int64_t chunk_tokens);
 int fused_linear_cross_entropy_fwd(const FusedLinearCrossEntropyArgs& a, void* stream);
 
-size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward);
+// saved_gate_up: the call passes MlpArgs::gate/up (the training forward keeps them).
+size_t mlp_workspace_bytes(int64_t rows, int64_t intermediate, Dt dt, bool backward,
+                           bool saved_gate_up = false);
 int mlp_fwd(const MlpArgs& a, void* stream);
 int mlp_bwd(const MlpArgs& a, void* stream);
+size_t linear_workspace_bytes();
+int linear_fwd(const LinearArgs& a, void* stream);
+int linear_bwd(const LinearArgs& a, void* stream);
+// y[r, :] = b for every row (the bias a linear adds before its single rounding).
+int broadcast_rows(const Vec& b, const Rows& y, void* stream);
+// db (+)= Σ_rows dy, f32 sums.
+int column_sums(const Rows& dy, const Vec& db, bool accumulate, void* stream);
 
 // out[i] = i + 1 < seq ? labels[b, i + 1] : ignore_index  (i64 [batch·seq]): the causal-LM
 // shift, so the loss of position t predicts token t + 1.

@@ -1,0 +1,152 @@
+// hk_bench_flash_kernels — device timings of each flash kernel called directly (flash.h, no libhk):
+// the forward (dispatcher's choice) and every backward variant (mma.sync; Hopper with dq by TMA
+// reduce-add, by atomics; deterministic), so a kernel change is measured without building libhk.
+//
+//   shapes (bf16, causal): issue 11's B8×H16(kv8)×S2048, B2×H16×S8192, B1×H32(kv8)×S16384 at head
+//   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
+//   TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 2.5× that backward, 3.5× forward+backward.
+// Method: random inputs in [-1, 1); 2 warm-up calls; each call between two CUDA events, repeated
+// to ~150 ms (at least 5), the median reported.
+//
+// Usage: hk_bench_flash_kernels [--out FILE.json] [--quick]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpu_attention/flash_kernel_harness.h"
+
+namespace {
+
+using namespace flash_harness;
+
+bool g_quick = false;
+
+double time_ms(const std::function<void()>& fn) {
+  for (int i = 0; i < 2; ++i) fn();
+  check(cudaDeviceSynchronize(), "warm-up");
+  cudaEvent_t a, b;
+  check(cudaEventCreate(&a), "event");
+  check(cudaEventCreate(&b), "event");
+  auto once = [&] {
+    check(cudaEventRecord(a), "record");
+    fn();
+    check(cudaEventRecord(b), "record");
+    check(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    return ms;
+  };
+  const float first = once();
+  const int reps = std::clamp(static_cast<int>((g_quick ? 40.0 : 150.0) / std::max(first, 0.001f)),
+                              5, g_quick ? 20 : 100);
+  std::vector<float> t(reps);
+  for (auto& x : t) x = once();
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return t[t.size() / 2];
+}
+
+struct Shape {
+  const char* name;
+  int b, hq, hkv, s, d;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc)
+      out_path = argv[++i];
+    else if (a == "--quick")
+      g_quick = true;
+    else {
+      std::fprintf(stderr, "usage: hk_bench_flash_kernels [--out FILE.json] [--quick]\n");
+      return 1;
+    }
+  }
+  try {
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, 0), "device");
+    const std::vector<Shape> shapes = {
+        {"B4xH16(kv8)xS2048 D128 (training step)", 4, 16, 8, 2048, 128},
+        {"B8xH16(kv8)xS2048", 8, 16, 8, 2048, 128},
+        {"B2xH16(kv16)xS8192", 2, 16, 16, 8192, 128},
+        {"B1xH32(kv8)xS16384", 1, 32, 8, 16384, 128},
+        {"B8xH16(kv8)xS2048 D64", 8, 16, 8, 2048, 64},
+    };
+    std::string json = "{\"gpu\": \"" + std::string(prop.name) + "\", \"shapes\": [";
+    std::string table =
+        "shape                                   | fwd   | bwd sm80 | bwd sm90 tma | bwd sm90 "
+        "atomic "
+        "| bwd sm90 det | fwd+bwd (default) | sm90/sm80 bwd\n";
+    for (size_t si = 0; si < shapes.size(); ++si) {
+      const Shape& sh = shapes[si];
+      Problem p{sh.b, sh.s, sh.s, sh.hq, sh.hkv, sh.d};
+      Buffers bf(p);
+      const size_t nq = static_cast<size_t>(p.b) * p.s * p.hq * p.d;
+      const size_t nk = static_cast<size_t>(p.b) * p.t * p.hkv * p.d;
+      bf.q.upload(random_values(nq, p.dt, 1).bits);
+      bf.k.upload(random_values(nk, p.dt, 2).bits);
+      bf.v.upload(random_values(nk, p.dt, 3).bits);
+      bf.dout.upload(random_values(nq, p.dt, 4).bits);
+      const hk_flash::Params fp = forward_params(p, bf);
+      const double fwd_flops = 0.5 * 4.0 * p.b * p.hq * double(p.s) * p.t * p.d;
+      auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
+      const double t_fwd = time_ms([&] { hk_flash::forward(fp, nullptr); });
+      auto bwd_time = [&](Bwd k, bool det) {
+        BwdScope scope(k);
+        const hk_flash::BackwardParams bp = backward_params(p, bf, det);
+        return time_ms([&] { hk_flash::backward(bp, nullptr); });
+      };
+      const double t80 = bwd_time(Bwd::Sm80, false);
+      const double t90 = bwd_time(Bwd::Sm90Tma, false);
+      const double t90a = bwd_time(Bwd::Sm90Atomic, false);
+      const double t90d = bwd_time(Bwd::Sm90Tma, true);
+      const hk_flash::BackwardParams bp = backward_params(p, bf, false);
+      const double t_fb = time_ms([&] {
+        hk_flash::forward(fp, nullptr);
+        hk_flash::backward(bp, nullptr);
+      });
+      char row[512];
+      std::snprintf(row, sizeof row,
+                    "%-40s| %5.0f | %8.0f | %12.0f | %15.0f | %12.0f | %17.0f | %.2f\n", sh.name,
+                    tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
+                    tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb),
+                    t80 / t90);
+      table += row;
+      std::fprintf(stderr, "%s", row);
+      char js[1024];
+      std::snprintf(
+          js, sizeof js,
+          "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
+          "\"fwd_ms\": %.5f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
+          "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
+          "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
+          "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
+          "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
+          si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t80, t90, t90a, t90d,
+          t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
+          tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));
+      json += js;
+    }
+    json += "]}\n";
+    std::printf("\nflash kernels, TFLOP/s (%s)\n%s", prop.name, table.c_str());
+    if (!out_path.empty()) {
+      FILE* f = std::fopen(out_path.c_str(), "w");
+      if (!f) throw std::runtime_error("cannot write " + out_path);
+      std::fputs(json.c_str(), f);
+      std::fclose(f);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hk_bench_flash_kernels: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

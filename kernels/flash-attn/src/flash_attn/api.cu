@@ -1,0 +1,316 @@
+// flash_attn/api.cu — host dispatch of flash.h: argument checks, kernel choice, workspace layout.
+//
+// Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
+// (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
+// else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
+// for comparisons); else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode shapes on the
+// prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
+// (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics instead
+// of TMA reduce-adds), else the mma.sync one, between the shared Di pre-pass and dq pass. Nothing
+// here allocates or synchronises.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <type_traits>
+
+#include "flash_attn/flash.h"
+#include "flash_attn/launch.h"
+#include "flash_attn/launch_sm90.cuh"
+
+namespace hk_flash {
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess)
+    throw DeviceError(std::string(what) + " failed: " + cudaGetErrorString(status));
+}
+
+namespace {
+int current_device() {
+  int dev = 0;
+  check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
+  return dev;
+}
+int attribute(cudaDeviceAttr attr) {
+  int value = 0;
+  check_cuda(cudaDeviceGetAttribute(&value, attr, current_device()), "cudaDeviceGetAttribute");
+  return value;
+}
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
+}
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+bool aligned(const void* ptr, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+bool strides_multiple(const Strides& s, int64_t m, bool batch_used) {
+  return s.row % m == 0 && s.head % m == 0 && (!batch_used || s.batch % m == 0);
+}
+}  // namespace
+
+bool verbose() {
+  const char* v = std::getenv("HK_FLASH_VERBOSE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+int device_sm_count() {
+  return attribute(cudaDevAttrMultiProcessorCount);
+}
+int device_capability() {
+  return attribute(cudaDevAttrComputeCapabilityMajor) * 10 +
+         attribute(cudaDevAttrComputeCapabilityMinor);
+}
+int device_max_smem_per_block() {
+  return attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin);
+}
+
+void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster) {
+  static std::mutex mutex;
+  static std::set<const void*> done;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!done.insert(kernel).second) return;
+  if (bytes > 48 * 1024)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes)),
+               "cudaFuncSetAttribute(max dynamic shared memory)");
+  if (non_portable_cluster)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
+               "cudaFuncSetAttribute(non-portable cluster size)");
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &status),
+               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (f == nullptr || status != cudaDriverEntryPointSuccess)
+      throw DeviceError("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+size_t backward_sm90_smem(int head_dim) {
+  return head_dim <= 64 ? Sm90BwdConfig<64>::kSmem : Sm90BwdConfig<128>::kSmem;
+}
+
+int decode_splits(const Params& p, int sms) {
+  const int group = p.heads_q / p.heads_kv;
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
+  if (rows > 64 || !env_on("HK_FLASH_DECODE")) return 0;
+  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * ((rows + 15) / 16);
+  const int64_t key_tiles = (p.seqlen_k + 127) / 128;
+  int64_t splits = blocks >= sms ? 1 : sms / blocks;
+  splits = std::min<int64_t>({splits, 16, std::max<int64_t>(key_tiles, 1)});
+  return static_cast<int>(std::max<int64_t>(splits, 1));
+}
+
+std::string unsupported_reason(const Params& p) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return "head_dim " + std::to_string(p.head_dim) + " (flash kernels take 64, 128 or 256)";
+  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0)
+    return "q heads must be a multiple of kv heads";
+  if (p.batch <= 0 || p.seqlen_q < 0 || p.seqlen_k < 0) return "empty or negative shape";
+  if ((p.cu_seqlens_q == nullptr) != (p.cu_seqlens_k == nullptr))
+    return "varlen needs both cu_seqlens_q and cu_seqlens_k";
+  const bool batch_used = p.cu_seqlens_q == nullptr;
+  if (!aligned(p.q, 16) || !aligned(p.k, 16) || !aligned(p.v, 16) ||
+      !strides_multiple(p.q_strides, 8, batch_used) ||
+      !strides_multiple(p.k_strides, 8, batch_used) ||
+      !strides_multiple(p.v_strides, 8, batch_used))
+    return "q, k and v need 16-byte aligned rows (pointers and strides multiples of 8 elements)";
+  if (!aligned(p.out, 4) || !strides_multiple(p.out_strides, 2, batch_used))
+    return "out needs 4-byte aligned element pairs";
+  const int cap = device_capability();
+  if (cap < 80) return "compute capability " + std::to_string(cap) + " (flash kernels need 80+)";
+  return "";
+}
+
+namespace {
+template <class T>
+void forward_typed(const Params& p, cudaStream_t stream, int splits, bool sm90) {
+  switch (p.head_dim) {
+    case 64:
+      if (sm90 && launch_forward_sm90<T, 64>(p, stream)) return;
+      return launch_forward_sm80<T, 64>(p, stream, splits);
+    case 128:
+      if (sm90 && launch_forward_sm90<T, 128>(p, stream)) return;
+      return launch_forward_sm80<T, 128>(p, stream, splits);
+    default:
+      return launch_forward_sm80<T, 256>(p, stream, splits);
+  }
+}
+
+bool sm90_applies(const Params& p, int splits) {
+#if HK_FLASH_HAVE_SM90A
+  if (splits != 0 || !p.allow_sm90 || !env_on("HK_FLASH_SM90")) return false;
+  if (device_capability() != 90 || p.head_dim > 128) return false;
+  if (p.cu_seqlens_q != nullptr || p.seqlens_k != nullptr) return false;
+  // TMA: 16-byte aligned base and strides (checked for 16-bit elements by unsupported_reason)
+  return true;
+#else
+  (void)p;
+  (void)splits;
+  return false;
+#endif
+}
+
+// The Hopper backward: the Hopper forward's conditions, plus dO as a TMA source (16-byte rows)
+// and the shared memory it needs. HK_FLASH_SM90_BWD=0 turns it off (scripts/gpu-test does when its
+// canary fails; and for comparisons); HK_FLASH_SM90=0 turns off both Hopper kernels.
+bool backward_sm90_applies(const BackwardParams& p) {
+#if HK_FLASH_HAVE_SM90A
+  if (!p.allow_sm90 || !env_on("HK_FLASH_SM90") || !env_on("HK_FLASH_SM90_BWD")) return false;
+  if (device_capability() != 90 || (p.head_dim != 64 && p.head_dim != 128)) return false;
+  if (p.cu_seqlens_q != nullptr || p.seqlens_k != nullptr) return false;
+  if (!aligned(p.dout, 16) || !strides_multiple(p.dout_strides, 8, true)) return false;
+  return static_cast<int>(backward_sm90_smem(p.head_dim)) <= device_max_smem_per_block();
+#else
+  (void)p;
+  return false;
+#endif
+}
+
+Params with_defaults(const Params& in) {
+  Params p = in;
+  if (p.device_sms <= 0) p.device_sms = device_sm_count();
+  return p;
+}
+}  // namespace
+
+std::string forward_kernel_name(const Params& in) {
+  const Params p = with_defaults(in);
+  const int splits = decode_splits(p, p.device_sms);
+  if (splits > 0) return "sm80 split-kv x" + std::to_string(splits);
+  return sm90_applies(p, splits) ? "sm90 wgmma" : "sm80 mma";
+}
+
+void forward(const Params& in, Stream stream_handle) {
+  const std::string why = unsupported_reason(in);
+  if (!why.empty()) throw Unsupported("flash attention: " + why);
+  const Params p = with_defaults(in);
+  if (p.seqlen_q == 0) return;
+  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
+  const int splits = decode_splits(p, p.device_sms);
+  const bool sm90 = sm90_applies(p, splits);
+  if (verbose() && splits == 0)
+    std::fprintf(stderr, "hk flash: forward on the %s kernel\n", sm90 ? "sm90 wgmma" : "sm80 mma");
+  if (p.dtype == Dtype::BF16)
+    forward_typed<__nv_bfloat16>(p, stream, splits, sm90);
+  else
+    forward_typed<__half>(p, stream, splits, sm90);
+}
+
+namespace {
+constexpr size_t kAlign = 256;
+size_t round_up(size_t n) {
+  return (n + kAlign - 1) / kAlign * kAlign;
+}
+size_t q_rows(const Params& p) {
+  return p.cu_seqlens_q != nullptr ? static_cast<size_t>(p.total_q)
+                                   : static_cast<size_t>(p.batch) * p.seqlen_q;
+}
+}  // namespace
+
+size_t backward_workspace_size(const BackwardParams& p) {
+  const size_t di = round_up(q_rows(p) * p.heads_q * sizeof(float));
+  const size_t dq = p.deterministic ? 0 : round_up(q_rows(p) * p.heads_q * p.head_dim * 4);
+  return di + dq;
+}
+
+void backward(const BackwardParams& in, Stream stream_handle) {
+  std::string why = unsupported_reason(in);
+  const bool batch_used = in.cu_seqlens_q == nullptr;
+  if (why.empty() && (!aligned(in.dout, 4) || !aligned(in.dq, 4) || !aligned(in.dk, 4) ||
+                      !aligned(in.dv, 4) || !strides_multiple(in.dout_strides, 2, batch_used) ||
+                      !strides_multiple(in.dq_strides, 2, batch_used) ||
+                      !strides_multiple(in.dk_strides, 2, batch_used) ||
+                      !strides_multiple(in.dv_strides, 2, batch_used)))
+    why = "dout, dq, dk and dv need 4-byte aligned element pairs";
+  if (why.empty() && in.lse_in == nullptr) why = "the backward needs the forward's lse";
+  if (why.empty() && in.cu_seqlens_q != nullptr && in.total_q <= 0)
+    why = "varlen backward needs total_q";
+  if (!why.empty()) throw Unsupported("flash attention backward: " + why);
+  BackwardParams p = in;
+  if (p.device_sms <= 0) p.device_sms = device_sm_count();
+  const size_t need = backward_workspace_size(p);
+  if (p.workspace_bytes < need || (need > 0 && p.workspace == nullptr))
+    throw Unsupported("flash attention backward: workspace of " +
+                      std::to_string(p.workspace_bytes) + " bytes, " + std::to_string(need) +
+                      " needed");
+  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
+  float* di = static_cast<float*>(p.workspace);
+  float* dq_accum = p.deterministic ? nullptr
+                                    : reinterpret_cast<float*>(static_cast<char*>(p.workspace) +
+                                                               round_up(q_rows(p) * p.heads_q * 4));
+  if (p.seqlen_k == 0 || p.seqlen_q == 0) return;  // nothing the kernels would touch
+  const bool sm90 = backward_sm90_applies(p);
+  const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
+  if (verbose())
+    std::fprintf(
+        stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
+        sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by TMA reduce)" : " (dq by atomics)") : "");
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    auto steps = [&](auto dim) {
+      constexpr int D = decltype(dim)::value;
+      launch_backward_prepare<T, D>(p, stream, di, dq_accum);
+      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tma_dq)))
+        launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
+      launch_backward_finish<T, D>(p, stream, di, dq_accum);
+    };
+    switch (p.head_dim) {
+      case 64:
+        return steps(std::integral_constant<int, 64>{});
+      case 128:
+        return steps(std::integral_constant<int, 128>{});
+      default: {
+        // head dim 256: the mma.sync kernels only (backward_sm90_applies is false)
+        launch_backward_prepare<T, 256>(p, stream, di, dq_accum);
+        launch_backward_dkdv_sm80<T, 256>(p, stream, di, dq_accum);
+        launch_backward_finish<T, 256>(p, stream, di, dq_accum);
+        return;
+      }
+    }
+  };
+  if (p.dtype == Dtype::BF16)
+    run(__nv_bfloat16{});
+  else
+    run(__half{});
+}
+
+void append_kv(const AppendParams& p, Stream stream_handle) {
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    throw Unsupported("flash KV-cache append: head_dim " + std::to_string(p.head_dim));
+  if (p.seqlen_new == 0 || p.batch == 0) return;
+  auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    switch (p.head_dim) {
+      case 64:
+        return launch_append_kv<T, 64>(p, stream);
+      case 128:
+        return launch_append_kv<T, 128>(p, stream);
+      default:
+        return launch_append_kv<T, 256>(p, stream);
+    }
+  };
+  if (p.dtype == Dtype::BF16)
+    run(__nv_bfloat16{});
+  else
+    run(__half{});
+}
+
+}  // namespace hk_flash

@@ -1,0 +1,372 @@
+// flash_attn/bwd_sm90.cuh — the Hopper flash-attention backward's dK/dV (+ dQ) kernel (the FA3
+// algorithm on TMA + wgmma); the Di pre-pass and the dq conversion / deterministic dq kernels are
+// the mma.sync family's (bwd_sm80.cuh), which api.cu launches around it.
+//
+// A block of two warpgroups (256 threads, no producer warpgroup: thread 0 issues the copies, so
+// every warp may use 255 registers) owns 128 keys of one kv head, 64 per warpgroup, and walks
+// every 64-query tile of every head of its GQA group that can see them (dK/dV summed over the
+// group in registers, in a fixed order). K and V arrive once by TMA; Q and dO tiles by TMA two
+// stages deep (a "full" mbarrier per stage, and an "empty" one that all 256 threads arrive on, so
+// thread 0 refills a stage one tile ahead); lse·log2(e) and Di rows go through shared memory by
+// ordinary loads one tile ahead. Per tile, for a warpgroup's 64 keys (the transposed products
+// keep keys in the accumulator rows, so no transposition is needed before dV and dK):
+//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ          wgmma, both operands in shared memory (K-major)
+//   Pᵀ = exp2(Sᵀ·scale·log2e − lse),  dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²) under softcap), masks
+//   dV += Pᵀ·dO, dK += dSᵀ·Q           wgmma, A (Pᵀ, dSᵀ) in registers, B MN-major in shared memory
+//   dSᵀ → shared memory (16-bit, 128-byte swizzle), then after one block barrier
+//   dQ (64 queries × 64 columns) = dS·K wgmma with both operands MN-major: at head dim 128 each
+//     warpgroup takes 64 of the columns over all 128 keys; at 64, all columns over its own keys.
+// dQ leaves in f32 either by a TMA reduce-add of the tile staged in shared memory (default) or by
+// red.global.add.v2 from registers (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it (the
+// sm80 dq kernel runs after). Masks, softcap, window, key_start and lse follow bwd_sm80.cuh.
+// Not here: varlen and KV-cache layouts, head dim 256 (the mma.sync backward serves them).
+#pragma once
+
+#include "flash_attn/bwd_sm80.cuh"
+#include "flash_attn/device_common.cuh"
+#include "flash_attn/wgmma_sm90.cuh"
+
+namespace hk_flash {
+
+template <int D>
+struct Sm90BwdConfig {
+  static constexpr int kBlockM = 64, kBlockN = 128, kStages = 2, kThreads = 256;
+  static constexpr int kColBlocks = D / 64;                   // 64-column TMA boxes
+  static constexpr uint32_t kQBox = kBlockM * 128;            // 64 rows × 128 bytes
+  static constexpr uint32_t kKBox = kBlockN * 128;            // 128 rows × 128 bytes
+  static constexpr uint32_t kQTile = kColBlocks * kQBox;      // a Q or dO tile
+  static constexpr uint32_t kKTile = kColBlocks * kKBox;      // the K or V tile
+  static constexpr uint32_t kDsTile = kBlockN * kBlockM * 2;  // dSᵀ [128 keys][64 queries]
+  static constexpr uint32_t kDqBox = 64 * 128;                // f32 [64 rows][32 columns]
+  static constexpr uint32_t kDqPart = 2 * kDqBox;             // a warpgroup's 64 × 64 f32 dQ
+  // dQ of a warpgroup: columns [64·cw, +64) over all keys (D 128) or all columns over its keys
+  static constexpr int kDqKeys = D == 128 ? kBlockN : kBlockN / 2;
+  static constexpr uint32_t kOffK = 0, kOffV = kKTile, kOffQ = 2 * kKTile;
+  static constexpr uint32_t kOffDo = kOffQ + kStages * kQTile;
+  static constexpr uint32_t kOffDs = kOffDo + kStages * kQTile;
+  static constexpr uint32_t kOffDq = kOffDs + 2 * kDsTile;
+  static constexpr uint32_t kOffRows = kOffDq + 2 * kDqPart;  // [2][lse 64 | Di 64] f32
+  static constexpr uint32_t kOffBar = kOffRows + 2 * 2 * kBlockM * 4;
+  static constexpr uint32_t kSmem = kOffBar + 64 /* 5 mbarriers */ + 1024 /* alignment */;
+  static_assert(D == 64 || D == 128, "the Hopper backward takes head dim 64 or 128");
+  static_assert(kQBox % 1024 == 0 && kOffRows % 1024 == 0, "swizzle atoms need 1024-byte tiles");
+};
+
+struct Sm90BwdMaps {
+  CUtensorMap q, k, v, dout, dq;  // dq: the f32 accumulator (TMA reduce mode only)
+};
+
+// dq_mode: 0 none (deterministic: another kernel computes dq), 1 red.global.add, 2 TMA reduce.
+template <class T, int D>
+__global__ void __launch_bounds__(256, 1)
+    flash_bwd_dkdv_sm90_kernel(const __grid_constant__ BackwardParams p,
+                               const __grid_constant__ Sm90BwdMaps maps, const float* di,
+                               float* dq_accum, int dq_mode) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = Sm90BwdConfig<D>;
+  using namespace sm90;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
+  constexpr uint32_t kQBox = Cfg::kQBox, kKBox = Cfg::kKBox, kQTile = Cfg::kQTile;
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_u32(smem_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms need 1024 B
+  const uint32_t s_k = base + Cfg::kOffK, s_v = base + Cfg::kOffV;
+  auto s_q = [&](int st) { return base + Cfg::kOffQ + st * kQTile; };
+  auto s_do = [&](int st) { return base + Cfg::kOffDo + st * kQTile; };
+  auto s_ds = [&](int buf) { return base + Cfg::kOffDs + buf * Cfg::kDsTile; };
+  float* rows = reinterpret_cast<float*>(smem_raw + (base - raw) + Cfg::kOffRows);
+  const uint32_t bar_kv = base + Cfg::kOffBar;
+  auto bar_full = [&](int st) { return bar_kv + 8 * (1 + st); };
+  auto bar_empty = [&](int st) { return bar_kv + 8 * (3 + st); };
+
+  const int tid = threadIdx.x, cw = tid / 128, ltid = tid % 128;
+  const int warp = ltid / 32, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int hk = blockIdx.x % p.heads_kv, b = blockIdx.x / p.heads_kv;
+  const int n_block = blockIdx.y;  // heavy (early, causal) key blocks are launched first
+  const int group = p.heads_q / p.heads_kv;
+  const SeqInfo seq = seq_info(p, b);
+  const int n0 = n_block * kBlockN;
+  if (n0 >= seq.T) return;  // the whole block, before any barrier exists
+  const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
+  const ScoreMap smap = score_map(p, scale);
+
+  const int2 mrange = query_rows_seeing(p, seq, n0, min(seq.T, n0 + kBlockN));
+  const int m_first = mrange.x / kBlockM;
+  const int m_blocks = mrange.y > mrange.x ? (mrange.y + kBlockM - 1) / kBlockM - m_first : 0;
+  const int n_iters = m_blocks * group;
+  auto head_of = [&](int it) { return hk * group + it / m_blocks; };
+  auto row0_of = [&](int it) { return (m_first + it % m_blocks) * kBlockM; };
+  // threads 0..127: lse·log2e (0..63) or Di (64..127) of row tid % 64 of tile `it`
+  auto load_row = [&](int it) -> float {
+    const int h = head_of(it), s = row0_of(it) + (tid & 63);
+    if (s >= seq.S) return tid < 64 ? INFINITY : 0.0f;
+    return tid < 64 ? p.lse_in[lse_offset(p, b, seq.q_row0, s, h)] * kLog2e
+                    : di[di_offset(p, b, seq.q_row0, s, h)];
+  };
+  auto issue_qdo = [&](int it, int st) {
+    const int h = head_of(it), m0 = row0_of(it);
+    mbar_expect_tx(bar_full(st), 2 * kQTile);
+#pragma unroll
+    for (int c = 0; c < Cfg::kColBlocks; ++c) {
+      tma_load_4d(s_q(st) + c * kQBox, &maps.q, bar_full(st), c * 64, m0, h, b);
+      tma_load_4d(s_do(st) + c * kQBox, &maps.dout, bar_full(st), c * 64, m0, h, b);
+    }
+  };
+
+  if (tid == 0) {
+    mbar_init(bar_kv, 1);
+    for (int st = 0; st < Cfg::kStages; ++st) {
+      mbar_init(bar_full(st), 1);
+      mbar_init(bar_empty(st), Cfg::kThreads);
+    }
+    fence_barrier_init();
+  }
+  if (n_iters > 0 && tid < 128) rows[tid] = load_row(0);
+  __syncthreads();
+  if (tid == 0 && n_iters > 0) {  // no tiles: no copies (none may land after the block exits)
+    prefetch_tma(&maps.q);
+    prefetch_tma(&maps.dout);
+    mbar_expect_tx(bar_kv, 2 * Cfg::kKTile);
+#pragma unroll
+    for (int c = 0; c < Cfg::kColBlocks; ++c) {
+      tma_load_4d(s_k + c * kKBox, &maps.k, bar_kv, c * 64, n0, hk, b);
+      tma_load_4d(s_v + c * kKBox, &maps.v, bar_kv, c * 64, n0, hk, b);
+    }
+    issue_qdo(0, 0);
+    if (n_iters > 1) issue_qdo(1, 1);
+  }
+
+  const int key_row0 = 64 * cw + 16 * warp + g;  // this thread's first key row (and + 8)
+  const int dq_col0 = D == 128 ? 64 * cw : 0;
+  const int dq_key0 = D == 128 ? 0 : 64 * cw;
+  const float sl2 = smap.scale_log2;
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
+
+  for (int it = 0; it < n_iters; ++it) {
+    const int st = it & 1;
+    const uint32_t phase = (it >> 1) & 1;
+    const int h = head_of(it), m0 = row0_of(it);
+    const bool more = it + 1 < n_iters;
+    float next_row = 0.0f;  // lse / Di of the next tile, stored once this tile's S is in
+    if (more && tid < 128) next_row = load_row(it + 1);
+    if (it == 0) mbar_wait(bar_kv, 0);
+    mbar_wait(bar_full(st), phase);
+
+    // Shared-memory addresses from an opaque copy of the base, so the compiler rebuilds the wgmma
+    // descriptors in each iteration instead of holding dozens of them in registers.
+    const uint32_t sb = opaque_u32(base);
+    const uint32_t k_it = sb + Cfg::kOffK, v_it = sb + Cfg::kOffV;
+    const uint32_t q_it = sb + Cfg::kOffQ + st * kQTile, do_it = sb + Cfg::kOffDo + st * kQTile;
+    const uint32_t dq_it = sb + Cfg::kOffDq + cw * Cfg::kDqPart;
+    // Sᵀ = K·Qᵀ (64 keys × 64 queries), both operands K-major in shared memory
+    float s[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t within = (kk % 4) * 32;
+      const uint64_t da = make_desc(k_it + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
+      const uint64_t db = make_desc(q_it + (kk / 4) * kQBox + within, 16, 1024);
+      wgmma_ss<64, T>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+
+    // Pᵀ = exp2(Sᵀ·scale·log2e − lse) (masks and softcap branch once per tile; hi is smallest for
+    // the tile's first query, lo largest for its last), packed at once to the A fragments of dV
+    // (one set per 16 queries) so S's registers are free while dP is computed. Under softcap the
+    // tanh derivative 1 − tanh² is packed beside it (0 where P is 0).
+    const float* lse_rows = rows + st * 2 * kBlockM;
+    const float* di_rows = lse_rows + kBlockM;
+    const bool need_mask = n0 + kBlockN > key_range(p, seq, m0).hi ||
+                           n0 < key_range(p, seq, min(m0 + kBlockM, seq.S) - 1).lo;
+    uint32_t pa[4][4], cap_grad[4][4];
+    auto probabilities = [&](auto softcap_tag, auto mask_tag) {
+      constexpr bool kCap = decltype(softcap_tag)::value, kMask = decltype(mask_tag)::value;
+      float cg[32];
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int qc = 8 * j + 2 * t4 + e;  // query column in the tile
+          const float lse2 = lse_rows[qc];
+          KeyRange kr{0, 0};
+          if constexpr (kMask) kr = key_range(p, seq, min(m0 + qc, seq.S - 1));
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int i = 4 * j + 2 * r + e;
+            float x = s[i];
+            if constexpr (kCap) x = smap.cap(x);
+            if constexpr (kMask) {
+              const int key = n0 + key_row0 + 8 * r;
+              if (key < kr.lo || key >= kr.hi) x = -INFINITY;
+            }
+            const float pr = fast_exp2(fmaf(x, sl2, -lse2));
+            if constexpr (kCap) {
+              const float th = x / smap.cap_out;
+              cg[i] = pr > 0.0f ? 1.0f - th * th : 0.0f;
+            }
+            s[i] = pr;
+          }
+        }
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pa[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
+          if constexpr (kCap)
+            cap_grad[kk][e] = pack2<T>(cg[8 * kk + 2 * e], cg[8 * kk + 2 * e + 1]);
+        }
+    };
+    using Yes = std::true_type;
+    using No = std::false_type;
+    const bool softcap = smap.softcap();
+    if (softcap)
+      need_mask ? probabilities(Yes{}, Yes{}) : probabilities(Yes{}, No{});
+    else
+      need_mask ? probabilities(No{}, Yes{}) : probabilities(No{}, No{});
+
+    // dPᵀ = V·dOᵀ (as S), then dV += Pᵀ·dO (A: Pᵀ in registers; B: dO MN-major, 16 queries a step)
+    float dp[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t within = (kk % 4) * 32;
+      const uint64_t da = make_desc(v_it + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
+      const uint64_t db = make_desc(do_it + (kk / 4) * kQBox + within, 16, 1024);
+      wgmma_ss<64, T>(dp, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_rs<D, T>(dv, pa[kk], make_desc(do_it + kk * 16 * 128, kQBox, 1024));
+    wgmma_commit();
+    wgmma_wait<1>();  // dP done; dV may still run (P's registers stay untouched)
+    fence_regs(dp);
+
+    // dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²)) → shared [key][query] as 16-bit values (128-byte rows,
+    // the swizzle TMA would write; conflict-free): the A operand of dK (K-major) and dQ (MN-major)
+    const uint32_t ds_buf = sb + Cfg::kOffDs + (it & 1) * Cfg::kDsTile;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 dd = *reinterpret_cast<const float2*>(di_rows + 8 * j + 2 * t4);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = 4 * j + 2 * r;
+        const uint32_t pw = pa[j / 2][2 * (j & 1) + r];  // P of elements i, i + 1
+        const float2 pr = unpack2<T>(pw);
+        float d0 = pr.x * (dp[i] - dd.x), d1 = pr.y * (dp[i + 1] - dd.y);
+        if (softcap) {
+          const float2 c = unpack2<T>(cap_grad[j / 2][2 * (j & 1) + r]);
+          d0 *= c.x;
+          d1 *= c.y;
+        }
+        const int key = key_row0 + 8 * r;
+        const uint32_t at = ds_buf + key * 128 + ((j ^ (key & 7)) << 4) + 4 * t4;
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(pack2<T>(d0, d1)) : "memory");
+      }
+    }
+    fence_proxy_async();
+    if (more && tid < 128) rows[(st ^ 1) * 2 * kBlockM + tid] = next_row;
+
+    if (dq_mode == 2 && ltid == 0) bulk_wait_read_all();  // the last dQ part has left s_dq
+    __syncthreads();  // every dSᵀ of this tile is in shared memory; next rows stored
+    // dK += dSᵀ·Q (A: this warpgroup's dSᵀ rows from shared memory, K-major; B: Q MN-major)
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_ss<D, T, 0, 1>(dk, make_desc(ds_buf + 64 * cw * 128 + kk * 32, 16, 1024),
+                           make_desc(q_it + kk * 16 * 128, kQBox, 1024), 1);
+    wgmma_commit();
+
+    float dq[32];
+    if (dq_mode != 0) {
+      // dQ = dS·K: A = dSᵀ (MN-major, keys as K), B = K (MN-major, keys as K)
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kDqKeys / 16; ++kk) {
+        const int key = dq_key0 + 16 * kk;
+        const uint64_t da = make_desc(ds_buf + key * 128, Cfg::kDsTile, 1024);
+        const uint64_t db = make_desc(k_it + (dq_col0 / 64) * kKBox + key * 128, kKBox, 1024);
+        wgmma_ss<64, T, 1, 1>(dq, da, db, kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+    }
+    wgmma_wait<0>();
+    fence_regs(dk);
+    fence_regs(dv);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
+    // this stage's Q/dO are read: thread 0 refills it with tile it + 2
+    mbar_arrive(bar_empty(st));
+    if (tid == 0 && it + 2 < n_iters) {
+      mbar_wait(bar_empty(st), phase);
+      issue_qdo(it + 2, st);
+    }
+    if (dq_mode == 0) continue;
+    fence_regs(dq);
+    if (dq_mode == 1) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int s_row = m0 + 16 * warp + g + 8 * r;
+        if (s_row >= seq.S) continue;
+        float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, s_row, h) + dq_col0 + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      }
+    } else {
+      // stage [64 rows][64 columns] f32 as two 128-byte-swizzled [64][32] boxes, reduce-add by TMA
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = 16 * warp + g + 8 * r;
+          const int chunk = 2 * (j & 3) + (t4 >> 1);
+          const uint32_t at = dq_it + (j >> 2) * Cfg::kDqBox + row * 128 +
+                              ((chunk ^ (row & 7)) << 4) + 8 * (t4 & 1);
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[4 * j + 2 * r]),
+                       "f"(dq[4 * j + 2 * r + 1])
+                       : "memory");
+        }
+      fence_proxy_async();
+      named_sync(1 + cw, 128);
+      if (ltid == 0) {
+        tma_reduce_add_4d(&maps.dq, dq_it, dq_col0, m0, h, b);
+        tma_reduce_add_4d(&maps.dq, dq_it + Cfg::kDqBox, dq_col0 + 32, m0, h, b);
+        bulk_commit();
+      }
+    }
+  }
+  if (dq_mode == 2 && ltid == 0) bulk_wait_all();
+
+  // dK·scale, dV → global (keys past the sequence end are not written)
+  T* dkp = static_cast<T*>(p.dk);
+  T* dvp = static_cast<T*>(p.dv);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = n0 + key_row0 + 8 * r;
+    if (key >= seq.T) continue;
+    T* dk_row = dkp + row_offset(p.dk_strides, b, seq.k_row0, key, hk) + 2 * t4;
+    T* dv_row = dvp + row_offset(p.dv_strides, b, seq.k_row0, key, hk) + 2 * t4;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) {
+      *reinterpret_cast<uint32_t*>(dk_row + 8 * j) =
+          pack2<T>(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(dv_row + 8 * j) =
+          pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    }
+  }
+#else
+  (void)p;
+  (void)maps;
+  (void)di;
+  (void)dq_accum;
+  (void)dq_mode;
+#endif
+}
+
+}  // namespace hk_flash

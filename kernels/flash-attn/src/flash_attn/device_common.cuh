@@ -1,0 +1,223 @@
+// flash_attn/device_common.cuh — device helpers shared by every flash kernel: the mma.sync,
+// ldmatrix and cp.async wrappers, the swizzled shared-memory tile addressing, and the per-row
+// geometry (sequence lengths, visible key ranges) that forward and backward agree on.
+//
+// Tiles in shared memory are rows of head_dim 16-bit values; 16-byte chunk c of row r lives at
+// chunk (c ^ (r & 7)), so the 8 rows an ldmatrix phase reads hit 8 different bank groups.
+// Not here: any kernel, any host code.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cstdint>
+
+#include "flash_attn/flash.h"
+#include "hk/kernel_sdk_cuda.cuh"
+
+namespace hk_flash {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- tensor-core primitives (sm_80+)
+// -------------------------------------------------------------
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1);
+template <>
+__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
+                                                         uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4],
+                                                  uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// 16-byte global → shared copy; zero-fills when !valid (src is then not read).
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<__half2*>(&v));
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+// 2^x on the special-function unit (flushes denormal results to 0; 2^-inf = 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile whose rows are `row_bytes`.
+__device__ __forceinline__ uint32_t tile_offset(int row, int chunk, int row_bytes) {
+  return static_cast<uint32_t>(row * row_bytes + ((chunk ^ (row & 7)) << 4));
+}
+
+// Loads rows [0, rows) of a [rows × D] tile from global (row r at base + r·row_stride elements,
+// rows ≥ valid_rows zero-filled) into a swizzled shared tile with all `threads` threads.
+template <class T, int D>
+__device__ __forceinline__ void load_tile_async(uint32_t smem, const T* base, int64_t row_stride,
+                                                int rows, int valid_rows, int tid, int threads) {
+  constexpr int kChunks = D / 8;
+  for (int i = tid; i < rows * kChunks; i += threads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = r < valid_rows;
+    const T* src = valid ? base + r * row_stride + c * 8 : base;
+    cp_async_16(smem + tile_offset(r, c, D * 2), src, valid);
+  }
+}
+
+// ---- geometry ---------------------------------------------------------------------------------
+// One sequence of the batch as a kernel sees it.
+struct SeqInfo {
+  int64_t q_row0 = 0, k_row0 = 0;  // first packed row (varlen) — 0 in batch layout
+  int S = 0, T = 0;                // queries, keys of this sequence
+  int key_start = 0;               // first visible key
+};
+
+__device__ __forceinline__ SeqInfo seq_info(const Params& p, int b) {
+  SeqInfo s;
+  if (p.cu_seqlens_q != nullptr) {
+    s.q_row0 = p.cu_seqlens_q[b];
+    s.S = p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b];
+    s.k_row0 = p.cu_seqlens_k[b];
+    s.T = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  } else {
+    s.S = p.seqlen_q;
+    s.T = p.seqlens_k != nullptr ? min(p.seqlens_k[b] + p.seqlens_k_add, p.seqlen_k) : p.seqlen_k;
+  }
+  if (p.key_start != nullptr) {
+    const int64_t ks = p.key_start_i64 ? static_cast<const int64_t*>(p.key_start)[b]
+                                       : static_cast<const int32_t*>(p.key_start)[b];
+    s.key_start = static_cast<int>(max(int64_t(0), min(ks, int64_t(s.T))));
+  }
+  return s;
+}
+
+// Visible keys [lo, hi) of query row s (0 ≤ s < S).
+struct KeyRange {
+  int lo, hi;
+};
+__device__ __forceinline__ KeyRange key_range(const Params& p, const SeqInfo& q, int s) {
+  const int diag = s + q.T - q.S;  // the last key a causal query sees
+  int hi = p.causal ? min(q.T, diag + 1) : q.T;
+  int lo = q.key_start;
+  if (p.window_left >= 0) lo = max(lo, diag - p.window_left);
+  return {lo, max(lo, hi)};
+}
+
+// Element offsets of row `row` (packed or batch) of head `h` of a strided [.., rows, H, D] tensor.
+__device__ __forceinline__ int64_t row_offset(const Strides& st, int b, int64_t row0, int row,
+                                              int h) {
+  return static_cast<int64_t>(b) * st.batch + (row0 + row) * st.row +
+         static_cast<int64_t>(h) * st.head;
+}
+__device__ __forceinline__ int64_t lse_offset(const Params& p, int b, int64_t row0, int row,
+                                              int h) {
+  return p.cu_seqlens_q != nullptr ? h * p.lse_head + row0 + row
+                                   : static_cast<int64_t>(b) * p.lse_batch + h * p.lse_head + row;
+}
+
+// The backward's f32 row dots Di = Σ dO·O and dq accumulator: contiguous [B, Hq, S] / [Hq, Sq]
+// and [B, S, Hq, D] / [Sq, Hq, D].
+__device__ __forceinline__ int64_t di_offset(const Params& p, int b, int64_t row0, int row, int h) {
+  return p.cu_seqlens_q != nullptr ? static_cast<int64_t>(h) * p.total_q + row0 + row
+                                   : (static_cast<int64_t>(b) * p.heads_q + h) * p.seqlen_q + row;
+}
+__device__ __forceinline__ int64_t dq_accum_offset(const Params& p, int b, int64_t row0, int row,
+                                                   int h) {
+  const int64_t r =
+      p.cu_seqlens_q != nullptr ? row0 + row : static_cast<int64_t>(b) * p.seqlen_q + row;
+  return (r * p.heads_q + h) * p.head_dim;
+}
+
+// How raw q·k dots become log2-domain scores: without softcap one FFMA per element inside the
+// exponent (exp2(s·scale_log2 − m)), so the row max is taken over the raw dots (scale > 0 keeps
+// the order); with softcap the dots first become softcap·tanh(s·scale/softcap) (natural units)
+// and scale_log2 is log2(e). Kernels branch on `softcap` once per tile, never per element.
+struct ScoreMap {
+  float scale_log2;
+  float cap_in = 0.0f;   // scale / softcap
+  float cap_out = 0.0f;  // softcap (0: none)
+  __device__ __forceinline__ bool softcap() const { return cap_out != 0.0f; }
+  __device__ __forceinline__ float cap(float s) const { return cap_out * tanhf(s * cap_in); }
+};
+__device__ __forceinline__ ScoreMap score_map(const Params& p, float scale) {
+  ScoreMap m;
+  if (p.softcap > 0.0f) {
+    m.scale_log2 = kLog2e;
+    m.cap_in = scale / p.softcap;
+    m.cap_out = p.softcap;
+  } else {
+    m.scale_log2 = scale * kLog2e;
+  }
+  return m;
+}
+
+}  // namespace hk_flash

@@ -1,0 +1,368 @@
+// flash_attn/fwd_sm80.cuh — the mma.sync flash-attention forward (the FA2 algorithm), every
+// feature.
+//
+// A block owns 16·kRowWarps query rows of one head and walks its visible key tiles from the last
+// to the first (so the one tile that needs the causal mask comes first), kStages deep through
+// cp.async. Each warp holds 16 rows: S = Q·Kᵀ in registers (m16n8k16, K as the col operand via
+// ldmatrix), the online softmax in the log2 domain, then the S accumulators become P's A fragments
+// without a trip through shared memory and O += P·V (V through ldmatrix.trans).
+//
+// Decode form (kDecode): rows are (query, head-of-the-kv-group) pairs of one kv head, so a GQA
+// group reads its K/V once; the kKeyWarps warps of a block take different keys of each tile, and
+// the blocks of a thread-block cluster take different tiles (split-KV). Partial (max, sum, O)
+// are combined first across warps through shared memory, then across the cluster through
+// distributed shared memory — no workspace, no second launch.
+//
+// Not here: backward (bwd_sm80.cuh), the Hopper kernel (fwd_sm90.cuh), host dispatch (api.cu).
+#pragma once
+
+#include <cooperative_groups.h>
+
+#include <cfloat>
+
+#include "flash_attn/device_common.cuh"
+
+namespace hk_flash {
+
+template <int kRowWarps_, int kKeyWarps_, int kWarpKeys_, int kStages_, bool kDecode_>
+struct FwdConfig {
+  static constexpr int kRowWarps = kRowWarps_;
+  static constexpr int kKeyWarps = kKeyWarps_;
+  static constexpr int kWarpKeys = kWarpKeys_;  // keys of a tile each warp takes
+  static constexpr int kStages = kStages_;
+  static constexpr bool kDecode = kDecode_;
+  static constexpr int kWarps = kRowWarps * kKeyWarps;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kBlockM = 16 * kRowWarps;
+  static constexpr int kBlockN = kWarpKeys * kKeyWarps;
+  static_assert(kWarpKeys % 16 == 0, "keys per warp must be a multiple of 16");
+  static_assert(!kDecode || kRowWarps == 1, "the decode form has one row tile per block");
+};
+
+// Prefill / batch shapes: 4 row warps, one key group; tiles sized to the head dim's registers.
+template <int D>
+using FwdPrefill = FwdConfig<4, 1,
+                             (D <= 64    ? 128
+                              : D <= 128 ? 64
+                                         : 32),
+                             2, false>;
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
+// dim 256), so two blocks fit an SM and a 16-block cluster fits half a GPC. (An 8-warp form with
+// 128-key tiles measured 11% faster at 4096 keys and 7% slower at 32768 on the H200; not kept.)
+template <int D>
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+
+template <class T, int D, class Cfg>
+constexpr size_t fwd_smem_bytes() {
+  constexpr size_t q = size_t(Cfg::kBlockM) * D * 2;
+  constexpr size_t kv = size_t(Cfg::kStages) * 2 * Cfg::kBlockN * D * 2;
+  constexpr size_t combine = Cfg::kDecode ? size_t(Cfg::kKeyWarps + 1) * (16 * D + 32) * 4 : 0;
+  return q + (kv > combine ? kv : combine);
+}
+
+template <class T, int D, class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Params p) {
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kWN = Cfg::kWarpKeys;
+  constexpr int kStages = Cfg::kStages;
+  constexpr int kRowBytes = D * 2;
+  constexpr int kDT = D / 8;    // 8-column tiles of O
+  constexpr int kNT = kWN / 8;  // 8-key tiles of S per warp
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t smem_q = smem_u32(smem);
+  const uint32_t smem_kv = smem_q + kBlockM * kRowBytes;
+  constexpr uint32_t kTileBytes = kBlockN * kRowBytes;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int rw = warp % Cfg::kRowWarps, kw = warp / Cfg::kRowWarps;
+  const int b = blockIdx.z;
+  const int group = p.heads_q / p.heads_kv;
+  const SeqInfo seq = seq_info(p, b);
+
+  // Rows of this block: prefill = query rows of head h; decode = packed (query, head) pairs.
+  int h_fixed = 0, hk = 0, row_begin = 0, valid_rows = 0;
+  if constexpr (Cfg::kDecode) {
+    const int tiles = (p.seqlen_q * group + kBlockM - 1) / kBlockM;
+    hk = blockIdx.y / tiles;
+    row_begin = (blockIdx.y % tiles) * kBlockM;  // packed row index
+    valid_rows = min(kBlockM, seq.S * group - row_begin);
+  } else {
+    const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
+    const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x);  // heaviest (causal) first
+    h_fixed = blockIdx.y;
+    hk = h_fixed / group;
+    row_begin = m_block * kBlockM;
+    valid_rows = min(kBlockM, seq.S - row_begin);
+  }
+  if (valid_rows <= 0) return;   // uniform over a decode cluster (same rows, same batch)
+  auto row_query = [&](int r) {  // query index s and head of block row r (clamped to valid rows)
+    const int rr = row_begin + min(r, valid_rows - 1);
+    if constexpr (Cfg::kDecode) return make_int2(rr / group, hk * group + rr % group);
+    return make_int2(rr, h_fixed);
+  };
+  const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
+  const ScoreMap smap = score_map(p, scale);
+
+  const KeyRange first = key_range(p, seq, row_query(0).x);
+  const KeyRange last = key_range(p, seq, row_query(kBlockM - 1).x);
+  int n_lo = first.lo / kBlockN;
+  int n_hi = (last.hi + kBlockN - 1) / kBlockN;
+  if (last.hi <= first.lo) n_hi = n_lo;  // nothing visible
+  if constexpr (Cfg::kDecode) {
+    const int splits = gridDim.x, split = blockIdx.x;
+    const int per = (n_hi - n_lo + splits - 1) / splits;
+    const int lo = n_lo + split * per;
+    n_hi = min(n_hi, lo + per);
+    n_lo = min(lo, n_hi);
+  }
+
+  const T* k_base = static_cast<const T*>(p.k) + row_offset(p.k_strides, b, seq.k_row0, 0, hk);
+  const T* v_base = static_cast<const T*>(p.v) + row_offset(p.v_strides, b, seq.k_row0, 0, hk);
+  auto load_kv = [&](int n_block, int stage) {
+    const int key0 = n_block * kBlockN;
+    const int valid = min(kBlockN, seq.T - key0);
+    const uint32_t k_dst = smem_kv + stage * 2 * kTileBytes;
+    load_tile_async<T, D>(k_dst, k_base + key0 * p.k_strides.row, p.k_strides.row, kBlockN, valid,
+                          tid, Cfg::kThreads);
+    load_tile_async<T, D>(k_dst + kTileBytes, v_base + key0 * p.v_strides.row, p.v_strides.row,
+                          kBlockN, valid, tid, Cfg::kThreads);
+  };
+
+  // Q tile (rows beyond the valid ones zero-filled) joins the first commit group.
+  {
+    constexpr int kChunks = D / 8;
+    const T* q = static_cast<const T*>(p.q);
+    for (int i = tid; i < kBlockM * kChunks; i += Cfg::kThreads) {
+      const int r = i / kChunks, c = i % kChunks;
+      const bool valid = r < valid_rows;
+      const int2 sh = row_query(r);
+      const T* src = q + row_offset(p.q_strides, b, seq.q_row0, sh.x, sh.y) + c * 8;
+      cp_async_16(smem_q + tile_offset(r, c, kRowBytes), valid ? src : q, valid);
+    }
+  }
+  const int n_iters = n_hi - n_lo;
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_iters) load_kv(n_hi - 1 - s, s);
+    cp_async_commit();
+  }
+
+  // Per-thread rows: g and g + 8 of the warp's 16; their queries' visible ranges.
+  const int g = lane >> 2, t4 = lane & 3;
+  KeyRange rng[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) rng[r] = key_range(p, seq, row_query(rw * 16 + g + 8 * r).x);
+  const int lo_max = last.lo, hi_min = first.hi;
+
+  float o[kDT][4];
+#pragma unroll
+  for (int i = 0; i < kDT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+
+  for (int it = 0; it < n_iters; ++it) {
+    const int n_block = n_hi - 1 - it;
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (it + kStages - 1 < n_iters) load_kv(n_block - (kStages - 1), (it + kStages - 1) % kStages);
+    cp_async_commit();
+
+    const uint32_t k_tile = smem_kv + stage * 2 * kTileBytes;
+    const uint32_t v_tile = k_tile + kTileBytes;
+    const int key_local0 = kw * kWN;
+    // S = Q·Kᵀ over this warp's kWN keys
+    float s[kNT][4];
+#pragma unroll
+    for (int i = 0; i < kNT; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t a[4];
+      ldmatrix_x4(a, smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                          2 * kk + (lane >> 4), kRowBytes));
+#pragma unroll
+      for (int jn = 0; jn < kNT / 2; ++jn) {
+        uint32_t bk[4];
+        ldmatrix_x4(bk, k_tile + tile_offset(key_local0 + 16 * jn + (lane & 7) + (lane >> 4) * 8,
+                                             2 * kk + ((lane >> 3) & 1), kRowBytes));
+        mma_16816<T>(s[2 * jn], a, bk[0], bk[1]);
+        mma_16816<T>(s[2 * jn + 1], a, bk[2], bk[3]);
+      }
+    }
+    // softcap (natural units), mask, then the online softmax with the scale inside exp2
+    const int key0 = n_block * kBlockN + key_local0;
+    const bool need_mask = n_block * kBlockN < lo_max || (n_block + 1) * kBlockN > hi_min;
+    if (smap.softcap()) {
+#pragma unroll
+      for (int i = 0; i < kNT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[i][e] = smap.cap(s[i][e]);
+    }
+    if (need_mask) {
+#pragma unroll
+      for (int i = 0; i < kNT; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = key0 + 8 * i + 2 * t4 + (e & 1);
+          const KeyRange& kr = rng[e >> 1];
+          if (j < kr.lo || j >= kr.hi) s[i][e] = -INFINITY;
+        }
+    }
+    const float sl2 = smap.scale_log2;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int i = 0; i < kNT; ++i) mx = fmaxf(mx, fmaxf(s[i][2 * r], s[i][2 * r + 1]));
+      mx = quad_max(mx) * sl2;
+      const float m_new = fmaxf(m_row[r], mx);
+      const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+      const float alpha = fast_exp2(m_row[r] - m_ref);
+      m_row[r] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kNT; ++i) {
+        s[i][2 * r] = fast_exp2(fmaf(s[i][2 * r], sl2, -m_ref));
+        s[i][2 * r + 1] = fast_exp2(fmaf(s[i][2 * r + 1], sl2, -m_ref));
+        sum += s[i][2 * r] + s[i][2 * r + 1];
+      }
+      l_row[r] = l_row[r] * alpha + sum;
+#pragma unroll
+      for (int i = 0; i < kDT; ++i) {
+        o[i][2 * r] *= alpha;
+        o[i][2 * r + 1] *= alpha;
+      }
+    }
+    // O += P·V
+#pragma unroll
+    for (int kk = 0; kk < kWN / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int jd = 0; jd < D / 16; ++jd) {
+        uint32_t bv[4];
+        ldmatrix_x4_trans(
+            bv, v_tile + tile_offset(key_local0 + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                     2 * jd + (lane >> 4), kRowBytes));
+        mma_16816<T>(o[2 * jd], a, bv[0], bv[1]);
+        mma_16816<T>(o[2 * jd + 1], a, bv[2], bv[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l_row[r] = quad_sum(l_row[r]);
+
+  T* out = static_cast<T*>(p.out);
+  if constexpr (!Cfg::kDecode) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = rw * 16 + g + 8 * r;
+      if (row >= valid_rows) continue;
+      const int2 sh = row_query(row);
+      const float inv = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
+      T* dst = out + row_offset(p.out_strides, b, seq.q_row0, sh.x, sh.y);
+#pragma unroll
+      for (int i = 0; i < kDT; ++i)
+        *reinterpret_cast<uint32_t*>(dst + 8 * i + 2 * t4) =
+            pack2<T>(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+      if (p.lse != nullptr && t4 == 0)
+        p.lse[lse_offset(p, b, seq.q_row0, sh.x, sh.y)] =
+            l_row[r] > 0.0f ? (m_row[r] + __log2f(l_row[r])) * kLn2 : INFINITY;
+    }
+  } else {
+    // ---- combine: warps, then the cluster ----
+    constexpr int kSlot = 16 * D + 32;  // floats: O [16][D], m [16], l [16]
+    float* slots = reinterpret_cast<float*>(smem + kBlockM * kRowBytes);
+    __syncthreads();  // every warp is done with the K/V tiles this area overlays
+    {
+      float* mine = slots + kw * kSlot;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = g + 8 * r;
+#pragma unroll
+        for (int i = 0; i < kDT; ++i) {
+          mine[row * D + 8 * i + 2 * t4] = o[i][2 * r];
+          mine[row * D + 8 * i + 2 * t4 + 1] = o[i][2 * r + 1];
+        }
+        if (t4 == 0) {
+          mine[16 * D + row] = m_row[r];
+          mine[16 * D + 16 + row] = l_row[r];
+        }
+      }
+    }
+    __syncthreads();
+    float* combined = slots + Cfg::kKeyWarps * kSlot;
+    for (int idx = tid; idx < 16 * D + 16; idx += Cfg::kThreads) {
+      const int row = idx < 16 * D ? idx / D : idx - 16 * D;
+      float m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < Cfg::kKeyWarps; ++w) m = fmaxf(m, slots[w * kSlot + 16 * D + row]);
+      const float m_ref = m == -INFINITY ? 0.0f : m;
+      float acc = 0.0f;
+      if (idx < 16 * D) {
+#pragma unroll
+        for (int w = 0; w < Cfg::kKeyWarps; ++w)
+          acc += slots[w * kSlot + idx] * fast_exp2(slots[w * kSlot + 16 * D + row] - m_ref);
+        combined[idx] = acc;
+      } else {
+#pragma unroll
+        for (int w = 0; w < Cfg::kKeyWarps; ++w)
+          acc += slots[w * kSlot + 16 * D + 16 + row] *
+                 fast_exp2(slots[w * kSlot + 16 * D + row] - m_ref);
+        combined[16 * D + row] = m;
+        combined[16 * D + 16 + row] = acc;
+      }
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int csize = static_cast<int>(cluster.num_blocks());
+    const int crank = static_cast<int>(cluster.block_rank());
+    auto part_of = [&](int c) {
+      return csize > 1 ? cluster.map_shared_rank(combined, c) : combined;
+    };
+    if (csize > 1)
+      cluster.sync();
+    else
+      __syncthreads();
+#else
+    constexpr int csize = 1, crank = 0;  // clusters need sm_90: one block per row tile
+    auto part_of = [&](int) { return combined; };
+    __syncthreads();
+#endif
+    // block `crank` finishes rows crank, crank + csize, ...
+    for (int row = crank; row < valid_rows; row += csize) {
+      float m = -INFINITY;
+      for (int c = 0; c < csize; ++c) {
+        const float* part = part_of(c);
+        m = fmaxf(m, part[16 * D + row]);
+      }
+      const float m_ref = m == -INFINITY ? 0.0f : m;
+      float l = 0.0f;
+      for (int c = 0; c < csize; ++c) {
+        const float* part = part_of(c);
+        l += part[16 * D + 16 + row] * fast_exp2(part[16 * D + row] - m_ref);
+      }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const int2 sh = row_query(row);
+      T* dst = out + row_offset(p.out_strides, b, seq.q_row0, sh.x, sh.y);
+      for (int d = tid; d < D; d += Cfg::kThreads) {
+        float acc = 0.0f;
+        for (int c = 0; c < csize; ++c) {
+          const float* part = part_of(c);
+          acc += part[row * D + d] * fast_exp2(part[16 * D + row] - m_ref);
+        }
+        dst[d] = hk::sdk::cuda::from_f32<T>(acc * inv);
+      }
+      if (p.lse != nullptr && tid == 0)
+        p.lse[lse_offset(p, b, seq.q_row0, sh.x, sh.y)] =
+            l > 0.0f ? (m + __log2f(l)) * kLn2 : INFINITY;
+    }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (csize > 1) cluster.sync();  // no block leaves while another still reads its slots
+#endif
+  }
+}
+
+}  // namespace hk_flash

@@ -1,0 +1,6 @@
+// Instantiates the Hopper forward and backward for bf16, head dim 64.
+#include "flash_attn/launch_sm90.cuh"
+
+namespace hk_flash {
+HK_FLASH_INSTANTIATE_SM90(__nv_bfloat16, 64)
+}  // namespace hk_flash

@@ -1,0 +1,56 @@
+// flash_attn/launch.h — internal: the per-(dtype, head dim) launchers behind flash.h's dispatch.
+//
+// Each is explicitly instantiated once in inst/<kernel family>_<dtype>_hd<D>.cu, so the build
+// compiles exactly the combinations dispatch can reach (bf16/f16 × 64/128/256 for the mma.sync
+// family, bf16/f16 × 64/128 for the Hopper forward and backward) and nothing else; flags such as
+// causal, softcap or window are run-time arguments of one kernel, not template parameters.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "flash_attn/flash.h"
+
+namespace hk_flash {
+
+void check_cuda(cudaError_t status, const char* what);
+int device_sm_count();
+int device_capability();
+int device_max_smem_per_block();
+// HK_FLASH_VERBOSE=1: launchers say on stderr which kernel (and split) they chose.
+bool verbose();
+// Raises a kernel's dynamic shared-memory limit (and allows non-portable cluster sizes) once per
+// process and kernel.
+void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster = false);
+
+// The split-KV decode form applies (few query rows per kv head): its cluster size, else 0.
+int decode_splits(const Params& p, int sms);
+
+template <class T, int D>
+void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits);
+// The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq).
+template <class T, int D>
+void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
+                             float* dq_accum);
+template <class T, int D>
+void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum);
+template <class T, int D>
+void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
+                            const float* dq_accum);
+template <class T, int D>
+void launch_append_kv(const AppendParams& p, cudaStream_t stream);
+
+// Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
+template <class T, int D>
+bool launch_forward_sm90(const Params& p, cudaStream_t stream);
+// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by TMA reduce-add when
+// tma_dq, else atomics; none when dq_accum is null); false when the build has no sm_90a code.
+template <class T, int D>
+bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum, bool tma_dq);
+// Dynamic shared memory the Hopper backward needs at head dim 64 / 128.
+size_t backward_sm90_smem(int head_dim);
+
+}  // namespace hk_flash

@@ -1,0 +1,155 @@
+// flash_attn/launch_sm80.cuh — internal: launchers of the mma.sync family and the KV-cache append,
+// included by the inst/ files that instantiate them (see launch.h).
+#pragma once
+
+#include <cstdio>
+
+#include "flash_attn/bwd_sm80.cuh"
+#include "flash_attn/fwd_sm80.cuh"
+#include "flash_attn/launch.h"
+
+namespace hk_flash {
+
+// Split-KV decode: clusters of `splits` blocks (16 needs the non-portable size; where fewer
+// 16-block clusters than the grid has can be resident at once, 8 is used).
+template <class T, int D, class Cfg>
+void launch_decode(const Params& p, cudaStream_t stream, int splits) {
+  constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
+  auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
+  allow_smem(reinterpret_cast<const void*>(kernel), smem, /*non_portable_cluster=*/true);
+  const int group = p.heads_q / p.heads_kv;
+  const int tiles = (p.seqlen_q * group + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const int clusters = tiles * p.heads_kv * p.batch;
+  if (splits > 8) {
+    static const int resident16 = [&] {
+      cudaLaunchConfig_t probe = {};
+      probe.gridDim = dim3(16, 1, 1);
+      probe.blockDim = dim3(Cfg::kThreads);
+      probe.dynamicSmemBytes = smem;
+      cudaLaunchAttribute a;
+      a.id = cudaLaunchAttributeClusterDimension;
+      a.val.clusterDim.x = 16;
+      a.val.clusterDim.y = 1;
+      a.val.clusterDim.z = 1;
+      probe.attrs = &a;
+      probe.numAttrs = 1;
+      int n = 0;
+      if (cudaOccupancyMaxActiveClusters(&n, kernel, &probe) != cudaSuccess) n = 0;
+      (void)cudaGetLastError();
+      return n;
+    }();
+    if (resident16 < clusters) splits = 8;
+  }
+  if (verbose())
+    std::fprintf(stderr, "hk flash: split-kv decode (%d warps, %d-key tiles) over clusters of %d\n",
+                 Cfg::kWarps, Cfg::kBlockN, splits);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = splits > 1 ? 1 : 0;
+  check_cuda(cudaLaunchKernelEx(&config, kernel, p), "flash split-kv decode (sm80) launch");
+}
+
+template <class T, int D>
+void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
+  if (splits == 0) {
+    using Cfg = FwdPrefill<D>;
+    constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
+    auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
+    allow_smem(reinterpret_cast<const void*>(kernel), smem);
+    const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+    kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
+    check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
+    return;
+  }
+  launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
+}
+
+// The backward in three launches, so the Hopper dK/dV kernel can take the middle one's place:
+// Di (and the zeroed dq accumulator), dK/dV (+ dq atomics), then dq (conversion, or the
+// deterministic kernel when dq_accum is null).
+template <class T, int D>
+void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
+                             float* dq_accum) {
+  const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
+  flash_bwd_preprocess_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, di, dq_accum);
+  check_cuda(cudaGetLastError(), "flash backward preprocess launch");
+}
+
+template <class T, int D>
+void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum) {
+  using Cfg = BwdDkdv<D>;
+  constexpr size_t smem = bwd_dkdv_smem_bytes<D, Cfg>();
+  auto kernel = flash_bwd_dkdv_sm80_kernel<T, D, Cfg>;
+  allow_smem(reinterpret_cast<const void*>(kernel), smem);
+  const dim3 grid((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN, p.heads_kv, p.batch);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p, di, dq_accum);
+  check_cuda(cudaGetLastError(), "flash backward dk/dv launch");
+}
+
+template <class T, int D>
+void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
+                            const float* dq_accum) {
+  const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
+  const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
+  if (dq_accum != nullptr) {
+    flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, dq_accum, scale);
+    check_cuda(cudaGetLastError(), "flash backward dq conversion launch");
+  } else {
+    constexpr size_t smem = bwd_dq_smem_bytes<D>();
+    auto kernel = flash_bwd_dq_sm80_kernel<T, D>;
+    allow_smem(reinterpret_cast<const void*>(kernel), smem);
+    const dim3 grid((p.seqlen_q + BwdDq<D>::kBlockM - 1) / BwdDq<D>::kBlockM, p.heads_q, p.batch);
+    kernel<<<grid, BwdDq<D>::kThreads, smem, stream>>>(p, di);
+    check_cuda(cudaGetLastError(), "flash backward deterministic dq launch");
+  }
+}
+
+// One warp per (new row, kv head) copies its K and V rows into the caches.
+template <class T, int D>
+__global__ void __launch_bounds__(256) flash_append_kv_kernel(const AppendParams p) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int s = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
+  if (s >= p.seqlen_new) return;
+  const int64_t dst_row = static_cast<int64_t>(p.seqlens[b]) + s;
+  const T* kn = static_cast<const T*>(p.k_new) + b * p.k_new_strides.batch +
+                s * p.k_new_strides.row + h * p.k_new_strides.head;
+  const T* vn = static_cast<const T*>(p.v_new) + b * p.v_new_strides.batch +
+                s * p.v_new_strides.row + h * p.v_new_strides.head;
+  T* kc = static_cast<T*>(p.k_cache) + b * p.k_cache_strides.batch +
+          dst_row * p.k_cache_strides.row + h * p.k_cache_strides.head;
+  T* vc = static_cast<T*>(p.v_cache) + b * p.v_cache_strides.batch +
+          dst_row * p.v_cache_strides.row + h * p.v_cache_strides.head;
+  for (int d = lane; d < D; d += 32) {
+    kc[d] = kn[d];
+    vc[d] = vn[d];
+  }
+}
+
+template <class T, int D>
+void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
+  const dim3 grid((p.seqlen_new + 7) / 8, p.heads_kv, p.batch);
+  flash_append_kv_kernel<T, D><<<grid, 256, 0, stream>>>(p);
+  check_cuda(cudaGetLastError(), "flash KV-cache append launch");
+}
+
+#define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
+  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                       \
+  template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*,         \
+                                              float*);                                             \
+  template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
+                                                float*);                                           \
+  template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
+                                             const float*);                                        \
+  template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
+
+}  // namespace hk_flash

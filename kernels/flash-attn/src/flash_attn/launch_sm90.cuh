@@ -1,0 +1,127 @@
+// flash_attn/launch_sm90.cuh — internal: the Hopper forward's and backward's launchers (TMA
+// descriptors + launch), included by the inst/sm90_*.cu files. The tensor maps are encoded on the
+// host for every call (a few microseconds, no device work, no synchronisation: capture-safe)
+// through the driver entry point, so kernels need not link libcuda.
+#pragma once
+
+#include <cudaTypedefs.h>
+
+#include <cstring>
+
+#include "flash_attn/bwd_sm90.cuh"
+#include "flash_attn/fwd_sm90.cuh"
+#include "flash_attn/launch.h"
+
+namespace hk_flash {
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
+
+// A 4-D map over [B, rows, H, D] (innermost first: D, rows, H, B) with 64 × box_rows boxes.
+template <class T>
+CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int head_dim,
+                          const Strides& st, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(st.row) * sizeof(T);
+  // A dimension of size 1 is never stepped over; give it a stride TMA accepts.
+  const cuuint64_t head_bytes =
+      heads > 1 ? static_cast<cuuint64_t>(st.head) * sizeof(T) : row_bytes * rows;
+  const cuuint64_t batch_bytes =
+      batch > 1 ? static_cast<cuuint64_t>(st.batch) * sizeof(T) : head_bytes * heads;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
+                                       ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                       : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult r =
+      tensor_map_encoder()(&map, type, 4, const_cast<void*>(data), dims, strides, box, elem,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw DeviceError("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r));
+  return map;
+}
+
+template <class T, int D>
+bool launch_forward_sm90(const Params& p, cudaStream_t stream) {
+#if HK_FLASH_HAVE_SM90A
+  using Cfg = Sm90Config<D>;
+  Sm90Maps maps;
+  maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
+  maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
+  maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
+  auto kernel = flash_fwd_sm90_kernel<T, D>;
+  allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
+  const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
+  check_cuda(cudaGetLastError(), "flash forward (sm90) launch");
+  return true;
+#else
+  (void)p;
+  (void)stream;
+  return false;
+#endif
+}
+
+// The backward's f32 dq accumulator [B, S, Hq, D] (contiguous) as a 4-D map with [64 rows × 32
+// columns] boxes in the 128-byte swizzle, the target of the kernel's TMA reduce-adds.
+inline CUtensorMap make_dq_accum_map(float* dq_accum, int rows, int heads, int batch,
+                                     int head_dim) {
+  CUtensorMap map;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t head_bytes = static_cast<cuuint64_t>(head_dim) * 4;
+  const cuuint64_t row_bytes = head_bytes * heads;
+  const cuuint64_t strides[3] = {row_bytes, head_bytes, row_bytes * rows};
+  const cuuint32_t box[4] = {32, 64, 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  const CUresult r =
+      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dq_accum, dims, strides, box,
+                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw DeviceError("cuTensorMapEncodeTiled (dq accumulator) failed with CUresult " +
+                      std::to_string(r));
+  return map;
+}
+
+template <class T, int D>
+bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
+                               float* dq_accum, bool tma_dq) {
+#if HK_FLASH_HAVE_SM90A
+  using Cfg = Sm90BwdConfig<D>;
+  Sm90BwdMaps maps;
+  maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
+  maps.dout =
+      make_tile_map<T>(p.dout, p.seqlen_q, p.heads_q, p.batch, D, p.dout_strides, Cfg::kBlockM);
+  maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
+  maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
+  const int dq_mode = dq_accum == nullptr ? 0 : tma_dq ? 2 : 1;
+  if (dq_mode == 2)
+    maps.dq = make_dq_accum_map(dq_accum, p.seqlen_q, p.heads_q, p.batch, D);
+  else
+    std::memset(&maps.dq, 0, sizeof(maps.dq));
+  auto kernel = flash_bwd_dkdv_sm90_kernel<T, D>;
+  allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
+  const dim3 grid(p.heads_kv * p.batch, (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode);
+  check_cuda(cudaGetLastError(), "flash backward dk/dv (sm90) launch");
+  return true;
+#else
+  (void)p;
+  (void)stream;
+  (void)di;
+  (void)dq_accum;
+  (void)tma_dq;
+  return false;
+#endif
+}
+
+#define HK_FLASH_INSTANTIATE_SM90(T, D)                                                            \
+  template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t);                            \
+  template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t, const float*, \
+                                                float*, bool);
+
+}  // namespace hk_flash

@@ -1,0 +1,623 @@
+// The device decode step (decode_step.h): the plan (which sub-steps run fused kernels, which go
+// through layer implementations) made once from the model's bindings, and the launch sequence.
+//
+// Residual stream: h[2] ping-pong buffers [B, 1, H] plus `delta` (the last attention or MLP output
+// not yet added). A fused product whose prologue adds delta reads h[cur] and writes the sum to
+// h[1 - cur] (every block reads h[cur], so it cannot be updated in place); the unfused path adds in
+// place as the model forward does (ops::add_rms_norm). Either way `cur` names the live residual.
+#include "decode_step.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "../kernelize/adapters.h"
+#include "../models/decoder_lm.h"
+#include "hk/error.h"
+#include "hk/ops.h"
+#ifdef HK_HAVE_CUDA
+#include "ops/decode/decode_kernels.h"
+#endif
+#ifdef HK_HAVE_FLASH_ATTN
+#include "flash_attn/flash.h"
+#include "flash_attn/from_views.h"
+#endif
+
+namespace hk {
+
+#ifndef HK_HAVE_CUDA
+
+struct DecodeStep::Plan {};
+DecodeStep::~DecodeStep() = default;
+std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM&, KVCache&, DecodeBuffers&, bool,
+                                             std::string& why) {
+  why = "hk was built without CUDA";
+  return nullptr;
+}
+void DecodeStep::enqueue(Stream) const {}
+bool DecodeStep::matches(const DecoderLM&) const {
+  return false;
+}
+
+#else
+
+namespace {
+
+// Built-in attention functions the device step can stand in for: "eager" with the eager op's
+// rounding of the probabilities, "sdpa" in the flash form (no rounding).
+bool builtin_attention_function(const std::string& name) {
+  return name == "eager" || name == "sdpa";
+}
+
+// The decode attention kernel: kernels/flash-attn's split-KV decode (device cache lengths,
+// bf16/f16, head dim 64/128/256) unless HK_DECODE_ATTENTION=hk or it cannot serve the call, else
+// hk's own (ops/decode: any dtype and head dim up to 256).
+bool flash_decode_wanted() {
+  const char* v = std::getenv("HK_DECODE_ATTENTION");
+  return !(v && std::string(v) == "hk");
+}
+
+struct LayerPlan {
+  const DecoderLayer* layer = nullptr;
+  bool qkv_gemv = false;     // q/k/v in one gemv
+  bool norm1_fused = false;  // input_layernorm as that gemv's prologue
+  bool rope_fused = false;   // q/k norm + rotary + cache write in one kernel
+  bool o_gemv = false;
+  bool mlp_fused = false;  // gate/up (+SwiGLU) and down as gemvs
+  bool eager_attention =
+      false;                 // attn_implementation "eager": probabilities rounded (ops::attention)
+  bool norm2_fused = false;  // post_attention_layernorm as the gate/up prologue
+};
+
+}  // namespace
+
+struct DecodeStep::Plan {
+  const DecoderLM* lm = nullptr;
+  KVCache* cache = nullptr;
+  DecodeBuffers* state = nullptr;
+  bool greedy = true;
+  int64_t b = 0, hidden = 0, hq = 0, hkv = 0, d = 0, inter = 0, vocab = 0, qkv_width = 0;
+  DType dtype = DType::F32;
+  Tensor h[2], delta, normed, qkv, attn, act, logits, cos, sin, inv_freq;
+  Tensor attn_workspace, attn_counters, greedy_values, greedy_indices, greedy_counters;
+  int attn_splits = 1, greedy_blocks = 1;
+  bool flash_attention = false;  // kernels/flash-attn's decode kernel serves the attention
+  float rope_theta = 0.0f;
+  std::vector<LayerPlan> layers;
+  bool head_gemv = false;
+  // Bindings the plan was made with: every layer module's implementation and the attention
+  // function names.
+  std::vector<std::pair<const nn::Module*, const nn::LayerImpl*> > impls;
+  std::vector<std::string> attention_names;
+
+  decode::GemvParams gemv_params(const Tensor& x, int64_t k) const {
+    decode::GemvParams p;
+    p.dtype = dtype;
+    p.m = b;
+    p.k = k;
+    p.x = x.view().ptr();
+    p.x_stride = x.view().strides[0];
+    return p;
+  }
+  static decode::GemvSegment segment(const nn::Linear& linear, void* out, int64_t out_stride) {
+    decode::GemvSegment s;
+    s.weight = linear.weight().view().ptr();
+    s.bias = linear.bias() ? linear.bias()->view().ptr() : nullptr;
+    s.out = out;
+    s.out_stride = out_stride;
+    s.n = linear.out_features();
+    return s;
+  }
+  // The products of one layer (and lm_head) as the step launches them; plan() checks the same
+  // parameters against what the gemv serves.
+  decode::GemvParams qkv_product(const nn::Attention& at) const {
+    decode::GemvParams g = gemv_params(normed, hidden);
+    g.segments[0] = segment(*at.q_proj, qkv_at(0), qkv_width);
+    g.segments[1] = segment(*at.k_proj, qkv_at(hq * d), qkv_width);
+    g.segments[2] = segment(*at.v_proj, qkv_at((hq + hkv) * d), qkv_width);
+    g.num_segments = 3;
+    return g;
+  }
+  decode::GemvParams o_product(const nn::Attention& at) const {
+    decode::GemvParams g = gemv_params(attn, hq * d);
+    g.segments[0] = segment(*at.o_proj, delta.view().ptr(), hidden);
+    g.num_segments = 1;
+    return g;
+  }
+  decode::GemvParams gate_up_product(const nn::MLP& mlp) const {
+    decode::GemvParams g = gemv_params(normed, hidden);
+    g.segments[0] = segment(*mlp.gate_proj, act.view().ptr(), inter);
+    g.segments[1] = segment(*mlp.up_proj, act.view().ptr(), inter);
+    g.num_segments = 2;
+    g.epilogue = decode::GemvEpilogue::SiluMul;
+    return g;
+  }
+  decode::GemvParams down_product(const nn::MLP& mlp) const {
+    decode::GemvParams g = gemv_params(act, inter);
+    g.segments[0] = segment(*mlp.down_proj, delta.view().ptr(), hidden);
+    g.num_segments = 1;
+    return g;
+  }
+  decode::GemvParams head_product() const {
+    decode::GemvParams g = gemv_params(normed, hidden);
+    g.segments[0] = segment(*lm->lm_head, logits.view().ptr(), vocab);
+    g.num_segments = 1;
+    return g;
+  }
+  void add_prologue(decode::GemvParams& p, const nn::RMSNorm& norm, int cur, bool pending) const {
+    p.has_prologue = true;
+    p.prologue.residual = h[cur].view().ptr();
+    p.prologue.residual_stride = hidden;
+    p.prologue.delta = pending ? delta.view().ptr() : nullptr;
+    p.prologue.delta_stride = hidden;
+    p.prologue.residual_out = pending ? h[1 - cur].view().ptr() : nullptr;
+    p.prologue.residual_out_stride = hidden;
+    p.prologue.norm_weight = norm.weight().view().ptr();
+    p.prologue.eps = static_cast<float>(norm.eps());
+  }
+#ifdef HK_HAVE_FLASH_ATTN
+  // The flash decode call of layer `i`: q from qkv, the whole cache with device lengths + 1.
+  hk_flash::Params flash_params(int64_t i, const DecodeBuffers& st) const {
+    const Tensor q = qkv.slice(2, 0, hq * d).reshape({b, 1, hq, d});
+    const Tensor out = attn.reshape({b, 1, hq, d});
+    hk_flash::CallOptions o;
+    o.scale = lm->model->layers[static_cast<size_t>(i)]->self_attn->scaling();
+    o.causal = true;
+    o.key_start = &st.key_start.view();
+    hk_flash::Params fp =
+        hk_flash::forward_params(q, cache->keys(i), cache->values(i), out, nullptr, o);
+    fp.seqlens_k = st.lengths.data_as<int32_t>();
+    fp.seqlens_k_add = 1;
+    return fp;
+  }
+#endif
+  char* qkv_at(int64_t col) const {
+    return static_cast<char*>(qkv.view().ptr()) + col * static_cast<int64_t>(dtype_size(dtype));
+  }
+  Tensor qkv_cols(int64_t from, int64_t to) const {
+    return qkv.slice(2, from, to);
+  }
+
+  // normed = norm(h[cur] (+= delta when pending)), the unfused residual step.
+  void residual_norm(const nn::RMSNorm& norm, int cur, bool& pending, Stream stream) const {
+    if (!pending)
+      norm.forward(h[cur], normed, stream);
+    else if (norm.uses_builtin())
+      ops::add_rms_norm(h[cur], delta, norm.weight(), static_cast<float>(norm.eps()), normed,
+                        stream);
+    else {
+      ops::add(h[cur], delta, h[cur], 1.0f, stream);
+      norm.forward(h[cur], normed, stream);
+    }
+    pending = false;
+  }
+};
+
+DecodeStep::~DecodeStep() = default;
+
+namespace {
+
+bool gemv_ok(const decode::GemvParams& p) {
+  return p.m <= decode::gemv_preferred_max_rows() && decode::gemv_unsupported(p).empty();
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : "; ") + s;
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache& cache,
+                                             DecodeBuffers& state, bool greedy, std::string& why) {
+  DecoderLM& lm =
+      const_cast<DecoderLM&>(lm_const);  // named_modules() is not const; nothing changes
+  const ModelConfig& c = lm.config;
+  if (!lm.device.is_cuda()) {
+    why = "the model is on " + lm.device.str();
+    return nullptr;
+  }
+  auto step = std::unique_ptr<DecodeStep>(new DecodeStep());
+  step->plan_ = std::make_unique<Plan>();
+  Plan& p = *step->plan_;
+  p.lm = &lm;
+  p.cache = &cache;
+  p.state = &state;
+  p.greedy = greedy;
+  p.b = cache.batch();
+  p.hidden = c.hidden_size;
+  p.hq = c.num_attention_heads;
+  p.hkv = c.num_key_value_heads;
+  p.d = c.head_dim;
+  p.inter = c.intermediate_size;
+  p.vocab = c.vocab_size;
+  p.qkv_width = (p.hq + 2 * p.hkv) * p.d;
+  p.dtype = lm.dtype;
+  const Device dev = lm.device;
+
+  // Everything the step cannot do on device makes the plan fail (generate then runs the model
+  // forward per token); kernels bound to layers only make it uncapturable when they do not say
+  // they are capture-safe.
+  std::vector<std::string> refusals;
+  for (auto& [path, module] : lm.named_modules()) {
+    if (module->layer_interface().empty()) continue;
+    auto impl = module->impl();
+    p.impls.emplace_back(module, impl.get());
+    if (module->layer_interface() == "ForCausalLMLoss") continue;  // not used by decode
+    if (impl && impl->name() == "builtin") continue;
+    if (impl && kernel_binding::declares_capture(*impl)) continue;
+    refusals.push_back(path + " runs " + (impl ? impl->name() : std::string("nothing")) +
+                       ", which does not declare CUDA-graph capture safety (kernelize with "
+                       "Mode::Inference | Mode::Capture falls back from it)");
+  }
+  for (const auto& layer : lm.model->layers) {
+    const nn::Attention& attn = *layer->self_attn;
+    p.attention_names.push_back(attn.attn_implementation());
+    if (!attn.uses_builtin()) {
+      why = "attention is bound to " + attn.impl()->name() +
+            ", which has no KV-cache decode form with device lengths";
+      return nullptr;
+    }
+    if (!builtin_attention_function(attn.attn_implementation())) {
+      why = "attention implementation '" + attn.attn_implementation() +
+            "' has no KV-cache decode form with device lengths (the built-in eager and sdpa do)";
+      return nullptr;
+    }
+    if (attn.shape().qk_norm != static_cast<bool>(attn.q_norm)) {
+      why = "attention q/k norm layout not understood";
+      return nullptr;
+    }
+  }
+  const auto& rope = lm.model->rotary_emb->rope();
+  if (rope.rope_type == "default") {
+    p.rope_theta = static_cast<float>(rope.rope_theta);
+  }
+  {
+    const auto& inv = lm.model->rotary_emb->inv_freq();
+    std::vector<float> host(inv.begin(), inv.end());
+    p.inv_freq = Tensor::from_floats(host, {static_cast<int64_t>(host.size())}).to(dev);
+  }
+
+  const int64_t b = p.b;
+  const DType dt = p.dtype;
+  p.h[0] = Tensor::empty({b, 1, p.hidden}, dt, dev);
+  p.h[1] = Tensor::empty({b, 1, p.hidden}, dt, dev);
+  p.delta = Tensor::empty({b, 1, p.hidden}, dt, dev);
+  p.normed = Tensor::empty({b, 1, p.hidden}, dt, dev);
+  p.qkv = Tensor::empty({b, 1, p.qkv_width}, dt, dev);
+  p.attn = Tensor::empty({b, 1, p.hq * p.d}, dt, dev);
+  p.act = Tensor::empty({b, 1, p.inter}, dt, dev);
+  p.logits = Tensor::empty({b, 1, p.vocab}, dt, dev);
+  p.cos = Tensor::empty({b, 1, p.d}, DType::F32, dev);
+  p.sin = Tensor::empty({b, 1, p.d}, DType::F32, dev);
+  if (!greedy) step->logits_f32_ = Tensor::empty({b, p.vocab}, DType::F32, dev);
+
+  decode::DecodeAttentionParams ap;
+  ap.dtype = dt;
+  ap.batch = b;
+  ap.heads_q = p.hq;
+  ap.heads_kv = p.hkv;
+  ap.head_dim = p.d;
+  ap.q = p.qkv.view().ptr();
+  ap.q_batch_stride = p.qkv_width;
+  ap.k_cache = cache.keys(0).view().ptr();
+  ap.v_cache = cache.values(0).view().ptr();
+  ap.cache_batch_stride = cache.keys(0).view().strides[0];
+  ap.cache_row_stride = cache.keys(0).view().strides[1];
+  ap.out = p.attn.view().ptr();
+  ap.out_batch_stride = p.hq * p.d;
+  if (std::string w = decode::attention_unsupported(ap); !w.empty()) {
+    why = "decode attention: " + w;
+    return nullptr;
+  }
+#ifdef HK_HAVE_FLASH_ATTN
+  // flash semantics: for sdpa only ("eager" rounds the probabilities, which flash does not)
+  const bool all_sdpa = std::all_of(p.attention_names.begin(), p.attention_names.end(),
+                                    [](const std::string& n) { return n == "sdpa"; });
+  if (all_sdpa && flash_decode_wanted() && (dt == DType::BF16 || dt == DType::F16)) {
+    try {
+      p.flash_attention = hk_flash::unsupported_reason(p.flash_params(0, state)).empty();
+    } catch (const std::exception&) {
+      p.flash_attention = false;
+    }
+  }
+#endif
+  p.attn_splits = decode::attention_splits(b, p.hkv, cache.max_length());
+  if (p.attn_splits > 1) {
+    p.attn_workspace = Tensor::empty(
+        {static_cast<int64_t>(decode::attention_workspace_floats(b, p.hq, p.d, p.attn_splits))},
+        DType::F32, dev);
+    p.attn_counters = Tensor::zeros({b * p.hkv}, DType::I32, dev);
+  }
+  if (greedy) {
+    p.greedy_blocks = decode::greedy_blocks_per_row(b, p.vocab);
+    if (p.greedy_blocks > 1) {
+      p.greedy_values = Tensor::empty({b * p.greedy_blocks}, DType::F32, dev);
+      p.greedy_indices = Tensor::empty({b * p.greedy_blocks}, DType::I32, dev);
+      p.greedy_counters = Tensor::zeros({b}, DType::I32, dev);
+    }
+  }
+
+  // Per-layer choices. Fused products need the built-in implementations of every layer they
+  // replace and shapes the gemv serves (16-bit or f32 weights, M ≤ 16, aligned rows).
+  int fused_norms = 0, fused_qkv = 0, fused_rope = 0, fused_o = 0, fused_mlp = 0;
+  for (const auto& layer : lm.model->layers) {
+    LayerPlan lp;
+    lp.layer = layer.get();
+    const nn::Attention& at = *layer->self_attn;
+    {
+      decode::GemvParams g = p.qkv_product(at);
+      lp.qkv_gemv = at.q_proj->uses_builtin() && at.k_proj->uses_builtin() &&
+                    at.v_proj->uses_builtin() && gemv_ok(g);
+      if (lp.qkv_gemv && layer->input_layernorm->uses_builtin()) {
+        p.add_prologue(g, *layer->input_layernorm, 0, true);
+        lp.norm1_fused = gemv_ok(g);
+      }
+    }
+    lp.eager_attention = at.attn_implementation() == "eager";
+    lp.rope_fused = at.rotary_fn->uses_builtin() &&
+                    (!at.q_norm || (at.q_norm->uses_builtin() && at.k_norm->uses_builtin()));
+    {
+      decode::GemvParams g = p.o_product(at);
+      lp.o_gemv = at.o_proj->uses_builtin() && gemv_ok(g);
+    }
+    {
+      const nn::MLP& mlp = *layer->mlp;
+      decode::GemvParams g = p.gate_up_product(mlp);
+      decode::GemvParams down = p.down_product(mlp);
+      lp.mlp_fused = mlp.uses_builtin() && mlp.gate_proj->uses_builtin() &&
+                     mlp.up_proj->uses_builtin() && mlp.down_proj->uses_builtin() &&
+                     mlp.act_fn->uses_builtin() && mlp.act_fn->kind() == ops::Activation::SiLU &&
+                     gemv_ok(g) && gemv_ok(down);
+      if (lp.mlp_fused && layer->post_attention_layernorm->uses_builtin()) {
+        p.add_prologue(g, *layer->post_attention_layernorm, 0, true);
+        lp.norm2_fused = gemv_ok(g);
+      }
+    }
+    fused_norms += lp.norm1_fused + lp.norm2_fused;
+    fused_qkv += lp.qkv_gemv;
+    fused_rope += lp.rope_fused;
+    fused_o += lp.o_gemv;
+    fused_mlp += lp.mlp_fused;
+    p.layers.push_back(lp);
+  }
+  {
+    decode::GemvParams g = p.head_product();
+    p.head_gemv = lm.lm_head->uses_builtin() && gemv_ok(g);
+    // The final norm stays a kernel of its own: lm_head's thousands of blocks would each
+    // recompute it as a prologue (the layers' products have a few hundred, where it pays).
+  }
+  const int64_t n = static_cast<int64_t>(p.layers.size());
+  auto of = [&](int k) { return std::to_string(k) + "/" + std::to_string(n); };
+  step->summary_ = "device decode step, batch " + std::to_string(b) + ", cache " +
+                   std::to_string(cache.max_length()) + ": fused q/k/v gemv " + of(fused_qkv) +
+                   ", rmsnorm prologues " + std::to_string(fused_norms) + "/" +
+                   std::to_string(2 * n) + ", q/k norm+rope+cache " + of(fused_rope) +
+                   ", o_proj gemv " + of(fused_o) + ", gate/up+SwiGLU+down gemv " + of(fused_mlp) +
+                   ", lm_head gemv " + (p.head_gemv ? "yes" : "no") +
+                   (p.flash_attention ? ", attention flash-attn decode"
+                    : p.layers[0].eager_attention
+                        ? ", attention hk decode (eager)"
+                        : ", attention hk decode, splits " + std::to_string(p.attn_splits)) +
+                   (decode::pdl_enabled() ? ", PDL" : ", no PDL");
+  step->capture_refusal_ = join(refusals);
+  return step;
+}
+
+bool DecodeStep::matches(const DecoderLM& lm_const) const {
+  DecoderLM& lm = const_cast<DecoderLM&>(lm_const);
+  const Plan& p = *plan_;
+  if (p.lm != &lm) return false;
+  size_t i = 0;
+  for (auto& [path, module] : lm.named_modules()) {
+    if (module->layer_interface().empty()) continue;
+    if (i >= p.impls.size() || p.impls[i].first != module ||
+        p.impls[i].second != module->impl().get())
+      return false;
+    ++i;
+  }
+  if (i != p.impls.size()) return false;
+  for (size_t l = 0; l < lm.model->layers.size(); ++l)
+    if (lm.model->layers[l]->self_attn->attn_implementation() != p.attention_names[l]) return false;
+  return true;
+}
+
+void DecodeStep::enqueue(Stream stream) const {
+  const Plan& p = *plan_;
+  const DecoderLM& lm = *p.lm;
+  const DecodeBuffers& st = *p.state;
+  KVCache& cache = *p.cache;
+  const int64_t b = p.b, d = p.d, hq = p.hq, hkv = p.hkv;
+  int cur = 0;
+  bool pending = false;
+
+  lm.model->embed_tokens->forward(st.tokens.reshape({b, 1}), p.h[cur], stream);
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const LayerPlan& lp = p.layers[i];
+    const DecoderLayer& layer = *lp.layer;
+    const nn::Attention& at = *layer.self_attn;
+
+    // input norm + q/k/v
+    if (lp.qkv_gemv) {
+      decode::GemvParams g = p.qkv_product(at);
+      if (lp.norm1_fused) {
+        p.add_prologue(g, *layer.input_layernorm, cur, pending);
+        if (pending) cur = 1 - cur;
+        pending = false;
+      } else {
+        p.residual_norm(*layer.input_layernorm, cur, pending, stream);
+      }
+      decode::gemv(g, stream);
+    } else {
+      p.residual_norm(*layer.input_layernorm, cur, pending, stream);
+      // Built-in linears write the strided columns of qkv directly; a kernel gets a dense output.
+      auto project = [&](const nn::Linear& proj, int64_t from, int64_t to) {
+        const Tensor cols = p.qkv_cols(from, to);
+        if (proj.uses_builtin()) {
+          proj.forward(p.normed, cols, stream);
+          return;
+        }
+        Tensor dense = Tensor::empty(cols.sizes(), p.dtype, cols.device(), stream);
+        proj.forward(p.normed, dense, stream);
+        cols.copy_from(dense, stream);
+      };
+      project(*at.q_proj, 0, hq * d);
+      project(*at.k_proj, hq * d, (hq + hkv) * d);
+      project(*at.v_proj, (hq + hkv) * d, p.qkv_width);
+    }
+
+    // q/k norm + rotary + cache write
+    decode::QkRopeCacheParams r;
+    r.dtype = p.dtype;
+    r.batch = b;
+    r.heads_q = hq;
+    r.heads_kv = hkv;
+    r.head_dim = d;
+    r.qkv = p.qkv.view().ptr();
+    r.qkv_stride = p.qkv_width;
+    r.positions = st.positions.data_as<int32_t>();
+    r.inv_freq = p.inv_freq.data_as<float>();
+    r.rope_theta = p.rope_theta;
+    r.cache_index = st.lengths.data_as<int32_t>();
+    const Tensor& kc = cache.keys(static_cast<int64_t>(i));
+    const Tensor& vc = cache.values(static_cast<int64_t>(i));
+    r.k_cache = kc.view().ptr();
+    r.v_cache = vc.view().ptr();
+    r.cache_batch_stride = kc.view().strides[0];
+    r.cache_row_stride = kc.view().strides[1];
+    r.capacity = cache.max_length();
+    if (lp.rope_fused) {
+      if (at.q_norm) {
+        r.q_norm_weight = at.q_norm->weight().view().ptr();
+        r.k_norm_weight = at.k_norm->weight().view().ptr();
+        r.eps = static_cast<float>(at.q_norm->eps());
+      }
+    } else {
+      // Layer implementations get dense q and k (kernels may refuse strided rows), as in the
+      // model forward; the results go back into qkv for the attention and the cache write.
+      const Tensor q_cols = p.qkv_cols(0, hq * d), k_cols = p.qkv_cols(hq * d, (hq + hkv) * d);
+      Tensor q = Tensor::empty({b, 1, hq, d}, p.dtype, q_cols.device(), stream);
+      Tensor k = Tensor::empty({b, 1, hkv, d}, p.dtype, k_cols.device(), stream);
+      q.reshape({b, 1, hq * d}).copy_from(q_cols, stream);
+      k.reshape({b, 1, hkv * d}).copy_from(k_cols, stream);
+      if (at.q_norm) {
+        at.q_norm->forward(q, q, stream);
+        at.k_norm->forward(k, k, stream);
+      }
+      decode::rope_tables(st.positions.data_as<int32_t>(), b, d, p.inv_freq.data_as<float>(),
+                          p.rope_theta, 1.0f, p.cos.data_as<float>(), p.sin.data_as<float>(),
+                          stream);
+      at.rotary_fn->forward(q, k, p.cos, p.sin, stream);
+      q_cols.copy_from(q.reshape({b, 1, hq * d}), stream);
+      k_cols.copy_from(k.reshape({b, 1, hkv * d}), stream);
+      r.process_q = false;
+      r.rotate = false;
+    }
+    decode::qk_rope_cache(r, stream);
+
+    // attention over the cache
+    decode::DecodeAttentionParams ap;
+    ap.dtype = p.dtype;
+    ap.batch = b;
+    ap.heads_q = hq;
+    ap.heads_kv = hkv;
+    ap.head_dim = d;
+    ap.q = p.qkv.view().ptr();
+    ap.q_batch_stride = p.qkv_width;
+    ap.k_cache = kc.view().ptr();
+    ap.v_cache = vc.view().ptr();
+    ap.cache_batch_stride = kc.view().strides[0];
+    ap.cache_row_stride = kc.view().strides[1];
+    ap.lengths = st.lengths.data_as<int32_t>();
+    ap.length_add = 1;
+    ap.key_start = st.key_start.data_as<int32_t>();
+    ap.out = p.attn.view().ptr();
+    ap.out_batch_stride = hq * d;
+    ap.scale = at.scaling();
+    ap.eager = lp.eager_attention;
+    ap.splits = p.attn_splits;
+    if (p.attn_splits > 1) {
+      ap.workspace = p.attn_workspace.data_as<float>();
+      ap.counters = p.attn_counters.data_as<int32_t>();
+    }
+#ifdef HK_HAVE_FLASH_ATTN
+    if (p.flash_attention)
+      hk_flash::forward(p.flash_params(static_cast<int64_t>(i), st),
+                        static_cast<hk_flash::Stream>(stream.handle));
+    else
+      decode::attention(ap, stream);
+#else
+    decode::attention(ap, stream);
+#endif
+
+    // o_proj → delta
+    if (lp.o_gemv) {
+      decode::GemvParams g = p.o_product(at);
+      decode::gemv(g, stream);
+    } else {
+      at.o_proj->forward(p.attn, p.delta, stream);
+    }
+    pending = true;
+
+    // post-attention norm + MLP → delta
+    const nn::MLP& mlp = *layer.mlp;
+    if (lp.mlp_fused) {
+      decode::GemvParams g = p.gate_up_product(mlp);
+      if (lp.norm2_fused) {
+        p.add_prologue(g, *layer.post_attention_layernorm, cur, pending);
+        cur = 1 - cur;
+        pending = false;
+      } else {
+        p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
+      }
+      decode::gemv(g, stream);
+      decode::GemvParams down = p.down_product(mlp);
+      decode::gemv(down, stream);
+    } else {
+      p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
+      mlp.forward(p.normed, p.delta, stream);
+    }
+    pending = true;
+  }
+
+  // final norm + lm_head
+  const Tensor logits2 = p.logits.reshape({b, p.vocab});
+  if (p.head_gemv) {
+    decode::GemvParams g = p.head_product();
+    p.residual_norm(*lm.model->norm, cur, pending, stream);
+    decode::gemv(g, stream);
+  } else {
+    p.residual_norm(*lm.model->norm, cur, pending, stream);
+    lm.lm_head->forward(p.normed, p.logits, stream);
+  }
+
+  if (p.greedy) {
+    decode::GreedyParams gp;
+    gp.dtype = p.dtype;
+    gp.batch = b;
+    gp.vocab = p.vocab;
+    gp.logits = logits2.view().ptr();
+    gp.logits_stride = p.vocab;
+    gp.tokens = st.tokens.data_as<int64_t>();
+    gp.done = st.done.data_as<int32_t>();
+    gp.eos = st.eos.data_as<int64_t>();
+    gp.num_eos = st.num_eos;
+    gp.pad_id = st.pad_id;
+    gp.positions = st.positions.data_as<int32_t>();
+    gp.lengths = st.lengths.data_as<int32_t>();
+    gp.blocks_per_row = p.greedy_blocks;
+    if (p.greedy_blocks > 1) {
+      gp.partial_values = p.greedy_values.data_as<float>();
+      gp.partial_indices = p.greedy_indices.data_as<int32_t>();
+      gp.counters = p.greedy_counters.data_as<int32_t>();
+    }
+    decode::greedy(gp, stream);
+  } else {
+    ops::cast(logits2, logits_f32_, stream);
+    decode::advance(st.positions.data_as<int32_t>(), st.lengths.data_as<int32_t>(), b, stream);
+  }
+}
+
+#endif  // HK_HAVE_CUDA
+
+}  // namespace hk

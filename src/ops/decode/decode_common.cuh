@@ -1,0 +1,134 @@
+// Internal: device helpers of the decode kernels — programmatic dependent launch (PDL), L2
+// prefetch, streaming 16-byte loads, bf16/f16 tensor-core products, and the launch helper that
+// adds the PDL attribute. Only included by src/ops/decode/*_cuda.cu.
+//
+// PDL protocol of every decode kernel: prefetch what no predecessor writes (weights, old cache
+// rows), then `grid_wait()` (returns once the preceding kernel finished and its writes are
+// visible; a no-op when launched without the attribute), then `grid_launch_dependents()` so the
+// next kernel may start its own prefetch while this one computes. Triggering after the wait bounds
+// the overlap to one kernel ahead, so prefetched weights are not evicted before they are used.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "hk/kernel_sdk_cuda.cuh"
+#include "ops/decode/decode_kernels.h"
+
+namespace hk::decode::detail {
+
+using hk::sdk::cuda::from_f32;
+using hk::sdk::cuda::round_as;
+using hk::sdk::cuda::to_f32;
+
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+// 16 bytes that are read once: not kept in L1.
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+__device__ __forceinline__ uint4 load_ro16(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint4 zero16() {
+  return make_uint4(0u, 0u, 0u, 0u);
+}
+
+// D += A·B for one m16n8k16 tile (f32 accumulators); A row-major (4 registers), B column-major
+// (2 registers), each register two 16-bit values, the lower index in the lower half.
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                        uint32_t a2, uint32_t a3, uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1,
+                                                 uint32_t a2, uint32_t a3, uint32_t b0,
+                                                 uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Eight 16-bit values of a uint4 (element e in register e/2, lower half first).
+template <class T>
+__device__ __forceinline__ float lane_value(const uint4& v, int e) {
+  const uint32_t word = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+  const uint16_t bits = static_cast<uint16_t>((e & 1) ? (word >> 16) : (word & 0xffffu));
+  T t;
+  *reinterpret_cast<uint16_t*>(&t) = bits;
+  return to_f32(t);
+}
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  T a = from_f32<T>(lo), b = from_f32<T>(hi);
+  return static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&a)) |
+         (static_cast<uint32_t>(*reinterpret_cast<uint16_t*>(&b)) << 16);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// SiLU as the built-in ops compute it (ops/cuda_common.cuh activation_forward).
+__device__ __forceinline__ float silu(float x) {
+  return x * __frcp_rn(1.0f + expf(-x));
+}
+
+inline cudaStream_t native(Stream s) {
+  return static_cast<cudaStream_t>(s.handle);
+}
+
+// Launches `kernel` with the PDL attribute when pdl_enabled().
+template <class... KernelArgs, class... Args>
+void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
+            Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = native(stream);
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// Raises a kernel's dynamic shared memory limit once (per process and kernel).
+void allow_dynamic_smem(const void* kernel, size_t bytes);
+int device_sm_count();
+
+}  // namespace hk::decode::detail

@@ -1,0 +1,598 @@
+// Device decode on CUDA (label gpu).
+//
+//  * the decode kernels against the built-in ops: gemv (1–16 rows, three weights in one launch,
+//    the RMSNorm prologue with the residual add, the SwiGLU epilogue, bf16/f16/f32, odd shapes)
+//    against ops::linear / add_rms_norm / act_mul; decode attention (GQA, left padding, per-row
+//    lengths, split keys) against the eager op on the CPU; the greedy pick (first index on ties,
+//    finished rows get the pad id, eos marks rows finished, positions and lengths advance);
+//  * the graph pool: a capture pass is served from its warm-up's blocks and a new size throws;
+//  * end to end on the model fixtures (and on HK_DECODE_TEST_MODEL, e.g. the Qwen3-0.6B-shaped
+//    benchmark checkpoint, when set): graph decode gives the same ids as the same step launched
+//    eagerly — greedy, f32 and bf16, batch 1 and a left-padded batch of 8, in two cache buckets,
+//    with and without eos, and again from the cached graph; one fused device step gives the
+//    logits of the model forward within the dtype's tolerance; seeded sampling on the device step
+//    repeats; a kernel mapped by KernelConfig that does not declare capture safety falls back
+//    with its reason under Inference | Capture and still decodes the built-in ids, and when bound
+//    (Inference only) keeps the step out of the graph, saying why.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "generation/decode_session.h"
+#include "gpu_testing.h"
+#include "hk/allocator.h"
+#include "hk/error.h"
+#include "hk/models.h"
+#include "models/decoder_lm.h"
+#include "ops/decode/decode_kernels.h"
+
+namespace hk {
+namespace {
+using namespace gpu_testing;
+namespace fs = std::filesystem;
+
+double atol_mm(DType dt) {
+  return dt == DType::F32 ? 2e-4 : dt == DType::F16 ? 4e-3 : 3e-2;
+}
+
+// ---- gemv
+// ----------------------------------------------------------------------------------------
+
+struct GemvCase {
+  DType dt;
+  int64_t m, n, k;
+};
+
+TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
+  HK_REQUIRE_REAL_CUDA();
+  // (the kernel itself, whatever HK_DECODE_GEMV_MAX_ROWS lets the decode step hand it)
+  uint32_t seed = 1;
+  for (GemvCase c : {GemvCase{DType::BF16, 1, 2048, 1024}, GemvCase{DType::BF16, 5, 1000, 96},
+                     GemvCase{DType::BF16, 9, 33, 64}, GemvCase{DType::BF16, 16, 4096, 1024},
+                     GemvCase{DType::F16, 3, 777, 2048}, GemvCase{DType::F16, 16, 64, 3072},
+                     GemvCase{DType::BF16, 24, 640, 1024}, GemvCase{DType::BF16, 40, 1024, 2048},
+                     GemvCase{DType::F16, 64, 300, 3072}, GemvCase{DType::BF16, 64, 2048, 1024},
+                     GemvCase{DType::F32, 1, 300, 1024}, GemvCase{DType::F32, 11, 65, 68}}) {
+    const std::string what = std::string(dtype_name(c.dt)) + " m" + std::to_string(c.m) + " n" +
+                             std::to_string(c.n) + " k" + std::to_string(c.k);
+    Tensor x = random_cpu({c.m, c.k}, c.dt, seed++);
+    Tensor gx = to_gpu(x);
+    decode::GemvParams p;
+    p.dtype = c.dt;
+    p.m = c.m;
+    p.k = c.k;
+    p.x = gx.view().ptr();
+    p.x_stride = c.k;
+    // Three weights of different sizes writing into one wide output (as q, k, v).
+    const int64_t ns[3] = {c.n, c.n / 2 + 1, 17};
+    const int64_t width = ns[0] + ns[1] + ns[2] + 8;
+    Tensor out = gpu_output({c.m, width}, c.dt);
+    std::vector<Tensor> w, b, refs;
+    int64_t col = 0;
+    for (int s = 0; s < 3; ++s) {
+      w.push_back(random_cpu({ns[s], c.k}, c.dt, seed++));
+      b.push_back(random_cpu({ns[s]}, c.dt, seed++));
+      Tensor ref = Tensor::empty({c.m, ns[s]}, c.dt);
+      ops::linear(x, w.back(), s == 1 ? &b.back().view() : nullptr, ref);
+      refs.push_back(ref);
+    }
+    std::vector<Tensor> gw, gb;
+    for (int s = 0; s < 3; ++s) {
+      gw.push_back(to_gpu(w[s]));
+      gb.push_back(to_gpu(b[s]));
+      p.segments[s].weight = gw[s].view().ptr();
+      p.segments[s].bias = s == 1 ? gb[s].view().ptr() : nullptr;
+      p.segments[s].out = static_cast<char*>(out.view().ptr()) + col * dtype_size(c.dt);
+      p.segments[s].out_stride = width;
+      p.segments[s].n = ns[s];
+      col += ns[s];
+    }
+    p.num_segments = 3;
+    ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
+    decode::gemv(p, {});
+    col = 0;
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_TRUE(close(out.slice(1, col, col + ns[s]), refs[s], atol_mm(c.dt), rtol_for(c.dt)))
+          << what << " weight " << s;
+      col += ns[s];
+    }
+  }
+}
+
+TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
+  HK_REQUIRE_REAL_CUDA();
+  uint32_t seed = 100;
+  for (DType dt : {DType::BF16, DType::F16})
+    for (int64_t m : {1, 4, 13})
+      for (bool with_delta : {false, true}) {
+        const int64_t k = 1024, n = 384;
+        const std::string what =
+            std::string(dtype_name(dt)) + " m" + std::to_string(m) + (with_delta ? " +delta" : "");
+        Tensor h = random_cpu({m, k}, dt, seed++), delta = random_cpu({m, k}, dt, seed++);
+        Tensor nw = random_cpu({k}, dt, seed++, 0.5f, 1.5f);
+        Tensor wg = random_cpu({n, k}, dt, seed++), wu = random_cpu({n, k}, dt, seed++);
+        // reference: residual add + norm, gate/up linears, act_mul
+        Tensor h_ref = h.clone(), normed = Tensor::empty({m, k}, dt);
+        if (with_delta)
+          ops::add_rms_norm(h_ref, delta, nw, 1e-6f, normed);
+        else
+          ops::rms_norm(h_ref, nw, 1e-6f, normed);
+        Tensor gate = Tensor::empty({m, n}, dt), up = Tensor::empty({m, n}, dt);
+        ops::linear(normed, wg, nullptr, gate);
+        ops::linear(normed, wu, nullptr, up);
+        Tensor act = Tensor::empty({m, n}, dt);
+        ops::act_mul(ops::Activation::SiLU, gate, up, act);
+
+        Tensor gh = to_gpu(h), gd = to_gpu(delta), gn = to_gpu(nw), gwg = to_gpu(wg),
+               gwu = to_gpu(wu);
+        Tensor h_out = gpu_output({m, k}, dt), out = gpu_output({m, n}, dt);
+        decode::GemvParams p;
+        p.dtype = dt;
+        p.m = m;
+        p.k = k;
+        p.has_prologue = true;
+        p.prologue.residual = gh.view().ptr();
+        p.prologue.residual_stride = k;
+        p.prologue.delta = with_delta ? gd.view().ptr() : nullptr;
+        p.prologue.delta_stride = k;
+        p.prologue.residual_out = with_delta ? h_out.view().ptr() : nullptr;
+        p.prologue.residual_out_stride = k;
+        p.prologue.norm_weight = gn.view().ptr();
+        p.prologue.eps = 1e-6f;
+        p.segments[0] = {gwg.view().ptr(), nullptr, out.view().ptr(), n, n};
+        p.segments[1] = {gwu.view().ptr(), nullptr, out.view().ptr(), n, n};
+        p.num_segments = 2;
+        p.epilogue = decode::GemvEpilogue::SiluMul;
+        ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
+        decode::gemv(p, {});
+        // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
+        // one-ulp flip of a normalised element moves gate or up by that element's weight, and
+        // the product amplifies it where the other factor is large. So: almost every element
+        // within the elementwise tolerance, none off by more than a few percent of the scale.
+        const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
+        double scale = 0, worst = 0;
+        size_t off = 0;
+        for (double w : want) scale = std::max(scale, std::abs(w));
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double diff = std::abs(got[i] - want[i]);
+          worst = std::max(worst, diff);
+          off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
+        }
+        EXPECT_LE(off, got.size() / 100)
+            << what << " (" << off << " elements off, worst " << worst << ")";
+        EXPECT_LE(worst, 0.03 * scale) << what << " (scale " << scale << ")";
+        if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << what << " residual";
+      }
+}
+
+TEST(DecodeGemv, RefusesWhatItCannotServe) {
+  HK_REQUIRE_REAL_CUDA();
+  decode::GemvParams p;
+  p.dtype = DType::BF16;
+  p.m = 65;
+  p.k = 64;
+  EXPECT_NE(decode::gemv_unsupported(p).find("65 rows"), std::string::npos);
+  p.dtype = DType::F32;
+  p.m = 17;
+  EXPECT_NE(decode::gemv_unsupported(p).find("17 rows"), std::string::npos);
+  p.m = 1;
+  p.k = 40;
+  EXPECT_NE(decode::gemv_unsupported(p).find("multiple of 32"), std::string::npos);
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+struct AttnCase {
+  DType dt;
+  int64_t b, hq, hkv, d, t;
+};
+
+TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
+  HK_REQUIRE_REAL_CUDA();
+  uint32_t seed = 7;
+  for (AttnCase c :
+       {AttnCase{DType::BF16, 1, 16, 8, 128, 2304}, AttnCase{DType::BF16, 3, 4, 2, 16, 256},
+        AttnCase{DType::F16, 2, 8, 1, 64, 300}, AttnCase{DType::F32, 4, 6, 3, 32, 129},
+        AttnCase{DType::BF16, 64, 16, 8, 128, 256}, AttnCase{DType::F32, 1, 2, 2, 256, 64}})
+    for (int splits : {1, 0, -1}) {  // 0: attention_splits' choice; -1: eager semantics
+      const std::string what = std::string(dtype_name(c.dt)) + " b" + std::to_string(c.b) + " hq" +
+                               std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " d" +
+                               std::to_string(c.d) + " t" + std::to_string(c.t) + " splits " +
+                               std::to_string(splits);
+      Tensor q = random_cpu({c.b, 1, c.hq, c.d}, c.dt, seed++);
+      Tensor kc = random_cpu({c.b, c.t, c.hkv, c.d}, c.dt, seed++);
+      Tensor vc = random_cpu({c.b, c.t, c.hkv, c.d}, c.dt, seed++);
+      std::mt19937 rng(seed++);
+      std::vector<int64_t> lengths(c.b), starts(c.b);
+      for (int64_t r = 0; r < c.b; ++r) {
+        lengths[r] = std::uniform_int_distribution<int64_t>(0, c.t - 1)(rng);  // + 1 new key
+        starts[r] = r % 3 == 1 ? std::min<int64_t>(lengths[r], 5) : 0;
+      }
+      if (c.b > 1) starts[c.b - 1] = lengths[c.b - 1] + 1;  // a fully masked row gives zeros
+      Tensor gq = to_gpu(q), gk = to_gpu(kc), gv = to_gpu(vc);
+      Tensor glen = to_gpu(Tensor::from_ints(lengths, {c.b}, DType::I32));
+      Tensor gstart = to_gpu(Tensor::from_ints(starts, {c.b}, DType::I32));
+      Tensor out = gpu_output({c.b, 1, c.hq, c.d}, c.dt);
+      decode::DecodeAttentionParams p;
+      p.dtype = c.dt;
+      p.batch = c.b;
+      p.heads_q = c.hq;
+      p.heads_kv = c.hkv;
+      p.head_dim = c.d;
+      p.q = gq.view().ptr();
+      p.q_batch_stride = c.hq * c.d;
+      p.k_cache = gk.view().ptr();
+      p.v_cache = gv.view().ptr();
+      p.cache_batch_stride = c.t * c.hkv * c.d;
+      p.cache_row_stride = c.hkv * c.d;
+      p.lengths = glen.data_as<int32_t>();
+      p.length_add = 1;
+      p.key_start = gstart.data_as<int32_t>();
+      p.out = out.view().ptr();
+      p.out_batch_stride = c.hq * c.d;
+      p.splits = splits == 0 ? decode::attention_splits(c.b, c.hkv, c.t) : 1;
+      p.eager = splits < 0;
+      Tensor ws, counters;
+      if (p.splits > 1) {
+        ws = Tensor::empty({int64_t(decode::attention_workspace_floats(c.b, c.hq, c.d, p.splits))},
+                           DType::F32, gpu());
+        counters = Tensor::zeros({c.b * c.hkv}, DType::I32, gpu());
+        p.workspace = ws.data_as<float>();
+        p.counters = counters.data_as<int32_t>();
+      }
+      ASSERT_EQ(decode::attention_unsupported(p), "") << what;
+      for (int rep = 0; rep < 2; ++rep) decode::attention(p, {});  // counters reset by the kernel
+      Tensor ref = Tensor::empty({c.b, 1, c.hq, c.d}, c.dt);
+      for (int64_t r = 0; r < c.b; ++r) {
+        const int64_t len = lengths[r] + 1;
+        Tensor ks = Tensor::from_ints({starts[r]}, {1}, DType::I32);
+        ops::AttentionOptions o;
+        o.key_start = &ks.view();
+        ops::attention(q.slice(0, r, r + 1), kc.slice(0, r, r + 1).slice(1, 0, len),
+                       vc.slice(0, r, r + 1).slice(1, 0, len), ref.slice(0, r, r + 1), o);
+      }
+      // The eager form rounds the probabilities as the reference does: a tighter bound.
+      const double atol = c.dt == DType::F32 ? 1e-5 : p.eager ? 4e-3 : 2e-2;
+      EXPECT_TRUE(close(out, ref, atol, rtol_for(c.dt))) << what;
+    }
+}
+
+// ---- greedy -----------------------------------------------------------------------------------
+
+TEST(DecodeGreedy, FirstMaxPadForFinishedRowsEosAndAdvance) {
+  HK_REQUIRE_REAL_CUDA();
+  for (DType dt : {DType::BF16, DType::F32})
+    for (int64_t vocab : {151936, 3008, 7}) {
+      const int64_t b = 5;
+      Tensor logits = random_cpu({b, vocab}, dt, 42);
+      std::vector<double> v = logits.to_doubles();
+      // ties: the max value again at a later and an earlier index of row 0
+      std::vector<float> f(v.begin(), v.end());
+      const size_t best0 = std::max_element(f.begin(), f.begin() + vocab) - f.begin();
+      f[static_cast<size_t>(vocab - 1)] = f[best0];
+      if (best0 > 0) f[0] = f[best0];
+      logits = Tensor::from_floats(f, {b, vocab}, dt);
+      v = logits.to_doubles();
+      std::vector<int64_t> expect(b);
+      for (int64_t r = 0; r < b; ++r)
+        expect[r] = std::max_element(v.begin() + r * vocab, v.begin() + (r + 1) * vocab) -
+                    (v.begin() + r * vocab);
+      Tensor gl = to_gpu(logits);
+      Tensor tokens = to_gpu(Tensor::from_ints(std::vector<int64_t>(b, -1), {b}, DType::I64));
+      Tensor done = to_gpu(Tensor::from_ints({0, 1, 0, 0, 0}, {b}, DType::I32));
+      Tensor eos = to_gpu(Tensor::from_ints({expect[2], 999999}, {2}, DType::I64));
+      Tensor pos = to_gpu(Tensor::from_ints({3, 4, 5, 6, 7}, {b}, DType::I32));
+      Tensor len = to_gpu(Tensor::from_ints({10, 10, 10, 10, 10}, {b}, DType::I32));
+      decode::GreedyParams p;
+      p.dtype = dt;
+      p.batch = b;
+      p.vocab = vocab;
+      p.logits = gl.view().ptr();
+      p.logits_stride = vocab;
+      p.tokens = tokens.data_as<int64_t>();
+      p.done = done.data_as<int32_t>();
+      p.eos = eos.data_as<int64_t>();
+      p.num_eos = 2;
+      p.pad_id = 77;
+      p.positions = pos.data_as<int32_t>();
+      p.lengths = len.data_as<int32_t>();
+      p.blocks_per_row = decode::greedy_blocks_per_row(b, vocab);
+      Tensor pv, pi, counters;
+      if (p.blocks_per_row > 1) {
+        pv = Tensor::empty({b * p.blocks_per_row}, DType::F32, gpu());
+        pi = Tensor::empty({b * p.blocks_per_row}, DType::I32, gpu());
+        counters = Tensor::zeros({b}, DType::I32, gpu());
+        p.partial_values = pv.data_as<float>();
+        p.partial_indices = pi.data_as<int32_t>();
+        p.counters = counters.data_as<int32_t>();
+      }
+      decode::greedy(p, {});
+      std::vector<int64_t> want = expect;
+      want[1] = 77;
+      EXPECT_EQ(to_cpu(tokens).to_int64s(), want) << dtype_name(dt) << " vocab " << vocab;
+      std::vector<int64_t> want_done(b, 0);
+      for (int64_t r = 0; r < b; ++r) want_done[r] = r == 1 || expect[r] == expect[2];
+      EXPECT_EQ(to_cpu(done).to_int64s(), want_done);
+      EXPECT_EQ(to_cpu(pos).to_int64s(), (std::vector<int64_t>{4, 5, 6, 7, 8}));
+      EXPECT_EQ(to_cpu(len).to_int64s(), std::vector<int64_t>(b, 11));
+      if (p.blocks_per_row > 1) EXPECT_EQ(to_cpu(counters).to_int64s(), std::vector<int64_t>(b, 0));
+    }
+}
+
+// ---- graph pool ------------------------------------------------------------------------------
+
+TEST(GraphPool, CapturePassIsServedFromTheWarmUp) {
+  HK_REQUIRE_REAL_CUDA();
+  const Device dev = Device::cuda(0);
+  GraphPool pool(dev);
+  auto pass = [&] {
+    Tensor a = Tensor::empty({1000}, DType::F32, dev);
+    Tensor b = Tensor::empty({3 << 20}, DType::BF16, dev);
+    a = Tensor();
+    Tensor c = Tensor::empty({1000}, DType::F32, dev);
+    Tensor d = Tensor::empty({1000}, DType::F32, dev);
+  };
+  {
+    GraphPoolScope scope(pool, true);
+    pass();
+  }
+  const size_t mallocs = pool.num_device_mallocs();
+  EXPECT_EQ(mallocs, 3u);
+  {
+    GraphPoolScope scope(pool, false);
+    pass();
+    pass();
+    EXPECT_THROW(Tensor::empty({12345}, DType::F32, dev), RuntimeFailure);
+  }
+  EXPECT_EQ(pool.num_device_mallocs(), mallocs);
+  // Outside the scope allocations use the shared cache again.
+  Tensor e = Tensor::empty({12345}, DType::F32, dev);
+  EXPECT_EQ(pool.num_device_mallocs(), mallocs);
+}
+
+// ---- end to end ---------------------------------------------------------------------------------
+
+std::string fixture(const std::string& name) {
+  return std::string(HK_TEST_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
+
+// (model dir, dtypes): the fixtures in f32 and bf16; HK_DECODE_TEST_MODEL (a real-sized
+// checkpoint, e.g. the benchmark's) in bf16, the dtype it is benchmarked in.
+struct ModelUnderTest {
+  std::string dir;
+  std::vector<DType> dtypes;
+  std::vector<std::string> attention;  // attn_implementation values
+};
+std::vector<ModelUnderTest> models_under_test() {
+  std::vector<ModelUnderTest> out;
+  for (const char* name : {"qwen3-tiny", "qwen3-tiny-bf16", "llama-tiny-bf16"})
+    out.push_back({fixture(name), {DType::F32, DType::BF16}, {"eager"}});
+  // sdpa on a head dim the flash kernels serve: their split-KV decode with device lengths
+  if (const char* extra = std::getenv("HK_DECODE_TEST_MODEL"); extra && *extra)
+    out.push_back({extra, {DType::BF16}, {"eager", "sdpa"}});
+  return out;
+}
+
+CausalLM load(const std::string& dir, DType dtype, LoadOptions options = {},
+              const std::string& attention = "") {
+  options.device = "cuda";
+  options.attn_implementation = attention;
+  options.dtype = dtype;
+  CausalLM model = AutoModelForCausalLM::from_pretrained(dir, options);
+  // The fixtures' 128-position context is a config value; rotary works past it, and the second
+  // cache bucket needs longer prompts.
+  DecoderLM& lm = model.impl();
+  lm.config.max_position_embeddings = std::max<int64_t>(lm.config.max_position_embeddings, 2048);
+  return model;
+}
+
+std::vector<std::vector<int64_t>> random_prompts(int64_t vocab, size_t rows, int64_t min_len,
+                                                 int64_t max_len, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int64_t>> out(rows);
+  for (auto& p : out) {
+    p.resize(static_cast<size_t>(std::uniform_int_distribution<int64_t>(min_len, max_len)(rng)));
+    for (auto& id : p) id = std::uniform_int_distribution<int64_t>(0, vocab - 1)(rng);
+  }
+  return out;
+}
+
+std::string name_of(const std::string& dir) {
+  return fs::path(dir).filename().string();
+}
+
+TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
+  HK_REQUIRE_REAL_CUDA();
+  for (const ModelUnderTest& mt : models_under_test())
+    for (DType dt : mt.dtypes)
+      for (const std::string& attention : mt.attention) {
+        const std::string& dir = mt.dir;
+        CausalLM model = load(dir, dt, {}, attention);
+        const int64_t vocab = model.config().vocab_size;
+        struct Case {
+          size_t rows;
+          int64_t min_len, max_len, new_tokens;
+        };
+        // bucket 256 (short prompts) and bucket 512 (prompts past 256 positions)
+        for (Case c : {Case{1, 5, 5, 24}, Case{8, 3, 17, 24}, Case{1, 260, 260, 12},
+                       Case{8, 240, 300, 12}}) {
+          const std::string what = name_of(dir) + " " + dtype_name(dt) + " " + attention +
+                                   " rows " + std::to_string(c.rows) + " len " +
+                                   std::to_string(c.max_len);
+          auto prompts = random_prompts(vocab, c.rows, c.min_len, c.max_len, 11);
+          GenerateOptions o{.max_new_tokens = c.new_tokens,
+                            .eos_token_ids = std::vector<int64_t>{}};
+          o.cuda_graphs = false;
+          GenerateOutput eager = model.generate(prompts, o);
+          EXPECT_EQ(eager.timings.decode_path, "device")
+              << what << ": " << eager.timings.decode_note;
+          o.cuda_graphs = true;
+          GenerateOutput graph = model.generate(prompts, o);
+          EXPECT_EQ(graph.timings.decode_path, "cuda-graph")
+              << what << ": " << graph.timings.decode_note;
+          EXPECT_EQ(graph.sequences, eager.sequences) << what;
+          // the cached session replays its graph from the first step
+          EXPECT_EQ(model.generate(prompts, o).sequences, eager.sequences) << what << " (replay)";
+          // with stop ids: rows finish at different steps
+          std::vector<int64_t> eos;
+          for (const auto& row : eager.sequences) eos.push_back(row[row.size() / 2]);
+          o.eos_token_ids = eos;
+          o.cuda_graphs = false;
+          auto eager_eos = model.generate(prompts, o).sequences;
+          o.cuda_graphs = true;
+          auto graph_eos = model.generate(prompts, o).sequences;
+          EXPECT_EQ(graph_eos, eager_eos) << what << " (eos)";
+          for (size_t r = 0; r < c.rows; ++r)
+            EXPECT_LE(graph_eos[r].size(), eager.sequences[r].size() / 2 + 1)
+                << what << " row " << r;
+        }
+      }
+}
+
+// One device step (fused kernels) against one model forward over the same cache.
+TEST(DeviceDecode, FusedStepGivesTheLogitsOfTheModelForward) {
+  HK_REQUIRE_REAL_CUDA();
+  for (const ModelUnderTest& mt : models_under_test())
+    for (DType dt : mt.dtypes)
+      for (const std::string& attention : mt.attention)
+        for (size_t rows : {size_t(1), size_t(8), size_t(40)}) {
+          const std::string& dir = mt.dir;
+          CausalLM model = load(dir, dt, {}, attention);
+          DecoderLM& lm = model.impl();
+          const ModelConfig& c = lm.config;
+          const std::string what = name_of(dir) + " " + dtype_name(dt) + " " + attention +
+                                   " rows " + std::to_string(rows);
+          auto prompts = random_prompts(c.vocab_size, rows, 3, 19, 5);
+          int64_t len = 0;
+          for (auto& p : prompts) len = std::max<int64_t>(len, static_cast<int64_t>(p.size()));
+          const int64_t b = static_cast<int64_t>(rows);
+          std::vector<int64_t> ids(static_cast<size_t>(b * len), 0), pad(static_cast<size_t>(b)),
+              positions(static_cast<size_t>(b));
+          for (int64_t r = 0; r < b; ++r) {
+            pad[r] = len - static_cast<int64_t>(prompts[r].size());
+            positions[r] = len - pad[r];
+            std::copy(prompts[r].begin(), prompts[r].end(), ids.begin() + r * len + pad[r]);
+          }
+          std::string why;
+          auto session = DecodeSession::create(lm, b, 256, /*greedy=*/false, /*graphs=*/false, why);
+          ASSERT_TRUE(session) << what << ": " << why;
+          ForwardOptions fwd;
+          fwd.cache = &session->cache();
+          fwd.logits_to_keep = 1;
+          fwd.stream = session->stream();
+          fwd.key_start = Tensor::from_ints(pad, {b}, DType::I64);
+          Tensor logits0 = lm.forward(Tensor::from_ints(ids, {b, len}), fwd).logits;
+          Tensor first = Tensor::empty({b}, DType::I64, lm.device, session->stream());
+          ops::argmax(logits0.reshape({b, c.vocab_size}), first, session->stream());
+          std::vector<int64_t> next = to_cpu(first, session->stream()).to_int64s();
+          session->start(next, positions, len, pad, std::vector<int64_t>(static_cast<size_t>(b), 0),
+                         {}, 0);
+          const float* dev = session->sample_step(next);
+          std::vector<float> got(dev, dev + b * c.vocab_size);
+
+          KVCache ref_cache(c.num_hidden_layers, b, len + 2, c.num_key_value_heads, c.head_dim,
+                            lm.dtype, lm.device);
+          ForwardOptions rf;
+          rf.cache = &ref_cache;
+          rf.logits_to_keep = 1;
+          rf.key_start = fwd.key_start;
+          lm.forward(Tensor::from_ints(ids, {b, len}), rf);
+          Tensor ref_logits = lm.forward(Tensor::from_ints(next, {b, 1}), rf).logits;
+          Tensor ref32 = Tensor::empty({b, c.vocab_size}, DType::F32, lm.device);
+          ops::cast(ref_logits.reshape({b, c.vocab_size}), ref32);
+          std::vector<double> want = to_cpu(ref32).to_doubles();
+          double scale = 0, worst = 0;
+          for (double w : want) scale = std::max(scale, std::abs(w));
+          for (size_t i = 0; i < want.size(); ++i)
+            worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+          const double tol = dt == DType::F32 ? 1e-4 * (1 + scale) : 0.06 * (1 + scale);
+          EXPECT_LE(worst, tol) << what << " (max |logit| " << scale << ")";
+          std::printf("[ fused step ] %s: max |logit diff| %.3g (max |logit| %.3g)\n", what.c_str(),
+                      worst, scale);
+        }
+}
+
+TEST(DeviceDecode, SeededSamplingRepeatsOnTheDeviceStep) {
+  HK_REQUIRE_REAL_CUDA();
+  CausalLM model = load(fixture("qwen3-tiny-bf16"), DType::BF16);
+  auto prompts = random_prompts(model.config().vocab_size, 3, 4, 9, 3);
+  GenerateOptions o{.max_new_tokens = 10,
+                    .do_sample = true,
+                    .temperature = 0.8,
+                    .top_k = 50,
+                    .seed = 9,
+                    .eos_token_ids = std::vector<int64_t>{}};
+  auto a = model.generate(prompts, o);
+  EXPECT_EQ(a.timings.decode_path, "cuda-graph") << a.timings.decode_note;
+  EXPECT_EQ(model.generate(prompts, o).sequences, a.sequences);
+  o.cuda_graphs = false;
+  EXPECT_EQ(model.generate(prompts, o).sequences, a.sequences);
+}
+
+fs::path nocapture_kernel_dir() {
+  const char* bin = std::getenv("HK_BINARY_DIR");
+  fs::path root = fs::path(bin ? bin : ".") / "decode-test-hub" / "kernels-community" /
+                  "test-nocapture-rmsnorm";
+  if (!fs::exists(root)) return {};
+  for (auto& e : fs::recursive_directory_iterator(root))
+    if (e.path().filename() == "metadata.json") return e.path().parent_path();
+  return {};
+}
+
+TEST(DeviceDecode, NonCaptureKernelFallsBackWithItsReasonAndDecodesTheSameIds) {
+  HK_REQUIRE_REAL_CUDA();
+  const fs::path kernel = nocapture_kernel_dir();
+  ASSERT_FALSE(kernel.empty()) << "build hk_publish_decode_test_hub first";
+  const std::string dir = fixture("qwen3-tiny-bf16");
+  auto prompts = random_prompts(3008, 8, 3, 17, 21);
+  GenerateOptions o{.max_new_tokens = 16, .eos_token_ids = std::vector<int64_t>{}};
+  o.cuda_graphs = false;
+  const auto builtin = load(dir, DType::BF16).generate(prompts, o).sequences;
+
+  KernelConfig config{{{"RMSNorm", kernel.string() + ":RMSNorm"}}};
+  config.use_local_kernel = true;
+  config.inherit_mapping = false;  // only this kernel: the rest stays built-in
+  LoadOptions capture;
+  capture.kernel_config = config;
+  capture.kernelize_capture = true;
+  CausalLM model = load(dir, DType::BF16, capture);
+  const KernelizeReport* report = model.kernelize_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->mode, Mode::Inference | Mode::Capture);
+  size_t norms = 0;
+  for (const LayerDecision& d : report->layers) {
+    if (d.layer != "RMSNorm") continue;
+    ++norms;
+    EXPECT_TRUE(d.kernel.empty()) << d.path << " " << d.kernel;
+    EXPECT_NE(d.reason.find("not inference|capture"), std::string::npos)
+        << d.path << ": " << d.reason;
+  }
+  EXPECT_GT(norms, 0u);
+  o.cuda_graphs = true;
+  GenerateOutput out = model.generate(prompts, o);
+  EXPECT_EQ(out.timings.decode_path, "cuda-graph") << out.timings.decode_note;
+  EXPECT_EQ(out.sequences, builtin);
+
+  // Kernelized for Inference only, the kernel is bound and the step stays out of the graph.
+  LoadOptions plain;
+  plain.kernel_config = config;
+  CausalLM bound = load(dir, DType::BF16, plain);
+  size_t bound_norms = 0;
+  for (const LayerDecision& d : bound.kernelize_report()->layers)
+    bound_norms += d.layer == "RMSNorm" && !d.kernel.empty();
+  EXPECT_EQ(bound_norms, norms);
+  GenerateOutput refused = bound.generate(prompts, o);
+  EXPECT_EQ(refused.timings.decode_path, "device");
+  EXPECT_NE(refused.timings.decode_note.find("does not declare CUDA-graph capture safety"),
+            std::string::npos)
+      << refused.timings.decode_note;
+  for (const auto& row : refused.sequences) EXPECT_EQ(row.size(), 16u);
+}
+
+}  // namespace
+}  // namespace hk

@@ -1,0 +1,186 @@
+// The flash kernels called directly (flash.h, no libhk) against the double reference of
+// tests/unit/ops/test_attention_reference.h, with every backward kernel forced in turn: the
+// mma.sync backward and the Hopper (wgmma + TMA) backward with dq by TMA reduce-add and by
+// atomics, each also deterministic (bitwise repeatable). bf16 and f16, head dims 64 and 128,
+// lengths 1, 7, 129, 2049, S≠T both ways, GQA 1/2/3/8 and MQA, causal and not, softcap, window,
+// key_start, scale, tensors stored with padding between heads (strided views), every output
+// poisoned with NaN first. Head dim 256 and varlen run the mma.sync kernel (test_flash_attention).
+//
+// FlashKernels.Sm90BackwardCanary runs first and alone in scripts/gpu-test --attention: when it
+// fails, the script turns the Hopper backward off (HK_FLASH_SM90_BWD=0) for everything after it.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpu_attention/flash_kernel_harness.h"
+#include "unit/ops/test_attention_reference.h"
+
+namespace {
+
+using namespace flash_harness;
+using hk::test::attention_close;
+using hk::test::AttnProblem;
+using hk::test::AttnRef;
+using hk::test::AttnTolerance;
+
+bool have_hopper() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) return false;
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+  return major == 9;
+}
+#define REQUIRE_HOPPER()                                                             \
+  do {                                                                               \
+    if (!have_hopper()) {                                                            \
+      if (std::getenv("HK_REQUIRE_GPU")) FAIL() << "no Hopper GPU (HK_REQUIRE_GPU)"; \
+      GTEST_SKIP() << "needs a Hopper GPU";                                          \
+    }                                                                                \
+  } while (0)
+
+AttnTolerance tolerance(hk_flash::Dtype dt, bool gradient) {
+  return hk::test::attention_tolerance(
+      dt == hk_flash::Dtype::BF16 ? hk::DType::BF16 : hk::DType::F16, gradient);
+}
+
+using attention_cases::Case;
+
+Problem problem_of(const Case& c, int d, hk_flash::Dtype dt, int pad) {
+  Problem p{int(c.b), int(c.s), int(c.t), int(c.hq), int(c.hkv), d};
+  p.causal = c.causal;
+  p.softcap = static_cast<float>(c.softcap);
+  p.window = static_cast<int>(c.window);
+  p.scale = c.scale;
+  p.dt = dt;
+  p.pad = pad;
+  if (c.key_start)
+    for (int64_t b = 0; b < c.b; ++b)
+      p.key_start.push_back(static_cast<int32_t>(attention_cases::key_start_of(c, b)));
+  return p;
+}
+AttnProblem reference_problem(const Problem& p) {
+  AttnProblem r;
+  r.S.assign(p.b, p.s);
+  r.T.assign(p.b, p.t);
+  r.hq = p.hq;
+  r.hkv = p.hkv;
+  r.d = p.d;
+  r.causal = p.causal;
+  r.softcap = p.softcap;
+  r.window = p.window;
+  r.scale = p.scale;
+  for (int32_t k : p.key_start) r.key_start.push_back(k);
+  return r;
+}
+
+// Forward (the dispatcher's kernel), then each backward variant against the reference.
+void run(const Case& c, int d, hk_flash::Dtype dt, const std::vector<Bwd>& kernels, int pad = 0,
+         uint32_t seed = 1) {
+  const Problem p = problem_of(c, d, dt, pad);
+  SCOPED_TRACE(c.name + " D" + std::to_string(d) +
+               (dt == hk_flash::Dtype::BF16 ? " bf16" : " f16") + (pad ? " strided" : ""));
+  const size_t nq = static_cast<size_t>(p.b) * p.s * p.hq * d;
+  const size_t nk = static_cast<size_t>(p.b) * p.t * p.hkv * d;
+  const RandomValues q = random_values(nq, dt, seed), k = random_values(nk, dt, seed + 1),
+                     v = random_values(nk, dt, seed + 2), dout = random_values(nq, dt, seed + 3);
+  const AttnRef ref = hk::test::attention_reference(reference_problem(p), q.values, k.values,
+                                                    v.values, dout.values);
+  Buffers bf(p);
+  bf.q.upload(q.bits);
+  bf.k.upload(k.bits);
+  bf.v.upload(v.bits);
+  bf.dout.upload(dout.bits);
+  bf.out.poison();
+  bf.lse.fill_nan();
+  hk_flash::forward(forward_params(p, bf), nullptr);
+  check(cudaDeviceSynchronize(), "forward");
+  ASSERT_TRUE(attention_close(bf.out.download(), ref.out, tolerance(dt, false), "out"));
+  const auto gt = tolerance(dt, true);
+  for (Bwd kernel : kernels)
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE(std::string(bwd_name(kernel)) + (deterministic ? " deterministic" : ""));
+      BwdScope scope(kernel);
+      std::vector<double> first[3];
+      for (int rep = 0; rep < (deterministic ? 2 : 1); ++rep) {
+        bf.dq.poison();
+        bf.dk.poison();
+        bf.dv.poison();
+        hk_flash::backward(backward_params(p, bf, deterministic), nullptr);
+        check(cudaDeviceSynchronize(), "backward");
+        const std::vector<double> got[3] = {bf.dq.download(), bf.dk.download(), bf.dv.download()};
+        if (rep == 0) {
+          EXPECT_TRUE(attention_close(got[0], ref.dq, gt, "dq"));
+          EXPECT_TRUE(attention_close(got[1], ref.dk, gt, "dk"));
+          EXPECT_TRUE(attention_close(got[2], ref.dv, gt, "dv"));
+          for (int i = 0; i < 3; ++i) first[i] = got[i];
+        } else {
+          for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i], first[i]) << "repeat of tensor " << i;
+        }
+      }
+    }
+}
+
+// The shared feature cases, and GQA 8 over several query blocks, and a long non-causal S < T.
+const std::vector<Case>& cases() {
+  static const std::vector<Case> all = [] {
+    std::vector<Case> c = attention_cases::feature_cases();
+    c.push_back({"gqa8_m_blocks", 1, 384, 384, 16, 2});
+    c.push_back({"long_noncausal_s_lt_t", 1, 130, 1030, 2, 2, false});
+    return c;
+  }();
+  return all;
+}
+
+const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90Atomic};
+const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90Atomic};
+
+// First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards.
+TEST(FlashKernels, Sm90BackwardCanary) {
+  REQUIRE_HOPPER();
+  for (int d : {64, 128}) {
+    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, kSm90Backward);
+    run({"canary_noncausal", 2, 130, 300, 4, 2, false}, d, hk_flash::Dtype::F16, kSm90Backward);
+    run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
+        hk_flash::Dtype::BF16, kSm90Backward);
+  }
+}
+
+// One test per (dtype, head dim), so scripts/gpu-test can run them side by side.
+void every_feature(int d, hk_flash::Dtype dt) {
+  for (const Case& c : cases()) run(c, d, dt, kAllBackward);
+}
+TEST(FlashKernels, EveryFeatureBf16D64) {
+  REQUIRE_HOPPER();
+  every_feature(64, hk_flash::Dtype::BF16);
+}
+TEST(FlashKernels, EveryFeatureBf16D128) {
+  REQUIRE_HOPPER();
+  every_feature(128, hk_flash::Dtype::BF16);
+}
+TEST(FlashKernels, EveryFeatureF16D64) {
+  REQUIRE_HOPPER();
+  every_feature(64, hk_flash::Dtype::F16);
+}
+TEST(FlashKernels, EveryFeatureF16D128) {
+  REQUIRE_HOPPER();
+  every_feature(128, hk_flash::Dtype::F16);
+}
+
+TEST(FlashKernels, Long) {
+  REQUIRE_HOPPER();
+  run({"s2049", 1, 2049, 2049, 2, 1}, 128, hk_flash::Dtype::BF16, kSm90Backward);
+  run({"s2049_noncausal_gqa", 1, 2049, 1000, 4, 2, false}, 64, hk_flash::Dtype::F16, kSm90Backward);
+}
+
+TEST(FlashKernels, Strided) {
+  REQUIRE_HOPPER();
+  for (int d : {64, 128}) {
+    run({"odd7_gqa2", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::BF16, kSm90Backward, /*pad=*/5);
+    run({"everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d, hk_flash::Dtype::F16,
+        kSm90Backward, /*pad=*/3);
+  }
+}
+
+}  // namespace
