@@ -278,6 +278,39 @@ struct AttentionKvcacheAttrs {
   AttentionAttrs base;
 };
 
+// ---- moe_mlp@1 (layer MoeMLP: sparse mixture of experts behind a softmax top-k router) ----------
+// The whole Qwen3-MoE block (hk/moe.h): routing, the experts' gated MLPs and their weighted sum.
+// forward   inputs:  x [T, H] (rows), router_w [E, H], gate_up_w [E, 2I, H] (gate rows 0..I-1, up
+//                    rows I..2I-1), down_w [E, H, I]          (one dtype: f32|bf16|f16; dense rows)
+//           outputs: y [T, H],
+//                    router_logits [T, E] (optional; x's dtype),
+//                    topk_ids [T, k] i32 (optional), topk_weights [T, k] f32 (optional),
+//                    gate_up [T·k, 2I] (optional; x's dtype)
+//   (the optional outputs are the state a training forward keeps; an inference call passes none)
+//   logits = round(x·router_wᵀ); p = softmax(logits) in f32; the top-k of p, descending, ties to
+//   the lower expert index (topk_ids); w = those p, divided by their f32 sum when norm_topk_prob
+//   (topk_weights, before rounding). For each assignment (t, j) of token t to expert e = ids[t, j]:
+//   h = round(x[t]·gate_up_w[e]ᵀ) (gate ‖ up), a = round(round(act(gate))·up),
+//   o = round(a·down_w[e]ᵀ), and y[t] = round(Σ_j round(round(w[t, j])·o)) with the sum in f32.
+//   gate_up holds h in the canonical expert order: the assignments of expert 0 first, by
+//   increasing t·k + j, then those of expert 1, and so on (an expert may have none).
+// backward  inputs:  dy [T, H], x, router_w, gate_up_w, down_w, router_logits, topk_ids,
+//                    topk_weights, gate_up (the forward's optional outputs, all required here),
+//                    drouter_logits [T, E] f32 (optional: a gradient on the logits from outside
+//                    the block, e.g. the load-balancing loss's, added to the routing's)
+//           outputs: dx [T, H], drouter_w (optional), dgate_up_w (optional), ddown_w (optional)
+//   The gradients of the forward with its roundings treated as identity and every reduction in
+//   f32: through the routing weights into p (the top-k choice is a constant), the softmax and the
+//   router; through every expert that got assignments. Weight gradients have the weights' dtype;
+//   they are written (experts without assignments get zeros), or added to under
+//   kAccumulateWeightGrads.
+struct MoeMlpAttrs {
+  int32_t top_k = 2;
+  uint32_t norm_topk_prob = 0;
+  uint32_t activation = kActivationSiLU;  // kActivation* (the experts' act_fn)
+  uint32_t flags = 0;                     // kAccumulateWeightGrads
+};
+
 // ---- registry (host side, implemented in libhk) -------------------------------------------------
 struct InterfaceInfo {
   const char* name;     // "rms_norm"

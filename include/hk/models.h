@@ -1,4 +1,5 @@
-// hk/models.h — causal language models (Qwen3, Llama) and AutoModelForCausalLM::from_pretrained.
+// hk/models.h — causal language models (Qwen3, Llama, Qwen3-MoE) and
+// AutoModelForCausalLM::from_pretrained.
 //
 // A CausalLM is a handle to a module tree (root: `<Arch>ForCausalLM` with children `model` and
 // `lm_head`) plus its configs. `from_pretrained(dir, options)` reads config.json, builds the tree
@@ -73,6 +74,10 @@ struct ForwardOptions {
   // > 0: loss = sum over non-ignored shifted labels / num_items_in_batch (Transformers'
   // ForCausalLMLoss with num_items_in_batch, for gradient accumulation), else the mean.
   int64_t num_items_in_batch = 0;
+  // MoE models (Qwen3-MoE): in a training forward with labels, add router_aux_loss_coef × the
+  // router load-balancing loss to the loss, as Transformers does; nullopt = the config's
+  // output_router_logits. Eval forwards never add it.
+  std::optional<bool> output_router_logits;
 };
 
 class TrainingTape;  // what a training forward recorded (src/models)
@@ -103,6 +108,9 @@ struct CausalLMOutput {
   // linear + cross-entropy loss (Liger's) made none in a training forward.
   Tensor logits;
   Loss loss;  // f32 [1] when labels were given
+  // MoE models: the load-balancing loss (f32 [1], before router_aux_loss_coef) when a training
+  // forward added it to `loss`; undefined otherwise.
+  Tensor aux_loss;
 };
 
 class DecoderLM;  // the implementation shared by Qwen3 and Llama (src/models)
@@ -172,7 +180,7 @@ class AutoModelForCausalLM {
   static CausalLM from_pretrained(const std::string& dir, const LoadOptions& options = {});
   // The tree for a config, unallocated (parameters are declared, not materialised).
   static CausalLM from_config(const ModelConfig& config, const LoadOptions& options = {});
-  // Registered model types ("llama", "qwen3").
+  // Registered model types ("llama", "qwen3", "qwen3_moe").
   static std::vector<std::string> supported_model_types();
 };
 

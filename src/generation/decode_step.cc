@@ -244,7 +244,14 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     auto impl = module->impl();
     p.impls.emplace_back(module, impl.get());
     if (module->layer_interface() == "ForCausalLMLoss") continue;  // not used by decode
-    if (impl && impl->name() == "builtin") continue;
+    if (impl && impl->name() == "builtin") {
+      // The built-in MoE block routes on the host (a device-to-host copy and a sync per call).
+      if (module->layer_interface() == "MoeMLP")
+        refusals.push_back(path +
+                           " runs the built-in MoE block, which routes on the host; bind "
+                           "kernels-community/megablocks (capture-safe) to capture it");
+      continue;
+    }
     if (impl && kernel_binding::declares_capture(*impl)) continue;
     refusals.push_back(path + " runs " + (impl ? impl->name() : std::string("nothing")) +
                        ", which does not declare CUDA-graph capture safety (kernelize with "
@@ -361,7 +368,9 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
       decode::GemvParams g = p.o_product(at);
       lp.o_gemv = at.o_proj->uses_builtin() && gemv_ok(g);
     }
-    {
+    if (!layer->mlp) {
+      lp.mlp_fused = false;  // a sparse MoE block (layer->moe_mlp): its own forward
+    } else {
       const nn::MLP& mlp = *layer->mlp;
       decode::GemvParams g = p.gate_up_product(mlp);
       decode::GemvParams down = p.down_product(mlp);
@@ -559,9 +568,9 @@ void DecodeStep::enqueue(Stream stream) const {
     }
     pending = true;
 
-    // post-attention norm + MLP → delta
-    const nn::MLP& mlp = *layer.mlp;
+    // post-attention norm + MLP (or the MoE block) → delta
     if (lp.mlp_fused) {
+      const nn::MLP& mlp = *layer.mlp;
       decode::GemvParams g = p.gate_up_product(mlp);
       if (lp.norm2_fused) {
         p.add_prologue(g, *layer.post_attention_layernorm, cur, pending);
@@ -575,7 +584,10 @@ void DecodeStep::enqueue(Stream stream) const {
       decode::gemv(down, stream);
     } else {
       p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
-      mlp.forward(p.normed, p.delta, stream);
+      if (layer.moe_mlp)
+        layer.moe_mlp->forward(p.normed, p.delta, stream);
+      else
+        layer.mlp->forward(p.normed, p.delta, stream);
     }
     pending = true;
   }

@@ -48,6 +48,11 @@ const std::vector<InterfaceInfo>& known_interfaces() {
         {"attention_kvcache", 1, "attention_kvcache",
          "q, k_cache, v_cache, cache_seqlens, k_new?, v_new?, key_start?", "out, lse?", "", "",
          sizeof(AttentionKvcacheAttrs)},
+        {"moe_mlp", 1, "MoeMLP", "x, router_w, gate_up_w, down_w",
+         "y, router_logits?, topk_ids?, topk_weights?, gate_up?",
+         "dy, x, router_w, gate_up_w, down_w, router_logits, topk_ids, topk_weights, gate_up, "
+         "drouter_logits?",
+         "dx, drouter_w?, dgate_up_w?, ddown_w?", sizeof(MoeMlpAttrs)},
     };
     std::sort(v.begin(), v.end(), [](const InterfaceInfo& a, const InterfaceInfo& b) {
       int c = std::string(a.name).compare(b.name);

@@ -129,7 +129,52 @@ void parse_rope_dict(const json& r, const std::string& source, const std::string
                           "; llama3 rope scaling needs high_freq_factor > low_freq_factor");
 }
 
+// The MoE fields (Qwen3MoeConfig's names and defaults; see hk/model_config.h).
+void parse_moe(const json& j, const Fields& f, const std::string& source, ModelConfig& c) {
+  MoeConfig& m = c.moe;
+  const bool moe_type = c.model_type == "qwen3_moe";
+  auto experts = f.opt_integer("num_experts");
+  auto local = f.opt_integer("num_local_experts");
+  if (experts && local && *experts != *local)
+    throw InvalidArgument(source + ": num_experts (" + std::to_string(*experts) +
+                          ") and num_local_experts (" + std::to_string(*local) +
+                          ") disagree; they name the same field, keep one");
+  m.num_experts = experts ? *experts : local ? *local : (moe_type ? 128 : 0);
+  if (m.num_experts < 0 || m.num_experts > 4096)
+    throw InvalidArgument(source + ": num_experts must be in [0, 4096], got " +
+                          std::to_string(m.num_experts));
+  m.num_experts_per_tok = f.opt_integer("num_experts_per_tok").value_or(m.num_experts_per_tok);
+  m.moe_intermediate_size =
+      f.opt_integer("moe_intermediate_size").value_or(m.moe_intermediate_size);
+  m.decoder_sparse_step = f.opt_integer("decoder_sparse_step").value_or(m.decoder_sparse_step);
+  m.norm_topk_prob = f.opt_bool("norm_topk_prob").value_or(m.norm_topk_prob);
+  m.output_router_logits = f.opt_bool("output_router_logits").value_or(m.output_router_logits);
+  m.router_aux_loss_coef = f.opt_number("router_aux_loss_coef").value_or(m.router_aux_loss_coef);
+  if (f.present("mlp_only_layers")) {
+    if (!j["mlp_only_layers"].is_array()) f.bad("mlp_only_layers", "a list of layer indices");
+    for (const json& e : j["mlp_only_layers"]) {
+      if (!e.is_number_integer()) f.bad("mlp_only_layers", "a list of layer indices");
+      m.mlp_only_layers.push_back(e.get<int64_t>());
+    }
+  }
+  if (m.num_experts == 0) return;
+  if (m.num_experts_per_tok <= 0 || m.num_experts_per_tok > m.num_experts)
+    throw InvalidArgument(source + ": num_experts_per_tok must be in [1, num_experts = " +
+                          std::to_string(m.num_experts) + "], got " +
+                          std::to_string(m.num_experts_per_tok));
+  if (m.moe_intermediate_size <= 0 || m.moe_intermediate_size > (int64_t{1} << 22))
+    f.bad("moe_intermediate_size", "a positive integer (at most 4194304)");
+  if (m.decoder_sparse_step <= 0) f.bad("decoder_sparse_step", "a positive integer");
+}
+
 }  // namespace
+
+bool MoeConfig::is_sparse_layer(int64_t layer) const {
+  if (num_experts <= 0) return false;
+  for (int64_t l : mlp_only_layers)
+    if (l == layer) return false;
+  return (layer + 1) % decoder_sparse_step == 0;
+}
 
 ModelConfig ModelConfig::from_json(const std::string& text, const std::string& source) {
   json j = parse_object(text, source);
@@ -210,6 +255,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   c.eos_token_ids = f.id_list("eos_token_id");
   c.bos_token_id = f.opt_integer("bos_token_id");
   c.pad_token_id = f.opt_integer("pad_token_id");
+  parse_moe(j, f, source, c);
   return c;
 }
 

@@ -10,6 +10,7 @@
 #include "hk/layer_interfaces.h"
 #include "kernelize/activation_binding.h"
 #include "kernelize/deformable_binding.h"
+#include "kernelize/moe_adapter.h"
 #include "nn/param_grad.h"
 
 namespace hk::kernel_binding {
@@ -458,7 +459,7 @@ bool declares_capture(const nn::LayerImpl& impl) {
 bool has_adapter(const std::string& layer) {
   return layer == "RMSNorm" || layer == "rotary_pos_emb" || layer == "MLP" ||
          is_activation_layer(layer) || layer == "Linear" || layer == "ForCausalLMLoss" ||
-         layer == "MultiScaleDeformableAttention";
+         layer == "MultiScaleDeformableAttention" || layer == "MoeMLP";
 }
 
 std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std::string& layer,
@@ -489,6 +490,10 @@ std::shared_ptr<nn::LayerImpl> make_adapter(const nn::Module& module, const std:
   if (layer == "Linear") {
     as<nn::Linear>(module, layer);
     return std::make_shared<LinearAdapter>(display_name, std::move(fn));
+  }
+  if (layer == "MoeMLP") {
+    as<nn::MoeMLP>(module, layer);
+    return make_moe_mlp_adapter(std::move(fn), display_name);
   }
   if (layer == "ForCausalLMLoss") {
     as<nn::CausalLMLoss>(module, layer);

@@ -38,8 +38,9 @@ void call_kernel_pass(const KernelFunction& fn, bool backward,
                       const void* attrs, size_t attrs_size, Stream stream);
 
 // The layer names that have an adapter ("RMSNorm", "rotary_pos_emb", "MLP", the activation layers
-// of activation_binding.h, "Linear", "ForCausalLMLoss", "MultiScaleDeformableAttention");
-// attention goes through attention functions instead (kernelize/attention_binding.h).
+// of activation_binding.h, "Linear", "ForCausalLMLoss", "MultiScaleDeformableAttention", "MoeMLP"
+// — in moe_adapter.cc); attention goes through attention functions instead
+// (kernelize/attention_binding.h).
 bool has_adapter(const std::string& layer);
 // True when `entry` can serve `layer`: its interface's layer is `layer`, `layer` is an activation
 // layer and the entry an activation@1, or `layer` is ForCausalLMLoss and the entry is a

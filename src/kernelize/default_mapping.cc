@@ -69,7 +69,8 @@ const std::vector<MappingRule>& default_mapping() {
     for (const char* d : {"cuda", "rocm"})
       add(t, "MoeMLP", d, {kT, kI}, "kernels-community/megablocks:MegaBlocksMoeMLP", 1);
     add(t, "MoeMLP", "xpu", {kI}, "kernels-community/megablocks:MegaBlocksMoeMLP", 1);
-    add(t, "MoeMLP", "cpu", {kI}, "kernels-community/megablocks:CPUMegaBlocksMoeMLP", 1);
+    // No cpu row on purpose: megablocks' cpu variant is the portable single-threaded reference,
+    // and the built-in block (OpenBLAS per expert) is faster there.
     // Activations (Transformers' entry names: Silu, Gelu, GeluTanh, FastGELU, QuickGELU, NewGELU)
     const std::pair<const char*, const char*> acts[] = {
         {"FastGELU", "kernels-community/activation:FastGELU"},

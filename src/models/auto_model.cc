@@ -26,6 +26,10 @@ std::map<std::string, ModelBuilder>& builders() {
   static std::map<std::string, ModelBuilder> b;
   return b;
 }
+std::map<std::string, CheckpointAdapter>& checkpoint_adapters() {
+  static std::map<std::string, CheckpointAdapter> a;
+  return a;
+}
 
 // hk::Checkpoint as a StateDictSource.
 class CheckpointSource final : public nn::StateDictSource {
@@ -57,8 +61,10 @@ std::string supported_list() {
 
 }  // namespace
 
-bool register_model_type(const std::string& model_type, ModelBuilder builder) {
+bool register_model_type(const std::string& model_type, ModelBuilder builder,
+                         CheckpointAdapter adapter) {
   builders()[model_type] = std::move(builder);
+  if (adapter) checkpoint_adapters()[model_type] = std::move(adapter);
   return true;
 }
 
@@ -124,7 +130,11 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   load.device = lm.device;
   load.dtype = lm.dtype;
   load.ignore_unexpected_suffixes = {"rotary_emb.inv_freq"};
-  nn::load_state_dict(lm, source, load);
+  std::unique_ptr<nn::StateDictSource> adapted;
+  if (auto a = checkpoint_adapters().find(config.model_type); a != checkpoint_adapters().end())
+    adapted = a->second(source);
+  nn::load_state_dict(lm, adapted ? *adapted : static_cast<const nn::StateDictSource&>(source),
+                      load);
 
   const bool config_given =
       options.kernel_config.has_value() || !options.kernel_config_file.empty();

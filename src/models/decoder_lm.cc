@@ -39,14 +39,21 @@ std::vector<int64_t> host_ints(const Tensor& t, Stream stream) {
 
 }  // namespace
 
-DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec)
+DecoderLayer::DecoderLayer(const ModelConfig& c, const ArchitectureSpec& spec, int64_t layer_index)
     : Module(spec.prefix + "DecoderLayer") {
   self_attn = register_module(
       "self_attn",
       std::make_shared<nn::Attention>(spec.prefix + "Attention", attention_shape(c, spec)));
-  mlp = register_module(
-      "mlp", std::make_shared<nn::MLP>(spec.prefix + "MLP", c.hidden_size, c.intermediate_size,
-                                       c.mlp_bias, c.hidden_act));
+  if (spec.sparse_moe && c.moe.is_sparse_layer(layer_index)) {
+    nn::MoeShape moe{c.hidden_size,           c.moe.num_experts, c.moe.num_experts_per_tok,
+                     c.moe.moe_intermediate_size, c.moe.norm_topk_prob, c.hidden_act,
+                     spec.prefix};
+    moe_mlp = register_module("mlp", std::make_shared<nn::MoeMLP>(moe));
+  } else {
+    mlp = register_module(
+        "mlp", std::make_shared<nn::MLP>(spec.prefix + "MLP", c.hidden_size, c.intermediate_size,
+                                         c.mlp_bias, c.hidden_act));
+  }
   input_layernorm = register_module(
       "input_layernorm",
       std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm", c.hidden_size, c.rms_norm_eps));
@@ -78,7 +85,10 @@ void DecoderLayer::forward(const Tensor& h, const Tensor& normed, const Tensor& 
   add_then_norm(pending_delta, h, delta, *input_layernorm, normed, stream);
   self_attn->forward(normed, delta, state, stream);
   add_then_norm(true, h, delta, *post_attention_layernorm, normed, stream);
-  mlp->forward(normed, delta, stream);
+  if (moe_mlp)
+    moe_mlp->forward(normed, delta, stream);
+  else
+    mlp->forward(normed, delta, stream);
 }
 
 DecoderModel::DecoderModel(const ModelConfig& c, const ArchitectureSpec& spec)
@@ -88,7 +98,7 @@ DecoderModel::DecoderModel(const ModelConfig& c, const ArchitectureSpec& spec)
   auto list = register_module("layers", std::make_shared<ModuleList>());
   for (int64_t i = 0; i < c.num_hidden_layers; ++i)
     layers.push_back(
-        list->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c, spec)));
+        list->register_module(std::to_string(i), std::make_shared<DecoderLayer>(c, spec, i)));
   norm = register_module("norm", std::make_shared<nn::RMSNorm>(spec.prefix + "RMSNorm",
                                                                c.hidden_size, c.rms_norm_eps));
   rotary_emb = register_module(

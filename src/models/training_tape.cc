@@ -44,7 +44,8 @@ void check_trainable(DecoderLM& lm) {
 // ---------------------------------------------------------------------------
 
 Tensor DecoderLayer::forward_train(const Tensor& h, const nn::AttentionState& state,
-                                   nn::LayerContext& ctx, Stream stream) const {
+                                   nn::LayerContext& ctx, Stream stream,
+                                   Tensor* router_logits) const {
   Tensor normed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
   input_layernorm->forward_train(h, normed, ctx.child("input_layernorm"), stream);
   Tensor delta = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
@@ -53,14 +54,21 @@ Tensor DecoderLayer::forward_train(const Tensor& h, const nn::AttentionState& st
   ops::add(h, delta, h_mid, 1.0f, stream);
   post_attention_layernorm->forward_train(h_mid, normed, ctx.child("post_attention_layernorm"),
                                           stream);
-  mlp->forward_train(normed, delta, ctx.child("mlp"), stream);
+  if (moe_mlp) {
+    Tensor logits = Tensor::empty({h.numel() / h.size(-1), moe_mlp->num_experts()}, h.dtype(),
+                                  h.device(), stream);
+    moe_mlp->forward_train(normed, delta, logits, ctx.child("mlp"), stream);
+    if (router_logits) *router_logits = logits;
+  } else {
+    mlp->forward_train(normed, delta, ctx.child("mlp"), stream);
+  }
   ops::add(h_mid, delta, delta, 1.0f, stream);  // delta becomes h_out
   ctx.save("h_mid", h_mid);
   return delta;
 }
 
 void DecoderLayer::backward(const Tensor& h, const nn::AttentionState& state, nn::LayerContext& ctx,
-                            const Tensor& dh, Stream stream) const {
+                            const Tensor& dh, Stream stream, const Tensor* drouter_logits) const {
   Tensor normed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
   Tensor dnormed = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
   Tensor dres = Tensor::empty(h.sizes(), h.dtype(), h.device(), stream);
@@ -68,7 +76,10 @@ void DecoderLayer::backward(const Tensor& h, const nn::AttentionState& state, nn
   {
     const Tensor h_mid = ctx.saved("h_mid");
     post_attention_layernorm->forward(h_mid, normed, stream);
-    mlp->backward(normed, ctx.child("mlp"), dh, dnormed, stream);
+    if (moe_mlp)
+      moe_mlp->backward(normed, ctx.child("mlp"), dh, drouter_logits, dnormed, stream);
+    else
+      mlp->backward(normed, ctx.child("mlp"), dh, dnormed, stream);
     ctx.child("mlp").clear();
     post_attention_layernorm->backward(h_mid, ctx.child("post_attention_layernorm"), dnormed, dres,
                                        stream);
@@ -114,15 +125,24 @@ CausalLMOutput DecoderLM::forward_train(const Tensor& input_ids,
   Tensor h = Tensor::empty({in.batch, in.seq, config.hidden_size}, dtype, device, stream);
   model->embed_tokens->forward_train(in.ids, h, tape->embed_, stream);
   tape->layers_.resize(model->layers.size());
+  const bool aux_loss = options.output_router_logits.value_or(config.moe.output_router_logits);
+  std::vector<Tensor> router_logits;  // MoE layers, for the load-balancing loss
+  std::vector<size_t> moe_layers;
   for (size_t i = 0; i < model->layers.size(); ++i) {
     state.layer_index = static_cast<int64_t>(i);
     TrainingTape::LayerStep& step = tape->layers_[i];
     step.input = h;
+    const bool sparse = aux_loss && model->layers[i]->moe_mlp;
+    Tensor logits;
     if (gradient_checkpointing) {
       nn::LayerContext discarded;  // re-made by backward
-      h = model->layers[i]->forward_train(h, state, discarded, stream);
+      h = model->layers[i]->forward_train(h, state, discarded, stream, sparse ? &logits : nullptr);
     } else {
-      h = model->layers[i]->forward_train(h, state, step.ctx, stream);
+      h = model->layers[i]->forward_train(h, state, step.ctx, stream, sparse ? &logits : nullptr);
+    }
+    if (sparse) {
+      router_logits.push_back(logits);
+      moe_layers.push_back(i);
     }
   }
   tape->final_hidden_ = h;
@@ -142,6 +162,23 @@ CausalLMOutput DecoderLM::forward_train(const Tensor& input_ids,
     loss_impl.forward_train(*loss_function, out.logits, in.labels, loss, tape->loss_options_,
                             tape->loss_, stream);
     tape->logits_ = out.logits;
+  }
+  if (!router_logits.empty()) {
+    // loss += coef · load-balancing loss (Transformers' Qwen3MoeForCausalLM); its gradient on
+    // each layer's router logits waits in that layer's step for backward.
+    const double coef = config.moe.router_aux_loss_coef;
+    std::vector<int64_t> pad;
+    if (in.key_start.defined())
+      pad = (in.key_start.device().is_cpu() ? in.key_start
+                                             : in.key_start.to(Device::cpu(), stream))
+                .to_int64s();
+    nn::LoadBalancingLoss lb = nn::load_balancing_loss(router_logits, config.moe.num_experts_per_tok,
+                                                       pad, in.seq, coef, stream);
+    for (size_t j = 0; j < moe_layers.size(); ++j)
+      tape->layers_[moe_layers[j]].drouter_logits = lb.grads[j];
+    out.aux_loss = Tensor::empty({1}, loss.dtype(), device, stream);
+    ops::fill(out.aux_loss, lb.value, stream);
+    ops::add(loss, out.aux_loss, loss, static_cast<float>(coef), stream);
   }
   out.loss = Loss(loss, std::move(tape));
   return out;
@@ -207,9 +244,11 @@ void TrainingTape::backward(Stream stream) {
     LayerStep& step = layers_[i];
     const DecoderLayer& layer = *lm.model->layers[i];
     if (checkpointing_) layer.forward_train(step.input, state, step.ctx, s);  // output dropped
-    layer.backward(step.input, state, step.ctx, dh, s);
+    layer.backward(step.input, state, step.ctx, dh, s,
+                   step.drouter_logits.defined() ? &step.drouter_logits : nullptr);
     step.ctx.clear();
     step.input = Tensor();
+    step.drouter_logits = Tensor();
   }
   lm.model->embed_tokens->backward(inputs_.ids, embed_, dh, s);
   // Gradients marked for overwrite (CausalLM::zero_grad_lazily) that this backward did not reach

@@ -8,6 +8,11 @@
 // output, the attention function's state (probs or lse), and the MLP's gate(x), up(x). The norms'
 // outputs, the normed/rotated q and k and act(gate)·up are recomputed in backward. With gradient
 // checkpointing a layer keeps only its input and re-runs its training forward inside backward.
+// A MoE layer keeps, instead of gate and up, what its MoeMLP implementation saves (built-in: the
+// router logits, the expert-sorted gate_up pre-activations [T·k, 2I] and the row order; megablocks
+// adds the top-k ids and weights). A MoE model with output_router_logits adds the load-balancing
+// loss once all layers ran; each MoE layer's step then keeps that loss's gradient on its router
+// logits for its backward. decoder_layer_tape_bytes counts dense layers.
 #pragma once
 
 #include <memory>
@@ -37,6 +42,7 @@ class TrainingTape {
   struct LayerStep {
     Tensor input;  // the layer's h; the previous step's output
     nn::LayerContext ctx;
+    Tensor drouter_logits;  // MoE layers with the load-balancing loss: its router-logit gradient
   };
 
   std::shared_ptr<const DecoderLM> model_;

@@ -1,0 +1,593 @@
+// moe_cuda.cu — the cuda variant of kernels-community/megablocks (moe_mlp@1), sm_90a.
+//
+// Forward, all on the call's stream, no host sync, no allocation (workspace from the caller):
+//   1. router logits = x · router_wᵀ                       M-grouped GEMM with one group
+//   2. routing: one thread per token (routing.h route_row): softmax, top-k, renormalisation
+//   3. permutation by expert, three kernels (routing.h): chunk histograms and ranks, per-expert
+//      offsets and GEMM tile offsets, the scatter to sorted rows (token, weight, position)
+//   4. gate_up GEMM over the experts' rows, x gathered by token, fused SwiGLU epilogue
+//   5. down GEMM over the experts' rows
+//   6. weighted un-permutation: y[t] = Σ_j w·o over the token's k rows (deterministic, no atomics)
+// Backward, from the saved routing (ids, weights) and gate_up pre-activations:
+//   permutation again; d(act)/w = dy·down_w (GEMM, dy gathered) with the SwiGLU backward in its
+//   epilogue (d(gate ‖ up), w·act, per-tile parts of d(weight)); d(weight) summed; the routing
+//   backward (one thread per token: renormalisation, softmax, + drouter_logits); the router's
+//   dx part and d(router_w); dx rows = d(gate ‖ up) · gate_up_w, then the un-permutation sum;
+//   d(down_w) and d(gate_up_w) as K-grouped GEMMs over each expert's rows.
+// Every grid is sized from host-known shapes (persistent GEMMs read their tile count on the
+// device), so the entry is capture-safe. Requirements: bf16 or f16; H and I multiples of 8;
+// 16-byte aligned tensors (UNSUPPORTED otherwise).
+#include <cstdlib>
+#include <string>
+
+#include "device_compat.cuh"
+#include "grouped_gemm.cuh"
+#include "moe_call.h"
+
+namespace megablocks::cuda {
+namespace {
+
+// ---- small kernels ----------------------------------------------------------------------------
+
+__global__ void single_group_kernel(int64_t rows, int64_t* offsets, int64_t* tile_offsets) {
+  offsets[0] = 0;
+  offsets[1] = rows;
+  tile_offsets[0] = 0;
+  tile_offsets[1] = ceil_div(rows, kBM);
+}
+
+template <class T>
+struct LogitRow {
+  const T* row;
+  __device__ float operator()(int32_t e) const { return to_f32(row[e]); }
+};
+
+template <class T>
+__global__ void route_kernel(const T* logits, int64_t tokens, int32_t E, int32_t k, bool norm,
+                             int32_t* ids, float* weights) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  route_row(LogitRow<T>{logits + t * E}, E, k, norm, ids + t * k, weights + t * k);
+}
+
+// Phase 1: one block of kChunk threads per chunk.
+__global__ void chunk_kernel(const int32_t* ids, int64_t n, int32_t E, int32_t* hist,
+                             int32_t* rank) {
+  __shared__ int32_t chunk_ids[kChunk];
+  MB_EXTERN_SHARED(int32_t, counts);  // [E]
+  const int64_t c = blockIdx.x;
+  const int i = threadIdx.x;
+  const int64_t a = c * kChunk + i;
+  for (int32_t e = i; e < E; e += blockDim.x) counts[e] = 0;
+  chunk_ids[i] = a < n ? ids[a] : -1;
+  __syncthreads();
+  if (a < n) {
+    rank[a] = chunk_rank(chunk_ids, i);
+    atomicAdd(&counts[chunk_ids[i]], 1);  // a count: its order does not matter
+  }
+  __syncthreads();
+  for (int32_t e = i; e < E; e += blockDim.x) hist[c * E + e] = counts[e];
+}
+
+// Phase 2: one block.
+__global__ void offsets_kernel(int32_t* hist, int64_t chunks, int32_t E, int64_t* offsets,
+                               int64_t* tile_offsets) {
+  MB_EXTERN_SHARED(int64_t, expert_counts);  // [E]
+  for (int32_t e = threadIdx.x; e < E; e += blockDim.x)
+    expert_counts[e] = chunk_prefix(hist, chunks, E, e);
+  __syncthreads();
+  if (threadIdx.x == 0) expert_offsets(expert_counts, E, kBM, offsets, tile_offsets);
+}
+
+// Phase 3.
+__global__ void scatter_kernel(const int32_t* ids, const float* weights, const int32_t* rank,
+                               const int32_t* prefix, const int64_t* offsets, int64_t n, int32_t E,
+                               int32_t k, int32_t* sorted_token, float* sorted_weight,
+                               int32_t* position) {
+  const int64_t a = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (a >= n) return;
+  const int64_t row = sorted_row(ids, prefix, offsets, E, a, rank[a]);
+  sorted_token[row] = static_cast<int32_t>(a / k);
+  sorted_weight[row] = weights[a];
+  position[a] = static_cast<int32_t>(row);
+}
+
+// Eight 16-bit elements as one 16-byte access (p 16-byte aligned). memcpy, not a pointer cast, so
+// no compiler may assume the element array and the vector do not alias.
+template <class T>
+__device__ __forceinline__ void load8(T (&e)[8], const T* p) {
+  const uint4 v = *reinterpret_cast<const uint4*>(p);
+  memcpy(e, &v, sizeof v);
+}
+template <class T>
+__device__ __forceinline__ void store8(T* p, const T (&e)[8]) {
+  uint4 v;
+  memcpy(&v, e, sizeof v);
+  *reinterpret_cast<uint4*>(p) = v;
+}
+
+// y[t] = round(Σ_j round(round(w)·o[row_j])), 8 columns per thread (16-byte loads).
+template <class T>
+__global__ void combine_kernel(const T* rows, const int32_t* position, const float* weights,
+                               int32_t k, int64_t H, T* y) {
+  const int64_t t = blockIdx.x;
+  for (int64_t h = threadIdx.x * 8; h < H; h += blockDim.x * 8) {
+    float acc[8] = {};
+    for (int32_t j = 0; j < k; ++j) {
+      const int64_t row = position[t * k + j];
+      const float w = round_as<T>(weights[t * k + j]);
+      T e[8];
+      load8(e, rows + row * H + h);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) acc[q] += round_as<T>(w * to_f32(e[q]));
+    }
+    T out[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) out[q] = from_f32<T>(acc[q]);
+    store8(y + t * H + h, out);
+  }
+}
+
+// dx[t] = round(dx_router[t] + Σ_j drows[row_j]).
+template <class T>
+__global__ void combine_backward_kernel(const T* drows, const int32_t* position, int32_t k,
+                                        int64_t H, const float* dx_router, T* dx) {
+  const int64_t t = blockIdx.x;
+  for (int64_t h = threadIdx.x * 8; h < H; h += blockDim.x * 8) {
+    float acc[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) acc[q] = dx_router[t * H + h + q];
+    for (int32_t j = 0; j < k; ++j) {
+      const int64_t row = position[t * k + j];
+      T e[8];
+      load8(e, drows + row * H + h);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) acc[q] += to_f32(e[q]);
+    }
+    T out[8];
+#pragma unroll
+    for (int q = 0; q < 8; ++q) out[q] = from_f32<T>(acc[q]);
+    store8(dx + t * H + h, out);
+  }
+}
+
+// d(weight) of each assignment: the sum of its row's per-tile parts, in tile order.
+__global__ void dweight_kernel(const float* partial, const int32_t* position, int64_t n,
+                               int64_t n_tiles, float* dweights) {
+  const int64_t a = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (a >= n) return;
+  const float* p = partial + static_cast<int64_t>(position[a]) * n_tiles;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n_tiles; ++i) sum += p[i];
+  dweights[a] = sum;
+}
+
+// d(logits) of one token per thread: renormalisation, the top-k gather and the softmax backward,
+// plus drouter_logits; rounded to the logits' dtype into [T, Ep] (pad columns zero).
+template <class T>
+__global__ void route_backward_kernel(const T* logits, const int32_t* ids, const float* weights,
+                                      const float* dweights, const float* drouter, int64_t tokens,
+                                      int32_t E, int32_t Ep, int32_t k, bool norm, T* dlogits) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const T* z = logits + t * E;
+  float m = -INFINITY, sum = 0.0f;
+  for (int32_t e = 0; e < E; ++e) m = fmaxf(m, to_f32(z[e]));
+  for (int32_t e = 0; e < E; ++e) sum += expf(to_f32(z[e]) - m);
+  auto prob = [&](int32_t e) { return expf(to_f32(z[e]) - m) / sum; };
+  const int32_t* id = ids + t * k;
+  const float* w = weights + t * k;
+  const float* dw = dweights + t * k;
+  float selected = 0.0f, dot = 0.0f;
+  for (int32_t j = 0; j < k; ++j) {
+    selected += prob(id[j]);
+    dot += dw[j] * w[j];
+  }
+  auto dp = [&](int32_t j) { return norm ? (dw[j] - dot) / selected : dw[j]; };
+  float dot2 = 0.0f;
+  for (int32_t j = 0; j < k; ++j) dot2 += prob(id[j]) * dp(j);
+  T* out = dlogits + t * Ep;
+  for (int32_t e = 0; e < Ep; ++e) {
+    float g = 0.0f;
+    if (e < E) {
+      float dpe = 0.0f;
+      for (int32_t j = 0; j < k; ++j)
+        if (id[j] == e) dpe = dp(j);
+      g = prob(e) * (dpe - dot2);
+      if (drouter) g += drouter[t * E + e];
+    }
+    out[e] = from_f32<T>(g);
+  }
+}
+
+// ---- launch helpers ----------------------------------------------------------------------------
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess)
+    fail(HK_STATUS_DEVICE_ERROR,
+         std::string("megablocks cuda: ") + what + " failed: " + cudaGetErrorString(err));
+}
+
+// Per device (up to 16), once: a kernel's dynamic shared memory limit and, for the persistent
+// GEMMs, its grid (SMs × resident blocks). `Tag` makes one set of statics per kernel.
+template <class Tag, class Kernel>
+int configure(Kernel kernel, int smem) {
+  static int blocks[16] = {};
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  int& b = blocks[device & 15];
+  if (b == 0) {
+    check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+          "cudaFuncSetAttribute");
+    int sms = 0, per_sm = 0;
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute");
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+              &per_sm, reinterpret_cast<const void*>(kernel), kThreads, smem),
+          "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    b = sms * (per_sm > 0 ? per_sm : 1);
+  }
+  return b;
+}
+
+template <class T, Major LB, Epi E, int BN>
+struct MGroupedTag {};
+
+template <class T, Major LB, Epi E, int BN>
+void m_grouped_launch(const MGroupedParams<T>& p, cudaStream_t stream) {
+  constexpr int smem = smem_bytes<Major::K, LB, BN>();
+  auto kernel = m_grouped_gemm<T, LB, E, BN>;
+  const int blocks = configure<MGroupedTag<T, LB, E, BN>>(kernel, smem);
+  MB_LAUNCH(kernel, blocks, kThreads, smem, stream)(p);
+  check(cudaGetLastError(), "M-grouped GEMM launch");
+}
+
+// The N extent of the expert GEMMs' tiles: 128 by default; MEGABLOCKS_GEMM_TILE=128x256 picks
+// 256 (64×64 warp tiles, one block per SM) — a tuning knob, read on every call.
+int expert_tile_n() {
+  const char* v = std::getenv("MEGABLOCKS_GEMM_TILE");
+  return v && std::string(v) == "128x256" ? 256 : 128;
+}
+
+template <class T, Major LB, Epi E>
+void m_grouped(const MGroupedParams<T>& p, cudaStream_t stream, int bn = 128) {
+  if (bn == 256)
+    m_grouped_launch<T, LB, E, 256>(p, stream);
+  else
+    m_grouped_launch<T, LB, E, 128>(p, stream);
+}
+
+template <class T>
+void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
+  constexpr int smem = smem_bytes<Major::MN, Major::MN, kKGroupedBN>();
+  auto kernel = k_grouped_gemm<T>;
+  configure<KGroupedParams<T>>(kernel, smem);
+  const dim3 grid(static_cast<unsigned>(ceil_div(p.n, kKGroupedBN)),
+                  static_cast<unsigned>(ceil_div(p.m_store, kBM)),
+                  static_cast<unsigned>(p.groups.count));
+  MB_LAUNCH(kernel, grid, kThreads, smem, stream)(p);
+  check(cudaGetLastError(), "K-grouped GEMM launch");
+}
+
+// ---- workspace ---------------------------------------------------------------------------------
+
+// Carves aligned buffers out of the workspace (or, with base null, only counts their bytes).
+class Carver {
+ public:
+  explicit Carver(void* base) : base_(static_cast<char*>(base)) {}
+  template <class U>
+  U* take(int64_t count) {
+    const size_t at = (used_ + 255) / 256 * 256;
+    used_ = at + static_cast<size_t>(count) * sizeof(U);
+    return base_ ? reinterpret_cast<U*>(base_ + at) : nullptr;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  char* base_;
+  size_t used_ = 0;
+};
+
+int64_t padded_experts(int64_t E) {
+  return ceil_div(E, 8) * 8;
+}
+
+// The permutation's buffers (forward and backward).
+struct Permutation {
+  int32_t *hist, *rank, *sorted_token, *position;
+  float* sorted_weight;
+  int64_t *offsets, *tile_offsets, *one_group, *one_group_tiles;
+};
+
+Permutation carve_permutation(Carver& w, const MoeCall& c) {
+  const int64_t n = c.assignments();
+  Permutation p;
+  p.hist = w.take<int32_t>(num_chunks(n) * c.E);
+  p.rank = w.take<int32_t>(n);
+  p.sorted_token = w.take<int32_t>(n);
+  p.position = w.take<int32_t>(n);
+  p.sorted_weight = w.take<float>(n);
+  p.offsets = w.take<int64_t>(c.E + 1);
+  p.tile_offsets = w.take<int64_t>(c.E + 1);
+  p.one_group = w.take<int64_t>(2);
+  p.one_group_tiles = w.take<int64_t>(2);
+  return p;
+}
+
+template <class T>
+struct ForwardBuffers {
+  Permutation perm;
+  T* logits;
+  int32_t* ids;
+  float* weights;
+  T *act, *out;
+};
+
+template <class T>
+ForwardBuffers<T> carve_forward(Carver& w, const MoeCall& c) {
+  ForwardBuffers<T> b;
+  b.perm = carve_permutation(w, c);
+  const int64_t n = c.assignments();
+  b.logits = c.router_logits ? static_cast<T*>(c.router_logits) : w.take<T>(c.T * c.E);
+  b.ids = c.topk_ids ? c.topk_ids : w.take<int32_t>(n);
+  b.weights = c.topk_weights ? c.topk_weights : w.take<float>(n);
+  b.act = w.take<T>(n * c.I);
+  b.out = w.take<T>(n * c.H);
+  return b;
+}
+
+template <class T>
+struct BackwardBuffers {
+  Permutation perm;
+  T *dgate_up, *act_weighted, *dlogits, *drows;
+  float *partial, *dweights, *dx_router;
+};
+
+template <class T>
+BackwardBuffers<T> carve_backward(Carver& w, const MoeCall& c) {
+  BackwardBuffers<T> b;
+  b.perm = carve_permutation(w, c);
+  const int64_t n = c.assignments();
+  b.dgate_up = w.take<T>(n * 2 * c.I);
+  b.act_weighted = w.take<T>(n * c.I);
+  b.partial = w.take<float>(n * ceil_div(c.I, 128));  // parts per row: I / BN, BN ≥ 128
+  b.dweights = w.take<float>(n);
+  b.dlogits = w.take<T>(c.T * padded_experts(c.E));
+  b.dx_router = w.take<float>(c.T * c.H);
+  b.drows = w.take<T>(n * c.H);
+  return b;
+}
+
+void check_layout(const MoeCall& c, std::initializer_list<const void*> pointers) {
+  if (c.dtype != HK_DTYPE_BF16 && c.dtype != HK_DTYPE_F16)
+    fail(HK_STATUS_UNSUPPORTED, "megablocks cuda computes in bf16 or f16, not " +
+                                    std::string(hk::sdk::dtype_code_name(c.dtype)));
+  if (c.H % 8 != 0 || c.I % 8 != 0)
+    fail(HK_STATUS_UNSUPPORTED, "megablocks cuda needs hidden (" + std::to_string(c.H) +
+                                    ") and moe_intermediate (" + std::to_string(c.I) +
+                                    ") sizes that are multiples of 8");
+  for (const void* p : pointers)
+    if (p && reinterpret_cast<uintptr_t>(p) % 16 != 0)
+      fail(HK_STATUS_UNSUPPORTED, "megablocks cuda needs 16-byte aligned tensors");
+}
+
+// The permutation of `ids` (with their weights) on the stream.
+void permute(const MoeCall& c, const int32_t* ids, const float* weights, const Permutation& p,
+             cudaStream_t stream) {
+  const int64_t n = c.assignments(), chunks = num_chunks(n);
+  const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
+  MB_LAUNCH(chunk_kernel, static_cast<unsigned>(chunks), kChunk, E * sizeof(int32_t), stream)
+  (ids, n, E, p.hist, p.rank);
+  MB_LAUNCH(offsets_kernel, 1, 1024, E * sizeof(int64_t), stream)
+  (p.hist, chunks, E, p.offsets, p.tile_offsets);
+  MB_LAUNCH(scatter_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
+  (ids, weights, p.rank, p.hist, p.offsets, n, E, k, p.sorted_token, p.sorted_weight, p.position);
+  check(cudaGetLastError(), "permutation launch");
+}
+
+template <class T>
+void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
+  Carver w(workspace);
+  const ForwardBuffers<T> b = carve_forward<T>(w, c);
+  const Groups experts{b.perm.offsets, b.perm.tile_offsets, static_cast<int32_t>(c.E)};
+  const Groups one{b.perm.one_group, b.perm.one_group_tiles, 1};
+  const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
+  const int64_t tiles = ceil_div(c.T, 256);
+
+  MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, b.perm.one_group, b.perm.one_group_tiles);
+  MGroupedParams<T> router;
+  router.a = {static_cast<const T*>(c.x), c.H, 0, nullptr};
+  router.b = {static_cast<const T*>(c.router_w), c.H, 0, nullptr};
+  router.n = c.E;
+  router.k = c.H;
+  router.groups = one;
+  router.epi.out = b.logits;
+  router.epi.ld = c.E;
+  m_grouped<T, Major::K, Epi::Store>(router, stream);
+  MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(tiles), 256, 0, stream)
+  (b.logits, c.T, E, k, c.attrs.norm_topk_prob != 0, b.ids, b.weights);
+  permute(c, b.ids, b.weights, b.perm, stream);
+
+  MGroupedParams<T> up;
+  up.a = {static_cast<const T*>(c.x), c.H, 0, b.perm.sorted_token};
+  up.b = {static_cast<const T*>(c.gate_up_w), c.H, 2 * c.I * c.H, nullptr};
+  up.n = c.I;
+  up.k = c.H;
+  up.groups = experts;
+  up.epi.inter = c.I;
+  up.epi.activation = c.attrs.activation;
+  up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
+  up.epi.act = b.act;
+  const int bn = expert_tile_n();
+  m_grouped<T, Major::K, Epi::SwigluForward>(up, stream, bn);
+
+  MGroupedParams<T> down;
+  down.a = {b.act, c.I, 0, nullptr};
+  down.b = {static_cast<const T*>(c.down_w), c.I, c.H * c.I, nullptr};
+  down.n = c.H;
+  down.k = c.I;
+  down.groups = experts;
+  down.epi.out = b.out;
+  down.epi.ld = c.H;
+  m_grouped<T, Major::K, Epi::Store>(down, stream, bn);
+
+  MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
+  (b.out, b.perm.position, b.weights, k, c.H, static_cast<T*>(c.y));
+  check(cudaGetLastError(), "combine launch");
+}
+
+template <class T>
+void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
+  Carver w(workspace);
+  const BackwardBuffers<T> b = carve_backward<T>(w, c);
+  const Permutation& perm = b.perm;
+  const Groups experts{perm.offsets, perm.tile_offsets, static_cast<int32_t>(c.E)};
+  const Groups one{perm.one_group, perm.one_group_tiles, 1};
+  const int64_t n = c.assignments(), Ep = padded_experts(c.E);
+  const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
+  MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
+  permute(c, c.topk_ids, c.topk_weights, perm, stream);
+
+  // d(act)/w = dy[token] · down_w (down_w [H, I] is [K, N]) + the SwiGLU backward.
+  MGroupedParams<T> dact;
+  dact.a = {static_cast<const T*>(c.dy), c.H, 0, perm.sorted_token};
+  dact.b = {static_cast<const T*>(c.down_w), c.I, c.H * c.I, nullptr};
+  dact.n = c.I;
+  dact.k = c.H;
+  dact.b_rows = c.H;
+  dact.groups = experts;
+  dact.epi.inter = c.I;
+  dact.epi.activation = c.attrs.activation;
+  dact.epi.gate_up = static_cast<T*>(c.gate_up);
+  dact.epi.act = b.act_weighted;
+  dact.epi.dgate_up = b.dgate_up;
+  dact.epi.row_weight = perm.sorted_weight;
+  dact.epi.partial = b.partial;
+  const int bn = expert_tile_n();
+  m_grouped<T, Major::MN, Epi::SwigluBackward>(dact, stream, bn);
+  MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
+  (b.partial, perm.position, n, ceil_div(c.I, bn), b.dweights);
+  MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, 128)), 128, 0, stream)
+  (static_cast<const T*>(c.router_logits), c.topk_ids, c.topk_weights, b.dweights, c.drouter_logits,
+   c.T, E, static_cast<int32_t>(Ep), k, c.attrs.norm_topk_prob != 0, b.dlogits);
+  check(cudaGetLastError(), "routing backward launch");
+
+  // The router: dx part (f32, added by the un-permutation) and d(router_w).
+  MGroupedParams<T> rdx;
+  rdx.a = {b.dlogits, Ep, 0, nullptr};
+  rdx.b = {static_cast<const T*>(c.router_w), c.H, 0, nullptr};
+  rdx.n = c.H;
+  rdx.k = Ep;
+  rdx.b_rows = c.E;
+  rdx.groups = one;
+  rdx.epi.out = b.dx_router;
+  rdx.epi.ld = c.H;
+  m_grouped<T, Major::MN, Epi::StoreF32>(rdx, stream);
+  if (c.drouter_w) {
+    KGroupedParams<T> dwr;
+    dwr.a = {b.dlogits, Ep, 0, nullptr};
+    dwr.b = {static_cast<const T*>(c.x), c.H, 0, nullptr};
+    dwr.m = Ep;
+    dwr.m_store = c.E;
+    dwr.n = c.H;
+    dwr.groups = one;
+    dwr.out = static_cast<T*>(c.drouter_w);
+    dwr.accumulate = c.accumulate;
+    k_grouped(dwr, stream);
+  }
+
+  // dx rows = d(gate ‖ up) · gate_up_w (gate_up_w [2I, H] is [K, N]); then the sum per token.
+  MGroupedParams<T> drows;
+  drows.a = {b.dgate_up, 2 * c.I, 0, nullptr};
+  drows.b = {static_cast<const T*>(c.gate_up_w), c.H, 2 * c.I * c.H, nullptr};
+  drows.n = c.H;
+  drows.k = 2 * c.I;
+  drows.b_rows = 2 * c.I;
+  drows.groups = experts;
+  drows.epi.out = b.drows;
+  drows.epi.ld = c.H;
+  m_grouped<T, Major::MN, Epi::Store>(drows, stream, bn);
+  MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
+  (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
+  check(cudaGetLastError(), "un-permutation launch");
+
+  if (c.ddown_w) {  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
+    KGroupedParams<T> dd;
+    dd.a = {static_cast<const T*>(c.dy), c.H, 0, perm.sorted_token};
+    dd.b = {b.act_weighted, c.I, 0, nullptr};
+    dd.m = dd.m_store = c.H;
+    dd.n = c.I;
+    dd.groups = experts;
+    dd.out = static_cast<T*>(c.ddown_w);
+    dd.accumulate = c.accumulate;
+    k_grouped(dd, stream);
+  }
+  if (c.dgate_up_w) {  // Σ_rows d(gate ‖ up)ᵀ ⊗ x[token]  →  [2I, H] per expert
+    KGroupedParams<T> dg;
+    dg.a = {b.dgate_up, 2 * c.I, 0, nullptr};
+    dg.b = {static_cast<const T*>(c.x), c.H, 0, perm.sorted_token};
+    dg.m = dg.m_store = 2 * c.I;
+    dg.n = c.H;
+    dg.groups = experts;
+    dg.out = static_cast<T*>(c.dgate_up_w);
+    dg.accumulate = c.accumulate;
+    k_grouped(dg, stream);
+  }
+}
+
+}  // namespace
+
+namespace {
+// One entry call: checks, the workspace against what the pass carves, then the typed pass.
+template <class Carve, class Run>
+void run_pass(const hk_call& call, const MoeCall& c, Carve&& carve, Run&& run) {
+  if (c.T == 0) return;
+  Carver need(nullptr);
+  carve(need);  // the buffers' bytes do not depend on bf16 vs f16
+  if (call.workspace_size < need.used() || !call.workspace)
+    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: the workspace is smaller than asked for");
+  run(static_cast<cudaStream_t>(call.stream));
+}
+}  // namespace
+
+void forward(const hk_call& call) {
+  const MoeCall c = parse_forward(call, HK_DEVICE_CUDA);
+  check_layout(c, {c.x, c.router_w, c.gate_up_w, c.down_w, c.y, c.router_logits, c.gate_up});
+  run_pass(
+      call, c, [&](Carver& w) { carve_forward<__nv_bfloat16>(w, c); },
+      [&](cudaStream_t stream) {
+        if (c.dtype == HK_DTYPE_BF16)
+          forward_typed<__nv_bfloat16>(c, call.workspace, stream);
+        else
+          forward_typed<__half>(c, call.workspace, stream);
+      });
+}
+
+void backward(const hk_call& call) {
+  const MoeCall c = parse_backward(call, HK_DEVICE_CUDA);
+  check_layout(c, {c.x, c.dy, c.router_w, c.gate_up_w, c.down_w, c.router_logits, c.gate_up, c.dx,
+                   c.drouter_w, c.dgate_up_w, c.ddown_w});
+  run_pass(
+      call, c, [&](Carver& w) { carve_backward<__nv_bfloat16>(w, c); },
+      [&](cudaStream_t stream) {
+        if (c.dtype == HK_DTYPE_BF16)
+          backward_typed<__nv_bfloat16>(c, call.workspace, stream);
+        else
+          backward_typed<__half>(c, call.workspace, stream);
+      });
+}
+
+size_t workspace(const hk_call& call, uint32_t pass) {
+  Carver need(nullptr);
+  if (pass == HK_PASS_BACKWARD) {
+    const MoeCall c = parse_backward(call, HK_DEVICE_CUDA);
+    carve_backward<__nv_bfloat16>(need, c);
+  } else {
+    const MoeCall c = parse_forward(call, HK_DEVICE_CUDA);
+    carve_forward<__nv_bfloat16>(need, c);
+  }
+  return need.used();
+}
+
+}  // namespace megablocks::cuda
