@@ -34,22 +34,25 @@ void set_contiguous_strides(TensorView& v) {
                         " does not fit in 64 bits; check the config or argument it comes from");
 }
 
-}  // namespace
-
-int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
+// One checked binary operation for both: negative operands are refused, overflow is a sentence.
+template <class Op>
+int64_t checked(int64_t a, int64_t b, std::string_view what, const char* sign, Op op) {
   int64_t out = 0;
   if (a < 0 || b < 0) throw InvalidArgument(std::string(what) + " must not be negative");
-  if (__builtin_add_overflow(a, b, &out))
-    overflow(what, std::to_string(a) + " + " + std::to_string(b));
+  if (op(a, b, &out)) overflow(what, std::to_string(a) + sign + std::to_string(b));
   return out;
 }
 
+}  // namespace
+
+int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
+  return checked(a, b, what, " + ",
+                 [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); });
+}
+
 int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
-  int64_t out = 0;
-  if (a < 0 || b < 0) throw InvalidArgument(std::string(what) + " must not be negative");
-  if (__builtin_mul_overflow(a, b, &out))
-    overflow(what, std::to_string(a) + " × " + std::to_string(b));
-  return out;
+  return checked(a, b, what, " × ",
+                 [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); });
 }
 
 int64_t checked_numel(const int64_t* dims, int ndim, bool empty_as_one) {

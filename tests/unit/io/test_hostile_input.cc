@@ -126,15 +126,19 @@ TEST(HostileSafetensors, DuplicateAndDeepHeadersAreRefused) {
             std::string::npos);
 }
 
-// Runs `fn` on a thread; fails (instead of hanging the suite) when it does not finish in time.
+// Runs `open_fifo` (which opens the FIFO `fifo` through some reader) on a thread and expects it
+// to be refused as "not a regular file"; fails, instead of hanging the suite, when it blocks.
 template <class Fn>
-void finishes_within(std::chrono::seconds limit, Fn fn, const fs::path& fifo_to_unblock) {
-  auto done = std::async(std::launch::async, fn);
-  if (done.wait_for(limit) != std::future_status::ready) {
+void refused_without_blocking(const fs::path& fifo, Fn open_fifo) {
+  auto done = std::async(std::launch::async, [&] {
+    std::string m = message_of(open_fifo);
+    EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
+  });
+  if (done.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
     // Unblock the reader so the thread can end, then fail.
-    int fd = ::open(fifo_to_unblock.c_str(), O_WRONLY | O_NONBLOCK);
+    int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
     if (fd >= 0) ::close(fd);
-    ADD_FAILURE() << "blocked on the FIFO " << fifo_to_unblock;
+    ADD_FAILURE() << "blocked on the FIFO " << fifo;
   }
   done.get();
 }
@@ -143,13 +147,7 @@ TEST(HostileFiles, FifoNamedLikeACheckpointIsRefusedWithoutBlocking) {
   test::ScratchDir dir;
   const fs::path fifo = dir.path() / "model.safetensors";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  finishes_within(
-      10s,
-      [&] {
-        std::string m = message_of([&] { SafetensorsFile::open(fifo.string()); });
-        EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
-      },
-      fifo);
+  refused_without_blocking(fifo, [&] { SafetensorsFile::open(fifo.string()); });
   // The CLI: hk inspect on the FIFO, hk generate on a directory holding it.
   std::ofstream(dir.path() / "config.json") << fixture_config();
   auto inspect = run_hk({"inspect", fifo.string()}, {}, 20s);
@@ -166,26 +164,14 @@ TEST(HostileFiles, FifoNamedConfigJsonIsRefusedWithoutBlocking) {
   test::ScratchDir dir;
   const fs::path fifo = dir.path() / "config.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  finishes_within(
-      10s,
-      [&] {
-        std::string m = message_of([&] { ModelConfig::from_file(dir.path().string()); });
-        EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
-      },
-      fifo);
+  refused_without_blocking(fifo, [&] { ModelConfig::from_file(dir.path().string()); });
 }
 
 TEST(HostileFiles, CheckpointIndexFifoAndDeepNesting) {
   test::ScratchDir dir;
   const fs::path fifo = dir.path() / "model.safetensors.index.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  finishes_within(
-      10s,
-      [&] {
-        std::string m = message_of([&] { Checkpoint::open(dir.path().string()); });
-        EXPECT_NE(m.find("not a regular file"), std::string::npos) << m;
-      },
-      fifo);
+  refused_without_blocking(fifo, [&] { Checkpoint::open(dir.path().string()); });
   fs::remove(fifo);
   // A weight_map value nested 1,000,000 deep: its error message used to dump() it recursively.
   std::ofstream(fifo) << "{\"weight_map\": {\"a\": " << std::string(1000000, '[')

@@ -102,6 +102,8 @@ void expect_no_unverified(const Tally& t, long swaps, const char* what) {
               t.loaded, t.refused, t.unverified, swaps);
   EXPECT_EQ(t.unverified, 0) << what << ": code whose digest was never checked ran";
   EXPECT_EQ(t.loaded + t.refused, kLoads);
+  // A loader that refused everything would pass the line above: the verified bytes must load.
+  EXPECT_GT(t.loaded, 0) << what << ": the verified library never loaded";
   EXPECT_GT(swaps, 0) << "the swapper never ran: the race was not exercised";
 }
 
