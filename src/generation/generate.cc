@@ -98,8 +98,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
                               std::to_string(config.vocab_size) + ")");
     len = std::max<int64_t>(len, static_cast<int64_t>(prompts[r].size()));
   }
-  const int64_t total_length = checked_add(len, options.max_new_tokens,
-                                           "the prompt length plus max_new_tokens");
+  const int64_t total_length =
+      checked_add(len, options.max_new_tokens, "the prompt length plus max_new_tokens");
   if (total_length > config.max_position_embeddings)
     throw InvalidArgument(
         "prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
@@ -142,9 +142,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   std::shared_ptr<DecodeSession> session;
   std::string why_not_device;
   if (lm.device.is_cuda() && options.max_new_tokens > 1) {
-    const int64_t capacity =
-        checked_add(total_length, kCacheBucket - 1, "the KV cache length") / kCacheBucket *
-        kCacheBucket;
+    const int64_t capacity = checked_add(total_length, kCacheBucket - 1, "the KV cache length") /
+                             kCacheBucket * kCacheBucket;
     if (lm.decode_session &&
         lm.decode_session->serves(lm, b, capacity, greedy, options.cuda_graphs)) {
       session = lm.decode_session;

@@ -3,10 +3,10 @@
 // Atomic means: the bytes go to a temporary file in the destination directory (same file system,
 // so rename is atomic; created by hk's one temp-file primitive, core/file_io.h, so a planted file
 // or symlink is never written through), which is fsync'd, renamed over the destination and the
-// directory fsync'd so the rename itself survives a crash. Readers therefore see the old file or the complete new
-// one. Deliberately not here: streaming writes of tensors larger than memory from a generator,
-// or preserving the permissions/ownership of a file being replaced (the new file gets 0644 minus
-// the umask, like any newly created file).
+// directory fsync'd so the rename itself survives a crash. Readers therefore see the old file or
+// the complete new one. Deliberately not here: streaming writes of tensors larger than memory from
+// a generator, or preserving the permissions/ownership of a file being replaced (the new file gets
+// 0644 minus the umask, like any newly created file).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
