@@ -5,6 +5,9 @@
 #                      [DESCRIPTION "what code this is"]  (metadata provenance.description; no ";")
 #                      CPU_SOURCES a.cc ... [CUDA_SOURCES b.cu b_library.cc ...]
 #                      [HUB_DIR dir]          (default ${PROJECT_BINARY_DIR}/hub, the embedded hub)
+#                      [SIGNING_KEY key.pem]  (sign each metadata.json at publish time; default
+#                                              the cache variable HK_KERNEL_SIGNING_KEY, empty =
+#                                              unsigned; make a key with `hk kernels keygen`)
 #                      [ABI_MAJOR n]          (test repos only: the ABI major the table claims)
 #                      [NO_TABLE]             (test repos only: publish a .so that has no table)
 #                      [TARGETS_VAR var])     (receives the variant targets, e.g. to link helpers)
@@ -51,6 +54,10 @@ if(TARGET hk::kernel_dump)
   get_target_property(_hk_dump_location hk::kernel_dump LOCATION)
   set(_HK_KERNEL_DUMP ${_hk_dump_location} CACHE INTERNAL "")
   set(_HK_KERNEL_DUMP_DEPENDS ${_hk_dump_location} CACHE INTERNAL "")
+  # The signer is the installed hk CLI, installed beside the dumper.
+  get_filename_component(_hk_bin_dir ${_hk_dump_location} DIRECTORY)
+  set(_HK_SIGNER ${_hk_bin_dir}/hk CACHE INTERNAL "")
+  set(_HK_SIGNER_DEPENDS ${_hk_bin_dir}/hk CACHE INTERNAL "")
   set(_HK_SDK_BUILDER "hk ${HK_SDK_VERSION}" CACHE INTERNAL "")
   set(HK_CUDA_ARCHITECTURES "90a" CACHE STRING
       "CUDA architectures of the kernels' cuda variants (e.g. 90a;80)")
@@ -73,7 +80,11 @@ else()
   endif()
   set(_HK_KERNEL_DUMP "$<TARGET_FILE:hk_kernel_dump>" CACHE INTERNAL "")
   set(_HK_KERNEL_DUMP_DEPENDS hk_kernel_dump CACHE INTERNAL "")
+  set(_HK_SIGNER "$<TARGET_FILE:hk_cli>" CACHE INTERNAL "")
+  set(_HK_SIGNER_DEPENDS hk_cli CACHE INTERNAL "")
 endif()
+set(HK_KERNEL_SIGNING_KEY "" CACHE FILEPATH
+    "Ed25519 private key (PEM) that signs every published kernel repo's metadata.json; empty = unsigned")
 
 # Kernel libraries export exactly the table symbol (everything else stays local to the library).
 set(_HK_KERNEL_EXPORTS_MAP ${PROJECT_BINARY_DIR}/CMakeFiles/hk_kernel_exports.map CACHE INTERNAL "")
@@ -122,7 +133,8 @@ function(_hk_capability_range archs out_min out_max)
 endfunction()
 
 function(hk_add_kernel_repo)
-  cmake_parse_arguments(K "NO_TABLE" "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR;TARGETS_VAR;DESCRIPTION"
+  cmake_parse_arguments(K "NO_TABLE"
+                        "NAME;REPO;VERSION;BRANCH;HUB_DIR;ABI_MAJOR;TARGETS_VAR;DESCRIPTION;SIGNING_KEY"
                         "TAGS;CPU_SOURCES;CUDA_SOURCES" ${ARGN})
   if(K_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "hk_add_kernel_repo: unknown arguments ${K_UNPARSED_ARGUMENTS}")
@@ -145,6 +157,18 @@ function(hk_add_kernel_repo)
   endif()
   if(NOT K_ABI_MAJOR)
     set(K_ABI_MAJOR ${HK_KERNEL_ABI_MAJOR_VALUE})
+  endif()
+  if(NOT K_SIGNING_KEY)
+    set(K_SIGNING_KEY "${HK_KERNEL_SIGNING_KEY}")
+  endif()
+  set(sign_depends "")
+  if(K_SIGNING_KEY)
+    get_filename_component(K_SIGNING_KEY "${K_SIGNING_KEY}" ABSOLUTE)
+    if(NOT EXISTS "${K_SIGNING_KEY}")
+      message(FATAL_ERROR "hk_add_kernel_repo(${K_REPO}): SIGNING_KEY ${K_SIGNING_KEY} does not "
+                          "exist (make one with `hk kernels keygen FILE`)")
+    endif()
+    set(sign_depends ${_HK_SIGNER_DEPENDS} ${K_SIGNING_KEY})
   endif()
   if(NOT K_CPU_SOURCES AND NOT K_CUDA_SOURCES)
     message(FATAL_ERROR "hk_add_kernel_repo(${K_REPO}): give CPU_SOURCES and/or CUDA_SOURCES")
@@ -276,6 +300,8 @@ set(ARCH \"${arch}\")
 set(LOCK_FILE \"${PROJECT_BINARY_DIR}/CMakeFiles/hk-hub-locks/${lock_name}.lock\")
 set(STAMP \"${work_dir}/published.stamp\")
 set(VARIANTS \"${variants}\")
+set(SIGNING_KEY \"${K_SIGNING_KEY}\")
+set(SIGNER \"${_HK_SIGNER}\")
 ${args}")
 
   # The version tag is always (re)written by the publish step: listing it as an output makes a
@@ -285,7 +311,7 @@ ${args}")
     COMMAND ${CMAKE_COMMAND} -DARGS_FILE=${args_file} -P
             ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake
     DEPENDS ${variant_targets} ${_HK_KERNEL_DUMP_DEPENDS} ${args_file}
-            ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake
+            ${_HK_KERNEL_REPO_MODULE_DIR}/hk_publish_repo.cmake ${sign_depends}
     COMMENT "Publishing ${K_REPO} ${K_VERSION} (${variants}) into ${K_HUB_DIR}"
     VERBATIM)
   add_custom_target(${base}_publish ALL DEPENDS ${work_dir}/published.stamp)

@@ -3,16 +3,19 @@
 # Run by the target hk_add_kernel_repo creates:  cmake -DARGS_FILE=<publish_args.cmake> -P this
 # The args file (generated at configure time) sets HUB_DIR, REPO, NAME, VERSION, BRANCH, TAGS,
 # ABI_MAJOR, ABI_MINOR (this checkout's; a table's own minor wins), NO_TABLE, DUMP, SOURCE,
-# BUILDER, DESCRIPTION (optional, provenance.description), BUILD_TYPE, OS, ARCH, LOCK_FILE, STAMP, VARIANTS and per variant
+# BUILDER, DESCRIPTION (optional, provenance.description), BUILD_TYPE, OS, ARCH, LOCK_FILE, STAMP,
+# VARIANTS, SIGNING_KEY and SIGNER (optional) and per variant
 # VARIANT_<v>_FILE / _BACKEND / _BACKEND_VERSION / _ARCHS / _COMPILER.
 #
 # Steps: dump each library's table (the entries in metadata.json come from the .so itself) and
 # check it names this repo, version and ABI; commit id = sha1 over repo, version and the sorted
 # "variant sha256" lines (content-derived: same files → same commit); copy each library and write
-# its metadata.json via temp file + rename; point refs/tags/v<version> (+ TAGS) at the commit, and
+# its metadata.json (digests and sizes of every file) via temp file + rename; with SIGNING_KEY,
+# sign it (`SIGNER kernels sign --key SIGNING_KEY`, the hk CLI: metadata.json.sig beside it),
+# otherwise remove a stale signature; point refs/tags/v<version> (+ TAGS) at the commit, and
 # refs/heads/<branch> too unless it already points at a higher version; drop older commits of this
 # same version. A per-repo file lock keeps parallel publishes of several versions consistent.
-# It does not sign anything, and never touches other repos.
+# It never touches other repos.
 cmake_minimum_required(VERSION 3.25)
 if(NOT ARGS_FILE)
   message(FATAL_ERROR "hk_publish_repo.cmake: pass -DARGS_FILE=...")
@@ -66,6 +69,7 @@ foreach(variant ${VARIANTS})
     message(FATAL_ERROR "publish ${REPO} ${VERSION}: ${file} was not built")
   endif()
   file(SHA256 "${file}" sha_${variant})
+  file(SIZE "${file}" size_${variant})
   list(APPEND digest_lines "${variant} ${lib_name} ${sha_${variant}}")
 
   execute_process(COMMAND "${DUMP}" "${file}" OUTPUT_VARIABLE dump ERROR_VARIABLE dump_err
@@ -147,6 +151,8 @@ foreach(variant ${VARIANTS})
   string(JSON meta SET "${meta}" library "${q_lib}")
   string(JSON meta SET "${meta}" entries "${entries_${variant}}")
   string(JSON meta SET "${meta}" digest "{\"sha256\": {${q_lib}: ${q_sha}}}")
+  # The size lets a client stop a download at exactly the declared length.
+  string(JSON meta SET "${meta}" size "{${q_lib}: ${size_${variant}}}")
   string(JSON meta SET "${meta}" provenance
          "{\"builder\": ${q_builder}, \"source\": ${q_source}, \"compiler\": ${q_compiler}, \"build_type\": ${q_build_type}}")
   if(DESCRIPTION)
@@ -154,6 +160,16 @@ foreach(variant ${VARIANTS})
     string(JSON meta SET "${meta}" provenance description "${q_description}")
   endif()
   write_atomic("${dir}/metadata.json" "${meta}\n")
+  if(SIGNING_KEY)
+    execute_process(COMMAND "${SIGNER}" kernels sign --key "${SIGNING_KEY}" "${dir}"
+                    OUTPUT_QUIET ERROR_VARIABLE sign_err RESULT_VARIABLE sign_rc)
+    if(NOT sign_rc EQUAL 0)
+      message(FATAL_ERROR "publish ${REPO} ${VERSION}: signing ${dir}/metadata.json with "
+                          "${SIGNING_KEY} failed: ${sign_err}")
+    endif()
+  else()
+    file(REMOVE "${dir}/metadata.json.sig")  # a signature of older content would not verify
+  endif()
 endforeach()
 
 # ---- refs -----------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@
 #include "hk/device.h"
 #include "hk/hub_lockfile.h"
 #include "hk/hub_metadata.h"
+#include "hk/hub_signing.h"
 #include "hk/hub_spec.h"
 
 namespace hk {
@@ -77,12 +78,40 @@ struct HubConfig {
   std::vector<std::string> trusted_orgs{"kernels-community"};  // plus HK_TRUSTED_ORGS (a,b)
   std::string token;  // HF_TOKEN, sent as a bearer token to remote hubs
   std::map<std::string, std::string> local_kernels;  // LOCAL_KERNELS: repo → directory
-  std::optional<Lockfile> lock;                      // honoured and enforced when set
-  long connect_timeout_s = 10;                       // remote hub connect timeout
-  long stall_timeout_s = 60;  // abort a transfer that moves no byte for this long
-  bool progress = true;       // progress bar on stderr when it is a TTY
 
+  // hk.lock (HK_KERNELS_LOCK=FILE, set_lock_file): honoured and enforced when set. With a lock,
+  // a hub repo it does not pin is refused (IntegrityError) unless `allow_unlocked`
+  // (HK_ALLOW_UNLOCKED_KERNELS=1).
+  std::optional<Lockfile> lock;
+  std::filesystem::path lock_file;  // where `lock` came from (for messages); may be empty
+  bool allow_unlocked = false;
+  // Signed kernels (hk/hub_signing.h): trusted publisher keys per org (HK_PUBLISHER_KEYS=FILE)
+  // and whether every hub kernel must be signed (HK_REQUIRE_SIGNED=1).
+  PublisherKeys publisher_keys;
+  bool require_signed = false;
+
+  // Limits on what a remote hub can make this process do (docs/security.md).
+  long connect_timeout_s = 10;           // HK_HUB_CONNECT_TIMEOUT
+  long timeout_s = 600;                  // HK_HUB_TIMEOUT: one fetch (a listing, or a variant's
+                                         // metadata + files) must finish within this
+  long stall_timeout_s = 30;             // HK_HUB_STALL_TIMEOUT: abort a transfer slower than
+  long min_speed_bytes_s = 1024;         // HK_HUB_MIN_SPEED bytes/s for this long
+  long lock_timeout_s = 900;             // HK_HUB_LOCK_TIMEOUT: wait for another process's
+                                         // per-repo cache lock at most this long
+  size_t max_body_bytes = 16u << 20;     // HK_HUB_MAX_BODY: refs, listings, metadata, signatures
+  uint64_t max_file_bytes = 8ull << 30;  // HK_HUB_MAX_FILE: one kernel file (a size declared in
+                                         // metadata.json is the exact bound, and must be below)
+  bool progress = true;                  // progress bar on stderr when it is a TTY
+
+  // Every field above from its environment variable (unset = the default shown). A malformed
+  // value (HK_HUB_TIMEOUT=soon, an unreadable HK_KERNELS_LOCK) is an InvalidArgument naming it.
   static HubConfig from_environment();
+  // The same plus what LoadOptions or command-line flags add: a lock file (when non-empty) and the
+  // two opt-ins, each OR-ed with its environment variable.
+  static HubConfig from_environment(const std::filesystem::path& lock_file, bool allow_unlocked,
+                                    bool require_signed);
+  // Loads `path` as the lock (NotFound / InvalidArgument when it is missing or malformed).
+  void set_lock_file(const std::filesystem::path& path);
 };
 
 // The embedded hub directory used when HK_HUB_DIR is unset, for the library and the CLI alike:
@@ -129,11 +158,21 @@ class Hub {
   Resolution explain(std::string_view spec, const Target& target,
                      const ResolveOptions& options = {});
 
-  // Checks every file's sha256 against metadata.json (and the lockfile), then loads the library
-  // (memoised per library path). Throws IntegrityError naming the file and both digests.
+  // Re-reads metadata.json from the variant directory, checks it against the resolution, the
+  // lockfile and the signature policy, checks every file's sha256, and loads the library from one
+  // sealed private copy of the bytes it hashed (hk/kernel_loader.h), so nothing that changes the
+  // directory meanwhile can change what runs. Memoised per library digest: loading the same bytes
+  // twice returns the same library (the digests are still checked on every call). The library's
+  // own table must name the repo (and version) that was resolved. Throws IntegrityError naming the
+  // file and both digests, the lock, or the key.
   std::shared_ptr<const KernelLibrary> load(const Resolution& resolution);
-  // Only the digest checks of load().
-  void verify(const Resolution& resolution) const;
+  // The checks of load() without loading; returns how metadata.json is signed ("signed by
+  // publisher key … of org …", "unsigned (trusted by org name)", "local kernel").
+  std::string verify(const Resolution& resolution) const;
+  // With a lock (and no allow_unlocked): throws IntegrityError unless the lock pins `repo`.
+  // resolve() calls it; kernelize calls it first, so an unlocked kernel is an error, not a
+  // silent fallback.
+  void check_locked(const std::string& repo) const;
 
   // Listings (through the same source as resolve: remote, hub dir, or cache when offline).
   std::vector<std::string> list_repos();
@@ -156,8 +195,11 @@ class Hub {
   std::unique_ptr<Impl> impl_;
 };
 
-// sha256 of a file as lower-case hex (OpenSSL EVP). Throws NotFound / RuntimeFailure.
+// sha256 of a regular file as lower-case hex (OpenSSL EVP). Throws NotFound / InvalidArgument
+// (not a regular file) / RuntimeFailure.
 std::string sha256_file(const std::filesystem::path& path);
+// sha256 of everything in an open file, read from offset 0 (the position is not used).
+std::string sha256_fd(int fd, const std::filesystem::path& path_for_messages);
 // Verifies every file metadata lists in `dir` (and, when given, against the locked digests).
 void verify_variant_dir(const std::filesystem::path& dir, const VariantMetadata& metadata,
                         const std::map<std::string, std::string>* locked = nullptr);

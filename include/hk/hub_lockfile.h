@@ -6,7 +6,7 @@
 //
 // A lock pins each repo to a commit and every variant's files to digests; Hub honours the pin when
 // resolving and refuses a variant whose digests differ. Parsers are strict (hk::InvalidArgument
-// naming the file and field); this header does no I/O except the two load/save helpers.
+// naming the file and field); this header does no I/O except the load/save helpers.
 #pragma once
 
 #include <filesystem>
@@ -33,6 +33,9 @@ struct Lockfile {
 Lockfile parse_lockfile(std::string_view text, const std::string& origin);
 std::string serialize_lockfile(const Lockfile& lock);
 Lockfile load_lockfile(const std::filesystem::path& path);  // throws NotFound / InvalidArgument
+// Writes atomically through hk's one temp-file primitive (a planted hk.lock.tmp or a symlink at
+// `path` is never written through).
+void save_lockfile(const std::filesystem::path& path, const Lockfile& lock);
 
 // hk-kernels.json: repo → major version, in file order.
 std::vector<std::pair<std::string, int>> parse_project_kernels(std::string_view text,

@@ -6,6 +6,7 @@
 // URL) and the field. Nothing here touches the file system or the network.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -45,7 +46,11 @@ struct VariantMetadata {
   std::string library;  // "librmsnorm.so"
   std::vector<EntryMetadata> entries;
   std::map<std::string, std::string> sha256;  // file name → lower-case hex digest
-  std::string provenance_json;                // kept verbatim ("{}" when absent)
+  // file name → size in bytes ("size" in metadata.json; optional for older hubs, always written by
+  // the SDK). A download stops at the declared size; files without one stop at HubConfig's
+  // max_file_bytes.
+  std::map<std::string, uint64_t> size;
+  std::string provenance_json;  // kept verbatim ("{}" when absent)
 
   std::vector<std::string> entry_names() const;
 };

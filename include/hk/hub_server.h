@@ -3,8 +3,11 @@
 // Serves the tree's files (GET /<org>/<repo>/...) and the listings the client needs:
 //   GET /api/repos, GET /api/<org>/<repo>/refs, GET /api/<org>/<repo>/<commit>/variants.
 // Paths are validated component by component and must stay under the root (no "..", no dot
-// files, symlinks leaving the root refused). It is a development / test server: no TLS, no auth
-// (optionally one shared bearer token), no uploads.
+// files, symlinks leaving the root refused — in listings too). Slow or idle clients cannot take it
+// down: request headers are collected by one non-blocking thread with a deadline and only
+// complete requests reach the worker pool; connections are capped (see
+// src/hub/guarded_http_server.h). It is a development / test server: no TLS, no auth (optionally
+// one shared bearer token), no uploads.
 #pragma once
 
 #include <filesystem>
@@ -21,6 +24,11 @@ struct HubServerOptions {
   long throttle_bytes_per_s = 0;
   // Non-empty: every request needs "Authorization: Bearer <require_token>" (else HTTP 401).
   std::string require_token;
+  // Connection limits (`hk hub serve` flags of the same names).
+  int workers = 16;            // threads answering complete requests
+  int max_connections = 512;   // open connections; more get 503 and are closed
+  long header_timeout_s = 10;  // from connect (or the previous response) to a complete header
+  long idle_timeout_s = 5;     // an idle keep-alive connection is closed after this
 };
 
 class HubServer {

@@ -8,9 +8,12 @@
 // left loaded. The handle is shared: the library is dlclose'd when the last KernelLibrary /
 // KernelFunction referring to it goes. Two versions of one repo (two files) load side by side.
 //
-// This layer does not find, download, verify digests or check trust — that is the hub
-// (resolving and verifying a file comes before loading it). It does not choose among entries
-// either: callers (kernelize) pick an entry by name, device, capability, dtype and mode.
+// `load_verified_kernel_library` is the form the hub uses: it loads a file only if its bytes hash
+// to an expected sha256, from a sealed private copy of exactly the bytes it hashed, so nothing
+// that changes the file between the check and dlopen can change what runs. Which digest to expect
+// (metadata.json, hk.lock, signatures) and trust are the hub's business; this layer does not find,
+// download or check trust. It does not choose among entries either: callers (kernelize) pick an
+// entry by name, device, capability, dtype and mode.
 #pragma once
 
 #include <cstddef>
@@ -83,10 +86,11 @@ class KernelLibrary : public std::enable_shared_from_this<KernelLibrary> {
   KernelFunction function(const std::string& entry_name) const;
 
  private:
-  friend std::shared_ptr<const KernelLibrary> load_kernel_library(const std::filesystem::path&,
-                                                                  const std::string&);
+  friend struct KernelLibraryLoader;
   KernelLibrary() = default;
   void* handle_ = nullptr;
+  int image_fd_ = -1;  // the sealed private image it was loaded from (verified loads)
+  std::string image_name_;
   std::filesystem::path path_;
   std::string repo_, version_, build_id_;
   uint32_t abi_major_ = 0, abi_minor_ = 0;
@@ -101,6 +105,17 @@ class KernelLibrary : public std::enable_shared_from_this<KernelLibrary> {
 //                 forward, or training claimed without backward.
 std::shared_ptr<const KernelLibrary> load_kernel_library(const std::filesystem::path& so,
                                                          const std::string& repo_for_messages = {});
+
+// Loads `so` only if its bytes hash to `expected_sha256` (64 lower-case hex). The file is opened
+// once (a regular file, never a FIFO), read through that one descriptor into a private image — a
+// memfd sealed against writing, or where memfds are unavailable a 0500 copy in a private 0700
+// directory — while hashing, and that image is what dlopen maps. Renaming, replacing or rewriting
+// `so` at any moment can make the load fail (IntegrityError naming both digests), never make
+// unverified code run. `path()` of the result is `so`. Otherwise the same checks and errors as
+// load_kernel_library. Not memoised: every call maps a new copy (Hub::load memoises by digest).
+std::shared_ptr<const KernelLibrary> load_verified_kernel_library(
+    const std::filesystem::path& so, const std::string& expected_sha256,
+    const std::string& repo_for_messages = {});
 
 // Optional pieces of a call.
 struct KernelCallOptions {

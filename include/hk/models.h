@@ -48,6 +48,13 @@ struct LoadOptions {
   // only kernels that declare CUDA-graph safety are bound, the rest fall back with the reason, so
   // generate's CUDA graph can run every bound kernel. `hk generate --device cuda` sets it.
   bool kernelize_capture = false;
+  // Kernel supply chain (docs/security.md), applied by kernelize here and again by train()/eval():
+  // every hub kernel must be pinned by this hk.lock ("" = HK_KERNELS_LOCK, if set) unless
+  // allow_unlocked_kernels; require_signed_kernels (or HK_REQUIRE_SIGNED=1) refuses kernels whose
+  // metadata.json is not signed by a trusted publisher key of their org (HK_PUBLISHER_KEYS).
+  std::string kernels_lock;
+  bool allow_unlocked_kernels = false;
+  bool require_signed_kernels = false;
   // Renames/drops checkpoint keys before load (kernel layouts); empty = identity.
   nn::KeyMapping key_mapping;
   // Called with the built, still unallocated tree right before the checkpoint loads: the place

@@ -5,7 +5,8 @@
 // inline (rank ≤ 8) so a view can be passed by value across threads and into kernels. Strides are
 // real: views made by slice/transpose/permute are not contiguous, and every op must either honour
 // strides or call `contiguous()` first. A Tensor owns its storage through a shared_ptr; views of a
-// Tensor share that storage. This header does no arithmetic; ops live in hk/ops.h.
+// Tensor share that storage. This header does no tensor arithmetic (ops live in hk/ops.h); the one
+// arithmetic it does define is the checked size arithmetic every shape goes through.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hk/device.h"
@@ -24,6 +26,21 @@ namespace hk {
 inline constexpr int kMaxDims = 8;
 
 using Shape = std::vector<int64_t>;
+
+// Checked size arithmetic: the one place where tensor sizes, element counts, byte counts and
+// lengths such as `prompt + max_new_tokens` are added and multiplied. Sizes come from files,
+// configs and command lines, so an overflow is an InvalidArgument naming `what` (e.g. "the KV
+// cache length"), never a wrapped value that allocates too little. Operands must be >= 0.
+int64_t checked_add(int64_t a, int64_t b, std::string_view what);
+int64_t checked_mul(int64_t a, int64_t b, std::string_view what);
+// Product of `ndim` dims (each >= 0). Empty dims count as 1 when `empty_as_one` (what contiguous
+// strides are computed from, so they cannot overflow either).
+int64_t checked_numel(const int64_t* dims, int ndim, bool empty_as_one = false);
+inline int64_t checked_numel(const Shape& shape) {
+  return checked_numel(shape.data(), static_cast<int>(shape.size()));
+}
+// Bytes of `numel` elements of `dtype`, as an int64-representable size.
+size_t checked_nbytes(int64_t numel, DType dtype);
 
 struct TensorView {
   void* data = nullptr;  // base of the allocation (DLTensor.data)
@@ -46,8 +63,8 @@ struct TensorView {
   }
 
   bool defined() const { return data != nullptr || (ndim > 0 && numel() == 0); }
-  int64_t numel() const;
-  size_t nbytes() const;  // numel * element size (bytes a contiguous copy occupies)
+  int64_t numel() const;  // checked: throws InvalidArgument when the product overflows int64
+  size_t nbytes() const;  // numel * element size (bytes a contiguous copy occupies), checked
   // Dimension helpers accept negative indices (-1 = last). Out of range throws InvalidArgument.
   int64_t size(int dim) const;
   int64_t stride(int dim) const;

@@ -21,6 +21,7 @@ int wrap_dim(int dim, int ndim, const char* op) {
 }
 
 void set_contiguous_strides(TensorView& v) {
+  checked_numel(v.shape, v.ndim, /*empty_as_one=*/true);  // so the products below cannot wrap
   int64_t s = 1;
   for (int d = v.ndim - 1; d >= 0; --d) {
     v.strides[d] = s;
@@ -28,7 +29,52 @@ void set_contiguous_strides(TensorView& v) {
   }
 }
 
+[[noreturn]] void overflow(std::string_view what, const std::string& detail) {
+  throw InvalidArgument(std::string(what) + " is too large: " + detail +
+                        " does not fit in 64 bits; check the config or argument it comes from");
+}
+
+// One checked binary operation for both: negative operands are refused, overflow is a sentence.
+template <class Op>
+int64_t checked(int64_t a, int64_t b, std::string_view what, const char* sign, Op op) {
+  int64_t out = 0;
+  if (a < 0 || b < 0) throw InvalidArgument(std::string(what) + " must not be negative");
+  if (op(a, b, &out)) overflow(what, std::to_string(a) + sign + std::to_string(b));
+  return out;
+}
+
 }  // namespace
+
+int64_t checked_add(int64_t a, int64_t b, std::string_view what) {
+  return checked(a, b, what, " + ",
+                 [](int64_t x, int64_t y, int64_t* r) { return __builtin_add_overflow(x, y, r); });
+}
+
+int64_t checked_mul(int64_t a, int64_t b, std::string_view what) {
+  return checked(a, b, what, " × ",
+                 [](int64_t x, int64_t y, int64_t* r) { return __builtin_mul_overflow(x, y, r); });
+}
+
+int64_t checked_numel(const int64_t* dims, int ndim, bool empty_as_one) {
+  int64_t n = 1;
+  for (int d = 0; d < ndim; ++d) {
+    if (dims[d] < 0)
+      throw InvalidArgument("negative dimension in shape " + shape_str(Shape(dims, dims + ndim)));
+    const int64_t dim = empty_as_one ? std::max<int64_t>(dims[d], 1) : dims[d];
+    if (__builtin_mul_overflow(n, dim, &n))
+      overflow("the tensor shape " + shape_str(Shape(dims, dims + ndim)), "its element count");
+  }
+  return n;
+}
+
+size_t checked_nbytes(int64_t numel, DType dtype) {
+  int64_t bytes = 0;
+  if (numel < 0) throw InvalidArgument("a negative element count has no byte size");
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &bytes))
+    overflow("a tensor of " + std::to_string(numel) + " " + dtype_name(dtype) + " elements",
+             "its byte size");
+  return static_cast<size_t>(bytes);
+}
 
 std::string shape_str(const Shape& shape) {
   std::string s = "[";
@@ -50,13 +96,11 @@ TensorView::TensorView(void* data_, Device device_, DType dtype_, const Shape& s
 }
 
 int64_t TensorView::numel() const {
-  int64_t n = 1;
-  for (int d = 0; d < ndim; ++d) n *= shape[d];
-  return n;
+  return checked_numel(shape, ndim);
 }
 
 size_t TensorView::nbytes() const {
-  return static_cast<size_t>(numel()) * dtype_size(dtype);
+  return checked_nbytes(numel(), dtype);
 }
 
 int64_t TensorView::size(int dim) const {
@@ -105,13 +149,13 @@ TensorView TensorView::reshape(const Shape& new_shape_in) const {
       if (infer >= 0) throw InvalidArgument("reshape: only one dimension may be -1");
       infer = static_cast<int>(i);
     } else {
-      known *= new_shape[i];
+      if (new_shape[i] < 0)
+        throw InvalidArgument("reshape: negative dimension in " + shape_str(new_shape_in));
+      known = checked_mul(known, new_shape[i], "reshape target " + shape_str(new_shape_in));
     }
   }
   if (infer >= 0) new_shape[infer] = known ? numel() / known : 0;
-  int64_t total = 1;
-  for (auto s : new_shape) total *= s;
-  if (total != numel())
+  if (checked_numel(new_shape) != numel())
     throw InvalidArgument("reshape: cannot view " + shape_str(sizes()) + " as " +
                           shape_str(new_shape_in));
   TensorView out = *this;

@@ -98,7 +98,9 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
                               std::to_string(config.vocab_size) + ")");
     len = std::max<int64_t>(len, static_cast<int64_t>(prompts[r].size()));
   }
-  if (len + options.max_new_tokens > config.max_position_embeddings)
+  const int64_t total_length =
+      checked_add(len, options.max_new_tokens, "the prompt length plus max_new_tokens");
+  if (total_length > config.max_position_embeddings)
     throw InvalidArgument(
         "prompt of " + std::to_string(len) + " tokens plus max_new_tokens " +
         std::to_string(options.max_new_tokens) + " is longer than the model's context of " +
@@ -140,8 +142,8 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
   std::shared_ptr<DecodeSession> session;
   std::string why_not_device;
   if (lm.device.is_cuda() && options.max_new_tokens > 1) {
-    const int64_t capacity =
-        (len + options.max_new_tokens + kCacheBucket - 1) / kCacheBucket * kCacheBucket;
+    const int64_t capacity = checked_add(total_length, kCacheBucket - 1, "the KV cache length") /
+                             kCacheBucket * kCacheBucket;
     if (lm.decode_session &&
         lm.decode_session->serves(lm, b, capacity, greedy, options.cuda_graphs)) {
       session = lm.decode_session;
@@ -161,7 +163,7 @@ GenerateOutput CausalLM::generate(const std::vector<std::vector<int64_t>>& promp
     stream = session->stream();
   } else {
     own_cache =
-        std::make_unique<KVCache>(config.num_hidden_layers, b, len + options.max_new_tokens,
+        std::make_unique<KVCache>(config.num_hidden_layers, b, total_length,
                                   config.num_key_value_heads, config.head_dim, lm.dtype, lm.device);
     cache = own_cache.get();
   }

@@ -17,7 +17,7 @@ KVCache::KVCache(int64_t num_layers, int64_t batch, int64_t max_length, int64_t 
 }
 
 void KVCache::advance(int64_t n) {
-  HK_CHECK(n >= 0 && length_ + n <= max_length_,
+  HK_CHECK(n >= 0 && checked_add(length_, n, "the KV cache length") <= max_length_,
            "KVCache: advancing by " + std::to_string(n) + " from " + std::to_string(length_) +
                " exceeds its capacity of " + std::to_string(max_length_));
   length_ += n;

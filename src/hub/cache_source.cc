@@ -1,6 +1,7 @@
 // The cache read as a hub, for offline mode: refs as last seen online, and only the variants that
 // were downloaded completely. Resolution rules are unchanged; what is missing is a clear NotFound.
 #include "hk/error.h"
+#include "hk/hub_signing.h"
 #include "hk/hub_spec.h"
 #include "hub/cache.h"
 #include "hub/hub_source.h"
@@ -43,13 +44,19 @@ class CacheSource : public HubSource {
     return read_text_file(cache_.variant_dir(repo, commit, variant) / "metadata.json", 1 << 20);
   }
 
+  std::optional<std::string> read_signature(const std::string& repo, const std::string& commit,
+                                            const std::string& variant) override {
+    return read_optional_text_file(cache_.variant_dir(repo, commit, variant) / kSignatureFileName,
+                                   1 << 16);
+  }
+
   std::filesystem::path variant_dir(const std::string& repo, const std::string& commit,
                                     const std::string& variant) override {
     return cache_.variant_dir(repo, commit, variant);
   }
 
-  void download(const std::string&, const std::string&, const std::string&, const std::string&,
-                FILE*) override {
+  void download(const std::string&, const std::string&, const std::string&, const std::string&, int,
+                uint64_t, Deadline) override {
     throw Unsupported("offline mode: nothing can be downloaded");
   }
 

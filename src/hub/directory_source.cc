@@ -4,10 +4,10 @@
 // disk is checked to be a plain path component before use, so a strange tree cannot redirect
 // reads outside the root.
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
+#include "core/file_io.h"
 #include "hk/error.h"
+#include "hk/hub_signing.h"
 #include "hk/hub_spec.h"
 #include "hub/hub_source.h"
 
@@ -16,19 +16,24 @@ namespace fs = std::filesystem;
 namespace hk::hub {
 
 std::string read_text_file(const fs::path& path, size_t max_bytes) {
-  std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw NotFound(path.string() + " does not exist");
-  if (fs::file_size(path, ec) > max_bytes)
-    throw InvalidArgument(path.string() + " is larger than " + std::to_string(max_bytes) +
-                          " bytes");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NotFound("cannot read " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return files::read_regular_file(path, max_bytes, "hub file");
 }
 
-RefTable read_refs_dir(const fs::path& repo_dir) {
+std::optional<std::string> read_optional_text_file(const fs::path& path, size_t max_bytes) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return std::nullopt;
+  return read_text_file(path, max_bytes);
+}
+
+bool is_within(const fs::path& root, const fs::path& path) {
+  std::error_code ec;
+  fs::path real = fs::canonical(path, ec);
+  if (ec) return false;
+  auto rel = real.lexically_relative(root);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+RefTable read_refs_dir(const fs::path& repo_dir, const fs::path* confine_to) {
   RefTable refs;
   for (auto [kind, table] : {std::pair{"heads", &refs.branches}, std::pair{"tags", &refs.tags}}) {
     fs::path dir = repo_dir / "refs" / kind;
@@ -37,6 +42,7 @@ RefTable read_refs_dir(const fs::path& repo_dir) {
     for (const auto& item : fs::directory_iterator(dir, ec)) {
       std::string name = item.path().filename().string();
       if (!item.is_regular_file() || name.empty() || name.front() == '.') continue;
+      if (confine_to && !is_within(*confine_to, item.path())) continue;
       try {
         check_revision_name(name);
         (*table)[name] = parse_ref_file(read_text_file(item.path(), 4096), item.path().string());
@@ -48,7 +54,7 @@ RefTable read_refs_dir(const fs::path& repo_dir) {
   return refs;
 }
 
-std::vector<std::string> list_repo_dirs(const fs::path& root) {
+std::vector<std::string> list_repo_dirs(const fs::path& root, bool confine) {
   std::vector<std::string> out;
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return out;
@@ -62,6 +68,7 @@ std::vector<std::string> list_repo_dirs(const fs::path& root) {
       } catch (const InvalidArgument&) {
         continue;
       }
+      if (confine && !is_within(root, repo.path())) continue;
       if (fs::is_directory(repo.path() / "refs") || fs::exists(repo.path() / "refs.json") ||
           fs::is_directory(repo.path() / "snapshots"))
         out.push_back(id);
@@ -71,13 +78,14 @@ std::vector<std::string> list_repo_dirs(const fs::path& root) {
   return out;
 }
 
-std::vector<std::string> list_variant_dirs(const fs::path& commit_dir) {
+std::vector<std::string> list_variant_dirs(const fs::path& commit_dir, const fs::path* confine_to) {
   std::vector<std::string> out;
   std::error_code ec;
   fs::path build = commit_dir / "build";
   if (!fs::is_directory(build, ec)) return out;
   for (const auto& v : fs::directory_iterator(build, ec)) {
     std::string name = v.path().filename().string();
+    if (confine_to && !is_within(*confine_to, v.path() / "metadata.json")) continue;
     if (v.is_directory() && name.front() != '.' && fs::is_regular_file(v.path() / "metadata.json"))
       out.push_back(name);
   }
@@ -136,6 +144,12 @@ class DirectorySource : public HubSource {
     return read_text_file(variant_dir(repo, commit, variant) / "metadata.json", 1 << 20);
   }
 
+  std::optional<std::string> read_signature(const std::string& repo, const std::string& commit,
+                                            const std::string& variant) override {
+    return read_optional_text_file(variant_dir(repo, commit, variant) / kSignatureFileName,
+                                   1 << 16);
+  }
+
   fs::path variant_dir(const std::string& repo, const std::string& commit,
                        const std::string& variant) override {
     if (!is_commit_id(commit) || !is_safe_file_name(variant))
@@ -143,8 +157,8 @@ class DirectorySource : public HubSource {
     return repo_dir(repo) / commit / "build" / variant;
   }
 
-  void download(const std::string&, const std::string&, const std::string&, const std::string&,
-                FILE*) override {
+  void download(const std::string&, const std::string&, const std::string&, const std::string&, int,
+                uint64_t, Deadline) override {
     throw Unsupported("a hub directory is read in place, not downloaded");
   }
 

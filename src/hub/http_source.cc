@@ -6,7 +6,9 @@
 // Responses are parsed strictly; names from the wire are validated before they become paths.
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
 #include "hk/error.h"
+#include "hk/hub_signing.h"
 #include "hk/hub_spec.h"
 #include "hub/hub_source.h"
 
@@ -17,12 +19,7 @@ using nlohmann::json;
 
 std::vector<std::string> parse_name_list(const std::string& body, const char* key,
                                          const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception& e) {
-    throw InvalidArgument("bad hub listing " + origin + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = parse_json_strict(body, "bad hub listing " + origin + ": it ");
   if (!j.is_object() || !j.contains(key) || !j[key].is_array())
     throw InvalidArgument("bad hub listing " + origin + ": expected {\"" + key + "\": [...]}");
   std::vector<std::string> out;
@@ -76,14 +73,24 @@ class HttpSource : public HubSource {
     return http_.get(file_path(repo, commit, variant, "metadata.json"));
   }
 
+  std::optional<std::string> read_signature(const std::string& repo, const std::string& commit,
+                                            const std::string& variant) override {
+    try {
+      return http_.get(file_path(repo, commit, variant, std::string(kSignatureFileName)));
+    } catch (const NotFound&) {
+      return std::nullopt;
+    }
+  }
+
   std::filesystem::path variant_dir(const std::string&, const std::string&,
                                     const std::string&) override {
     return {};
   }
 
   void download(const std::string& repo, const std::string& commit, const std::string& variant,
-                const std::string& file, FILE* out) override {
-    http_.download(file_path(repo, commit, variant, file), out, repo + "/" + file);
+                const std::string& file, int fd, uint64_t max_bytes, Deadline deadline) override {
+    http_.download(file_path(repo, commit, variant, file), fd, max_bytes, repo + "/" + file,
+                   deadline);
   }
 
  private:

@@ -5,6 +5,7 @@
 // cache layout in cache.cc. This file only orchestrates and writes the error sentences that list
 // what exists when a request cannot be met.
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 #include "hk/error.h"
@@ -41,7 +42,8 @@ std::string describe_decisions(const std::vector<VariantDecision>& decisions) {
 
 }  // namespace
 
-Hub::Impl::Impl(HubConfig c) : config(std::move(c)), cache(config.cache_dir) {
+Hub::Impl::Impl(HubConfig c)
+    : config(std::move(c)), cache(config.cache_dir, config.lock_timeout_s) {
   std::vector<fs::path> hub_dirs{config.hub_dir};
   hub_dirs.insert(hub_dirs.end(), config.extra_hub_dirs.begin(), config.extra_hub_dirs.end());
   if (config.offline) {
@@ -53,7 +55,10 @@ Hub::Impl::Impl(HubConfig c) : config(std::move(c)), cache(config.cache_dir) {
     HttpOptions http;
     http.token = config.token;
     http.connect_timeout_s = config.connect_timeout_s;
+    http.timeout_s = config.timeout_s;
     http.stall_timeout_s = config.stall_timeout_s;
+    http.min_speed_bytes_s = config.min_speed_bytes_s;
+    http.max_body_bytes = config.max_body_bytes;
     http.progress = config.progress;
     source = make_http_source(config.endpoint, http);
   } else {
@@ -201,16 +206,30 @@ fs::path Hub::fetch_variant(const std::string& repo, const std::string& commit,
   if (!source.is_remote()) return source.variant_dir(repo, commit, metadata.variant);
   if (impl_->cache.has_variant(repo, commit, metadata.variant))
     return impl_->cache.variant_dir(repo, commit, metadata.variant);
+  // One deadline for the whole variant: metadata, signature and every file.
+  const Deadline deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(impl_->config.timeout_s);
   std::string text = source.read_metadata(repo, commit, metadata.variant);
-  // The cached metadata must be the one selection used: re-parse and compare digests.
+  // The cached metadata must be the one selection used: re-parse, compare what it describes and
+  // its digests, so a hub cannot answer the second request with another variant.
   VariantMetadata again =
       parse_variant_metadata(text, repo + "/" + commit + "/" + metadata.variant);
-  if (again.sha256 != metadata.sha256)
+  if (again.repo != repo || again.id != commit || again.variant != metadata.variant)
+    throw IntegrityError("the hub answered the metadata of " + repo + "@" + commit + "/" +
+                         metadata.variant + " with the metadata of " + again.repo + "@" + again.id +
+                         "/" + again.variant + "; refusing to install it");
+  if (again.sha256 != metadata.sha256 || again.library != metadata.library)
     throw IntegrityError("the metadata of " + repo + "@" + commit + "/" + metadata.variant +
                          " changed on the hub while it was being fetched; try again");
-  return impl_->cache.install_variant(repo, again, text, [&](const std::string& file, FILE* out) {
-    source.download(repo, commit, metadata.variant, file, out);
-  });
+  // Signed kernels: refuse before downloading any code (load checks it again from the cache).
+  std::optional<std::string> signature = source.read_signature(repo, commit, metadata.variant);
+  check_metadata_signature(repo, text, signature, impl_->config.publisher_keys,
+                           impl_->config.require_signed);
+  return impl_->cache.install_variant(repo, again, text, signature, impl_->config.max_file_bytes,
+                                      [&](const std::string& file, int fd, uint64_t max_bytes) {
+                                        source.download(repo, commit, metadata.variant, file, fd,
+                                                        max_bytes, deadline);
+                                      });
 }
 
 Resolution Hub::Impl::resolve_local(const KernelSpec& spec, const std::string& path,
@@ -279,6 +298,7 @@ Resolution Hub::explain(std::string_view spec_text, const Target& target,
   }
   repo = spec.repo();
   check_trust(repo, impl_->config.trusted_orgs, options.trust_remote_code);
+  check_locked(repo);
 
   ResolveOptions effective = options;
   if (spec.revision) effective.revision = spec.revision;
@@ -325,33 +345,6 @@ Resolution Hub::resolve(std::string_view spec_text, const Target& target,
                    describe_decisions(res.decisions));
   if (options.fetch) res.dir = fetch_variant(res.repo, res.commit, res.metadata);
   return res;
-}
-
-void Hub::verify(const Resolution& res) const {
-  if (res.dir.empty())
-    throw InvalidArgument("kernel " + res.spec +
-                          " was resolved without fetching; nothing to verify");
-  // Re-read metadata.json from the directory: what is on disk now is what will be loaded.
-  fs::path meta_path = res.dir / "metadata.json";
-  VariantMetadata on_disk =
-      parse_variant_metadata(read_text_file(meta_path, 1 << 20), meta_path.string());
-  if (on_disk.sha256 != res.metadata.sha256 || on_disk.library != res.metadata.library)
-    throw IntegrityError("metadata.json of " + res.repo + " in " + res.dir.string() +
-                         " changed since the kernel was resolved; resolve it again");
-  const std::map<std::string, std::string>* locked_files = nullptr;
-  const LockedRepo* locked =
-      (!res.local && impl_->config.lock) ? impl_->config.lock->find(res.repo) : nullptr;
-  if (locked) {
-    if (locked->commit != on_disk.id)
-      throw IntegrityError("hk.lock pins " + res.repo + " to commit " + locked->commit +
-                           " but the kernel in " + res.dir.string() + " is commit " + on_disk.id);
-    auto v = locked->variants.find(on_disk.variant);
-    if (v == locked->variants.end())
-      throw IntegrityError("hk.lock does not pin variant " + on_disk.variant + " of " + res.repo +
-                           "; run `hk kernels lock DIR` again");
-    locked_files = &v->second;
-  }
-  verify_variant_dir(res.dir, on_disk, locked_files);
 }
 
 }  // namespace hk::hub

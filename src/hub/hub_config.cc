@@ -1,12 +1,14 @@
 // HubConfig from the environment and the default embedded hub directory.
 //
 // Environment: HK_ENDPOINT, HK_HUB_DIR (a ':'-separated list), HK_KERNELS_CACHE,
-// HF_HUB_OFFLINE / HK_HUB_OFFLINE,
-// HK_TRUSTED_ORGS (comma-separated, added to kernels-community), HF_TOKEN, LOCAL_KERNELS.
-// Nothing here touches the network or the file system.
+// HF_HUB_OFFLINE / HK_HUB_OFFLINE, HK_TRUSTED_ORGS (comma-separated, added to kernels-community),
+// HF_TOKEN, LOCAL_KERNELS, and the security settings of docs/security.md: HK_KERNELS_LOCK,
+// HK_ALLOW_UNLOCKED_KERNELS, HK_PUBLISHER_KEYS, HK_REQUIRE_SIGNED and the HK_HUB_* limits. Only
+// the lock and the publisher keys files are read; nothing here touches the network.
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 
 #include "hk/error.h"
@@ -27,6 +29,25 @@ bool env_true(const char* name) {
   std::string v = env(name);
   for (auto& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return v == "1" || v == "on" || v == "yes" || v == "true";
+}
+
+// A positive integer setting; unset keeps `fallback`, anything else is an error naming it.
+template <class T>
+T env_positive(const char* name, T fallback) {
+  const std::string v = env(name);
+  if (v.empty()) return fallback;
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v[0] == '-' || n == 0 ||
+      n > static_cast<unsigned long long>(std::numeric_limits<T>::max()))
+    throw InvalidArgument(std::string(name) + "='" + escape_control_bytes(v) +
+                          "' is not a positive whole number");
+  return static_cast<T>(n);
 }
 
 }  // namespace
@@ -95,7 +116,34 @@ HubConfig HubConfig::from_environment() {
   }
   c.token = env("HF_TOKEN");
   c.local_kernels = parse_local_kernels(env("LOCAL_KERNELS"));
+
+  if (!env("HK_KERNELS_LOCK").empty()) c.set_lock_file(env("HK_KERNELS_LOCK"));
+  c.allow_unlocked = env_true("HK_ALLOW_UNLOCKED_KERNELS");
+  if (!env("HK_PUBLISHER_KEYS").empty())
+    c.publisher_keys = load_publisher_keys(env("HK_PUBLISHER_KEYS"));
+  c.require_signed = env_true("HK_REQUIRE_SIGNED");
+  c.connect_timeout_s = env_positive("HK_HUB_CONNECT_TIMEOUT", c.connect_timeout_s);
+  c.timeout_s = env_positive("HK_HUB_TIMEOUT", c.timeout_s);
+  c.stall_timeout_s = env_positive("HK_HUB_STALL_TIMEOUT", c.stall_timeout_s);
+  c.min_speed_bytes_s = env_positive("HK_HUB_MIN_SPEED", c.min_speed_bytes_s);
+  c.lock_timeout_s = env_positive("HK_HUB_LOCK_TIMEOUT", c.lock_timeout_s);
+  c.max_body_bytes = env_positive("HK_HUB_MAX_BODY", c.max_body_bytes);
+  c.max_file_bytes = env_positive("HK_HUB_MAX_FILE", c.max_file_bytes);
   return c;
+}
+
+HubConfig HubConfig::from_environment(const std::filesystem::path& lock_file, bool allow_unlocked,
+                                      bool require_signed) {
+  HubConfig c = from_environment();
+  if (!lock_file.empty()) c.set_lock_file(lock_file);
+  c.allow_unlocked = c.allow_unlocked || allow_unlocked;
+  c.require_signed = c.require_signed || require_signed;
+  return c;
+}
+
+void HubConfig::set_lock_file(const std::filesystem::path& path) {
+  lock = load_lockfile(path);
+  lock_file = path;
 }
 
 }  // namespace hk::hub

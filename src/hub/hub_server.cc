@@ -1,11 +1,10 @@
-// The loopback HTTP hub server (see hk/hub_server.h), on cpp-httplib.
+// The loopback HTTP hub server (see hk/hub_server.h): cpp-httplib's routing and responses on
+// hk's guarded connection layer (header deadlines, a worker pool, a connection cap).
 //
 // Files are streamed in chunks (optionally throttled) so big kernels never sit in memory and a
 // client can be interrupted half-way in tests. Listings are computed from the tree on each
-// request; there is no index to go stale.
+// request; there is no index to go stale, and nothing whose real path leaves the root is listed.
 #include "hk/hub_server.h"
-
-#include <httplib.h>
 
 #include <chrono>
 #include <fstream>
@@ -15,6 +14,7 @@
 #include "hk/error.h"
 #include "hk/hub_metadata.h"
 #include "hk/hub_spec.h"
+#include "hub/guarded_http_server.h"
 #include "hub/hub_source.h"
 
 namespace fs = std::filesystem;
@@ -45,10 +45,20 @@ void send_error(httplib::Response& res, int status, const std::string& message) 
 
 }  // namespace
 
+ConnectionLimits limits_of(const HubServerOptions& o) {
+  ConnectionLimits l;
+  l.workers = o.workers;
+  l.max_connections = o.max_connections;
+  l.header_timeout_s = o.header_timeout_s;
+  l.idle_timeout_s = o.idle_timeout_s;
+  return l;
+}
+
 struct HubServer::Impl {
+  explicit Impl(const HubServerOptions& o) : options(o), server(limits_of(o)) {}
   HubServerOptions options;
   fs::path root;
-  httplib::Server server;
+  GuardedServer server;
   int port = 0;
 
   void serve_file(const httplib::Request& req, httplib::Response& res) {
@@ -63,6 +73,15 @@ struct HubServer::Impl {
     if (rel.empty() || *rel.begin() == "..") return send_error(res, 403, "outside the hub root");
     auto size = fs::file_size(real, ec);
     if (ec) return send_error(res, 404, "not found");
+    // A range that starts at or past the end cannot be satisfied (RFC 9110: 416).
+    for (const auto& [first, last] : req.ranges) {
+      const bool suffix = first < 0;
+      if ((suffix && last == 0) || (!suffix && static_cast<uint64_t>(first) >= size)) {
+        res.status = 416;
+        res.set_header("Content-Range", "bytes */" + std::to_string(size));
+        return;
+      }
+    }
     auto file = std::make_shared<std::ifstream>(real, std::ios::binary);
     long throttle = options.throttle_bytes_per_s;
     res.set_content_provider(
@@ -80,21 +99,21 @@ struct HubServer::Impl {
         });
   }
 
+  // The repo directory a listing names; empty when it does not exist inside the root.
   fs::path repo_dir(const httplib::Request& req) {
     std::string repo = req.matches[1].str() + "/" + req.matches[2].str();
     auto [org, name] = parse_repo_name(repo);  // throws InvalidArgument on anything odd
-    return root / org / name;
+    fs::path dir = root / org / name;
+    return is_within(root, dir) ? dir : fs::path();
   }
 };
 
-HubServer::HubServer(HubServerOptions options) : impl_(std::make_unique<Impl>()) {
+HubServer::HubServer(HubServerOptions options) : impl_(std::make_unique<Impl>(options)) {
   Impl& s = *impl_;
-  s.options = std::move(options);
   std::error_code ec;
   s.root = fs::canonical(s.options.root, ec);
   if (ec || !fs::is_directory(s.root))
     throw NotFound("hub root " + s.options.root.string() + " is not a directory");
-  s.server.new_task_queue = [] { return new httplib::ThreadPool(16); };
   if (!s.options.require_token.empty()) {
     s.server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (req.get_header_value("Authorization") == "Bearer " + impl_->options.require_token)
@@ -105,31 +124,36 @@ HubServer::HubServer(HubServerOptions options) : impl_(std::make_unique<Impl>())
   }
 
   s.server.Get("/api/repos", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(nlohmann::json{{"repos", list_repo_dirs(impl_->root)}}.dump() + "\n",
-                    "application/json");
+    res.set_content(
+        nlohmann::json{{"repos", list_repo_dirs(impl_->root, /*confine=*/true)}}.dump() + "\n",
+        "application/json");
   });
-  s.server.Get(R"(/api/([^/]+)/([^/]+)/refs)",
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 try {
-                   fs::path dir = impl_->repo_dir(req);
-                   if (!fs::is_directory(dir / "refs")) return send_error(res, 404, "no such repo");
-                   res.set_content(serialize_refs_json(read_refs_dir(dir)), "application/json");
-                 } catch (const Error& e) {
-                   send_error(res, 400, e.what());
-                 }
-               });
-  s.server.Get(R"(/api/([^/]+)/([^/]+)/([0-9a-f]{40})/variants)",
-               [this](const httplib::Request& req, httplib::Response& res) {
-                 try {
-                   fs::path dir = impl_->repo_dir(req) / req.matches[3].str();
-                   if (!fs::is_directory(dir)) return send_error(res, 404, "no such commit");
-                   res.set_content(
-                       nlohmann::json{{"variants", list_variant_dirs(dir)}}.dump() + "\n",
-                       "application/json");
-                 } catch (const Error& e) {
-                   send_error(res, 400, e.what());
-                 }
-               });
+  s.server.Get(R"(/api/([^/]+)/([^/]+)/refs)", [this](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    try {
+      fs::path dir = impl_->repo_dir(req);
+      if (dir.empty() || !fs::is_directory(dir / "refs") || !is_within(impl_->root, dir / "refs"))
+        return send_error(res, 404, "no such repo");
+      res.set_content(serialize_refs_json(read_refs_dir(dir, &impl_->root)), "application/json");
+    } catch (const Error& e) {
+      send_error(res, 400, e.what());
+    }
+  });
+  s.server.Get(
+      R"(/api/([^/]+)/([^/]+)/([0-9a-f]{40})/variants)",
+      [this](const httplib::Request& req, httplib::Response& res) {
+        try {
+          fs::path repo = impl_->repo_dir(req);
+          fs::path dir = repo.empty() ? repo : repo / req.matches[3].str();
+          if (dir.empty() || !fs::is_directory(dir) || !is_within(impl_->root, dir))
+            return send_error(res, 404, "no such commit");
+          res.set_content(
+              nlohmann::json{{"variants", list_variant_dirs(dir, &impl_->root)}}.dump() + "\n",
+              "application/json");
+        } catch (const Error& e) {
+          send_error(res, 400, e.what());
+        }
+      });
   s.server.Get(R"(/api/.*)", [](const httplib::Request&, httplib::Response& res) {
     send_error(res, 404, "unknown listing");
   });
@@ -145,6 +169,7 @@ HubServer::HubServer(HubServerOptions options) : impl_(std::make_unique<Impl>())
   if (s.port <= 0)
     throw RuntimeFailure("cannot listen on " + s.options.host + ":" +
                          std::to_string(s.options.port) + " (port in use? try --port 0)");
+  s.server.start_guard();
 }
 
 HubServer::~HubServer() {
@@ -161,6 +186,7 @@ void HubServer::run() {
 }
 void HubServer::stop() {
   impl_->server.stop();
+  impl_->server.stop_guard();
 }
 
 }  // namespace hk::hub

@@ -8,13 +8,23 @@
 #include "hk/kernel_loader.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <sstream>
 
+#include "core/file_io.h"
 #include "hk/error.h"
 #include "hk/kernel_sdk.h"
 #include "hk/layer_interfaces.h"
+#include "hub/sha256.h"
 
 namespace hk {
 namespace {
@@ -76,6 +86,17 @@ std::vector<std::string> kernel_dtype_names(uint32_t dtypes) {
 
 KernelLibrary::~KernelLibrary() {
   if (handle_ != nullptr) dlclose(handle_);
+  if (image_fd_ >= 0) {
+    // The loader remembers objects by name ("/proc/self/fd/N"). If the library stays mapped after
+    // dlclose (a library can pin itself), keep N open forever so no later image gets that name
+    // and is mistaken for this one.
+    void* still = dlopen(image_name_.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+    if (still != nullptr) {
+      dlclose(still);
+    } else {
+      ::close(image_fd_);
+    }
+  }
 }
 
 const KernelEntryInfo* KernelLibrary::find_entry(const std::string& name) const {
@@ -96,6 +117,14 @@ KernelFunction KernelLibrary::function(const std::string& entry_name) const {
   return KernelFunction(shared_from_this(), entry);
 }
 
+// Opens an image with dlopen and validates its table; `so` is what messages and path() show,
+// `dlopen_name` what dlopen opens (the file itself, or a private verified image of it).
+struct KernelLibraryLoader {
+  static std::shared_ptr<const KernelLibrary> open(const std::filesystem::path& so,
+                                                   const std::string& dlopen_name, int image_fd,
+                                                   const std::string& repo_for_messages);
+};
+
 std::shared_ptr<const KernelLibrary> load_kernel_library(const std::filesystem::path& so,
                                                          const std::string& repo_for_messages) {
   const std::string what = describe(so, repo_for_messages);
@@ -105,9 +134,120 @@ std::shared_ptr<const KernelLibrary> load_kernel_library(const std::filesystem::
                    " does not exist or is not a file; download the repo again (hk kernels "
                    "download) or check the path");
   }
+  return KernelLibraryLoader::open(so, so.string(), -1, repo_for_messages);
+}
 
+namespace {
+
+// The bytes of `so`, hashed on the way into a private image that nobody else can change.
+struct PrivateImage {
+  files::Fd fd;             // memfd (sealed), or -1 for the directory fallback
+  std::string dlopen_name;  // "/proc/self/fd/N", or the private copy's path
+  std::filesystem::path private_dir;
+  std::string sha256;
+  ~PrivateImage() {
+    if (!private_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(private_dir, ec);  // the mapping outlives the name
+    }
+  }
+};
+
+void copy_hashing(int from, const std::filesystem::path& so, hub::Sha256& sha,
+                  const std::function<void(const char*, size_t)>& write) {
+  char buffer[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(from, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw RuntimeFailure("cannot read kernel library " + so.string());
+    if (n == 0) break;
+    sha.update(buffer, static_cast<size_t>(n));
+    write(buffer, static_cast<size_t>(n));
+  }
+}
+
+void write_all(int fd, const char* data, size_t size, const std::string& what) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw RuntimeFailure("cannot write a private copy of " + what + ": " + std::strerror(errno));
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void make_private_image(const std::filesystem::path& so, const std::string& what,
+                        PrivateImage& image) {
+  files::Fd source = files::open_regular(so, "kernel library");
+  hub::Sha256 sha;
+  const bool have_proc = ::access("/proc/self/fd", X_OK) == 0;
+  int memfd = have_proc ? ::memfd_create("hk-kernel", MFD_CLOEXEC | MFD_ALLOW_SEALING) : -1;
+  if (memfd >= 0) {
+    image.fd = files::Fd(memfd);
+    copy_hashing(source.get(), so, sha,
+                 [&](const char* p, size_t n) { write_all(memfd, p, n, what); });
+    // From here on nobody, this process included, can change the image.
+    if (::fcntl(memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+      throw RuntimeFailure("cannot seal the private copy of " + what + ": " + std::strerror(errno));
+    image.dlopen_name = "/proc/self/fd/" + std::to_string(memfd);
+  } else {
+    // No memfd (or no /proc): a read-only copy in a fresh directory only this user can enter.
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/hk-kernel-XXXXXX";
+    if (::mkdtemp(pattern.data()) == nullptr)
+      throw RuntimeFailure("cannot create a private directory to load " + what + ": " +
+                           std::strerror(errno));
+    image.private_dir = pattern;
+    files::TempFile copy(image.private_dir, ".so", 0500);
+    copy_hashing(source.get(), so, sha, [&](const char* p, size_t n) { copy.write(p, n, what); });
+    std::filesystem::path final_path = image.private_dir / "image.so";
+    copy.commit(final_path);
+    image.dlopen_name = final_path.string();
+  }
+  image.sha256 = sha.hex();
+}
+
+}  // namespace
+
+std::shared_ptr<const KernelLibrary> load_verified_kernel_library(
+    const std::filesystem::path& so, const std::string& expected_sha256,
+    const std::string& repo_for_messages) {
+  const std::string what = describe(so, repo_for_messages);
+  PrivateImage image;
+  try {
+    make_private_image(so, what, image);
+  } catch (const NotFound&) {
+    throw NotFound(what +
+                   " does not exist or is not a file; download the repo again (hk kernels "
+                   "download) or check the path");
+  }
+  if (image.sha256 != expected_sha256)
+    throw IntegrityError("kernel file " + so.string() + (repo_for_messages.empty() ? "" : " of ") +
+                         repo_for_messages + " has sha256 " + image.sha256 +
+                         " but metadata.json expects " + expected_sha256 +
+                         "; the file is corrupt or was modified — delete it (or the cache entry) "
+                         "and fetch the kernel again");
+  auto library =
+      KernelLibraryLoader::open(so, image.dlopen_name, image.fd.get(), repo_for_messages);
+  image.fd.release();  // owned by the library now
+  return library;
+}
+
+std::shared_ptr<const KernelLibrary> KernelLibraryLoader::open(
+    const std::filesystem::path& so, const std::string& dlopen_name, int image_fd,
+    const std::string& repo_for_messages) {
+  const std::string what = describe(so, repo_for_messages);
+  // A name already known to the loader would return that object instead of opening this image.
+  if (image_fd >= 0) {
+    if (void* stale = dlopen(dlopen_name.c_str(), RTLD_LAZY | RTLD_NOLOAD)) {
+      dlclose(stale);
+      throw RuntimeFailure("cannot load " + what + ": the loader already has an object named " +
+                           dlopen_name + "; this should not happen, please report it");
+    }
+  }
   dlerror();
-  HandleGuard guard{dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL)};
+  HandleGuard guard{dlopen(dlopen_name.c_str(), RTLD_NOW | RTLD_LOCAL)};
   if (guard.handle == nullptr) {
     const char* reason = dlerror();
     throw Error("cannot load " + what + ": " + (reason ? reason : "unknown dlopen error") +
@@ -148,6 +288,8 @@ std::shared_ptr<const KernelLibrary> load_kernel_library(const std::filesystem::
 
   std::shared_ptr<KernelLibrary> library(new KernelLibrary());
   library->path_ = so;
+  library->image_fd_ = image_fd;
+  library->image_name_ = dlopen_name;
   library->repo_ = copy_string(table->repo);
   library->version_ = copy_string(table->version);
   library->build_id_ = copy_string(table->build_id);

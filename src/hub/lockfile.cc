@@ -3,11 +3,11 @@
 // Strict: repo names, commit ids, variant and file names and digests are validated exactly as the
 // hub validates them, so a lock can never name a path outside the cache. Writing is deterministic
 // (sorted keys) so locks diff cleanly. Resolution and enforcement live in hub.cc.
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "core/file_io.h"
+#include "core/strict_json.h"
 #include "hk/error.h"
 #include "hk/hub_lockfile.h"
 #include "hk/hub_metadata.h"
@@ -38,12 +38,7 @@ const LockedRepo* Lockfile::find(const std::string& repo) const {
 }
 
 Lockfile parse_lockfile(std::string_view text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    fail(origin, std::string("not valid JSON (") + e.what() + ")");
-  }
+  json j = parse_json_strict(text, "bad lockfile " + origin + ": it ");
   if (!j.is_array()) fail(origin, "the top level is not a list");
   Lockfile lock;
   std::set<std::string> seen;
@@ -103,22 +98,22 @@ std::string serialize_lockfile(const Lockfile& lock) {
 }
 
 Lockfile load_lockfile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
+  std::string text;
+  try {
+    text = files::read_regular_file(path, 16u << 20, "lockfile");
+  } catch (const NotFound&) {
     throw NotFound("lockfile " + path.string() + " does not exist; run `hk kernels lock DIR`");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_lockfile(ss.str(), path.string());
+  }
+  return parse_lockfile(text, path.string());
+}
+
+void save_lockfile(const std::filesystem::path& path, const Lockfile& lock) {
+  files::write_file_atomically(path, serialize_lockfile(lock));
 }
 
 std::vector<std::pair<std::string, int>> parse_project_kernels(std::string_view text,
                                                                const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw InvalidArgument("bad kernel list " + origin + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = parse_json_strict(text, "bad kernel list " + origin + ": it ");
   if (!j.is_object())
     throw InvalidArgument("bad kernel list " + origin +
                           ": expected an object {\"org/repo\": <major version>, ...}");

@@ -3,9 +3,11 @@
 // Every field is type-checked; digests must be 64 lower-case hex characters and file names must be
 // plain names inside the variant directory, so a hostile metadata.json cannot make the cache write
 // or read outside it. Unknown top-level keys are ignored (forward compatibility); unknown values of
-// known enums (backend type, mode) are rejected.
+// known enums (backend type, mode) are rejected. JSON goes through the strict reader: nesting is
+// bounded and a key given twice (a second digest for the library) is refused.
 #include <nlohmann/json.hpp>
 
+#include "core/strict_json.h"
 #include "hk/error.h"
 #include "hk/hub_metadata.h"
 #include "hk/hub_spec.h"
@@ -78,11 +80,7 @@ bool is_known_backend(const std::string& t) {
 }
 
 json parse_json(std::string_view text, const std::string& origin) {
-  try {
-    return json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    fail(origin, std::string("not valid JSON (") + e.what() + ")");
-  }
+  return parse_json_strict(text, "bad kernel metadata " + origin + ": it ");
 }
 
 }  // namespace
@@ -181,6 +179,17 @@ VariantMetadata parse_variant_metadata(std::string_view text, const std::string&
   }
   if (!m.sha256.count(m.library))
     fail(origin, "the library " + m.library + " has no sha256 digest, so it cannot be verified");
+  if (auto sizes = j.find("size"); sizes != j.end()) {
+    if (!sizes->is_object()) fail(origin, "\"size\" is not an object of file → bytes");
+    for (auto it = sizes->begin(); it != sizes->end(); ++it) {
+      if (!m.sha256.count(it.key()))
+        fail(origin,
+             "\"size\" names file \"" + escape_control_bytes(it.key()) + "\", which has no digest");
+      if (!it->is_number_unsigned())
+        fail(origin, "the size of " + it.key() + " is not a non-negative integer");
+      m.size[it.key()] = it->get<uint64_t>();
+    }
+  }
   auto prov = j.find("provenance");
   m.provenance_json = prov == j.end() ? "{}" : prov->dump();
   return m;
@@ -214,6 +223,7 @@ std::string serialize_variant_metadata(const VariantMetadata& m) {
                             {"backward", e.backward}});
   }
   j["digest"]["sha256"] = m.sha256;
+  if (!m.size.empty()) j["size"] = m.size;
   j["provenance"] = json::parse(m.provenance_json);
   return j.dump(2) + "\n";
 }
@@ -227,12 +237,7 @@ std::string parse_ref_file(std::string_view text, const std::string& origin) {
 }
 
 RefTable parse_refs_json(std::string_view text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    throw InvalidArgument("bad refs " + origin + ": not valid JSON (" + e.what() + ")");
-  }
+  json j = parse_json_strict(text, "bad refs " + origin + ": it ");
   if (!j.is_object())
     throw InvalidArgument("bad refs " + origin + ": the top level is not an object");
   RefTable refs;

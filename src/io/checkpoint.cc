@@ -2,16 +2,18 @@
 //
 // A sharded index is trusted only as far as it checks out: shard names must be plain relative
 // paths inside the checkpoint directory (no absolute paths, no ".."), each shard must open and
-// validate, and each listed tensor must be in its shard. Deliberately not here: downloading
-// missing shards, or merging several indexes.
+// validate, and each listed tensor must be in its shard. The index is read as a regular file (a
+// FIFO is refused, not waited on) through the strict JSON reader (nesting bounded; a repeated key
+// keeps the last value, as Python's json does). Deliberately not here: downloading missing
+// shards, or merging several indexes.
 #include "hk/checkpoint.h"
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file_io.h"
+#include "core/strict_json.h"
 #include "hk/error.h"
 
 namespace hk {
@@ -31,16 +33,15 @@ bool is_index_file(const fs::path& p) {
 }
 
 json read_index(const fs::path& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) throw NotFound("cannot open checkpoint index '" + index_path.string() + "'");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
   try {
-    return json::parse(text.str());
-  } catch (const json::exception& e) {
-    throw InvalidArgument("checkpoint index '" + index_path.string() + "' is not valid JSON (" +
-                          e.what() + "); re-download it");
+    text = files::read_regular_file(index_path, 256u << 20, "checkpoint index");
+  } catch (const NotFound&) {
+    throw NotFound("cannot open checkpoint index '" + index_path.string() + "'");
   }
+  JsonLimits limits;
+  limits.allow_duplicate_keys = true;
+  return parse_json_strict(text, "checkpoint index '" + index_path.string() + "' ", limits);
 }
 
 // A shard name from the index, checked to stay inside the checkpoint directory.
@@ -94,8 +95,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
   std::map<std::string, size_t> shard_numbers;  // shard name → index into files_
   for (const auto& [name, shard] : index["weight_map"].items())
     if (!shard.is_string())
-      throw InvalidArgument(where + " maps tensor '" + name + "' to " + shard.dump() +
-                            ", not to a shard file name");
+      throw InvalidArgument(where + " maps tensor '" + escape_control_bytes(name) + "' to a " +
+                            shard.type_name() + ", not to a shard file name");
     else
       shard_numbers.emplace(shard.get<std::string>(), 0);
   size_t number = 0;

@@ -1,10 +1,17 @@
 // config.json / generation_config.json parsing for decoder-only LLMs (Transformers 4.x and 5.x
-// forms). Every field is type-checked and named in the error; unknown fields are ignored.
+// forms). Every field is type-checked and named in the error; unknown fields are ignored. Values
+// a model cannot run with (a non-positive or non-finite rms_norm_eps, rope factors of 0, ...) are
+// refused here rather than turning into NaNs or divisions by zero later.
+//
+// Files are read as regular files only (a FIFO named config.json is refused, not waited on), at
+// most 64 MiB, through the strict JSON reader (nesting depth bounded). A key given twice keeps the
+// last value, as Python's json.load — and so Transformers — does.
+#include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file_io.h"
+#include "core/strict_json.h"
 #include "hk/error.h"
 #include "hk/model_config.h"
 
@@ -14,21 +21,20 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+constexpr size_t kMaxConfigBytes = 64u << 20;
+
 std::string read_text(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw NotFound(std::string(what) + " not found at " + path.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  try {
+    return files::read_regular_file(path, kMaxConfigBytes, what);
+  } catch (const NotFound&) {
+    throw NotFound(std::string(what) + " not found at " + path.string());
+  }
 }
 
 json parse_object(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw InvalidArgument(source + " is not valid JSON (" + e.what() + ")");
-  }
+  JsonLimits limits;
+  limits.allow_duplicate_keys = true;  // Python's json.load keeps the last; so does Transformers
+  json j = parse_json_strict(text, source + " ", limits);
   if (!j.is_object()) throw InvalidArgument(source + " must hold a JSON object");
   return j;
 }
@@ -38,8 +44,10 @@ struct Fields {
   const std::string& source;
 
   [[noreturn]] void bad(const std::string& key, const std::string& expected) const {
+    std::string got = j.at(key).dump(-1, ' ', false, json::error_handler_t::replace);
+    if (got.size() > 120) got = got.substr(0, 120) + "...";
     throw InvalidArgument(source + ": field '" + key + "' must be " + expected + ", got " +
-                          j.at(key).dump());
+                          escape_control_bytes(got));
   }
   bool present(const std::string& key) const { return j.contains(key) && !j.at(key).is_null(); }
   int64_t integer(const std::string& key) const {
@@ -62,6 +70,13 @@ struct Fields {
     const json& v = j.at(key);
     if (!v.is_number()) bad(key, "a number");
     return v.get<double>();
+  }
+  // A finite number > 0 (epsilons, rope factors: 0 or a negative value means a division by zero
+  // or a NaN later).
+  std::optional<double> opt_positive_number(const std::string& key) const {
+    auto v = opt_number(key);
+    if (v && !(std::isfinite(*v) && *v > 0)) bad(key, "a finite number greater than 0");
+    return v;
   }
   std::optional<bool> opt_bool(const std::string& key) const {
     if (!present(key)) return std::nullopt;
@@ -98,12 +113,20 @@ void parse_rope_dict(const json& r, const std::string& source, const std::string
     rope.rope_type = *t;
   else if (auto t2 = f.opt_string("type"))
     rope.rope_type = *t2;  // 4.x legacy spelling
-  if (auto v = f.opt_number("rope_theta")) rope.rope_theta = *v;
-  if (auto v = f.opt_number("factor")) rope.factor = *v;
-  if (auto v = f.opt_number("low_freq_factor")) rope.low_freq_factor = *v;
-  if (auto v = f.opt_number("high_freq_factor")) rope.high_freq_factor = *v;
-  if (auto v = f.opt_integer("original_max_position_embeddings"))
+  if (auto v = f.opt_positive_number("rope_theta")) rope.rope_theta = *v;
+  if (auto v = f.opt_positive_number("factor")) rope.factor = *v;
+  if (auto v = f.opt_positive_number("low_freq_factor")) rope.low_freq_factor = *v;
+  if (auto v = f.opt_positive_number("high_freq_factor")) rope.high_freq_factor = *v;
+  if (auto v = f.opt_integer("original_max_position_embeddings")) {
+    if (*v <= 0) f.bad("original_max_position_embeddings", "a positive integer");
     rope.original_max_position_embeddings = *v;
+  }
+  // Llama 3 smooths between the two wavelengths: (… - low) / (high - low).
+  if (rope.rope_type == "llama3" && !(rope.high_freq_factor > rope.low_freq_factor))
+    throw InvalidArgument(source + ": field '" + key + "' has high_freq_factor " +
+                          std::to_string(rope.high_freq_factor) + " <= low_freq_factor " +
+                          std::to_string(rope.low_freq_factor) +
+                          "; llama3 rope scaling needs high_freq_factor > low_freq_factor");
 }
 
 // The MoE fields (Qwen3MoeConfig's names and defaults; see hk/model_config.h).
@@ -201,7 +224,7 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
   }
   c.max_position_embeddings = f.opt_integer("max_position_embeddings").value_or(2048);
   if (c.max_position_embeddings <= 0) f.bad("max_position_embeddings", "a positive integer");
-  c.rms_norm_eps = f.opt_number("rms_norm_eps").value_or(1e-6);
+  c.rms_norm_eps = f.opt_positive_number("rms_norm_eps").value_or(1e-6);
   c.tie_word_embeddings = f.opt_bool("tie_word_embeddings").value_or(false);
   c.attention_bias = f.opt_bool("attention_bias").value_or(false);
   c.mlp_bias = f.opt_bool("mlp_bias").value_or(false);
@@ -210,11 +233,12 @@ ModelConfig ModelConfig::from_json(const std::string& text, const std::string& s
     throw Unsupported(source + ": use_sliding_window=true is not supported by hk yet");
 
   // RoPE: 5.x `rope_parameters`, else 4.x `rope_theta` + `rope_scaling`.
-  if (auto theta = f.opt_number("rope_theta")) c.rope.rope_theta = *theta;
+  if (auto theta = f.opt_positive_number("rope_theta")) c.rope.rope_theta = *theta;
   if (f.present("rope_scaling")) parse_rope_dict(j["rope_scaling"], source, "rope_scaling", c.rope);
   if (f.present("rope_parameters"))
     parse_rope_dict(j["rope_parameters"], source, "rope_parameters", c.rope);
-  if (c.rope.rope_theta <= 0) throw InvalidArgument(source + ": rope_theta must be positive");
+  if (!(c.rope.rope_theta > 0) || !std::isfinite(c.rope.rope_theta))
+    throw InvalidArgument(source + ": rope_theta must be a finite number greater than 0");
 
   // dtype: 5.x `dtype`, 4.x `torch_dtype`.
   for (const char* key : {"dtype", "torch_dtype"}) {
@@ -250,15 +274,19 @@ GenerationConfig GenerationConfig::from_json(const std::string& text, const std:
   g.pad_token_id = f.opt_integer("pad_token_id");
   g.do_sample = f.opt_bool("do_sample");
   g.temperature = f.opt_number("temperature");
+  if (g.temperature && !(std::isfinite(*g.temperature) && *g.temperature >= 0))
+    f.bad("temperature", "a finite number >= 0");
   g.top_k = f.opt_integer("top_k");
   g.top_p = f.opt_number("top_p");
+  if (g.top_p && !(*g.top_p >= 0 && *g.top_p <= 1)) f.bad("top_p", "a number in [0, 1]");
   g.max_new_tokens = f.opt_integer("max_new_tokens");
   return g;
 }
 
 GenerationConfig GenerationConfig::from_dir(const std::string& dir) {
   fs::path p = fs::path(dir) / "generation_config.json";
-  if (!fs::exists(p)) return {};
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(p, ec))) return {};
   return from_json(read_text(p, "generation_config.json"), p.string());
 }
 

@@ -24,6 +24,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "core/file_io.h"
+#include "core/strict_json.h"
 #include "hk/error.h"
 #include "hk/safetensors.h"
 
@@ -107,134 +109,286 @@ std::string shape_text(const Shape& shape) {
   fail(path, "tensor " + shown(name) + " " + detail);
 }
 
-// Thrown from the parse callback; converted to a message naming the file.
-struct HeaderShapeError {
-  std::string detail;
-};
-
-// Containers deeper than this are not part of any valid header (root → entry → shape array).
+// Containers deeper than this are not part of any valid header (root → entry → shape array,
+// plus one level so a nested shape entry is reported as "not an integer").
 constexpr int kMaxJsonDepth = 4;
 
-json parse_header_json(const std::string& path, const unsigned char* text, size_t len) {
-  std::vector<std::set<std::string>> open_objects;  // keys seen, per open object
-  auto guard = [&](int depth, json::parse_event_t event, json& parsed) -> bool {
-    switch (event) {
-      case json::parse_event_t::object_start:
-      case json::parse_event_t::array_start:
-        if (depth + 1 > kMaxJsonDepth)
-          throw HeaderShapeError{"the JSON header nests deeper than a safetensors header can"};
-        if (event == json::parse_event_t::object_start) open_objects.emplace_back();
+// The header, read in one streaming pass (nlohmann's SAX interface) straight into TensorInfo:
+// no JSON document is built, so a header of 500k tensors costs one lexing pass plus one small
+// record per tensor (a document with a callback parser rescanned the root object at the end of
+// every entry, which was quadratic). Each entry's fields are captured and checked when the entry
+// closes, in the order dtype, shape, data_offsets, so the first problem of an entry is the one
+// reported. Nesting beyond kMaxJsonDepth and duplicate keys at any level are refused.
+class HeaderReader {
+ public:
+  using json = nlohmann::json;
+
+  HeaderReader(const std::string& path, std::vector<TensorInfo>& tensors,
+               std::map<std::string, std::string>& metadata)
+      : path_(path), tensors_(tensors), metadata_(metadata) {}
+
+  // Runs the parse and the checks that need the whole header.
+  void read(const unsigned char* text, size_t len) {
+    json::sax_parse(text, text + len, this, json::input_format_t::json, /*strict=*/true);
+    if (!root_is_object_) fail(path_, "the header is not a JSON object");
+    auto by_name = [](const TensorInfo& a, const TensorInfo& b) { return a.name < b.name; };
+    if (!std::is_sorted(tensors_.begin(), tensors_.end(), by_name))  // writers usually sort
+      std::sort(tensors_.begin(), tensors_.end(), by_name);
+    for (size_t i = 1; i < tensors_.size(); ++i)
+      if (tensors_[i].name == tensors_[i - 1].name) duplicate(tensors_[i].name);
+  }
+
+  // ---- SAX interface ----
+  bool null() { return scalar(Scalar::Other, "null"); }
+  bool boolean(bool v) { return scalar(Scalar::Other, v ? "true" : "false"); }
+  bool number_integer(json::number_integer_t v) {
+    return scalar(v < 0 ? Scalar::Negative : Scalar::Unsigned, std::to_string(v),
+                  static_cast<uint64_t>(v));
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return scalar(Scalar::Unsigned, std::to_string(v), v);
+  }
+  bool number_float(json::number_float_t, const json::string_t& raw) {
+    return scalar(Scalar::Other, raw);
+  }
+  bool string(json::string_t& v) {
+    if (frames_.empty() || frames_.back().kind != Kind::Entry || field_ != Field::Dtype ||
+        current_.dtype_seen)
+      return scalar(Scalar::String, "\"" + v + "\"", 0, &v);
+    current_.dtype_seen = true;
+    current_.dtype = std::move(v);
+    return true;
+  }
+  bool binary(json::binary_t&) { return scalar(Scalar::Other, "<binary>"); }
+  bool start_object(std::size_t) { return open(true); }
+  bool start_array(std::size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(json::string_t& k) {
+    Frame& top = frames_.back();
+    if (top.kind == Kind::Entry) {
+      unsigned bit = 0;
+      if (k == "dtype") {
+        field_ = Field::Dtype, bit = 1;
+      } else if (k == "shape") {
+        field_ = Field::Shape, bit = 2;
+      } else if (k == "data_offsets") {
+        field_ = Field::Offsets, bit = 4;
+      } else {
+        field_ = Field::Other;
+      }
+      if (bit ? (top.seen & bit) != 0 : !remember(top, k)) duplicate(k);
+      top.seen |= bit;
+    } else if (top.kind == Kind::Ignored && top.is_object) {
+      if (!remember(top, k)) duplicate(k);
+    }
+    key_ = std::move(k);
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) {
+    fail(path_, "the header is not valid JSON ('" + json_error_reason(e) + "')");
+  }
+
+ private:
+  enum class Kind { Root, Entry, Metadata, Shape, Offsets, Ignored };
+  enum class Field { Dtype, Shape, Offsets, Other };
+  enum class Scalar { Unsigned, Negative, String, Other };
+  struct Frame {
+    Kind kind;
+    bool is_object = false;
+    unsigned seen = 0;              // Entry: dtype / shape / data_offsets seen (bits 1, 2, 4)
+    std::vector<std::string> keys;  // other keys of an Entry or Ignored object (rare, short)
+  };
+  // False when `key` was already seen in this object.
+  static bool remember(Frame& frame, const std::string& key) {
+    if (std::find(frame.keys.begin(), frame.keys.end(), key) != frame.keys.end()) return false;
+    frame.keys.push_back(key);
+    return true;
+  }
+  // What one entry said, checked when it closes.
+  struct Entry {
+    std::string name;
+    bool dtype_seen = false;
+    std::optional<std::string> dtype;  // nullopt: absent or not a string
+    bool shape_is_array = false;
+    std::vector<uint64_t> dims;
+    std::string dim_problem;  // the first bad dimension, as a message
+    bool offsets_is_array = false;
+    std::vector<std::optional<uint64_t>> offsets;
+    std::string offsets_text = "nothing";
+  };
+
+  [[noreturn]] void duplicate(const std::string& key) const {
+    fail(path_,
+         "the JSON header has the key " + shown(key) + " twice (duplicate keys are not allowed)");
+  }
+
+  bool open(bool is_object) {
+    if (static_cast<int>(frames_.size()) + 1 > kMaxJsonDepth)
+      fail(path_, "the JSON header nests deeper than a safetensors header can");
+    if (frames_.empty()) {
+      root_is_object_ = is_object;
+      frames_.push_back({is_object ? Kind::Root : Kind::Ignored, is_object, 0, {}});
+      return true;
+    }
+    Frame& top = frames_.back();
+    Kind kind = Kind::Ignored;
+    switch (top.kind) {
+      case Kind::Root:
+        if (key_ == "__metadata__") {
+          if (!is_object)
+            fail(path_, "\"__metadata__\" must be a JSON object of strings, got a list");
+          if (metadata_seen_) duplicate(key_);
+          metadata_seen_ = true;
+          kind = Kind::Metadata;
+        } else {
+          if (!is_object)
+            fail_tensor(path_, key_, "must be a JSON object with dtype, shape and data_offsets");
+          current_ = Entry{};
+          current_.name = std::move(key_);
+          kind = Kind::Entry;
+        }
         break;
-      case json::parse_event_t::object_end:
-        if (!open_objects.empty()) open_objects.pop_back();
+      case Kind::Entry:
+        if (field_ == Field::Shape && !is_object && !current_.shape_is_array) {
+          current_.shape_is_array = true;
+          kind = Kind::Shape;
+        } else if (field_ == Field::Offsets && !is_object && !current_.offsets_is_array) {
+          current_.offsets_is_array = true;
+          current_.offsets_text = "[";
+          kind = Kind::Offsets;
+        } else if (field_ == Field::Dtype) {
+          current_.dtype_seen = true;  // present, but not a string
+        }
         break;
-      case json::parse_event_t::key:
-        if (!open_objects.empty() && parsed.is_string() &&
-            !open_objects.back().insert(parsed.get_ref<const std::string&>()).second)
-          throw HeaderShapeError{"the JSON header has the key " +
-                                 shown(parsed.get_ref<const std::string&>()) +
-                                 " twice (duplicate keys are not allowed)"};
+      case Kind::Metadata:
+        fail(path_, "\"__metadata__\" entry " + shown(key_) + " must be a string, got " +
+                        (is_object ? "an object" : "a list"));
+      case Kind::Shape:
+        dim_problem("has a shape entry that is not an integer: " +
+                    shown(is_object ? "{...}" : "[...]"));
         break;
-      default:
+      case Kind::Offsets:
+        current_.offsets.emplace_back();
+        current_.offsets_text +=
+            (current_.offsets.size() > 1 ? "," : "") + std::string(is_object ? "{...}" : "[...]");
+        break;
+      case Kind::Ignored:
+        break;
+    }
+    frames_.push_back({kind, is_object, 0, {}});
+    return true;
+  }
+
+  bool close() {
+    const Kind kind = frames_.back().kind;
+    frames_.pop_back();
+    if (kind == Kind::Entry) finish_entry();
+    if (kind == Kind::Offsets) current_.offsets_text += "]";
+    return true;
+  }
+
+  void dim_problem(const std::string& problem) {
+    if (current_.dim_problem.empty()) current_.dim_problem = problem;
+  }
+
+  bool scalar(Scalar type, const std::string& text, uint64_t value = 0,
+              std::string* string_value = nullptr) {
+    if (frames_.empty()) return true;  // a bare scalar header: "not a JSON object" at the end
+    switch (frames_.back().kind) {
+      case Kind::Root:
+        if (key_ == "__metadata__")
+          fail(path_, "\"__metadata__\" must be a JSON object of strings, got " + shown(text));
+        fail_tensor(path_, key_, "must be a JSON object with dtype, shape and data_offsets");
+      case Kind::Entry:
+        if (field_ == Field::Dtype) current_.dtype_seen = true;  // present, not a string
+        break;
+      case Kind::Metadata:
+        if (type != Scalar::String)
+          fail(path_,
+               "\"__metadata__\" entry " + shown(key_) + " must be a string, got " + shown(text));
+        if (!metadata_.emplace(key_, std::move(*string_value)).second) duplicate(key_);
+        break;
+      case Kind::Shape:
+        if (type == Scalar::Negative)
+          dim_problem("has a negative dimension in its shape: " + shown(text));
+        else if (type != Scalar::Unsigned)
+          dim_problem("has a shape entry that is not an integer: " + shown(text));
+        else if (value > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          dim_problem("has a dimension too large for int64: " + shown(text));
+        else
+          current_.dims.push_back(value);
+        break;
+      case Kind::Offsets:
+        current_.offsets.push_back(type == Scalar::Unsigned ? std::optional<uint64_t>(value)
+                                                            : std::nullopt);
+        current_.offsets_text += (current_.offsets.size() > 1 ? "," : "") + text;
+        break;
+      case Kind::Ignored:
         break;
     }
     return true;
-  };
-  try {
-    return json::parse(text, text + len, guard);
-  } catch (const HeaderShapeError& e) {
-    fail(path, e.detail);
-  } catch (const json::exception& e) {
-    // Drop nlohmann's "[json.exception.parse_error.101] " prefix; keep the position and reason.
-    std::string_view what = e.what();
-    if (const size_t close = what.find("] "); what.starts_with("[json.") && close != what.npos)
-      what.remove_prefix(close + 2);
-    fail(path, "the header is not valid JSON (" + shown(what, 240) + ")");
   }
-}
 
-// Non-negative integer from the header, or nullopt when the value is anything else.
-std::optional<uint64_t> as_unsigned(const json& value) {
-  if (!value.is_number_unsigned()) return std::nullopt;
-  return value.get<uint64_t>();
-}
-
-TensorInfo parse_entry(const std::string& path, const std::string& name, const json& entry) {
-  if (!entry.is_object())
-    fail_tensor(path, name, "must be a JSON object with dtype, shape and data_offsets");
-  TensorInfo info;
-  info.name = name;
-
-  const auto dtype_it = entry.find("dtype");
-  if (dtype_it == entry.end() || !dtype_it->is_string())
-    fail_tensor(path, name, "has no \"dtype\" string");
-  info.dtype_name = dtype_it->get<std::string>();
-  const DTypeEntry* dtype = find_dtype(info.dtype_name);
-  if (!dtype)
-    fail_tensor(
-        path, name,
-        "has unknown dtype " + shown(info.dtype_name) + " (known: " + known_dtype_list() + ")");
-  info.dtype = dtype->dtype;
-
-  const auto shape_it = entry.find("shape");
-  if (shape_it == entry.end() || !shape_it->is_array())
-    fail_tensor(path, name, "has no \"shape\" array");
-  for (const json& dim : *shape_it) {
-    if (dim.is_number_integer() && !dim.is_number_unsigned())
-      fail_tensor(path, name, "has a negative dimension in its shape: " + shown(dim.dump()));
-    const auto d = as_unsigned(dim);
-    if (!d)
-      fail_tensor(path, name, "has a shape entry that is not an integer: " + shown(dim.dump()));
-    if (*d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-      fail_tensor(path, name, "has a dimension too large for int64: " + shown(dim.dump()));
-    info.shape.push_back(static_cast<int64_t>(*d));
-  }
-  // The element count, and the count with empty dims read as 1 (what strides are computed
-  // from), must both fit in int64, and so must the byte size.
-  int64_t strided = 1;
-  for (int64_t d : info.shape)
-    if (__builtin_mul_overflow(strided, std::max<int64_t>(d, 1), &strided))
-      fail_tensor(path, name,
+  void finish_entry() {
+    Entry& e = current_;
+    TensorInfo info;
+    info.name = std::move(e.name);
+    if (!e.dtype) fail_tensor(path_, info.name, "has no \"dtype\" string");
+    info.dtype_name = std::move(*e.dtype);
+    const DTypeEntry* dtype = find_dtype(info.dtype_name);
+    if (!dtype)
+      fail_tensor(
+          path_, info.name,
+          "has unknown dtype " + shown(info.dtype_name) + " (known: " + known_dtype_list() + ")");
+    info.dtype = dtype->dtype;
+    if (!e.shape_is_array) fail_tensor(path_, info.name, "has no \"shape\" array");
+    if (!e.dim_problem.empty()) fail_tensor(path_, info.name, e.dim_problem);
+    info.shape.assign(e.dims.begin(), e.dims.end());
+    // The element count, the count with empty dims read as 1 (what strides are computed from)
+    // and the byte size must all fit in int64: hk's one checked size arithmetic decides.
+    int64_t nbytes = 0;
+    try {
+      checked_numel(info.shape.data(), static_cast<int>(info.shape.size()), /*empty_as_one=*/true);
+    } catch (const InvalidArgument&) {
+      fail_tensor(path_, info.name,
                   "has a shape " + shape_text(info.shape) + " whose size overflows int64");
-  const int64_t numel = info.numel();
-  int64_t nbytes = 0;
-  if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype->size), &nbytes))
-    fail_tensor(path, name, "has a shape " + shape_text(info.shape) + " whose byte size overflows");
-
-  const auto offsets_it = entry.find("data_offsets");
-  const json* offsets = offsets_it == entry.end() ? nullptr : &*offsets_it;
-  std::optional<uint64_t> begin, end;
-  if (offsets && offsets->is_array() && offsets->size() == 2) {
-    begin = as_unsigned((*offsets)[0]);
-    end = as_unsigned((*offsets)[1]);
+    }
+    try {
+      nbytes = checked_mul(checked_numel(info.shape), static_cast<int64_t>(dtype->size),
+                           "the byte size of tensor " + info.name);
+    } catch (const InvalidArgument&) {
+      fail_tensor(path_, info.name,
+                  "has a shape " + shape_text(info.shape) + " whose byte size overflows");
+    }
+    const bool two = e.offsets_is_array && e.offsets.size() == 2 && e.offsets[0] && e.offsets[1];
+    if (!two || *e.offsets[1] < *e.offsets[0])
+      fail_tensor(path_, info.name,
+                  "needs \"data_offsets\" as two increasing non-negative integers [begin, end], "
+                  "got " +
+                      (e.offsets_is_array ? shown(e.offsets_text) : std::string("nothing")));
+    info.data_begin = *e.offsets[0];
+    info.data_end = *e.offsets[1];
+    if (info.nbytes() != static_cast<uint64_t>(nbytes))
+      fail_tensor(path_, info.name,
+                  "has data_offsets [" + std::to_string(info.data_begin) + ", " +
+                      std::to_string(info.data_end) + "] spanning " +
+                      std::to_string(info.nbytes()) + " bytes, but dtype " + info.dtype_name +
+                      " and shape " + shape_text(info.shape) + " need " + std::to_string(nbytes) +
+                      " bytes");
+    tensors_.push_back(std::move(info));
   }
-  if (!begin || !end || *end < *begin)
-    fail_tensor(
-        path, name,
-        "needs \"data_offsets\" as two increasing non-negative integers [begin, end], got " +
-            (offsets ? shown(offsets->dump()) : std::string("nothing")));
-  info.data_begin = *begin;
-  info.data_end = *end;
-  if (info.nbytes() != static_cast<uint64_t>(nbytes))
-    fail_tensor(path, name,
-                "has data_offsets [" + std::to_string(*begin) + ", " + std::to_string(*end) +
-                    "] spanning " + std::to_string(info.nbytes()) + " bytes, but dtype " +
-                    info.dtype_name + " and shape " + shape_text(info.shape) + " need " +
-                    std::to_string(nbytes) + " bytes");
-  return info;
-}
 
-void parse_metadata(const std::string& path, const json& value,
-                    std::map<std::string, std::string>& out) {
-  if (!value.is_object())
-    fail(path, "\"__metadata__\" must be a JSON object of strings, got " + shown(value.dump()));
-  for (const auto& [key, item] : value.items()) {
-    if (!item.is_string())
-      fail(path,
-           "\"__metadata__\" entry " + shown(key) + " must be a string, got " + shown(item.dump()));
-    out[key] = item.get<std::string>();
-  }
-}
+  const std::string& path_;
+  std::vector<TensorInfo>& tensors_;
+  std::map<std::string, std::string>& metadata_;
+  std::vector<Frame> frames_;
+  std::string key_;
+  Field field_ = Field::Other;
+  Entry current_;
+  bool root_is_object_ = false;
+  bool metadata_seen_ = false;
+};
 
 // The tensors must tile the data buffer: sorted by offset, each starts where the previous ended
 // and the last ends at the end of the buffer.
@@ -282,14 +436,7 @@ void parse(SafetensorsFile::Impl& impl) {
                    std::to_string(impl.size) + "-byte file (truncated?)");
   impl.header_len = header_len;
 
-  const json header = parse_header_json(path, impl.bytes + 8, header_len);
-  if (!header.is_object()) fail(path, "the header is not a JSON object");
-  for (const auto& [key, value] : header.items()) {  // std::map: name order
-    if (key == "__metadata__")
-      parse_metadata(path, value, impl.metadata);
-    else
-      impl.tensors.push_back(parse_entry(path, key, value));
-  }
+  HeaderReader(path, impl.tensors, impl.metadata).read(impl.bytes + 8, header_len);
   const uint64_t data_size = impl.data_size();
   for (const auto& t : impl.tensors)
     if (t.data_end > data_size)
@@ -387,9 +534,7 @@ void write_value(DType d, unsigned char* out, DType src, const unsigned char* in
 }  // namespace
 
 int64_t TensorInfo::numel() const {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;  // validated not to overflow when parsed
-  return n;
+  return checked_numel(shape);  // validated when parsed; checked anyway (one arithmetic)
 }
 
 size_t safetensors_dtype_size(std::string_view dtype_name) {
@@ -406,28 +551,19 @@ const char* safetensors_dtype_name(DType dtype) {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    throw NotFound("cannot open safetensors file '" + path + "': " + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw InvalidArgument("'" + path +
-                          "' is not a regular file; give the path of a .safetensors file");
-  }
-  impl->size = static_cast<size_t>(st.st_size);
+  // A FIFO or device named *.safetensors is refused without blocking (open_regular).
+  files::Fd file = files::open_regular(path, "safetensors file");
+  impl->size = files::file_size(file.get(), path);
   if (impl->size > 0) {
-    void* mapped = ::mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* mapped = ::mmap(nullptr, impl->size, PROT_READ, MAP_PRIVATE, file.get(), 0);
     const int mmap_errno = errno;
-    ::close(fd);
+    file = files::Fd();
     if (mapped == MAP_FAILED)
       throw RuntimeFailure("cannot map safetensors file '" + path +
                            "': " + std::strerror(mmap_errno));
     impl->bytes = static_cast<const unsigned char*>(mapped);
     const size_t size = impl->size;
     impl->release = [mapped, size] { ::munmap(mapped, size); };
-  } else {
-    ::close(fd);
   }
   parse(*impl);
   return SafetensorsFile(std::move(impl));

@@ -1,11 +1,13 @@
-// KernelConfig's JSON form. Strict: unknown keys and wrong types are errors that name the file
-// and the key, because a silently ignored typo would load a kernel the user did not mean.
+// KernelConfig's JSON form. Strict: unknown keys, wrong types and keys given twice are errors that
+// name the file and the key, because a silently ignored typo — or a second "RMSNorm" entry that
+// quietly replaces the first — would load a kernel the user did not mean. Read through the strict
+// JSON reader (nesting depth bounded), from a regular file of at most 16 MiB.
 #include "hk/kernel_config.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "core/file_io.h"
+#include "core/strict_json.h"
 #include "hk/error.h"
 
 namespace hk {
@@ -71,12 +73,7 @@ std::optional<MappedKernel> KernelMappingValue::for_device(const std::string& de
 }
 
 KernelConfig KernelConfig::from_json(const std::string& text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    fail(source, "not valid JSON", e.what());
-  }
+  json j = parse_json_strict(text, "kernel config " + source + " ");
   if (!j.is_object()) fail(source, "top level", "must be an object with \"kernel_mapping\"");
   KernelConfig config;
   static const char* kDevices[] = {"cpu", "cuda", "rocm", "xpu", "mps", "npu"};
@@ -137,11 +134,13 @@ KernelConfig KernelConfig::from_json(const std::string& text, const std::string&
 }
 
 KernelConfig KernelConfig::from_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) throw NotFound("kernel config " + path.string() + " cannot be opened; check the path");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return from_json(ss.str(), path.string());
+  std::string text;
+  try {
+    text = files::read_regular_file(path, 16u << 20, "kernel config");
+  } catch (const NotFound&) {
+    throw NotFound("kernel config " + path.string() + " cannot be opened; check the path");
+  }
+  return from_json(text, path.string());
 }
 
 }  // namespace hk

@@ -147,6 +147,11 @@ class Binder {
     if (parsed.kind == hub::KernelSpec::Kind::Hub && !hub_kernels_enabled()) {
       outcome.failure = "USE_HUB_KERNELS disables hub kernels";
     } else {
+      // A kernel the lockfile does not pin is an error, not a fallback: falling back would hide
+      // that the lock and the mapping disagree (docs/security.md).
+      if (parsed.kind == hub::KernelSpec::Kind::Hub &&
+          !hub().config().local_kernels.count(parsed.repo()))
+        hub().check_locked(parsed.repo());
       // A pinned version that does not exist is an error, not a fallback: resolve it outside
       // the try so its NotFound (listing the versions that exist) reaches the caller.
       if (parsed.kind == hub::KernelSpec::Kind::Hub && explicit_request && pinned &&

@@ -17,6 +17,7 @@
 #include "hk/attention_functions.h"
 #include "hk/checkpoint.h"
 #include "hk/error.h"
+#include "hk/hub.h"
 #include "hk/ops.h"
 
 namespace hk {
@@ -213,6 +214,13 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
       k.config = KernelConfig::from_file(options.kernel_config_file);
     k.attn_implementation = options.attn_implementation;
     k.allow_all_kernels = options.allow_all_kernels;
+    // One Hub with the lock and signature policy, kept in kernelize_options so train()/eval()
+    // re-apply them.
+    if (!options.kernels_lock.empty() || options.allow_unlocked_kernels ||
+        options.require_signed_kernels) {
+      k.hub = std::make_shared<hub::Hub>(hub::HubConfig::from_environment(
+          options.kernels_lock, options.allow_unlocked_kernels, options.require_signed_kernels));
+    }
     lm.kernelize_report = kernelize(
         lm, options.kernelize_capture ? Mode::Inference | Mode::Capture : Mode::Inference, k);
     lm.kernelize_options = k;

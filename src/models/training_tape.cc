@@ -171,11 +171,10 @@ CausalLMOutput DecoderLM::forward_train(const Tensor& input_ids,
     const double coef = config.moe.router_aux_loss_coef;
     std::vector<int64_t> pad;
     if (in.key_start.defined())
-      pad = (in.key_start.device().is_cpu() ? in.key_start
-                                             : in.key_start.to(Device::cpu(), stream))
+      pad = (in.key_start.device().is_cpu() ? in.key_start : in.key_start.to(Device::cpu(), stream))
                 .to_int64s();
-    nn::LoadBalancingLoss lb = nn::load_balancing_loss(router_logits, config.moe.num_experts_per_tok,
-                                                       pad, in.seq, coef, stream);
+    nn::LoadBalancingLoss lb = nn::load_balancing_loss(
+        router_logits, config.moe.num_experts_per_tok, pad, in.seq, coef, stream);
     for (size_t j = 0; j < moe_layers.size(); ++j)
       tape->layers_[moe_layers[j]].drouter_logits = lb.grads[j];
     out.aux_loss = Tensor::empty({1}, loss.dtype(), device, stream);

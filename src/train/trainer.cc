@@ -16,6 +16,7 @@
 #include "hk/checkpoint.h"
 #include "hk/distributed.h"
 #include "hk/error.h"
+#include "hk/hub.h"
 #include "hk/lr_scheduler.h"
 #include "hk/ops.h"
 #include "hk/optim.h"
@@ -193,6 +194,11 @@ void TrainerImpl::kernelize_for_training() {
   k.attn_implementation = model.load_options().attn_implementation;
   k.allow_all_kernels = model.load_options().allow_all_kernels;
   k.hub = options.hub;
+  if (!k.hub) {  // the model's lock and signature policy (docs/security.md) apply here too
+    const LoadOptions& lo = model.load_options();
+    k.hub = std::make_shared<hub::Hub>(hub::HubConfig::from_environment(
+        lo.kernels_lock, lo.allow_unlocked_kernels, lo.require_signed_kernels));
+  }
   if (args.use_liger_kernel) {
     k.config = LigerKernelConfig::resolve(args.liger_kernel_config)
                    .kernel_config(layers, model.config().hidden_act, &notes);

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <sstream>
@@ -77,6 +79,16 @@ inline std::string random_bytes(size_t n, unsigned seed) {
   return s;
 }
 
+// The message of what `fn` throws, or "(no exception)".
+inline std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
 inline std::string commit_id(char c) {
   return std::string(40, c);
 }
@@ -89,19 +101,23 @@ struct FakeVariant {
   std::vector<std::string> entries{"RMSNorm"};
   std::map<std::string, std::string> files{{"libfake.so", "not really a library"}};
   std::string library = "libfake.so";
+  bool declare_sizes = true;  // write "size" (the SDK always does; older hubs did not)
 };
 
-// Writes <root>/<repo>/<commit>/build/<variant>/{files, metadata.json with real digests}.
+// Writes <root>/<repo>/<commit>/build/<variant>/{files, metadata.json with real digests and
+// sizes}.
 inline fs::path write_variant(const fs::path& root, const std::string& repo,
                               const std::string& commit, const std::string& version,
                               const FakeVariant& v) {
   fs::path dir = root / repo / commit / "build" / v.variant;
   fs::create_directories(dir);
-  std::string digests, entries;
+  std::string digests, sizes, entries;
   for (const auto& [name, bytes] : v.files) {
     write_file(dir / name, bytes);
     digests += std::string(digests.empty() ? "" : ", ") + "\"" + name + "\": \"" +
                sha256_file(dir / name) + "\"";
+    sizes += std::string(sizes.empty() ? "" : ", ") + "\"" + name +
+             "\": " + std::to_string(bytes.size());
   }
   for (const auto& e : v.entries)
     entries += std::string(entries.empty() ? "" : ", ") + R"({"name": ")" + e +
@@ -114,7 +130,7 @@ inline fs::path write_variant(const fs::path& root, const std::string& repo,
                  ", \"minor\": 0}, \"backend\": " + v.backend_json +
                  ", \"os\": \"linux\", \"arch\": \"" + host_arch() + "\", \"library\": \"" +
                  v.library + "\", \"entries\": [" + entries + "], \"digest\": {\"sha256\": {" +
-                 digests + "}}}");
+                 digests + "}}" + (v.declare_sizes ? ", \"size\": {" + sizes + "}" : "") + "}");
   return dir;
 }
 
@@ -128,6 +144,8 @@ struct ProcessResult {
   int exit_code = -1;  // -signal when killed
   std::string out, err;
   bool timed_out = false;
+  long max_rss_kb = 0;      // peak resident memory of the child
+  double wall_seconds = 0;  // from start to exit
 };
 
 inline std::vector<std::string> make_env(const std::map<std::string, std::string>& overrides) {
@@ -160,6 +178,7 @@ class Child {
     std::vector<char*> envp;
     for (auto& e : env_strings) envp.push_back(e.data());
     envp.push_back(nullptr);
+    started_ = std::chrono::steady_clock::now();
     if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data()) != 0)
       throw std::runtime_error("cannot start " + argv[0]);
     posix_spawn_file_actions_destroy(&actions);
@@ -208,9 +227,13 @@ class Child {
       pump(static_cast<int>(std::min<long>(left.count(), 200)));
     }
     int status = 0;
-    waitpid(pid_, &status, 0);
+    struct rusage usage {};
+    wait4(pid_, &status, 0, &usage);
     pid_ = -1;
     r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    r.max_rss_kb = usage.ru_maxrss;
+    r.wall_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     r.out = out_;
     r.err = err_;
     return r;
@@ -242,6 +265,7 @@ class Child {
     return true;
   }
   pid_t pid_ = -1;
+  std::chrono::steady_clock::time_point started_;
   int out_fd_ = -1, err_fd_ = -1;
   std::string out_, err_;
 };
@@ -258,9 +282,11 @@ inline ProcessResult run_hk(const std::vector<std::string>& args,
 // `hk hub serve --root DIR --port 0` as a child; the URL is read from its first output line.
 class ServerProcess {
  public:
-  explicit ServerProcess(const fs::path& root, long throttle = 0, const std::string& token = "") {
+  explicit ServerProcess(const fs::path& root, long throttle = 0, const std::string& token = "",
+                         const std::vector<std::string>& extra_args = {}) {
     std::vector<std::string> argv{hk_exe().string(), "hub",    "serve", "--root",
                                   root.string(),     "--port", "0"};
+    argv.insert(argv.end(), extra_args.begin(), extra_args.end());
     if (throttle > 0) {
       argv.push_back("--throttle");
       argv.push_back(std::to_string(throttle));

@@ -100,15 +100,6 @@ class HubHttp : public ::testing::Test {
 TempDir* HubHttp::tmp_ = nullptr;
 ServerProcess* HubHttp::server_ = nullptr;
 
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no exception)";
-}
-
 TEST_F(HubHttp, ServerListingsAndPathTraversal) {
   HttpClient http(url(), {});
   EXPECT_NE(http.get("/api/repos").find(kNorm), std::string::npos);

@@ -2,8 +2,11 @@
 // the lockfile. Good input round-trips; bad input is an InvalidArgument that quotes it.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "hk/error.h"
 #include "hk/hub.h"
+#include "hk/hub_signing.h"
 #include "hub_test_util.h"
 
 namespace hk::hub {
@@ -172,6 +175,58 @@ TEST(Lockfile, RoundTripAndStrictness) {
   EXPECT_EQ(deps.size(), 2u);
   EXPECT_THROW(parse_project_kernels(R"({"x": 1})", "p"), InvalidArgument);
   EXPECT_THROW(parse_project_kernels(R"({"a/b": "1"})", "p"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace hk::hub
+
+namespace hk::hub {
+namespace {
+
+// Nesting deep enough to overflow the stack of recursive JSON code (1,000,000 levels), and a key
+// given twice, in every hub parser: a sentence each, never a crash or a silently kept last value.
+TEST(HubParsers, DeepNestingAndDuplicateKeysAreRefused) {
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  const std::string sha(64, 'a');
+  const std::string metadata =
+      R"({"name": "x", "repo": "org/x", "id": ")" + std::string(40, 'c') +
+      R"(", "variant": "hk1-cpu-x86_64-linux", "abi": {"major": 1}, "backend": {"type": "cpu"},
+         "os": "linux", "arch": "x86_64", "library": "libx.so", "entries": [],
+         "digest": {"sha256": {"libx.so": ")" +
+      sha + R"("}})";
+  EXPECT_NO_THROW(parse_variant_metadata(metadata + "}", "m"));
+  auto message = [](const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_NE(message([&] {
+              parse_variant_metadata(metadata + R"(, "provenance": )" + deep + "}", "m");
+            }).find("nests deeper"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              parse_variant_metadata(metadata + R"(, "library": "libevil.so"})", "m");
+            }).find("has the key \"library\" twice"),
+            std::string::npos);
+  EXPECT_NE(message([&] { parse_lockfile(deep, "l"); }).find("nests deeper"), std::string::npos);
+  EXPECT_NE(
+      message([&] { parse_refs_json("{\"branches\": " + deep + "}", "r"); }).find("nests deeper"),
+      std::string::npos);
+  EXPECT_NE(message([&] {
+              parse_refs_json(R"({"branches": {"v1": ")" + std::string(40, 'a') + R"(", "v1": ")" +
+                                  std::string(40, 'b') + R"("}})",
+                              "r");
+            }).find("twice"),
+            std::string::npos);
+  EXPECT_NE(
+      message([&] { parse_signature("{\"public_key\": " + deep + "}", "s"); }).find("nests deeper"),
+      std::string::npos);
+  EXPECT_NE(
+      message([&] { parse_publisher_keys(R"({"org": ["a"], "org": ["b"]})", "k"); }).find("twice"),
+      std::string::npos);
 }
 
 }  // namespace

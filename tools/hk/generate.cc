@@ -2,7 +2,8 @@
 //   [--max-new-tokens N] [--device cpu|cuda] [--dtype auto|f32|bf16|f16]
 //   [--temperature T --top-k K --top-p P --seed S] [--stop TEXT ...] [--eos-token-id ID[,ID]]
 //   [--no-cuda-graphs] [--json] [--use-kernels] [--kernel-config FILE.json]
-//   [--attn-implementation NAME] [--allow-all-kernels]`
+//   [--attn-implementation NAME] [--allow-all-kernels]
+//   [--kernels-lock FILE] [--allow-unlocked-kernels] [--require-signed]`
 //
 // Loads the model with AutoModelForCausalLM::from_pretrained and generates. Several prompts
 // (repeated --prompt or --ids, or --prompts-file with one prompt a line, empty lines skipped) are
@@ -29,6 +30,7 @@
 // context) is an hk::Error: exit status 1 and one sentence on stderr.
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -40,6 +42,7 @@
 #include "hk/error.h"
 #include "hk/models.h"
 #include "hk/tokenizer.h"
+#include "kernel_policy.h"
 
 namespace {
 
@@ -63,6 +66,7 @@ struct GenerateArgs {
   std::string kernel_config;
   std::string attn_implementation;
   bool allow_all_kernels = false;
+  hk::cli::KernelPolicyFlags policy;
 };
 
 std::vector<int64_t> parse_id_list(const std::string& text, const char* flag) {
@@ -121,7 +125,12 @@ void run_generate(const GenerateArgs& a) {
   if (!a.prompts.empty() && !a.prompts_file.empty())
     throw hk::InvalidArgument("give --prompt or --prompts-file, not both");
   if (a.max_new_tokens < 0) throw hk::InvalidArgument("--max-new-tokens must be >= 0");
-  if (a.temperature && *a.temperature < 0) throw hk::InvalidArgument("--temperature must be >= 0");
+  // NaN compares false with everything, so "> 0" alone would quietly turn sampling off.
+  if (a.temperature && !(std::isfinite(*a.temperature) && *a.temperature >= 0))
+    throw hk::InvalidArgument("--temperature must be a finite number >= 0 (0 = greedy)");
+  if (a.top_p && !(*a.top_p > 0 && *a.top_p <= 1))
+    throw hk::InvalidArgument("--top-p must be a number in (0, 1]");
+  if (a.top_k && *a.top_k < 0) throw hk::InvalidArgument("--top-k must be >= 0");
   for (const std::string& s : a.stop)
     if (s.empty()) throw hk::InvalidArgument("--stop needs a non-empty string");
 
@@ -132,6 +141,9 @@ void run_generate(const GenerateArgs& a) {
   load.kernel_config_file = a.kernel_config;
   load.attn_implementation = a.attn_implementation;
   load.allow_all_kernels = a.allow_all_kernels;
+  load.kernels_lock = a.policy.kernels_lock;
+  load.allow_unlocked_kernels = a.policy.allow_unlocked;
+  load.require_signed_kernels = a.policy.require_signed;
   load.kernelize_capture = hk::Device::parse(a.device).is_cuda() && !a.no_cuda_graphs;
 
   if (!std::filesystem::is_directory(a.model))
@@ -292,6 +304,7 @@ void add_generate(CLI::App& app) {
                   "eager, sdpa, flash_attention_2|3|4 or a hub id org/repo[@rev][:fn]");
   cmd->add_flag("--allow-all-kernels", args->allow_all_kernels,
                 "trust kernels outside trusted orgs");
+  hk::cli::add_kernel_policy_flags(cmd, args->policy);
   cmd->callback([args] { run_generate(*args); });
 }
 

@@ -2,7 +2,9 @@
 //
 // Prints "serving DIR at http://HOST:PORT" on stdout once it listens (tests wait for that line),
 // and stops cleanly on SIGINT/SIGTERM. --throttle limits file transfer speed (bytes/s) so
-// interrupted downloads can be tested.
+// interrupted downloads can be tested. --workers, --max-connections, --header-timeout and
+// --idle-timeout set the connection limits that keep slow clients from stalling it
+// (docs/security.md).
 #include <pthread.h>
 #include <signal.h>
 
@@ -48,6 +50,21 @@ void add_hub(CLI::App& app) {
   serve_cmd->add_option(
       "--require-token", options.require_token,
       "refuse requests without \"Authorization: Bearer TOKEN\" (clients: HF_TOKEN)");
+  serve_cmd
+      ->add_option("--workers", options.workers, "threads answering complete requests (default 16)")
+      ->check(CLI::Range(1, 1024));
+  serve_cmd
+      ->add_option("--max-connections", options.max_connections,
+                   "open connections at most; more are answered 503 (default 512)")
+      ->check(CLI::Range(1, 100000));
+  serve_cmd
+      ->add_option("--header-timeout", options.header_timeout_s,
+                   "seconds a client has to send a complete request header (default 10)")
+      ->check(CLI::Range(1L, 3600L));
+  serve_cmd
+      ->add_option("--idle-timeout", options.idle_timeout_s,
+                   "seconds an idle keep-alive connection stays open (default 5)")
+      ->check(CLI::Range(1L, 3600L));
   serve_cmd->callback([] { serve(options); });
 }
 

@@ -1,6 +1,7 @@
 // `hk kernelize --model DIR [--mode inference|training[,capture]] [--kernel-config FILE.json]
 //  [--attn-implementation NAME] [--allow-all-kernels] [--device cpu|cuda[:N]|rocm|xpu|mps|npu]
-//  [--capability N] [--cuda-runtime X.Y] [--simulate] [--dtype ..] --report [--json]`
+//  [--capability N] [--cuda-runtime X.Y] [--simulate] [--dtype ..] --report [--json]
+//  [--kernels-lock FILE] [--allow-unlocked-kernels] [--require-signed]`
 // Loads the model, runs kernelize with the device-aware defaults (plus the config) and prints the
 // decision for every layer: the kernel bound (repo:Entry, commit, variant) or why the built-in
 // implementation stays. --json prints {"device", "mode", "layers": [{"path", "layer", "kernel" or
@@ -15,8 +16,10 @@
 #include "commands.h"
 #include "hk/device.h"
 #include "hk/error.h"
+#include "hk/hub.h"
 #include "hk/kernelize.h"
 #include "hk/models.h"
+#include "kernel_policy.h"
 
 namespace hk::cli {
 namespace {
@@ -26,6 +29,7 @@ struct KernelizeArgs {
   std::string cuda_runtime;
   int capability = 0;
   bool report = false, json = false, allow_all_kernels = false, simulate = false;
+  KernelPolicyFlags policy;
 };
 
 // "13.0" → 13000 (cudaRuntimeGetVersion's encoding).
@@ -96,6 +100,9 @@ void run(const KernelizeArgs& a) {
   if (!a.kernel_config.empty()) options.config = KernelConfig::from_file(a.kernel_config);
   options.attn_implementation = a.attn_implementation;
   options.allow_all_kernels = a.allow_all_kernels;
+  // The lock and signature policy (docs/security.md); HK_KERNELS_LOCK etc. apply without flags.
+  options.hub = std::make_shared<hub::Hub>(hub::HubConfig::from_environment(
+      a.policy.kernels_lock, a.policy.allow_unlocked, a.policy.require_signed));
   KernelizeReport report = kernelize(model.module(), mode, options);
   std::cout << (a.json ? report.to_json() + "\n" : report.to_text());
 }
@@ -111,6 +118,7 @@ void add(CLI::App& app) {
                   "eager, sdpa, flash_attention_2|3|4 or a hub id org/repo[@rev][:fn]");
   cmd->add_flag("--allow-all-kernels", args->allow_all_kernels,
                 "Trust kernel repos outside the trusted orgs (runs their code)");
+  add_kernel_policy_flags(cmd, args->policy);
   cmd->add_option("--device", args->device, "cpu, cuda[:N], rocm, xpu, mps or npu");
   cmd->add_option("--capability", args->capability,
                   "Simulate a device of this compute capability (90 = sm_90)");

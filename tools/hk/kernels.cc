@@ -1,12 +1,16 @@
-// `hk kernels list | info | versions | download | lock | verify | explain` — the hub from the
-// shell.
+// `hk kernels list | info | versions | download | lock | verify | explain | sign | keygen` — the
+// hub from the shell.
 //
 // Every subcommand works through hk::hub::Hub configured from the environment (HK_ENDPOINT,
-// HK_HUB_DIR, HK_KERNELS_CACHE, HF_HUB_OFFLINE, ...); without HK_HUB_DIR the hub directory is
-// <exe dir>/../hub, the embedded hub a build writes. Output is for people unless --json is given;
-// errors are hk::Error sentences (exit 1).
+// HK_HUB_DIR, HK_KERNELS_CACHE, HF_HUB_OFFLINE, HK_KERNELS_LOCK, HK_PUBLISHER_KEYS, ...); without
+// HK_HUB_DIR the hub directory is <exe dir>/../hub, the embedded hub a build writes. `verify`
+// takes --kernels-lock / --allow-unlocked-kernels / --require-signed like every command that
+// loads kernels. `sign` and `keygen` are the publisher's side of signed kernels
+// (hk/hub_signing.h). Output is for people unless --json is given; errors are hk::Error
+// sentences (exit 1).
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -17,7 +21,9 @@
 #include "hk/error.h"
 #include "hk/hub.h"
 #include "hk/hub_lockfile.h"
+#include "hk/hub_signing.h"
 #include "hk/kernel_loader.h"
+#include "kernel_policy.h"
 
 namespace fs = std::filesystem;
 
@@ -70,8 +76,9 @@ hub::Target make_target(const TargetFlags& flags) {
 
 // The library's lookup (hub::default_hub_dir: next to libhk.so, or the installed share/hk/hub), so
 // the CLI and programs linking libhk find the same embedded hub.
-HubConfig config_from_environment() {
-  return HubConfig::from_environment();
+HubConfig config_from_environment(const KernelPolicyFlags& policy = {}) {
+  return HubConfig::from_environment(policy.kernels_lock, policy.allow_unlocked,
+                                     policy.require_signed);
 }
 
 std::string short_commit(const std::string& c) {
@@ -281,14 +288,16 @@ void cmd_explain(const std::string& spec, const std::string& revision, int versi
   }
 }
 
-void cmd_verify(const std::string& spec, const TargetFlags& flags, bool load) {
-  Hub hub(config_from_environment());
+void cmd_verify(const std::string& spec, const TargetFlags& flags, const KernelPolicyFlags& policy,
+                bool load) {
+  Hub hub(config_from_environment(policy));
   hub::ResolveOptions options;
   options.trust_remote_code = flags.trust_remote_code;
   hub::Resolution res = hub.resolve(spec, make_target(flags), options);
-  hub.verify(res);  // throws IntegrityError → exit 1
+  const std::string signature = hub.verify(res);  // throws IntegrityError → exit 1
   std::cout << "ok  " << res.repo << " " << res.variant << " (" << res.metadata.sha256.size()
             << " files verified) in " << res.dir.string() << "\n";
+  std::cout << "signature  " << signature << "\n";
   if (load) {
     // Also dlopen it: ABI major, interfaces and symbols are checked by the loader.
     auto library = hub.load(res);
@@ -327,13 +336,7 @@ void cmd_lock(const fs::path& dir) {
     lock.repos.push_back(std::move(locked));
   }
   fs::path out = dir / "hk.lock";
-  fs::path tmp = out.string() + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    f << hub::serialize_lockfile(lock);
-    if (!f) throw RuntimeFailure("cannot write " + tmp.string());
-  }
-  fs::rename(tmp, out);
+  hub::save_lockfile(out, lock);  // a planted hk.lock.tmp or symlink is never written through
   std::cout << "wrote " << out.string() << "\n";
 }
 
@@ -366,6 +369,70 @@ void cmd_download(const fs::path& dir) {
       std::cout << "ok  " << locked.repo << " " << variant << " -> " << res.dir.string() << "\n";
     }
   }
+}
+
+// The metadata.json files a sign PATH names: the file itself, a variant directory, or every
+// build/<variant>/metadata.json of a repo commit directory.
+std::vector<fs::path> metadata_files(const fs::path& path) {
+  if (path.filename() == "metadata.json" && fs::is_regular_file(path)) return {path};
+  if (fs::is_regular_file(path / "metadata.json")) return {path / "metadata.json"};
+  std::vector<fs::path> out;
+  std::error_code ec;
+  if (fs::is_directory(path / "build", ec))
+    for (const auto& v : fs::directory_iterator(path / "build", ec))
+      if (fs::is_regular_file(v.path() / "metadata.json"))
+        out.push_back(v.path() / "metadata.json");
+  std::sort(out.begin(), out.end());
+  if (out.empty())
+    throw NotFound(path.string() +
+                   " holds no metadata.json (give a metadata.json, a variant directory or a "
+                   "commit directory with build/<variant>/metadata.json)");
+  return out;
+}
+
+void cmd_sign(const fs::path& key, const std::vector<std::string>& paths, bool json) {
+  nlohmann::json signed_files = nlohmann::json::array();
+  std::string public_key;
+  for (const auto& p : paths) {
+    for (const fs::path& meta : metadata_files(p)) {
+      std::ifstream in(meta, std::ios::binary);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      // Only sign what parses: a signature vouches for a kernel, not for arbitrary bytes.
+      hub::VariantMetadata m = hub::parse_variant_metadata(text, meta.string());
+      hub::MetadataSignature sig = hub::sign_metadata(text, key);
+      public_key = sig.public_key;
+      fs::path out = meta.parent_path() / hub::kSignatureFileName;
+      // Written atomically beside metadata.json (rename over any previous signature).
+      hub::save_signature(out, sig);
+      signed_files.push_back({{"metadata", meta.string()},
+                              {"signature", out.string()},
+                              {"repo", m.repo},
+                              {"commit", m.id},
+                              {"variant", m.variant}});
+      if (!json)
+        std::cout << "signed  " << m.repo << " " << m.id.substr(0, 12) << " " << m.variant << " -> "
+                  << out.string() << "\n";
+    }
+  }
+  if (json) {
+    std::cout << nlohmann::json{{"public_key", public_key}, {"signed", signed_files}}.dump(2)
+              << "\n";
+  } else {
+    std::cout << "key  " << public_key << "\n";
+  }
+}
+
+void cmd_keygen(const fs::path& out, bool json) {
+  const std::string public_key = hub::generate_signing_key(out);
+  if (json) {
+    std::cout << nlohmann::json{{"private_key", out.string()}, {"public_key", public_key}}.dump(2)
+              << "\n";
+    return;
+  }
+  std::cout << "wrote private key " << out.string() << " (keep it secret)\n"
+            << "public key  " << public_key << "\n"
+            << "trust it with HK_PUBLISHER_KEYS=FILE, FILE = {\"<org>\": [\"" << public_key
+            << "\"]}\n";
 }
 
 void add_kernels(CLI::App& app) {
@@ -404,8 +471,10 @@ void add_kernels(CLI::App& app) {
   verify->add_option("REPO", repo, "org/repo[@revision][:Entry] or /abs/path[:Entry]")->required();
   add_target_flags(verify, flags);
   static bool load = false;
+  static KernelPolicyFlags policy;
   verify->add_flag("--load", load, "also load the library (checks ABI, interfaces, symbols)");
-  verify->callback([] { cmd_verify(repo, flags, load); });
+  add_kernel_policy_flags(verify, policy);
+  verify->callback([] { cmd_verify(repo, flags, policy, load); });
 
   static std::string dir;
   auto* lock = kernels->add_subcommand("lock", "write DIR/hk.lock from DIR/hk-kernels.json");
@@ -416,6 +485,24 @@ void add_kernels(CLI::App& app) {
       kernels->add_subcommand("download", "fetch what DIR/hk.lock pins into the cache");
   download->add_option("DIR", dir, "project directory")->required();
   download->callback([] { cmd_download(dir); });
+
+  static std::string key;
+  static std::vector<std::string> sign_paths;
+  static bool sign_json = false;
+  auto* sign = kernels->add_subcommand(
+      "sign", "sign metadata.json files with an Ed25519 publisher key (writes metadata.json.sig)");
+  sign->add_option("--key", key, "private key (PEM), made by `hk kernels keygen`")->required();
+  sign->add_option("PATH", sign_paths, "metadata.json, a variant dir or a commit dir")->required();
+  sign->add_flag("--json", sign_json, "JSON output");
+  sign->callback([] { cmd_sign(key, sign_paths, sign_json); });
+
+  static std::string key_out;
+  static bool keygen_json = false;
+  auto* keygen = kernels->add_subcommand("keygen", "create an Ed25519 publisher key");
+  keygen->add_option("FILE", key_out, "where to write the private key (never overwritten)")
+      ->required();
+  keygen->add_flag("--json", keygen_json, "JSON output");
+  keygen->callback([] { cmd_keygen(key_out, keygen_json); });
 }
 
 }  // namespace

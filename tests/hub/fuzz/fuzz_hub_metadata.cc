@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hk::hub::VariantMetadata again =
       hk::hub::parse_variant_metadata(hk::hub::serialize_variant_metadata(m), "fuzz round trip");
   if (again.sha256 != m.sha256 || again.entry_names() != m.entry_names() ||
-      again.backend.archs != m.backend.archs || again.id != m.id || again.variant != m.variant)
+      again.backend.archs != m.backend.archs || again.id != m.id || again.variant != m.variant ||
+      again.size != m.size)
     std::abort();
   return 0;
 }

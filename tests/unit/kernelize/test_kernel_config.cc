@@ -65,6 +65,14 @@ TEST(KernelConfig, JsonErrorsNameTheKey) {
                "at least two");
   expect_error(R"({"inherit_mapping": "no"})", "inherit_mapping");
   EXPECT_THROW(KernelConfig::from_file("/nonexistent/cfg.json"), NotFound);
+  // A key given twice is refused (the parser used to keep the last one silently).
+  expect_error(R"({"kernel_mapping": {"RMSNorm": "a/b:X", "RMSNorm": "evil/repo:Y"}})",
+               "has the key \"RMSNorm\" twice in \"kernel_mapping\"");
+  expect_error(R"({"kernel_mapping": {}, "kernel_mapping": {"RMSNorm": "evil/repo"}})",
+               "twice in the top-level object");
+  expect_error(R"({"kernel_mapping": {"MLP": {"cuda": "a/b", "cuda": "c/d"}}})",
+               "twice in \"kernel_mapping.MLP\"");
+  expect_error(std::string(50000, '[') + std::string(50000, ']'), "nests deeper than 64");
 }
 
 }  // namespace hk
