@@ -921,108 +921,57 @@ void causal_call(const hk_call& call, bool backward) {
 
 }  // namespace
 
-hk_status rms_norm_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { rms_fwd(*c); });
-}
-hk_status rms_norm_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { rms_bwd(*c); });
-}
-hk_status rms_norm_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<rms_ws>(c, p, b);
-}
-hk_status layer_norm_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { ln_fwd(*c); });
-}
-hk_status layer_norm_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { ln_bwd(*c); });
-}
-hk_status layer_norm_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<ln_ws>(c, p, b);
-}
-hk_status rotary_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { rope_call(*c, false); });
-}
-hk_status rotary_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { rope_call(*c, true); });
-}
-hk_status silu_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { silu_call(*c, false); });
-}
-hk_status silu_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { silu_call(*c, true); });
-}
-#define LIGER_FIXED_ACT(fn, kind_fn, act, label)                       \
-  hk_status fn##_forward(const hk_call* c) noexcept {                  \
-    return hk::sdk::guard(c, [&] { kind_fn(*c, false, act, label); }); \
-  }                                                                    \
-  hk_status fn##_backward(const hk_call* c) noexcept {                 \
-    return hk::sdk::guard(c, [&] { kind_fn(*c, true, act, label); });  \
+// The exported entry points (abi/entries.h declares them): each pass runs under the SDK's guard,
+// which turns exceptions into status codes; workspace queries go through workspace_point.
+#define LIGER_PASSES(fn, forward_call, backward_call)  \
+  hk_status fn##_forward(const hk_call* c) noexcept {  \
+    return hk::sdk::guard(c, [&] { forward_call; });   \
+  }                                                    \
+  hk_status fn##_backward(const hk_call* c) noexcept { \
+    return hk::sdk::guard(c, [&] { backward_call; });  \
+  }
+#define LIGER_WORKSPACE(fn, query)                                             \
+  hk_status fn##_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept { \
+    return hk::sdk::workspace_point<query>(c, p, b);                           \
   }
 void unary_fixed(const hk_call& c, bool backward, liger::Act act, const char* name) {
   check_kind(c, act, name);
   unary_act_call(c, backward, act, name);
 }
-LIGER_FIXED_ACT(silu_act, unary_fixed, liger::Act::SiLU, "Silu")
-LIGER_FIXED_ACT(gelu, unary_fixed, liger::Act::GeluErf, "GELU")
-LIGER_FIXED_ACT(gelu_tanh, unary_fixed, liger::Act::GeluTanh, "GeluTanh")
-LIGER_FIXED_ACT(quick_gelu, unary_fixed, liger::Act::QuickGelu, "QuickGELU")
-LIGER_FIXED_ACT(silu_and_mul, act_and_mul_call, liger::Act::SiLU, "silu_and_mul")
-LIGER_FIXED_ACT(gelu_and_mul, act_and_mul_call, liger::Act::GeluErf, "gelu_and_mul")
-LIGER_FIXED_ACT(gelu_tanh_and_mul, act_and_mul_call, liger::Act::GeluTanh, "gelu_tanh_and_mul")
-#undef LIGER_FIXED_ACT
-hk_status mlp_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { mlp_fwd_call(*c); });
-}
-hk_status mlp_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { mlp_bwd_call(*c); });
-}
-hk_status mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<mlp_ws>(c, p, b);
-}
-hk_status rms_norm_mlp_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { rms_mlp_fwd_call(*c); });
-}
-hk_status rms_norm_mlp_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { rms_mlp_bwd_call(*c); });
-}
-hk_status rms_norm_mlp_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<rms_mlp_ws>(c, p, b);
-}
-hk_status linear_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { linear_fwd_call(*c); });
-}
-hk_status linear_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { linear_bwd_call(*c); });
-}
-hk_status linear_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<linear_ws>(c, p, b);
-}
-hk_status cross_entropy_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { ce_fwd(*c); });
-}
-hk_status cross_entropy_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { ce_bwd(*c); });
-}
-hk_status cross_entropy_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<ce_ws>(c, p, b);
-}
-hk_status flce_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { flce_fwd(*c); });
-}
-hk_status flce_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { flce_bwd(*c); });
-}
-hk_status flce_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<flce_ws>(c, p, b);
-}
-hk_status causal_lm_forward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { causal_call(*c, false); });
-}
-hk_status causal_lm_backward(const hk_call* c) noexcept {
-  return hk::sdk::guard(c, [&] { causal_call(*c, true); });
-}
-hk_status causal_lm_workspace(const hk_call* c, uint32_t p, size_t* b) noexcept {
-  return hk::sdk::workspace_point<causal_ws>(c, p, b);
-}
+LIGER_PASSES(rms_norm, rms_fwd(*c), rms_bwd(*c))
+LIGER_WORKSPACE(rms_norm, rms_ws)
+LIGER_PASSES(layer_norm, ln_fwd(*c), ln_bwd(*c))
+LIGER_WORKSPACE(layer_norm, ln_ws)
+LIGER_PASSES(rotary, rope_call(*c, false), rope_call(*c, true))
+LIGER_PASSES(silu, silu_call(*c, false), silu_call(*c, true))
+LIGER_PASSES(silu_act, unary_fixed(*c, false, liger::Act::SiLU, "Silu"),
+             unary_fixed(*c, true, liger::Act::SiLU, "Silu"))
+LIGER_PASSES(gelu, unary_fixed(*c, false, liger::Act::GeluErf, "GELU"),
+             unary_fixed(*c, true, liger::Act::GeluErf, "GELU"))
+LIGER_PASSES(gelu_tanh, unary_fixed(*c, false, liger::Act::GeluTanh, "GeluTanh"),
+             unary_fixed(*c, true, liger::Act::GeluTanh, "GeluTanh"))
+LIGER_PASSES(quick_gelu, unary_fixed(*c, false, liger::Act::QuickGelu, "QuickGELU"),
+             unary_fixed(*c, true, liger::Act::QuickGelu, "QuickGELU"))
+LIGER_PASSES(silu_and_mul, act_and_mul_call(*c, false, liger::Act::SiLU, "silu_and_mul"),
+             act_and_mul_call(*c, true, liger::Act::SiLU, "silu_and_mul"))
+LIGER_PASSES(gelu_and_mul, act_and_mul_call(*c, false, liger::Act::GeluErf, "gelu_and_mul"),
+             act_and_mul_call(*c, true, liger::Act::GeluErf, "gelu_and_mul"))
+LIGER_PASSES(gelu_tanh_and_mul,
+             act_and_mul_call(*c, false, liger::Act::GeluTanh, "gelu_tanh_and_mul"),
+             act_and_mul_call(*c, true, liger::Act::GeluTanh, "gelu_tanh_and_mul"))
+LIGER_PASSES(mlp, mlp_fwd_call(*c), mlp_bwd_call(*c))
+LIGER_WORKSPACE(mlp, mlp_ws)
+LIGER_PASSES(rms_norm_mlp, rms_mlp_fwd_call(*c), rms_mlp_bwd_call(*c))
+LIGER_WORKSPACE(rms_norm_mlp, rms_mlp_ws)
+LIGER_PASSES(linear, linear_fwd_call(*c), linear_bwd_call(*c))
+LIGER_WORKSPACE(linear, linear_ws)
+LIGER_PASSES(cross_entropy, ce_fwd(*c), ce_bwd(*c))
+LIGER_WORKSPACE(cross_entropy, ce_ws)
+LIGER_PASSES(flce, flce_fwd(*c), flce_bwd(*c))
+LIGER_WORKSPACE(flce, flce_ws)
+LIGER_PASSES(causal_lm, causal_call(*c, false), causal_call(*c, true))
+LIGER_WORKSPACE(causal_lm, causal_ws)
+#undef LIGER_WORKSPACE
+#undef LIGER_PASSES
 
 }  // namespace liger_abi::LIGER_NS
