@@ -1,6 +1,8 @@
 // hk_bench_flash_kernels — device timings of each flash kernel called directly (flash.h, no libhk):
-// the forward (dispatcher's choice) and every backward variant (mma.sync; Hopper with dq by TMA
-// reduce-add, by atomics; deterministic), so a kernel change is measured without building libhk.
+// the forward (dispatcher's choice, and each Hopper layout forced: HK_FLASH_SM90_FWD=v1 with a
+// producer warpgroup, v2 with two warpgroups) and every backward variant (mma.sync; Hopper with dq
+// by TMA reduce-add, by atomics; deterministic), so a kernel change is measured without building
+// libhk. fwd+bwd is timed with the dispatcher's forward and with v2's.
 //
 //   shapes (bf16, causal): issue 11's B8×H16(kv8)×S2048, B2×H16×S8192, B1×H32(kv8)×S16384 at head
 //   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
@@ -14,6 +16,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -83,9 +86,9 @@ int main(int argc, char** argv) {
     };
     std::string json = "{\"gpu\": \"" + std::string(prop.name) + "\", \"shapes\": [";
     std::string table =
-        "shape                                   | fwd   | bwd sm80 | bwd sm90 tma | bwd sm90 "
-        "atomic "
-        "| bwd sm90 det | fwd+bwd (default) | sm90/sm80 bwd\n";
+        "shape                                   | fwd   | fwd v1 | fwd v2 | v2/v1 | bwd sm80 | "
+        "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | fwd+bwd (default) | fwd+bwd (v2) | "
+        "sm90/sm80 bwd\n";
     for (size_t si = 0; si < shapes.size(); ++si) {
       const Shape& sh = shapes[si];
       Problem p{sh.b, sh.s, sh.s, sh.hq, sh.hkv, sh.d};
@@ -100,6 +103,14 @@ int main(int argc, char** argv) {
       const double fwd_flops = 0.5 * 4.0 * p.b * p.hq * double(p.s) * p.t * p.d;
       auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
       const double t_fwd = time_ms([&] { hk_flash::forward(fp, nullptr); });
+      auto fwd_layout_time = [&](const char* layout) {
+        EnvScope scope("HK_FLASH_SM90_FWD", layout);
+        const std::string kernel = hk_flash::forward_kernel_name(fp);
+        if (kernel.rfind("sm90 wgmma", 0) != 0)
+          throw std::runtime_error(std::string("HK_FLASH_SM90_FWD=") + layout + " ran " + kernel);
+        return time_ms([&] { hk_flash::forward(fp, nullptr); });
+      };
+      const double t_v1 = fwd_layout_time("v1"), t_v2 = fwd_layout_time("v2");
       auto bwd_time = [&](Bwd k, bool det) {
         BwdScope scope(k);
         const hk_flash::BackwardParams bp = backward_params(p, bf, det);
@@ -114,26 +125,40 @@ int main(int argc, char** argv) {
         hk_flash::forward(fp, nullptr);
         hk_flash::backward(bp, nullptr);
       });
+      double t_fb2 = 0;
+      {
+        EnvScope scope("HK_FLASH_SM90_FWD", "v2");
+        t_fb2 = time_ms([&] {
+          hk_flash::forward(fp, nullptr);
+          hk_flash::backward(bp, nullptr);
+        });
+      }
       char row[512];
       std::snprintf(row, sizeof row,
-                    "%-40s| %5.0f | %8.0f | %12.0f | %15.0f | %12.0f | %17.0f | %.2f\n", sh.name,
-                    tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
+                    "%-40s| %5.0f | %6.0f | %6.0f | %5.2f | %8.0f | %12.0f | %15.0f | %12.0f | "
+                    "%17.0f | %12.0f | %.2f\n",
+                    sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
+                    t_v1 / t_v2, tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
                     tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb),
-                    t80 / t90);
+                    tf(3.5 * fwd_flops, t_fb2), t80 / t90);
       table += row;
       std::fprintf(stderr, "%s", row);
-      char js[1024];
+      char js[1536];
       std::snprintf(
           js, sizeof js,
           "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
-          "\"fwd_ms\": %.5f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
+          "\"fwd_ms\": %.5f, \"fwd_sm90_v1_ms\": %.5f, \"fwd_sm90_v2_ms\": %.5f, "
+          "\"fwd_sm90_v1_tflops\": %.2f, \"fwd_sm90_v2_tflops\": %.2f, \"fwdbwd_v2_ms\": %.5f, "
+          "\"fwdbwd_v2_tflops\": %.2f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
           "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
           "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
-          si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t80, t90, t90a, t90d,
-          t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
-          tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));
+          si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1, t_v2,
+          tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_fb2, tf(3.5 * fwd_flops, t_fb2), t80, t90,
+          t90a, t90d, t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80),
+          tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
+          tf(3.5 * fwd_flops, t_fb));
       json += js;
     }
     json += "]}\n";

@@ -1,16 +1,21 @@
 // The flash kernels called directly (flash.h, no libhk) against the double reference of
-// tests/unit/ops/test_attention_reference.h, with every backward kernel forced in turn: the
-// mma.sync backward and the Hopper (wgmma + TMA) backward with dq by TMA reduce-add and by
-// atomics, each also deterministic (bitwise repeatable). bf16 and f16, head dims 64 and 128,
+// tests/unit/ops/test_attention_reference.h, with both Hopper forward layouts forced in turn (v1:
+// producer warpgroup; v2: two warpgroups; HK_FLASH_SM90_FWD, decode form off so even 1- and 7-row
+// calls reach them; out and lse checked, the kernel name asserted) and then the dispatcher's
+// forward, and every backward kernel forced in turn: the mma.sync backward and the Hopper (wgmma +
+// TMA) backward with dq by TMA reduce-add and by atomics, each also deterministic (bitwise
+// repeatable). bf16 and f16, head dims 64 and 128,
 // lengths 1, 7, 129, 2049, S≠T both ways, GQA 1/2/3/8 and MQA, causal and not, softcap, window,
 // key_start, scale, tensors stored with padding between heads (strided views), every output
 // poisoned with NaN first. Head dim 256 and varlen run the mma.sync kernel (test_flash_attention).
 //
 // FlashKernels.Sm90BackwardCanary runs first and alone in scripts/gpu-test --attention: when it
 // fails, the script turns the Hopper backward off (HK_FLASH_SM90_BWD=0) for everything after it.
+// FlashKernels.Sm90ForwardV2Canary checks the two-warpgroup forward alone on a few shapes.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -75,9 +80,27 @@ AttnProblem reference_problem(const Problem& p) {
   return r;
 }
 
-// Forward (the dispatcher's kernel), then each backward variant against the reference.
+// The forward kernels a case runs on: each Hopper layout forced (HK_FLASH_SM90_FWD, and
+// HK_FLASH_DECODE=0 so that decode-shaped calls reach it too), then the dispatcher's choice (under
+// whatever the environment sets).
+enum class Fwd { Sm90V1, Sm90V2, Dispatch };
+const char* fwd_name(Fwd f) {
+  return f == Fwd::Sm90V1 ? "sm90 wgmma" : f == Fwd::Sm90V2 ? "sm90 wgmma v2" : "dispatch";
+}
+struct FwdScope {
+  explicit FwdScope(Fwd f)
+      : layout("HK_FLASH_SM90_FWD", f == Fwd::Sm90V2   ? "v2"
+                                    : f == Fwd::Sm90V1 ? "v1"
+                                                       : nullptr),
+        decode("HK_FLASH_DECODE", f == Fwd::Dispatch ? nullptr : "0") {}
+  EnvScope layout, decode;
+};
+const std::vector<Fwd> kAllForward = {Fwd::Sm90V1, Fwd::Sm90V2, Fwd::Dispatch};
+
+// Each forward kernel (out and lse against the reference), then each backward variant against
+// the reference, from the dispatcher's forward (the last one run).
 void run(const Case& c, int d, hk_flash::Dtype dt, const std::vector<Bwd>& kernels, int pad = 0,
-         uint32_t seed = 1) {
+         uint32_t seed = 1, const std::vector<Fwd>& forwards = kAllForward) {
   const Problem p = problem_of(c, d, dt, pad);
   SCOPED_TRACE(c.name + " D" + std::to_string(d) +
                (dt == hk_flash::Dtype::BF16 ? " bf16" : " f16") + (pad ? " strided" : ""));
@@ -92,11 +115,19 @@ void run(const Case& c, int d, hk_flash::Dtype dt, const std::vector<Bwd>& kerne
   bf.k.upload(k.bits);
   bf.v.upload(v.bits);
   bf.dout.upload(dout.bits);
-  bf.out.poison();
-  bf.lse.fill_nan();
-  hk_flash::forward(forward_params(p, bf), nullptr);
-  check(cudaDeviceSynchronize(), "forward");
-  ASSERT_TRUE(attention_close(bf.out.download(), ref.out, tolerance(dt, false), "out"));
+  const std::vector<double> ref_lse = hk::test::batch_lse(reference_problem(p), ref.lse);
+  for (Fwd f : forwards) {
+    SCOPED_TRACE(std::string("forward ") + fwd_name(f));
+    FwdScope scope(f);
+    const hk_flash::Params fp = forward_params(p, bf);
+    if (f != Fwd::Dispatch) ASSERT_EQ(hk_flash::forward_kernel_name(fp), fwd_name(f));
+    bf.out.poison();
+    bf.lse.fill_nan();
+    hk_flash::forward(fp, nullptr);
+    check(cudaDeviceSynchronize(), "forward");
+    EXPECT_TRUE(attention_close(bf.out.download(), ref.out, tolerance(dt, false), "out"));
+    EXPECT_TRUE(attention_close(bf.lse.download(), ref_lse, {2e-6, 2e-5}, "lse"));
+  }
   const auto gt = tolerance(dt, true);
   for (Bwd kernel : kernels)
     for (bool deterministic : {false, true}) {
@@ -145,6 +176,25 @@ TEST(FlashKernels, Sm90BackwardCanary) {
     run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
         hk_flash::Dtype::BF16, kSm90Backward);
   }
+}
+
+// The two-warpgroup Hopper forward alone (no backward): odd lengths, S≠T, GQA, every mask and
+// softcap, long enough to wrap its stage ring several times; and a bad HK_FLASH_SM90_FWD value
+// refused with a message.
+TEST(FlashKernels, Sm90ForwardV2Canary) {
+  REQUIRE_HOPPER();
+  for (int d : {64, 128}) {
+    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V2});
+    run({"canary_odd7", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, {Fwd::Sm90V2});
+    run({"canary_noncausal", 2, 130, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
+        {Fwd::Sm90V2});
+    run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
+        hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V2});
+  }
+  const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
+  Buffers bf(p);
+  EnvScope typo("HK_FLASH_SM90_FWD", "v3");
+  EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
 }
 
 // One test per (dtype, head dim), so scripts/gpu-test can run them side by side.

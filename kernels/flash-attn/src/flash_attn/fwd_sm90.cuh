@@ -1,7 +1,8 @@
 // flash_attn/fwd_sm90.cuh — the Hopper flash-attention forward (FA3-class): TMA, wgmma,
-// warp specialisation, two consumer warpgroups in ping-pong, intra-warpgroup GEMM/softmax overlap.
+// two consumer warpgroups in ping-pong, intra-warpgroup GEMM/softmax overlap. Two layouts of one
+// kernel (HK_FLASH_SM90_FWD picks, api.cu):
 //
-// A block of 3 warpgroups owns 128 query rows of one head:
+// v1 (kProducerWg): a block of 3 warpgroups owns 128 query rows of one head:
 //   - warpgroup 0, the producer, drops to 24 registers (setmaxnreg); one thread issues TMA bulk
 //     tensor copies of the Q tile and of each K and V tile (kStages deep), every copy completing
 //     on the tile's "full" mbarrier; it waits on the tile's "empty" mbarrier before reusing a
@@ -12,6 +13,14 @@
 //     warpgroup the S of tile n+1 is issued before the P·V of tile n, so the tensor cores work
 //     while the softmax runs; across warpgroups two named barriers hand the tensor cores back and
 //     forth (ping-pong), so one warpgroup's softmax overlaps the other's GEMMs.
+// v2 (!kProducerWg): the same two consumer warpgroups and nothing else (256 threads), so ptxas
+//   compiles every thread to the 255-register budget of __launch_bounds__(256, 1) instead of the
+//   168 of 384 threads — v1's consumers raise theirs to 240 with setmaxnreg, but ptxas allocates
+//   them no more than 168 (SASS: no register above R165), spills ~240 bytes at head dim 128 and
+//   serialises wgmma (C7512). One thread of consumer warpgroup 1 (the one that trails in the
+//   ping-pong, so its release of a stage is usually the last) issues the copies: Q and the first
+//   kStages K/V tiles at the start, then each refill right after its own warpgroup has released
+//   the stage (it waits there for the other warpgroup's release, normally long done).
 // Masks (causal, window, key_start, sequence end), softcap and lse follow fwd_sm80.cuh exactly.
 // Not here: varlen, split-KV decode, head dim 256 (the sm80 kernels serve them).
 #pragma once
@@ -26,10 +35,11 @@ namespace hk_flash {
 // and P (32 words) while both GEMMs run; ptxas then spills a little and serialises some wgmma
 // (C7512) — measured and kept, because 64- and 96-key tiles, which fit, gave wrong results on the
 // H200 (2026-12-01; cause not found, see docs/performance.md).
-template <int D>
+template <int D, bool kProducerWg = true>
 struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
-  static constexpr int kThreads = 384;
+  static constexpr int kThreads = kProducerWg ? 384 : 256;
+  static constexpr int kFirstConsumerWg = kProducerWg ? 1 : 0;
   static constexpr int kColBlocks = D / 64;                 // 64-column TMA boxes
   static constexpr uint32_t kQBox = 128 * 128;              // 128 rows × 128 bytes
   static constexpr uint32_t kKVBox = kBlockN * 128;         // kBlockN rows × 128 bytes
@@ -44,11 +54,11 @@ struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
-template <class T, int D>
-__global__ void __launch_bounds__(384, 1)
+template <class T, int D, bool kProducerWg = true>
+__global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Sm90Config<D>;
+  using Cfg = Sm90Config<D, kProducerWg>;
   using namespace sm90;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr uint32_t kQTile = Cfg::kQTile, kQBox = Cfg::kQBox;
@@ -66,7 +76,7 @@ __global__ void __launch_bounds__(384, 1)
   auto bar_empty_v = [&](int s) { return s_bar + 8 * (1 + 3 * kStages + s); };
 
   const int tid = threadIdx.x;
-  const int wg = tid / 128;  // 0 producer, 1-2 consumers
+  const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
@@ -95,37 +105,74 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  if (wg == 0) {
-    // ---------------- producer ----------------
+  // The copies of Q and of key tile `it` (tiles run from the last key block down).
+  auto load_q = [&] {
+    prefetch_tma(&maps.q);
+    prefetch_tma(&maps.k);
+    prefetch_tma(&maps.v);
+    mbar_expect_tx(bar_q, kQTile);
+    for (int c = 0; c < Cfg::kColBlocks; ++c)
+      tma_load_4d(s_q + c * kQBox, &maps.q, bar_q, c * 64, m0, h, b);
+  };
+  auto load_k = [&](int it) {
+    const int stage = it % kStages;
+    mbar_expect_tx(bar_full_k(stage), kTile);
+    for (int c = 0; c < Cfg::kColBlocks; ++c)
+      tma_load_4d(s_k + stage * kTile + c * kBox, &maps.k, bar_full_k(stage), c * 64,
+                  (n_hi - 1 - it) * kBlockN, hk, b);
+  };
+  auto load_v = [&](int it) {
+    const int stage = it % kStages;
+    mbar_expect_tx(bar_full_v(stage), kTile);
+    for (int c = 0; c < Cfg::kColBlocks; ++c)
+      tma_load_4d(s_v + stage * kTile + c * kBox, &maps.v, bar_full_v(stage), c * 64,
+                  (n_hi - 1 - it) * kBlockN, hk, b);
+  };
+
+  if (kProducerWg && wg == 0) {
+    // ---------------- producer (v1) ----------------
     regs_decrease<24>();
     if (tid == 0 && n_iters > 0) {  // no keys: no copies (none may land after the block exits)
-      prefetch_tma(&maps.q);
-      prefetch_tma(&maps.k);
-      prefetch_tma(&maps.v);
-      mbar_expect_tx(bar_q, kQTile);
-      for (int c = 0; c < Cfg::kColBlocks; ++c)
-        tma_load_4d(s_q + c * kQBox, &maps.q, bar_q, c * 64, m0, h, b);
+      load_q();
       for (int it = 0; it < n_iters; ++it) {
-        const int n_block = n_hi - 1 - it;
         const int stage = it % kStages;
         const uint32_t parity = ((it / kStages) & 1) ^ 1;
         mbar_wait(bar_empty_k(stage), parity);
-        mbar_expect_tx(bar_full_k(stage), kTile);
-        for (int c = 0; c < Cfg::kColBlocks; ++c)
-          tma_load_4d(s_k + stage * kTile + c * kBox, &maps.k, bar_full_k(stage), c * 64,
-                      n_block * kBlockN, hk, b);
+        load_k(it);
         mbar_wait(bar_empty_v(stage), parity);
-        mbar_expect_tx(bar_full_v(stage), kTile);
-        for (int c = 0; c < Cfg::kColBlocks; ++c)
-          tma_load_4d(s_v + stage * kTile + c * kBox, &maps.v, bar_full_v(stage), c * 64,
-                      n_block * kBlockN, hk, b);
+        load_v(it);
       }
     }
   } else {
     // ---------------- consumers ----------------
-    regs_increase<240>();
-    const int cw = wg - 1;            // consumer warpgroup 0 / 1: rows [64·cw, 64·cw + 64)
-    const int ltid = tid - 128 * wg;  // thread within the warpgroup
+    if constexpr (kProducerWg) regs_increase<240>();
+    const int cw = wg - Cfg::kFirstConsumerWg;  // consumer warpgroup 0 / 1: rows [64·cw, +64)
+    const int ltid = tid - 128 * wg;            // thread within the warpgroup
+    // v2: the thread that issues the copies (consumer warpgroup 1 trails in the ping-pong)
+    const bool issuer = !kProducerWg && tid == 128;
+    if (issuer && n_iters > 0) {  // no keys: no copies (none may land after the block exits)
+      load_q();
+      for (int it = 0; it < min(n_iters, kStages); ++it) {
+        load_k(it);
+        load_v(it);
+      }
+    }
+    // v2: once this thread's warpgroup has released key tile `it`'s K (V) stage, wait for the
+    // other warpgroup's release and refill the stage with tile it + kStages.
+    auto refill_k = [&](int it) {
+      if (issuer && it + kStages < n_iters) {
+        mbar_wait(bar_empty_k(it % kStages), (it / kStages) & 1);
+        load_k(it + kStages);
+      }
+      if constexpr (!kProducerWg) __syncwarp();
+    };
+    auto refill_v = [&](int it) {
+      if (issuer && it + kStages < n_iters) {
+        mbar_wait(bar_empty_v(it % kStages), (it / kStages) & 1);
+        load_v(it + kStages);
+      }
+      if constexpr (!kProducerWg) __syncwarp();
+    };
     const int warp_in_wg = ltid / 32, lane = ltid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
@@ -248,6 +295,7 @@ __global__ void __launch_bounds__(384, 1)
       wgmma_wait<0>();
       fence_regs(s);
       mbar_arrive(bar_empty_k(0));
+      refill_k(0);
       {
         float alpha[2];
         softmax(s, n_hi - 1, alpha);
@@ -265,12 +313,14 @@ __global__ void __launch_bounds__(384, 1)
         wgmma_wait<1>();  // S done, P·V may still run
         fence_regs(s);
         mbar_arrive(bar_empty_k(stage));
+        refill_k(it);
         float alpha[2];
         softmax(s, n_hi - 1 - it, alpha);
         wgmma_wait<0>();  // P·V done: O and the old P may be touched again
         fence_regs(o);
         fence_pa();
         mbar_arrive(bar_empty_v(prev));
+        refill_v(it - 1);
 #pragma unroll
         for (int j = 0; j < D / 8; ++j) {
           o[4 * j + 0] *= alpha[0];

@@ -44,23 +44,33 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
   return map;
 }
 
-template <class T, int D>
-bool launch_forward_sm90(const Params& p, cudaStream_t stream) {
-#if HK_FLASH_HAVE_SM90A
-  using Cfg = Sm90Config<D>;
+template <class T, int D, bool kProducerWg>
+void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
+  using Cfg = Sm90Config<D, kProducerWg>;
   Sm90Maps maps;
   maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
-  auto kernel = flash_fwd_sm90_kernel<T, D>;
+  auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
-  check_cuda(cudaGetLastError(), "flash forward (sm90) launch");
+  check_cuda(cudaGetLastError(),
+             kProducerWg ? "flash forward (sm90 v1) launch" : "flash forward (sm90 v2) launch");
+}
+
+template <class T, int D>
+bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout) {
+#if HK_FLASH_HAVE_SM90A
+  if (layout == Sm90Forward::kTwoWarpgroups)
+    launch_forward_sm90_layout<T, D, false>(p, stream);
+  else
+    launch_forward_sm90_layout<T, D, true>(p, stream);
   return true;
 #else
   (void)p;
   (void)stream;
+  (void)layout;
   return false;
 #endif
 }
@@ -120,7 +130,7 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
 }
 
 #define HK_FLASH_INSTANTIATE_SM90(T, D)                                                            \
-  template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t);                            \
+  template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t, Sm90Forward);               \
   template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t, const float*, \
                                                 float*, bool);
 
