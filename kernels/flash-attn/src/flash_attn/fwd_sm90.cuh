@@ -32,9 +32,10 @@ namespace hk_flash {
 
 // 128 query rows (two consumer warpgroups of 64), 128-key tiles, three stages deep at head dim
 // 64 and two at 128 (shared memory). At head dim 128 a consumer thread holds S (64 floats), O (64)
-// and P (32 words) while both GEMMs run; ptxas then spills a little and serialises some wgmma
-// (C7512) — measured and kept, because 64- and 96-key tiles, which fit, gave wrong results on the
-// H200 (2026-12-01; cause not found, see docs/performance.md).
+// and P (32 words) while both GEMMs run: v2 fits that in its 255 registers (229 used); v1, held
+// to 168, spills and serialises every wgmma (C7512). 64- and 96-key tiles (which fit v1) gave
+// wrong results on the H200 (2026-12-01) because the K stages began kKVTile after Q instead of
+// kQTile (the same size only at 128 keys; fixed since, not re-measured).
 template <int D, bool kProducerWg = true>
 struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
@@ -66,7 +67,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024 B
   const uint32_t s_q = base;
-  const uint32_t s_k = s_q + kTile;              // [kStages] K tiles
+  // (after the Q tile: kQTile, not the K/V tile size, which is smaller when kBlockN < 128)
+  const uint32_t s_k = s_q + kQTile;             // [kStages] K tiles
   const uint32_t s_v = s_k + kStages * kTile;    // [kStages] V tiles
   const uint32_t s_bar = s_v + kStages * kTile;  // mbarriers (8 bytes each)
   const uint32_t bar_q = s_bar;
