@@ -32,7 +32,7 @@ namespace hk_flash {
 
 // 128 query rows (two consumer warpgroups of 64), 128-key tiles, three stages deep at head dim
 // 64 and two at 128 (shared memory). At head dim 128 a consumer thread holds S (64 floats), O (64)
-// and P (32 words) while both GEMMs run: v2 fits that in its 255 registers (229 used); v1, held
+// and P (32 words) while both GEMMs run: v2 fits that in its 255 registers (226 used); v1, held
 // to 168, spills and serialises every wgmma (C7512). 64- and 96-key tiles (which fit v1) gave
 // wrong results on the H200 (2026-12-01) because the K stages began kKVTile after Q instead of
 // kQTile (the same size only at 128 keys; fixed since, not re-measured).
@@ -116,20 +116,16 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
     for (int c = 0; c < Cfg::kColBlocks; ++c)
       tma_load_4d(s_q + c * kQBox, &maps.q, bar_q, c * 64, m0, h, b);
   };
-  auto load_k = [&](int it) {
+  // key tile `it` of K or V into its stage, completing on that stage's full barrier
+  auto load_kv = [&](int it, uint32_t s_tiles, const CUtensorMap* map, uint32_t bar_full) {
     const int stage = it % kStages;
-    mbar_expect_tx(bar_full_k(stage), kTile);
+    mbar_expect_tx(bar_full, kTile);
     for (int c = 0; c < Cfg::kColBlocks; ++c)
-      tma_load_4d(s_k + stage * kTile + c * kBox, &maps.k, bar_full_k(stage), c * 64,
+      tma_load_4d(s_tiles + stage * kTile + c * kBox, map, bar_full, c * 64,
                   (n_hi - 1 - it) * kBlockN, hk, b);
   };
-  auto load_v = [&](int it) {
-    const int stage = it % kStages;
-    mbar_expect_tx(bar_full_v(stage), kTile);
-    for (int c = 0; c < Cfg::kColBlocks; ++c)
-      tma_load_4d(s_v + stage * kTile + c * kBox, &maps.v, bar_full_v(stage), c * 64,
-                  (n_hi - 1 - it) * kBlockN, hk, b);
-  };
+  auto load_k = [&](int it) { load_kv(it, s_k, &maps.k, bar_full_k(it % kStages)); };
+  auto load_v = [&](int it) { load_kv(it, s_v, &maps.v, bar_full_v(it % kStages)); };
 
   if (kProducerWg && wg == 0) {
     // ---------------- producer (v1) ----------------
