@@ -66,6 +66,7 @@ class FusionGpu : public ::testing::Test {
   };
   static Loaded load(const std::string& fixture, DType dt, std::optional<KernelConfig> config) {
     const Device cuda = Device::cuda(0);
+    empty_cache(cuda);  // every load starts from the same (empty) cache
     reset_peak_memory_stats(cuda);
     const size_t before = memory_stats(cuda).allocated;
     LoadOptions o;

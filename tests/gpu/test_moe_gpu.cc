@@ -318,7 +318,8 @@ TEST_P(MoeModelGpu, Bf16LogitsAndGreedyIdsMatchTransformers) {
   for (size_t i = 0; i < expected["prompts"].size(); ++i) {
     auto ids = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
     std::vector<int64_t> got = ids;  // the prompt, then generate()'s new tokens
-    for (int64_t id : model.generate(ids, options).sequences.at(0)) got.push_back(id);
+    const GenerateOutput out = model.generate(ids, options);  // kept: the loop reads into it
+    for (int64_t id : out.sequences.at(0)) got.push_back(id);
     ASSERT_GT(got.size(), ids.size());
     for (size_t t = ids.size(); t < got.size(); ++t) {
       Tensor input = Tensor::from_ints(std::vector<int64_t>(got.begin(), got.begin() + t),
