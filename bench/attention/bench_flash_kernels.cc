@@ -1,6 +1,7 @@
 // hk_bench_flash_kernels — device timings of each flash kernel called directly (flash.h, no libhk):
 // the forward (dispatcher's choice, and each Hopper layout forced: HK_FLASH_SM90_FWD=v1 with a
-// producer warpgroup, v2 with two warpgroups) and every backward variant (mma.sync; Hopper with dq
+// producer warpgroup, v2 with two warpgroups, v3 = v2 with two query tiles a block) and every
+// backward variant (mma.sync; Hopper with dq
 // by TMA reduce-add, by atomics; deterministic), so a kernel change is measured without building
 // libhk. fwd+bwd is timed with the dispatcher's forward and with v2's.
 //
@@ -86,7 +87,9 @@ int main(int argc, char** argv) {
     };
     std::string json = "{\"gpu\": \"" + std::string(prop.name) + "\", \"shapes\": [";
     std::string table =
-        "shape                                   | fwd   | fwd v1 | fwd v2 | v2/v1 | bwd sm80 | "
+        "shape                                   | fwd   | fwd v1 | fwd v2 | fwd v3 | v2/v1 | "
+        "v3/v1 | "
+        "bwd sm80 | "
         "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | fwd+bwd (default) | fwd+bwd (v2) | "
         "sm90/sm80 bwd\n";
     for (size_t si = 0; si < shapes.size(); ++si) {
@@ -110,7 +113,8 @@ int main(int argc, char** argv) {
           throw std::runtime_error(std::string("HK_FLASH_SM90_FWD=") + layout + " ran " + kernel);
         return time_ms([&] { hk_flash::forward(fp, nullptr); });
       };
-      const double t_v1 = fwd_layout_time("v1"), t_v2 = fwd_layout_time("v2");
+      const double t_v1 = fwd_layout_time("v1"), t_v2 = fwd_layout_time("v2"),
+                   t_v3 = fwd_layout_time("v3");
       auto bwd_time = [&](Bwd k, bool det) {
         BwdScope scope(k);
         const hk_flash::BackwardParams bp = backward_params(p, bf, det);
@@ -135,12 +139,12 @@ int main(int argc, char** argv) {
       }
       char row[512];
       std::snprintf(row, sizeof row,
-                    "%-40s| %5.0f | %6.0f | %6.0f | %5.2f | %8.0f | %12.0f | %15.0f | %12.0f | "
-                    "%17.0f | %12.0f | %.2f\n",
+                    "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
+                    "%15.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
                     sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
-                    t_v1 / t_v2, tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
-                    tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb),
-                    tf(3.5 * fwd_flops, t_fb2), t80 / t90);
+                    tf(fwd_flops, t_v3), t_v1 / t_v2, t_v1 / t_v3, tf(2.5 * fwd_flops, t80),
+                    tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
+                    tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2), t80 / t90);
       table += row;
       std::fprintf(stderr, "%s", row);
       char js[1536];
@@ -148,17 +152,18 @@ int main(int argc, char** argv) {
           js, sizeof js,
           "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
           "\"fwd_ms\": %.5f, \"fwd_sm90_v1_ms\": %.5f, \"fwd_sm90_v2_ms\": %.5f, "
-          "\"fwd_sm90_v1_tflops\": %.2f, \"fwd_sm90_v2_tflops\": %.2f, \"fwdbwd_v2_ms\": %.5f, "
+          "\"fwd_sm90_v1_tflops\": %.2f, \"fwd_sm90_v2_tflops\": %.2f, \"fwd_sm90_v3_ms\": %.5f, "
+          "\"fwd_sm90_v3_tflops\": %.2f, \"fwdbwd_v2_ms\": %.5f, "
           "\"fwdbwd_v2_tflops\": %.2f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
           "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
           "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
           si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1, t_v2,
-          tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_fb2, tf(3.5 * fwd_flops, t_fb2), t80, t90,
-          t90a, t90d, t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80),
-          tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
-          tf(3.5 * fwd_flops, t_fb));
+          tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
+          tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd),
+          tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
+          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));
       json += js;
     }
     json += "]}\n";

@@ -1,17 +1,18 @@
 // The flash kernels called directly (flash.h, no libhk) against the double reference of
-// tests/unit/ops/test_attention_reference.h, with both Hopper forward layouts forced in turn (v1:
-// producer warpgroup; v2: two warpgroups; HK_FLASH_SM90_FWD, decode form off so even 1- and 7-row
-// calls reach them; out and lse checked, the kernel name asserted) and then the dispatcher's
-// forward, and every backward kernel forced in turn: the mma.sync backward and the Hopper (wgmma +
-// TMA) backward with dq by TMA reduce-add and by atomics, each also deterministic (bitwise
-// repeatable). bf16 and f16, head dims 64 and 128,
-// lengths 1, 7, 129, 2049, S≠T both ways, GQA 1/2/3/8 and MQA, causal and not, softcap, window,
+// tests/unit/ops/test_attention_reference.h, with every Hopper forward layout forced in turn (v1:
+// producer warpgroup; v2: two warpgroups; v3: v2 with two query tiles a block; HK_FLASH_SM90_FWD,
+// decode form off so even 1- and 7-row calls reach them; out and lse checked, the kernel name
+// asserted) and then the dispatcher's forward, and every backward kernel forced in turn: the
+// mma.sync backward and the Hopper (wgmma + TMA) backward with dq by TMA reduce-add and by atomics,
+// each also deterministic (bitwise repeatable). bf16 and f16, head dims 64 and 128, lengths 1, 7,
+// 129, 2049, S≠T both ways, GQA 1/2/3/8 and MQA, causal and not, softcap, window,
 // key_start, scale, tensors stored with padding between heads (strided views), every output
 // poisoned with NaN first. Head dim 256 and varlen run the mma.sync kernel (test_flash_attention).
 //
 // FlashKernels.Sm90BackwardCanary runs first and alone in scripts/gpu-test --attention: when it
 // fails, the script turns the Hopper backward off (HK_FLASH_SM90_BWD=0) for everything after it.
-// FlashKernels.Sm90ForwardV2Canary checks the two-warpgroup forward alone on a few shapes.
+// FlashKernels.Sm90ForwardV2Canary checks the two-warpgroup forwards (v2, v3) alone on a few
+// shapes.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -83,19 +84,24 @@ AttnProblem reference_problem(const Problem& p) {
 // The forward kernels a case runs on: each Hopper layout forced (HK_FLASH_SM90_FWD, and
 // HK_FLASH_DECODE=0 so that decode-shaped calls reach it too), then the dispatcher's choice (under
 // whatever the environment sets).
-enum class Fwd { Sm90V1, Sm90V2, Dispatch };
+enum class Fwd { Sm90V1, Sm90V2, Sm90V3, Dispatch };
 const char* fwd_name(Fwd f) {
-  return f == Fwd::Sm90V1 ? "sm90 wgmma" : f == Fwd::Sm90V2 ? "sm90 wgmma v2" : "dispatch";
+  return f == Fwd::Sm90V1   ? "sm90 wgmma"
+         : f == Fwd::Sm90V2 ? "sm90 wgmma v2"
+         : f == Fwd::Sm90V3 ? "sm90 wgmma v3"
+                            : "dispatch";
 }
 struct FwdScope {
   explicit FwdScope(Fwd f)
-      : layout("HK_FLASH_SM90_FWD", f == Fwd::Sm90V2   ? "v2"
-                                    : f == Fwd::Sm90V1 ? "v1"
+      : layout("HK_FLASH_SM90_FWD", f == Fwd::Sm90V1   ? "v1"
+                                    : f == Fwd::Sm90V2 ? "v2"
+                                    : f == Fwd::Sm90V3 ? "v3"
                                                        : nullptr),
         decode("HK_FLASH_DECODE", f == Fwd::Dispatch ? nullptr : "0") {}
   EnvScope layout, decode;
 };
-const std::vector<Fwd> kAllForward = {Fwd::Sm90V1, Fwd::Sm90V2, Fwd::Dispatch};
+const std::vector<Fwd> kAllForward = {Fwd::Sm90V1, Fwd::Sm90V2, Fwd::Sm90V3, Fwd::Dispatch};
+const std::vector<Fwd> kTwoWarpgroupForwards = {Fwd::Sm90V2, Fwd::Sm90V3};
 
 // Each forward kernel (out and lse against the reference), then each backward variant against
 // the reference, from the dispatcher's forward (the last one run).
@@ -178,18 +184,21 @@ TEST(FlashKernels, Sm90BackwardCanary) {
   }
 }
 
-// The two-warpgroup Hopper forward alone (no backward): odd lengths, S≠T, GQA, every mask and
-// softcap, long enough to wrap its stage ring several times; and a bad HK_FLASH_SM90_FWD value
-// refused with a message.
+// The two-warpgroup Hopper forwards alone (v2, and v3 with two query tiles a block; no
+// backward): odd lengths, S≠T, GQA, every mask and softcap, long enough to wrap the stage ring
+// several times, odd and even m-block counts (v3's lone middle tile); and a bad HK_FLASH_SM90_FWD
+// value refused with a message.
 TEST(FlashKernels, Sm90ForwardV2Canary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
-    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V2});
-    run({"canary_odd7", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, {Fwd::Sm90V2});
+    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
+    run({"canary_5_mblocks", 1, 600, 600, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1,
+        kTwoWarpgroupForwards);
+    run({"canary_odd7", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, kTwoWarpgroupForwards);
     run({"canary_noncausal", 2, 130, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
-        {Fwd::Sm90V2});
+        kTwoWarpgroupForwards);
     run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
-        hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V2});
+        hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
   }
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
   Buffers bf(p);

@@ -3,8 +3,9 @@
 // Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
-// for comparisons; HK_FLASH_SM90_FWD=v2 picks its two-warpgroup layout, v1 — the default — the one
-// with a producer warpgroup); else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
+// for comparisons; HK_FLASH_SM90_FWD=v2 picks its two-warpgroup layout, v3 that with two query
+// tiles a block, v1 — the default — the one with a producer warpgroup); else the mma.sync prefill
+// kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics instead
 // of TMA reduce-adds), else the mma.sync one, between the shared Di pre-pass and dq pass. Nothing
@@ -141,15 +142,24 @@ std::string unsupported_reason(const Params& p) {
 }
 
 namespace {
-// HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v1" or unset the producer-warpgroup one; any
-// other value is a typo that would silently measure the wrong kernel, so it fails the call.
+// HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
+// "v1" or unset the producer-warpgroup one; any other value is a typo that would silently measure
+// the wrong kernel, so it fails the call.
 Sm90Forward sm90_forward_layout() {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "v1") == 0)
     return Sm90Forward::kProducerWarpgroup;
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
-  throw std::invalid_argument(std::string("HK_FLASH_SM90_FWD=") + v +
-                              " is not a Hopper forward layout: set it to v1 or v2, or unset it");
+  if (std::strcmp(v, "v3") == 0) return Sm90Forward::kTwoWarpgroupsPaired;
+  throw std::invalid_argument(
+      std::string("HK_FLASH_SM90_FWD=") + v +
+      " is not a Hopper forward layout: set it to v1, v2 or v3, or unset it");
+}
+
+const char* sm90_forward_name(Sm90Forward layout) {
+  return layout == Sm90Forward::kTwoWarpgroups         ? "sm90 wgmma v2"
+         : layout == Sm90Forward::kTwoWarpgroupsPaired ? "sm90 wgmma v3"
+                                                       : "sm90 wgmma";
 }
 
 template <class T>
@@ -209,7 +219,7 @@ std::string forward_kernel_name(const Params& in) {
   const int splits = decode_splits(p, p.device_sms);
   if (splits > 0) return "sm80 split-kv x" + std::to_string(splits);
   if (!sm90_applies(p, splits)) return "sm80 mma";
-  return sm90_forward_layout() == Sm90Forward::kTwoWarpgroups ? "sm90 wgmma v2" : "sm90 wgmma";
+  return sm90_forward_name(sm90_forward_layout());
 }
 
 void forward(const Params& in, Stream stream_handle) {
@@ -223,9 +233,7 @@ void forward(const Params& in, Stream stream_handle) {
   const Sm90Forward layout = sm90 ? sm90_forward_layout() : Sm90Forward::kProducerWarpgroup;
   if (verbose() && splits == 0)
     std::fprintf(stderr, "hk flash: forward on the %s kernel\n",
-                 !sm90                                   ? "sm80 mma"
-                 : layout == Sm90Forward::kTwoWarpgroups ? "sm90 wgmma v2"
-                                                         : "sm90 wgmma");
+                 sm90 ? sm90_forward_name(layout) : "sm80 mma");
   if (p.dtype == Dtype::BF16)
     forward_typed<__nv_bfloat16>(p, stream, splits, sm90, layout);
   else

@@ -21,6 +21,10 @@
 //   ping-pong, so its release of a stage is usually the last) issues the copies: Q and the first
 //   kStages K/V tiles at the start, then each refill right after its own warpgroup has released
 //   the stage (it waits there for the other warpgroup's release, normally long done).
+// v3 (!kProducerWg, kTiles 2): v2 with two query tiles a block, m-blocks M-1-x and x of the same
+//   head (equal work per block under causal masks); their key tiles form one stream through the
+//   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
+//   and v2 wait for them at every block start; at S = 2048 a block has ~8 key tiles).
 // Masks (causal, window, key_start, sequence end), softcap and lse follow fwd_sm80.cuh exactly.
 // Not here: varlen, split-KV decode, head dim 256 (the sm80 kernels serve them).
 #pragma once
@@ -36,7 +40,7 @@ namespace hk_flash {
 // to 168, spills and serialises every wgmma (C7512). 64- and 96-key tiles (which fit v1) gave
 // wrong results on the H200 (2026-12-01) because the K stages began kKVTile after Q instead of
 // kQTile (the same size only at 128 keys; fixed since, not re-measured).
-template <int D, bool kProducerWg = true>
+template <int D, bool kProducerWg = true, int kTiles = 1>
 struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
   static constexpr int kThreads = kProducerWg ? 384 : 256;
@@ -48,30 +52,31 @@ struct Sm90Config {
   static constexpr uint32_t kKVTile = kColBlocks * kKVBox;  // a K or V tile
   static_assert(kKVBox % 1024 == 0, "swizzle atoms need 1024-byte aligned boxes");
   static constexpr uint32_t kSmem =
-      kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ + 1024 /* alignment */;
+      kTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ + 1024 /* alignment */;
+  static_assert(kTiles == 1 || (kTiles == 2 && !kProducerWg), "v3 pairs tiles; v1, v2 do not");
 };
 
 struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
-template <class T, int D, bool kProducerWg = true>
-__global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
+template <class T, int D, bool kProducerWg = true, int kTiles = 1>
+__global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = Sm90Config<D, kProducerWg>;
+  using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   using namespace sm90;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr uint32_t kQTile = Cfg::kQTile, kQBox = Cfg::kQBox;
   constexpr uint32_t kTile = Cfg::kKVTile, kBox = Cfg::kKVBox;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024 B
-  const uint32_t s_q = base;
-  // (after the Q tile: kQTile, not the K/V tile size, which is smaller when kBlockN < 128)
-  const uint32_t s_k = s_q + kQTile;             // [kStages] K tiles
+  const uint32_t s_q = base;                                    // [kTiles] Q tiles
+  // (after the Q tiles: kQTile, not the K/V tile size, which is smaller when kBlockN < 128)
+  const uint32_t s_k = s_q + kTiles * kQTile;    // [kStages] K tiles
   const uint32_t s_v = s_k + kStages * kTile;    // [kStages] V tiles
   const uint32_t s_bar = s_v + kStages * kTile;  // mbarriers (8 bytes each)
-  const uint32_t bar_q = s_bar;
+  auto bar_q = [&](int t) { return t == 0 ? s_bar : s_bar + 8 * (1 + 4 * kStages); };
   auto bar_full_k = [&](int s) { return s_bar + 8 * (1 + s); };
   auto bar_full_v = [&](int s) { return s_bar + 8 * (1 + kStages + s); };
   auto bar_empty_k = [&](int s) { return s_bar + 8 * (1 + 2 * kStages + s); };
@@ -80,23 +85,42 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
   const int tid = threadIdx.x;
   const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const int m_block = m_blocks - 1 - static_cast<int>(blockIdx.x);
   const int h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.heads_q / p.heads_kv);
   const SeqInfo seq = seq_info(p, b);
-  const int m0 = m_block * kBlockM;
-  const int valid_rows = min(kBlockM, seq.S - m0);
-  if (valid_rows <= 0) return;  // the whole block: before any barrier exists
-
-  // key tiles any row of the block sees
-  const KeyRange first = key_range(p, seq, m0);
-  const KeyRange last = key_range(p, seq, m0 + valid_rows - 1);
-  const int n_lo = first.lo / kBlockN;
-  const int n_hi = last.hi > first.lo ? (last.hi + kBlockN - 1) / kBlockN : n_lo;
-  const int n_iters = n_hi - n_lo;
+  // The block's query tiles: m-block m_blocks-1-x (heavy ones launched first); v3 (kTiles 2) also
+  // m-block x, so under causal masks every block does the same work (the middle m-block of an odd
+  // count alone), and the second tile's copies overlap the first tile's GEMMs.
+  const int m_heavy = m_blocks - 1 - static_cast<int>(blockIdx.x);
+  const int m_light = static_cast<int>(blockIdx.x);
+  const int n_tiles = kTiles == 2 && m_light < m_heavy ? 2 : 1;
+  auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
+  if (seq.S - m_heavy * kBlockM <= 0) return;  // the whole block: before any barrier exists
+  // rows of tile t and the key tiles [n_hi - n_iters, n_hi) any of them sees
+  struct TileKeys {
+    int m0, valid_rows, n_hi, n_iters;
+  };
+  auto tile_keys = [&](int t) {
+    TileKeys k;
+    k.m0 = m_block_of(t) * kBlockM;
+    k.valid_rows = min(kBlockM, seq.S - k.m0);
+    const KeyRange first = key_range(p, seq, k.m0);
+    const KeyRange last = key_range(p, seq, k.m0 + k.valid_rows - 1);
+    const int n_lo = first.lo / kBlockN;
+    k.n_hi = last.hi > first.lo ? (last.hi + kBlockN - 1) / kBlockN : n_lo;
+    k.n_iters = k.n_hi - n_lo;
+    return k;
+  };
+  // One stream of key tiles over the block's query tiles: index g < total_iters is key tile
+  // g - iters0 of query tile 1 when g ≥ iters0, else key tile g of query tile 0. Stages and
+  // barrier phases follow g, so the second tile's copies start as soon as stages free up.
+  const TileKeys keys0 = tile_keys(0);
+  const int iters0 = keys0.n_iters;
+  const int total_iters = iters0 + (n_tiles == 2 ? tile_keys(1).n_iters : 0);
 
   if (tid == 0) {
-    mbar_init(bar_q, 1);
+    mbar_init(bar_q(0), 1);
+    if (kTiles == 2) mbar_init(bar_q(1), 1);
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), 1);
       mbar_init(bar_full_v(s), 1);
@@ -107,32 +131,39 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
   }
   __syncthreads();
 
-  // The copies of Q and of key tile `it` (tiles run from the last key block down).
+  // The copies of the Q tiles (those that see keys) and of stream index g (key tiles run from
+  // the last key block down).
   auto load_q = [&] {
     prefetch_tma(&maps.q);
     prefetch_tma(&maps.k);
     prefetch_tma(&maps.v);
-    mbar_expect_tx(bar_q, kQTile);
-    for (int c = 0; c < Cfg::kColBlocks; ++c)
-      tma_load_4d(s_q + c * kQBox, &maps.q, bar_q, c * 64, m0, h, b);
+    for (int t = 0; t < n_tiles; ++t) {
+      const TileKeys k = tile_keys(t);
+      if (k.n_iters == 0) continue;
+      mbar_expect_tx(bar_q(t), kQTile);
+      for (int c = 0; c < Cfg::kColBlocks; ++c)
+        tma_load_4d(s_q + t * kQTile + c * kQBox, &maps.q, bar_q(t), c * 64, k.m0, h, b);
+    }
   };
-  // key tile `it` of K or V into its stage, completing on that stage's full barrier
-  auto load_kv = [&](int it, uint32_t s_tiles, const CUtensorMap* map, uint32_t bar_full) {
-    const int stage = it % kStages;
+  // stream index g of K or V into its stage, completing on that stage's full barrier
+  auto load_kv = [&](int g, uint32_t s_tiles, const CUtensorMap* map, uint32_t bar_full) {
+    const int stage = g % kStages;
+    int key_block = keys0.n_hi - 1 - g;
+    if (kTiles == 2 && g >= iters0) key_block = tile_keys(1).n_hi - 1 - (g - iters0);
     mbar_expect_tx(bar_full, kTile);
     for (int c = 0; c < Cfg::kColBlocks; ++c)
-      tma_load_4d(s_tiles + stage * kTile + c * kBox, map, bar_full, c * 64,
-                  (n_hi - 1 - it) * kBlockN, hk, b);
+      tma_load_4d(s_tiles + stage * kTile + c * kBox, map, bar_full, c * 64, key_block * kBlockN,
+                  hk, b);
   };
-  auto load_k = [&](int it) { load_kv(it, s_k, &maps.k, bar_full_k(it % kStages)); };
-  auto load_v = [&](int it) { load_kv(it, s_v, &maps.v, bar_full_v(it % kStages)); };
+  auto load_k = [&](int g) { load_kv(g, s_k, &maps.k, bar_full_k(g % kStages)); };
+  auto load_v = [&](int g) { load_kv(g, s_v, &maps.v, bar_full_v(g % kStages)); };
 
   if (kProducerWg && wg == 0) {
     // ---------------- producer (v1) ----------------
     regs_decrease<24>();
-    if (tid == 0 && n_iters > 0) {  // no keys: no copies (none may land after the block exits)
+    if (tid == 0 && total_iters > 0) {  // no keys: no copies (none may land after the exit)
       load_q();
-      for (int it = 0; it < n_iters; ++it) {
+      for (int it = 0; it < total_iters; ++it) {
         const int stage = it % kStages;
         const uint32_t parity = ((it / kStages) & 1) ^ 1;
         mbar_wait(bar_empty_k(stage), parity);
@@ -148,26 +179,26 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
     const int ltid = tid - 128 * wg;            // thread within the warpgroup
     // v2: the thread that issues the copies (consumer warpgroup 1 trails in the ping-pong)
     const bool issuer = !kProducerWg && tid == 128;
-    if (issuer && n_iters > 0) {  // no keys: no copies (none may land after the block exits)
+    if (issuer && total_iters > 0) {  // no keys: no copies (none may land after the exit)
       load_q();
-      for (int it = 0; it < min(n_iters, kStages); ++it) {
-        load_k(it);
-        load_v(it);
+      for (int g = 0; g < min(total_iters, kStages); ++g) {
+        load_k(g);
+        load_v(g);
       }
     }
-    // v2: once this thread's warpgroup has released key tile `it`'s K (V) stage, wait for the
-    // other warpgroup's release and refill the stage with tile it + kStages.
-    auto refill_k = [&](int it) {
-      if (issuer && it + kStages < n_iters) {
-        mbar_wait(bar_empty_k(it % kStages), (it / kStages) & 1);
-        load_k(it + kStages);
+    // v2: once this thread's warpgroup has released stream index g's K (V) stage, wait for the
+    // other warpgroup's release and refill the stage with index g + kStages.
+    auto refill_k = [&](int g) {
+      if (issuer && g + kStages < total_iters) {
+        mbar_wait(bar_empty_k(g % kStages), (g / kStages) & 1);
+        load_k(g + kStages);
       }
       if constexpr (!kProducerWg) __syncwarp();
     };
-    auto refill_v = [&](int it) {
-      if (issuer && it + kStages < n_iters) {
-        mbar_wait(bar_empty_v(it % kStages), (it / kStages) & 1);
-        load_v(it + kStages);
+    auto refill_v = [&](int g) {
+      if (issuer && g + kStages < total_iters) {
+        mbar_wait(bar_empty_v(g % kStages), (g / kStages) & 1);
+        load_v(g + kStages);
       }
       if constexpr (!kProducerWg) __syncwarp();
     };
@@ -175,187 +206,201 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg>::kThreads, 1)
     const int g = lane >> 2, t4 = lane & 3;
     const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
     const ScoreMap smap = score_map(p, scale);
-    const int wg_row0 = 64 * cw;                     // within the block
-    const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
-
-    KeyRange rng[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      rng[r] = key_range(p, seq, m0 + min(wg_row0 + warp_in_wg * 16 + g + 8 * r, valid_rows - 1));
-    const KeyRange wg_first = key_range(p, seq, m0 + min(wg_row0, valid_rows - 1));
-    const KeyRange wg_last = key_range(p, seq, m0 + min(wg_row0 + 63, valid_rows - 1));
-
-    constexpr int kNS = kBlockN / 2;  // S accumulator floats per thread (64 rows × 128 keys)
-    constexpr int kNO = D / 2;        // O accumulator floats per thread
-    float o[kNO];
-#pragma unroll
-    for (int i = 0; i < kNO; ++i) o[i] = 0.0f;
-    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
-    uint32_t pa[kBlockN / 16][4];  // P as wgmma A fragments, one set per 16 keys
-    // P stays live (in its registers) until the P·V that reads it has completed
-    auto fence_pa = [&] {
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
-    };
+    const int wg_row0 = 64 * cw;  // within the block
 
     // scheduler barriers 1 (consumer 0's turn) and 2 (consumer 1's turn)
     const int my_bar = 1 + cw, other_bar = 2 - cw;
-    int turns_left = n_iters;
+    int turns_left = total_iters;
     auto take_turn = [&] { named_sync(my_bar, 256); };
     auto pass_turn = [&] {
       --turns_left;
       if (cw == 0 || turns_left > 0) named_arrive(other_bar, 256);
     };
-    if (cw == 0 && n_iters > 0) named_arrive(my_bar, 256);  // consumer 0 starts
+    if (cw == 0 && total_iters > 0) named_arrive(my_bar, 256);  // consumer 0 starts
 
-    auto issue_s = [&](float(&s)[kNS], int stage) {
-      const uint32_t k_tile = s_k + stage * kTile;
-      wgmma_fence();
+    // One query tile, every per-tile value local to it (a one-tile block compiles as the
+    // single-tile kernel always did).
+    auto query_tile = [&](int t) {
+      const TileKeys tk = t == 0 ? keys0 : tile_keys(1);
+      const int m0 = tk.m0, valid_rows = tk.valid_rows, n_hi = tk.n_hi, n_iters = tk.n_iters;
+      const int g0 = t == 0 ? 0 : iters0;              // the tile's first stream index
+      const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
+      const uint32_t s_q_tile = s_q + t * kQTile;
+
+      KeyRange rng[2];
 #pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const uint32_t within = (kk % 4) * 32;
-        const uint64_t da = make_desc(s_q + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
-        const uint64_t db = make_desc(k_tile + (kk / 4) * kBox + within, 16, 1024);
-        wgmma_ss<kBlockN, T>(s, da, db, kk > 0 ? 1 : 0);
-      }
-      wgmma_commit();
-    };
-    auto issue_pv = [&](int stage) {
-      const uint32_t v_tile = s_v + stage * kTile;
-      wgmma_fence();
+      for (int r = 0; r < 2; ++r)
+        rng[r] = key_range(p, seq, m0 + min(wg_row0 + warp_in_wg * 16 + g + 8 * r, valid_rows - 1));
+      const KeyRange wg_first = key_range(p, seq, m0 + min(wg_row0, valid_rows - 1));
+      const KeyRange wg_last = key_range(p, seq, m0 + min(wg_row0 + 63, valid_rows - 1));
+
+      constexpr int kNS = kBlockN / 2;  // S accumulator floats per thread (64 rows × 128 keys)
+      constexpr int kNO = D / 2;        // O accumulator floats per thread
+      float o[kNO];
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t db = make_desc(v_tile + kk * 16 * 128, kBox, 1024);
-        wgmma_rs<D, T>(o, pa[kk], db);
-      }
-      wgmma_commit();
-    };
-    // Softcaps and masks S, then exponentiates it in place (the scale inside exp2: one FFMA per
-    // element); returns the per-row rescale factors.
-    const float sl2 = smap.scale_log2;
-    auto softmax = [&](float(&s)[kNS], int n_block, float(&alpha)[2]) {
-      const int key0 = n_block * kBlockN;
-      if (smap.softcap()) {
+      for (int i = 0; i < kNO; ++i) o[i] = 0.0f;
+      float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
+      uint32_t pa[kBlockN / 16][4];  // P as wgmma A fragments, one set per 16 keys
+      // P stays live (in its registers) until the P·V that reads it has completed
+      auto fence_pa = [&] {
 #pragma unroll
-        for (int i = 0; i < kNS; ++i) s[i] = smap.cap(s[i]);
-      }
-      if (key0 + kBlockN > wg_first.hi || key0 < wg_last.lo) {
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
 #pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
+          for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
+      };
+
+      auto issue_s = [&](float(&s)[kNS], int stage) {
+        const uint32_t k_tile = s_k + stage * kTile;
+        wgmma_fence();
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + 8 * j + 2 * t4 + (e & 1);
-            const KeyRange& kr = rng[e >> 1];
-            if (key < kr.lo || key >= kr.hi) s[4 * j + e] = -INFINITY;
-          }
-      }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j)
-          mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-        mx = quad_max(mx) * sl2;
-        const float m_new = fmaxf(m_row[r], mx);
-        const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-        alpha[r] = fast_exp2(m_row[r] - m_ref);
-        m_row[r] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kBlockN / 8; ++j) {
-          s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], sl2, -m_ref));
-          s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], sl2, -m_ref));
-          sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+        for (int kk = 0; kk < D / 16; ++kk) {
+          const uint32_t within = (kk % 4) * 32;
+          const uint64_t da =
+              make_desc(s_q_tile + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
+          const uint64_t db = make_desc(k_tile + (kk / 4) * kBox + within, 16, 1024);
+          wgmma_ss<kBlockN, T>(s, da, db, kk > 0 ? 1 : 0);
         }
-        l_row[r] = l_row[r] * alpha[r] + sum;
-      }
-    };
-    auto to_pa = [&](const float(&s)[kNS]) {
+        wgmma_commit();
+      };
+      auto issue_pv = [&](int stage) {
+        const uint32_t v_tile = s_v + stage * kTile;
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-      }
-    };
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          const uint64_t db = make_desc(v_tile + kk * 16 * 128, kBox, 1024);
+          wgmma_rs<D, T>(o, pa[kk], db);
+        }
+        wgmma_commit();
+      };
+      // Softcaps and masks S, then exponentiates it in place (the scale inside exp2: one FFMA per
+      // element); returns the per-row rescale factors.
+      const float sl2 = smap.scale_log2;
+      auto softmax = [&](float(&s)[kNS], int n_block, float(&alpha)[2]) {
+        const int key0 = n_block * kBlockN;
+        if (smap.softcap()) {
+#pragma unroll
+          for (int i = 0; i < kNS; ++i) s[i] = smap.cap(s[i]);
+        }
+        if (key0 + kBlockN > wg_first.hi || key0 < wg_last.lo) {
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int key = key0 + 8 * j + 2 * t4 + (e & 1);
+              const KeyRange& kr = rng[e >> 1];
+              if (key < kr.lo || key >= kr.hi) s[4 * j + e] = -INFINITY;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          float mx = -INFINITY;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j)
+            mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+          mx = quad_max(mx) * sl2;
+          const float m_new = fmaxf(m_row[r], mx);
+          const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
+          alpha[r] = fast_exp2(m_row[r] - m_ref);
+          m_row[r] = m_new;
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < kBlockN / 8; ++j) {
+            s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], sl2, -m_ref));
+            s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], sl2, -m_ref));
+            sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+          }
+          l_row[r] = l_row[r] * alpha[r] + sum;
+        }
+      };
+      auto to_pa = [&](const float(&s)[kNS]) {
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+          pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+          pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+          pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+      };
 
-    if (n_iters > 0) {
-      mbar_wait(bar_q, 0);
-      float s[kNS];
-      // first tile: S only
-      mbar_wait(bar_full_k(0), 0);
-      take_turn();
-      issue_s(s, 0);
-      pass_turn();
-      wgmma_wait<0>();
-      fence_regs(s);
-      mbar_arrive(bar_empty_k(0));
-      refill_k(0);
-      {
-        float alpha[2];
-        softmax(s, n_hi - 1, alpha);
-      }
-      to_pa(s);
-      for (int it = 1; it < n_iters; ++it) {
-        const int stage = it % kStages, prev = (it - 1) % kStages;
-        const uint32_t parity = (it / kStages) & 1, prev_parity = ((it - 1) / kStages) & 1;
-        mbar_wait(bar_full_k(stage), parity);
+      if (n_iters > 0) {
+        mbar_wait(bar_q(t), 0);
+        float s[kNS];
+        // first key tile: S only
+        mbar_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
         take_turn();
-        issue_s(s, stage);
-        mbar_wait(bar_full_v(prev), prev_parity);
-        issue_pv(prev);
+        issue_s(s, g0 % kStages);
         pass_turn();
-        wgmma_wait<1>();  // S done, P·V may still run
+        wgmma_wait<0>();
         fence_regs(s);
-        mbar_arrive(bar_empty_k(stage));
-        refill_k(it);
-        float alpha[2];
-        softmax(s, n_hi - 1 - it, alpha);
-        wgmma_wait<0>();  // P·V done: O and the old P may be touched again
-        fence_regs(o);
-        fence_pa();
-        mbar_arrive(bar_empty_v(prev));
-        refill_v(it - 1);
-#pragma unroll
-        for (int j = 0; j < D / 8; ++j) {
-          o[4 * j + 0] *= alpha[0];
-          o[4 * j + 1] *= alpha[0];
-          o[4 * j + 2] *= alpha[1];
-          o[4 * j + 3] *= alpha[1];
+        mbar_arrive(bar_empty_k(g0 % kStages));
+        refill_k(g0);
+        {
+          float alpha[2];
+          softmax(s, n_hi - 1, alpha);
         }
         to_pa(s);
+        for (int it = 1; it < n_iters; ++it) {
+          const int gi = g0 + it;
+          const int stage = gi % kStages, prev = (gi - 1) % kStages;
+          const uint32_t parity = (gi / kStages) & 1, prev_parity = ((gi - 1) / kStages) & 1;
+          mbar_wait(bar_full_k(stage), parity);
+          take_turn();
+          issue_s(s, stage);
+          mbar_wait(bar_full_v(prev), prev_parity);
+          issue_pv(prev);
+          pass_turn();
+          wgmma_wait<1>();  // S done, P·V may still run
+          fence_regs(s);
+          mbar_arrive(bar_empty_k(stage));
+          refill_k(gi);
+          float alpha[2];
+          softmax(s, n_hi - 1 - it, alpha);
+          wgmma_wait<0>();  // P·V done: O and the old P may be touched again
+          fence_regs(o);
+          fence_pa();
+          mbar_arrive(bar_empty_v(prev));
+          refill_v(gi - 1);
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j) {
+            o[4 * j + 0] *= alpha[0];
+            o[4 * j + 1] *= alpha[0];
+            o[4 * j + 2] *= alpha[1];
+            o[4 * j + 3] *= alpha[1];
+          }
+          to_pa(s);
+        }
+        const int g_last = g0 + n_iters - 1;
+        const int last_stage = g_last % kStages;
+        mbar_wait(bar_full_v(last_stage), (g_last / kStages) & 1);
+        issue_pv(last_stage);
+        wgmma_wait<0>();
+        fence_regs(o);
+        fence_pa();
+        mbar_arrive(bar_empty_v(last_stage));
+        refill_v(g_last);
       }
-      const int last_stage = (n_iters - 1) % kStages;
-      mbar_wait(bar_full_v(last_stage), ((n_iters - 1) / kStages) & 1);
-      issue_pv(last_stage);
-      wgmma_wait<0>();
-      fence_regs(o);
-      fence_pa();
-      mbar_arrive(bar_empty_v(last_stage));
-    }
 
-    // epilogue: O / l, lse
+      // epilogue: O / l, lse
 #pragma unroll
-    for (int r = 0; r < 2; ++r) l_row[r] = quad_sum(l_row[r]);
-    T* out = static_cast<T*>(p.out);
+      for (int r = 0; r < 2; ++r) l_row[r] = quad_sum(l_row[r]);
+      T* out = static_cast<T*>(p.out);
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp_in_wg * 16 + g + 8 * r;  // within the warpgroup
-      if (row >= wg_rows_valid) continue;
-      const int s_idx = m0 + wg_row0 + row;
-      const float inv = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
-      T* dst = out + row_offset(p.out_strides, b, seq.q_row0, s_idx, h);
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp_in_wg * 16 + g + 8 * r;  // within the warpgroup
+        if (row >= wg_rows_valid) continue;
+        const int s_idx = m0 + wg_row0 + row;
+        const float inv = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
+        T* dst = out + row_offset(p.out_strides, b, seq.q_row0, s_idx, h);
 #pragma unroll
-      for (int j = 0; j < D / 8; ++j)
-        *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * t4) =
-            pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      if (p.lse != nullptr && t4 == 0)
-        p.lse[lse_offset(p, b, seq.q_row0, s_idx, h)] =
-            l_row[r] > 0.0f ? (m_row[r] + __log2f(l_row[r])) * kLn2 : INFINITY;
-    }
+        for (int j = 0; j < D / 8; ++j)
+          *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * t4) =
+              pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        if (p.lse != nullptr && t4 == 0)
+          p.lse[lse_offset(p, b, seq.q_row0, s_idx, h)] =
+              l_row[r] > 0.0f ? (m_row[r] + __log2f(l_row[r])) * kLn2 : INFINITY;
+      }
+    };
+    for (int t = 0; t < n_tiles; ++t) query_tile(t);
   }  // consumers
 #endif
 }

@@ -42,9 +42,10 @@ void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const 
 template <class T, int D>
 void launch_append_kv(const AppendParams& p, cudaStream_t stream);
 
-// The Hopper forward's two layouts (fwd_sm90.cuh): v1 a producer warpgroup + two consumers
-// (384 threads), v2 the two consumers alone (256 threads, 255 registers each).
-enum class Sm90Forward { kProducerWarpgroup, kTwoWarpgroups };
+// The Hopper forward's layouts (fwd_sm90.cuh): v1 a producer warpgroup + two consumers (384
+// threads), v2 the two consumers alone (256 threads, 255 registers each), v3 v2 with two query
+// tiles a block (a heavy and a light m-block; the second's copies overlap the first's GEMMs).
+enum class Sm90Forward { kProducerWarpgroup, kTwoWarpgroups, kTwoWarpgroupsPaired };
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);

@@ -44,28 +44,32 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
   return map;
 }
 
-template <class T, int D, bool kProducerWg>
+template <class T, int D, bool kProducerWg, int kTiles>
 void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
-  using Cfg = Sm90Config<D, kProducerWg>;
+  using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   Sm90Maps maps;
   maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
-  auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg>;
+  auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg, kTiles>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
-  const dim3 grid((p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM, p.heads_q, p.batch);
+  const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  const dim3 grid((m_blocks + kTiles - 1) / kTiles, p.heads_q, p.batch);  // v3: pairs of m-blocks
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
-  check_cuda(cudaGetLastError(),
-             kProducerWg ? "flash forward (sm90 v1) launch" : "flash forward (sm90 v2) launch");
+  check_cuda(cudaGetLastError(), kProducerWg   ? "flash forward (sm90 v1) launch"
+                                 : kTiles == 2 ? "flash forward (sm90 v3) launch"
+                                               : "flash forward (sm90 v2) launch");
 }
 
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout) {
 #if HK_FLASH_HAVE_SM90A
   if (layout == Sm90Forward::kTwoWarpgroups)
-    launch_forward_sm90_layout<T, D, false>(p, stream);
+    launch_forward_sm90_layout<T, D, false, 1>(p, stream);
+  else if (layout == Sm90Forward::kTwoWarpgroupsPaired)
+    launch_forward_sm90_layout<T, D, false, 2>(p, stream);
   else
-    launch_forward_sm90_layout<T, D, true>(p, stream);
+    launch_forward_sm90_layout<T, D, true, 1>(p, stream);
   return true;
 #else
   (void)p;
