@@ -132,10 +132,10 @@ bool launch_add_rms_norm(const Rows& rr, const Rows& rd, const Rows& ry, const T
                     aligned_to(rd.ptr, sizeof(T) * VEC) && aligned_to(ry.ptr, sizeof(T) * VEC) &&
                     aligned_to(w.ptr(), sizeof(TW) * VEC);
   if (!wide) return false;
-  add_rms_norm_kernel<T, TW, VEC>
-      <<<checked_grid_x(rr.rows, "add_rms_norm"), vector_row_threads(rr.cols / VEC, rr.rows), 0, s>>>(
-          static_cast<T*>(rr.ptr), rr.row_stride, static_cast<const T*>(rd.ptr), rd.row_stride,
-          static_cast<const TW*>(w.ptr()), static_cast<T*>(ry.ptr), ry.row_stride, rr.cols, eps);
+  add_rms_norm_kernel<T, TW, VEC><<<checked_grid_x(rr.rows, "add_rms_norm"),
+                                    vector_row_threads(rr.cols / VEC, rr.rows), 0, s>>>(
+      static_cast<T*>(rr.ptr), rr.row_stride, static_cast<const T*>(rd.ptr), rd.row_stride,
+      static_cast<const TW*>(w.ptr()), static_cast<T*>(ry.ptr), ry.row_stride, rr.cols, eps);
   HK_CUDA_CHECK_LAUNCH();
   return true;
 }
