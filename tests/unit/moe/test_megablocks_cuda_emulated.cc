@@ -246,7 +246,7 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<Case, int32_t, i
          (std::get<1>(info.param) == HK_DTYPE_BF16 ? "_bf16" : "_f16") +
          (std::get<2>(info.param) == 256 ? "_tile256" : "");
 }
-const Case* kCases = hk::test::kMoeProblems;  // the first seven: "odd_tokens" is GPU only
+const Case* kCases = hk::test::kMoeProblems;  // the first seven: the rest are GPU only
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCuda,
                          ::testing::Combine(::testing::ValuesIn(kCases, kCases + 7),
                                             ::testing::Values(HK_DTYPE_BF16),

@@ -124,6 +124,73 @@ struct EpiArgs {
   float* partial = nullptr;
 };
 
+// ---- the epilogues, per pair of adjacent columns (col, col + 1) of one row ---------------------
+// Shared by these mma.sync kernels and the wgmma ones (grouped_gemm_sm90.cuh), which differ only
+// in which thread holds which accumulators; so both paths round and store identically.
+
+// Store / StoreF32: C[row, col..col+1] of an N-column output (col + 1 may be past N).
+template <class Out, class T>
+__device__ __forceinline__ void epi_store(const EpiArgs<T>& e, int64_t n, int64_t row, int64_t col,
+                                          float v0, float v1) {
+  store_pair(static_cast<Out*>(e.out) + row * e.ld + col, v0, v1, col + 1 < n, (e.ld % 2) == 0);
+}
+
+// SwigluForward: the gate and up accumulators of intermediate columns col, col + 1 (I % 8 == 0,
+// so both exist): writes act(gate)·up and, training, the rounded pre-activations.
+template <class T>
+__device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t row, int64_t col,
+                                                   const float (&gate)[2], const float (&up)[2]) {
+  const int64_t I = e.inter;
+  float g[2], u[2], a[2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    g[q] = round_as<T>(gate[q]);
+    u[q] = round_as<T>(up[q]);
+    a[q] = round_as<T>(round_as<T>(act(e.activation, g[q])) * u[q]);
+  }
+  if (e.gate_up) {
+    store_pair(e.gate_up + row * 2 * I + col, g[0], g[1], true, true);
+    store_pair(e.gate_up + row * 2 * I + I + col, u[0], u[1], true, true);
+  }
+  store_pair(e.act + row * I + col, a[0], a[1], true, true);
+}
+
+// SwigluBackward: d = d(act)/weight of intermediate columns col, col + 1 of a row with routing
+// weight w (rounded): writes d(gate ‖ up) and w·act; adds the pair's terms of d(weight) to the
+// row's running part (in column order).
+template <class T>
+__device__ __forceinline__ void epi_swiglu_backward(const EpiArgs<T>& e, int64_t row, int64_t col,
+                                                    float w, const float (&d)[2], float& part) {
+  const int64_t I = e.inter;
+  const T* gu = e.gate_up + row * 2 * I;
+  float dg[2], du[2], aw[2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const float g = to_f32(gu[col + q]), u = to_f32(gu[I + col + q]);
+    const float s = round_as<T>(act(e.activation, g));
+    const float a = round_as<T>(s * u);
+    part += d[q] * a;
+    const float da = w * d[q];
+    dg[q] = da * u * act_grad(e.activation, g);
+    du[q] = da * s;
+    aw[q] = w * a;
+  }
+  T* dgu = e.dgate_up + row * 2 * I;
+  store_pair(dgu + col, dg[0], dg[1], true, true);
+  store_pair(dgu + I + col, du[0], du[1], true, true);
+  store_pair(e.act + row * I + col, aw[0], aw[1], true, true);
+}
+
+// K-grouped: C_g[row, col..col+1] (N % 8 == 0), added to what is there when accumulating.
+template <class T>
+__device__ __forceinline__ void epi_k_grouped(T* dst, float v0, float v1, bool accumulate) {
+  if (accumulate) {
+    v0 += to_f32(dst[0]);
+    v1 += to_f32(dst[1]);
+  }
+  store_pair(dst, v0, v1, true, true);
+}
+
 // ---- the shared main loop
 // ------------------------------------------------------------------------ Accumulates A[m0..,
 // k-range] · op(B)[.., n0..] of one tile into acc. `load(stage, kt)` issues the cp.async copies of
@@ -304,7 +371,6 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
     // ---- epilogue
     if constexpr (E == Epi::Store || E == Epi::StoreF32) {
       using Out = std::conditional_t<E == Epi::Store, T, float>;
-      Out* out = static_cast<Out*>(p.epi.out);
 #pragma unroll
       for (int i = 0; i < kMFrag; ++i)
 #pragma unroll
@@ -315,8 +381,7 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
           for (int j = 0; j < kNFrag; ++j) {
             const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
             if (col >= p.n) continue;
-            store_pair(out + row * p.epi.ld + col, acc[i][j][2 * half], acc[i][j][2 * half + 1],
-                       col + 1 < p.n, (p.epi.ld % 2) == 0);
+            epi_store<Out>(p.epi, p.n, row, col, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
           }
         }
     } else if constexpr (E == Epi::SwigluForward) {
@@ -332,18 +397,10 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
             const int64_t col =
                 nt * kSwigluCols + (wn / kWTN) * (kWTN / 2) + jj * 8 + 2 * (lane % 4);
             if (col >= I) continue;  // I % 8 == 0: col + 1 < I too
-            float g[2], u[2], a[2];
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              g[q] = round_as<T>(acc[i][jj][2 * half + q]);
-              u[q] = round_as<T>(acc[i][jj + kNFrag / 2][2 * half + q]);
-              a[q] = round_as<T>(round_as<T>(act(p.epi.activation, g[q])) * u[q]);
-            }
-            if (p.epi.gate_up) {
-              store_pair(p.epi.gate_up + row * 2 * I + col, g[0], g[1], true, true);
-              store_pair(p.epi.gate_up + row * 2 * I + I + col, u[0], u[1], true, true);
-            }
-            store_pair(p.epi.act + row * I + col, a[0], a[1], true, true);
+            const float g[2] = {acc[i][jj][2 * half], acc[i][jj][2 * half + 1]};
+            const float u[2] = {acc[i][jj + kNFrag / 2][2 * half],
+                                acc[i][jj + kNFrag / 2][2 * half + 1]};
+            epi_swiglu_forward(p.epi, row, col, g, u);
           }
         }
     } else {  // SwigluBackward: acc = d(act) / weight, i.e. dy·down_w for rows of the tile
@@ -362,24 +419,8 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
             for (int j = 0; j < kNFrag; ++j) {
               const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
               if (col >= I) continue;
-              const T* gu = p.epi.gate_up + row * 2 * I;
-              float dg[2], du[2], aw[2];
-#pragma unroll
-              for (int q = 0; q < 2; ++q) {
-                const float g = to_f32(gu[col + q]), u = to_f32(gu[I + col + q]);
-                const float s = round_as<T>(act(p.epi.activation, g));
-                const float a = round_as<T>(s * u);
-                const float d = acc[i][j][2 * half + q];
-                part += d * a;
-                const float da = w * d;
-                dg[q] = da * u * act_grad(p.epi.activation, g);
-                du[q] = da * s;
-                aw[q] = w * a;
-              }
-              T* dgu = p.epi.dgate_up + row * 2 * I;
-              store_pair(dgu + col, dg[0], dg[1], true, true);
-              store_pair(dgu + I + col, du[0], du[1], true, true);
-              store_pair(p.epi.act + row * I + col, aw[0], aw[1], true, true);
+              const float d[2] = {acc[i][j][2 * half], acc[i][j][2 * half + 1]};
+              epi_swiglu_backward(p.epi, row, col, w, d, part);
             }
           }
           // The four lanes of a row hold disjoint columns: sum them, then one value per warp.
@@ -447,13 +488,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedPara
       for (int j = 0; j < kNFrag; ++j) {
         const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
         if (col >= p.n) continue;  // N % 8 == 0: col + 1 < N too
-        T* dst = out + row * p.n + col;
-        float v0 = acc[i][j][2 * half], v1 = acc[i][j][2 * half + 1];
-        if (p.accumulate) {
-          v0 += to_f32(dst[0]);
-          v1 += to_f32(dst[1]);
-        }
-        store_pair(dst, v0, v1, true, true);
+        epi_k_grouped(out + row * p.n + col, acc[i][j][2 * half], acc[i][j][2 * half + 1],
+                      p.accumulate);
       }
     }
 }
