@@ -9,6 +9,12 @@
 // router GEMMs, 2·T·E·H each, are not counted). Method: CUDA events around each call, warm-up
 // first, median of the repeats. Inputs are random (balanced-ish routing).
 //
+// megablocks runs with each kernel set of its expert GEMMs side by side: "hk megablocks" (mma.sync,
+// 128×128 tiles), "hk megablocks 128x256" (mma.sync, MEGABLOCKS_GEMM_TILE=128x256) and "hk
+// megablocks wgmma" (Hopper wgmma, HK_MEGABLOCKS_GEMM=wgmma). After each set's timings one more
+// forward+backward runs with HK_MEGABLOCKS_TIMING=1: the library prints its per-stage times (each
+// GEMM, routing, permutation, un-permutation) to stderr, so the breakdown shows where time goes.
+//
 // Usage: hk_bench_moe [--out FILE.json] [--tokens 4096,16384] [--reps N]
 #include <cuda_runtime.h>
 
@@ -210,15 +216,33 @@ int main(int argc, char** argv) {
       fn.forward(in, train_out, attrs, o);
       fn.backward(bin, bout, attrs, o);
     };
-    // Both tile configs of the expert GEMMs (MEGABLOCKS_GEMM_TILE; the library reads it per call).
-    for (const char* tile : {"128x128", "128x256"}) {
-      setenv("MEGABLOCKS_GEMM_TILE", tile, 1);
-      const std::string name = std::string("hk megablocks") + (tile[4] == '1' ? "" : " 128x256");
-      record(name, T, "forward", median_ms(forward, stream, reps), fwd_flops,
-             graph_ms(forward, stream, reps));
-      record(name, T, "forward+backward", median_ms(train, stream, reps), 3 * fwd_flops,
-             graph_ms(train, stream, reps));
+    // Each kernel set of the expert GEMMs (the library reads the variables on every call).
+    struct Kernels {
+      const char *name, *gemm, *tile;
+    };
+    for (const Kernels& k : {Kernels{"hk megablocks", "mma", "128x128"},
+                             Kernels{"hk megablocks 128x256", "mma", "128x256"},
+                             Kernels{"hk megablocks wgmma", "wgmma", "128x128"}}) {
+      setenv("HK_MEGABLOCKS_GEMM", k.gemm, 1);
+      setenv("MEGABLOCKS_GEMM_TILE", k.tile, 1);
+      try {
+        record(k.name, T, "forward", median_ms(forward, stream, reps), fwd_flops,
+               graph_ms(forward, stream, reps));
+        record(k.name, T, "forward+backward", median_ms(train, stream, reps), 3 * fwd_flops,
+               graph_ms(train, stream, reps));
+        std::fflush(stdout);
+        std::fprintf(stderr, "per-stage times, %s, T=%lld (one forward+backward):\n", k.name,
+                     static_cast<long long>(T));
+        setenv("HK_MEGABLOCKS_TIMING", "1", 1);
+        train();
+        CK(cudaStreamSynchronize(stream));
+        unsetenv("HK_MEGABLOCKS_TIMING");
+      } catch (const std::exception& e) {  // e.g. wgmma on a GPU that is not a Hopper
+        unsetenv("HK_MEGABLOCKS_TIMING");
+        std::fprintf(stderr, "hk_bench_moe: %s skipped: %s\n", k.name, e.what());
+      }
     }
+    unsetenv("HK_MEGABLOCKS_GEMM");
     unsetenv("MEGABLOCKS_GEMM_TILE");
 
     // The built-in block (reference; syncs the host for the routing).

@@ -226,7 +226,10 @@ TEST_F(MoeGpu, CudaVariantMatchesTheBuiltinAtQwen3_30B_A3BShapes) {
     const Block b = make_block({"30b", tokens, 128, 8, 2048, 768, true, 0}, 5);
     auto builtin = make_module(b, Device::cuda(0), DType::BF16);
     const Outcome want = run(*builtin, b, Device::cuda(0), DType::BF16, false);
-    for (const GemmKernels& kernels : {kMma, kWgmma}) {
+    // (each run moves ~600 M gradient values to the host: mma, unchanged, on the odd count only)
+    const std::vector<GemmKernels> sets =
+        tokens == 4096 ? std::vector<GemmKernels>{kWgmma} : std::vector<GemmKernels>{kMma, kWgmma};
+    for (const GemmKernels& kernels : sets) {
       SCOPED_TRACE("tokens " + std::to_string(tokens) + ", " + kernels.name);
       const UseGemm use(kernels);
       auto kernel = make_module(b, Device::cuda(0), DType::BF16);
