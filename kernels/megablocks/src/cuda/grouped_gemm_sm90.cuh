@@ -46,12 +46,6 @@ __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
   return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
-// The 16-byte cp.async of ptx.cuh, addressed by a shared-memory address.
-__device__ __forceinline__ void cp_async16_to(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-
 // Copies k-tile [k0, k0 + 64) of K-major rows into `tile`: this thread's slot c is tile row
 // tid / 8 + 32c (stored at rows[c], ok[c]: it exists), chunk tid % 8; the rest zero-filled.
 template <class T>
@@ -63,7 +57,8 @@ __device__ __forceinline__ void load_k_major(uint32_t tile, const T* const (&row
   for (int c = 0; c < kChunks; ++c) {
     const int r = threadIdx.x / 8 + 32 * c;
     const bool valid = ok[c] && k0 + chunk * 8 < k;
-    cp_async16_to(tile + swizzled(r, chunk), valid ? rows[c] + k0 + chunk * 8 : fallback, valid);
+    cp_async16_shared(tile + swizzled(r, chunk), valid ? rows[c] + k0 + chunk * 8 : fallback,
+                      valid);
   }
 }
 
@@ -79,8 +74,8 @@ __device__ __forceinline__ void load_mn_major(uint32_t tile, const Operand<T>& o
     const int kr = idx / 16, mc = idx % 16;  // k row, 8-column chunk (two boxes of 8)
     const bool ok = r + kr < r_end && mn0 + mc * 8 < mn_end;
     const int64_t stored = ok ? (op.gather ? op.gather[r + kr] : r + kr) : 0;
-    cp_async16_to(tile + (mc / 8) * kBoxBytes + swizzled(kr, mc % 8),
-                  ok ? base + stored * op.ld + mn0 + mc * 8 : op.ptr, ok);
+    cp_async16_shared(tile + (mc / 8) * kBoxBytes + swizzled(kr, mc % 8),
+                      ok ? base + stored * op.ld + mn0 + mc * 8 : op.ptr, ok);
   }
 }
 
