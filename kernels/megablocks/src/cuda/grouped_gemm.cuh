@@ -191,6 +191,35 @@ __device__ __forceinline__ void epi_k_grouped(T* dst, float v0, float v1, bool a
   store_pair(dst, v0, v1, true, true);
 }
 
+// ---- the cp.async pipeline of both kernel sets
+// --------------------------------------------------- K-tile kt goes to stage kt % Stages, Stages -
+// 1 tiles ahead: `load(stage, kt)` issues its copies; `compute(stage)` runs once every thread's
+// copies of the tile have landed (`publish()` runs between this thread's wait and the barrier: the
+// wgmma path's proxy fence). The copies of tile kt + Stages - 1 are issued before computing tile
+// kt, into the stage tile kt - 1 used, so `compute` must be done reading its stage when it returns
+// (ldmatrix is synchronous; the wgmma path waits for its group). Ends with every copy landed and
+// every thread past the last compute.
+template <int Stages, class Load, class Publish, class Compute>
+__device__ __forceinline__ void cp_async_pipeline(int num_k_tiles, const Load& load,
+                                                  const Publish& publish, const Compute& compute) {
+#pragma unroll
+  for (int s = 0; s < Stages - 1; ++s) {
+    if (s < num_k_tiles) load(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < num_k_tiles; ++kt) {
+    cp_async_wait<Stages - 2>();
+    publish();
+    __syncthreads();
+    const int next = kt + Stages - 1;
+    if (next < num_k_tiles) load(next % Stages, next);
+    cp_async_commit();
+    compute(kt % Stages);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages may now be reused (next tile, or the epilogue's scratch)
+}
+
 // ---- the shared main loop
 // ------------------------------------------------------------------------ Accumulates A[m0..,
 // k-range] · op(B)[.., n0..] of one tile into acc. `load(stage, kt)` issues the cp.async copies of
@@ -204,15 +233,9 @@ __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& 
   constexpr int kStage = SA::kElems + SB::kElems;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = (warp / kWarpsN) * kWTM, wn = (warp % kWarpsN) * TileN<BN>::kWTN;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k_tiles) load(smem + s * kStage, s);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < num_k_tiles; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    const T* As = smem + (kt % kStages) * kStage;
+  auto load_stage = [&](int stage, int kt) { load(smem + stage * kStage, kt); };
+  auto compute = [&](int stage) {
+    const T* As = smem + stage * kStage;
     const T* Bs = As + SA::kElems;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
@@ -246,12 +269,9 @@ __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& 
 #pragma unroll
         for (int j = 0; j < kNFrag; ++j) mma16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
     }
-    const int next = kt + kStages - 1;
-    if (next < num_k_tiles) load(smem + (next % kStages) * kStage, next);
-    cp_async_commit();
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the stages may now be reused (next tile, or the epilogue's scratch)
+  };
+  cp_async_pipeline<kStages>(
+      num_k_tiles, load_stage, [] {}, compute);
 }
 
 // Copies rows [r, r + kBK) (those below `r_end`) of a row-stored operand, columns

@@ -14,11 +14,12 @@
 //   MN-major [64 K][128 MN]        two boxes [64 K][64 MN] (8 KB apart), the same swizzle in each
 // Descriptors as fwd_sm90.cuh / bwd_sm90.cuh use them (GPU-tested there): K-major (LBO 16, SBO
 // 1024, +32 bytes per k16 step), MN-major (LBO = the box stride, SBO 1024, +2048 bytes per k16).
-// Pipeline: 3 stages (96 KB), so two blocks share an SM and one's barriers and epilogue overlap
-// the other's wgmma. Per k-tile: wait for this thread's copies of the tile, fence.proxy.async
-// (its generic-proxy writes become visible to wgmma's async proxy), __syncthreads (everyone's
-// copies landed, everyone's wgmma of the previous tile done), issue the copies of tile + 2 into
-// the stage freed last iteration, then wgmma fence / 4 × wgmma / commit / wait 0.
+// Pipeline (grouped_gemm.cuh cp_async_pipeline): 3 stages (96 KB), so two blocks share an SM and
+// one's barriers and epilogue overlap the other's wgmma. Per k-tile: wait for this thread's copies
+// of the tile, fence.proxy.async (its generic-proxy writes become visible to wgmma's async proxy),
+// __syncthreads (everyone's copies landed, everyone's wgmma of the previous tile done), issue the
+// copies of tile + 2 into the stage freed last iteration, then wgmma fence / 4 × wgmma / commit /
+// wait 0.
 // Requirements as grouped_gemm.cuh's (contiguous dimensions multiples of 8, 16-byte aligned).
 #pragma once
 
@@ -88,20 +89,11 @@ __device__ __forceinline__ void wgmma_main_loop(uint32_t smem, int num_k_tiles, 
   const int warpgroup = threadIdx.x / 128;
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k_tiles) load(smem + s * kStageBytes, s);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < num_k_tiles; ++kt) {
-    cp_async_wait<kStages - 2>();
-    wg::fence_proxy_async();
-    __syncthreads();
-    const int next = kt + kStages - 1;
-    if (next < num_k_tiles) load(smem + (next % kStages) * kStageBytes, next);
-    cp_async_commit();
-
-    const uint32_t a = smem + (kt % kStages) * kStageBytes, b = a + kTileBytes;
+  auto load_stage = [&](int stage, int kt) { load(smem + stage * kStageBytes, kt); };
+  // this thread's cp.async writes (generic proxy) before the wgmma reads (async proxy)
+  auto publish = [] { wg::fence_proxy_async(); };
+  auto compute = [&](int stage) {
+    const uint32_t a = smem + stage * kStageBytes, b = a + kTileBytes;
     wg::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBK / 16; ++kk) {
@@ -114,11 +106,10 @@ __device__ __forceinline__ void wgmma_main_loop(uint32_t smem, int num_k_tiles, 
       wg::wgmma_ss<kBN, T, LA == Major::MN ? 1 : 0, LB == Major::MN ? 1 : 0>(acc, da, db, 1);
     }
     wg::wgmma_commit();
-    wg::wgmma_wait<0>();
+    wg::wgmma_wait<0>();  // this warpgroup's reads of the stage are done
     wg::fence_regs(acc);
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // every warpgroup is done with the stages: the next tile may refill them
+  };
+  cp_async_pipeline<kStages>(num_k_tiles, load_stage, publish, compute);
 }
 
 // Where thread's accumulator acc[4j + 2r + q] sits in the 128×128 tile (m64nNk16 layout):
