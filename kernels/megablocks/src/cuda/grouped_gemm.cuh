@@ -124,6 +124,19 @@ struct EpiArgs {
   float* partial = nullptr;
 };
 
+// Tile `tile` of an M-grouped walk over `n_tiles` column tiles (both kernel sets walk the same
+// device-side list): its group g, rows [m0, m_end) of the group (kBM at most) and column tile nt.
+struct MTile {
+  int64_t nt, m0, m_end;
+  int32_t g;
+};
+__device__ __forceinline__ MTile m_tile(const Groups& groups, int64_t tile, int64_t n_tiles) {
+  const int64_t mt = tile / n_tiles;
+  const int32_t g = tile_expert(groups.tile_offsets, groups.count, mt);
+  return {tile % n_tiles, groups.offsets[g] + (mt - groups.tile_offsets[g]) * kBM,
+          groups.offsets[g + 1], g};
+}
+
 // ---- the epilogues, per pair of adjacent columns (col, col + 1) of one row ---------------------
 // Shared by these mma.sync kernels and the wgmma ones (grouped_gemm_sm90.cuh), which differ only
 // in which thread holds which accumulators; so both paths round and store identically.
@@ -323,10 +336,9 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
   const int num_k_tiles = static_cast<int>(ceil_div(p.k, kBK));
 
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    const int64_t mt = tile / n_tiles, nt = tile % n_tiles;
-    const int32_t g = tile_expert(p.groups.tile_offsets, p.groups.count, mt);
-    const int64_t m0 = p.groups.offsets[g] + (mt - p.groups.tile_offsets[g]) * kBM;
-    const int64_t m_end = p.groups.offsets[g + 1];
+    const MTile at = m_tile(p.groups, tile, n_tiles);
+    const int64_t nt = at.nt, m0 = at.m0, m_end = at.m_end;
+    const int32_t g = at.g;
     const int64_t n0 = nt * kBN;
     const T* b_base = p.b.ptr + g * p.b.group_stride;
 

@@ -138,12 +138,9 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
   const Fragment f;
 
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    const int64_t mt = tile / n_tiles, nt = tile % n_tiles;
-    const int32_t g = tile_expert(p.groups.tile_offsets, p.groups.count, mt);
-    const int64_t m0 = p.groups.offsets[g] + (mt - p.groups.tile_offsets[g]) * kBM;
-    const int64_t m_end = p.groups.offsets[g + 1];
-    const int64_t n0 = nt * kBN;
-    const T* b_base = p.b.ptr + g * p.b.group_stride;
+    const MTile at = m_tile(p.groups, tile, n_tiles);  // rows [at.m0, at.m_end) of group at.g
+    const int64_t n0 = at.nt * kBN;
+    const T* b_base = p.b.ptr + at.g * p.b.group_stride;
 
     // This thread copies the same A rows (and K-major B rows) in every k-tile: resolve them once.
     const T* a_row[kChunks];
@@ -153,13 +150,13 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) {
       const int r = tid / 8 + 32 * c;
-      a_ok[c] = m0 + r < m_end;
-      const int64_t stored = a_ok[c] ? (p.a.gather ? p.a.gather[m0 + r] : m0 + r) : 0;
+      a_ok[c] = at.m0 + r < at.m_end;
+      const int64_t stored = a_ok[c] ? (p.a.gather ? p.a.gather[at.m0 + r] : at.m0 + r) : 0;
       a_row[c] = p.a.ptr + stored * p.a.ld;
       if constexpr (LB == Major::K) {
         int64_t row;
         if constexpr (kSwiglu) {  // tile column r: gate of i, or (r ≥ 64) up of i
-          const int64_t i = nt * kSwigluCols + r % kSwigluCols;
+          const int64_t i = at.nt * kSwigluCols + r % kSwigluCols;
           b_ok[c] = i < p.n;
           row = r >= kSwigluCols ? p.n + i : i;
         } else {
@@ -186,8 +183,8 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
       using Out = std::conditional_t<E == Epi::Store, T, float>;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int64_t row = m0 + f.row0 + 8 * r;
-        if (row >= m_end) continue;
+        const int64_t row = at.m0 + f.row0 + 8 * r;
+        if (row >= at.m_end) continue;
 #pragma unroll
         for (int j = 0; j < kBN / 8; ++j) {
           const int64_t col = n0 + 8 * j + f.col0;
@@ -198,11 +195,11 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
     } else if constexpr (E == Epi::SwigluForward) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int64_t row = m0 + f.row0 + 8 * r;
-        if (row >= m_end) continue;
+        const int64_t row = at.m0 + f.row0 + 8 * r;
+        if (row >= at.m_end) continue;
 #pragma unroll
         for (int j = 0; j < kSwigluCols / 8; ++j) {  // accumulators j: gate, j + 8: its up
-          const int64_t col = nt * kSwigluCols + 8 * j + f.col0;
+          const int64_t col = at.nt * kSwigluCols + 8 * j + f.col0;
           if (col >= p.n) continue;  // I % 8 == 0: col + 1 < I too
           const float gate[2] = {acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]};
           const int ju = j + kSwigluCols / 8;
@@ -214,9 +211,9 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
       const int lane = tid % 32;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int64_t row = m0 + f.row0 + 8 * r;
+        const int64_t row = at.m0 + f.row0 + 8 * r;
         float part = 0.0f;
-        if (row < m_end) {
+        if (row < at.m_end) {
           const float w = round_as<T>(p.epi.row_weight[row]);
 #pragma unroll
           for (int j = 0; j < kBN / 8; ++j) {
@@ -229,7 +226,7 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
         // A row's 128 columns are held by the four lanes of one quad: sum them in a fixed order.
         part += __shfl_xor_sync(0xffffffffu, part, 1);
         part += __shfl_xor_sync(0xffffffffu, part, 2);
-        if (lane % 4 == 0 && row < m_end) p.epi.partial[row * n_tiles + nt] = part;
+        if (lane % 4 == 0 && row < at.m_end) p.epi.partial[row * n_tiles + at.nt] = part;
       }
     }
   }
