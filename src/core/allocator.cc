@@ -134,7 +134,9 @@ void* device_alloc(Device device, size_t bytes, Stream stream) {
     } else {
       auto& blocks = pool.free_blocks[stream.handle];
       auto it = blocks.lower_bound(size);
-      if (it != blocks.end() && it->first <= size + size / 4 + (1u << 20)) {
+      // A cached block at most a quarter larger than the request: a small tensor never takes a
+      // large block (its tensor would hold, and the stats count, the whole block).
+      if (it != blocks.end() && it->first <= size + size / 4) {
         void* p = it->second;
         const size_t got = it->first;
         blocks.erase(it);

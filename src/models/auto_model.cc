@@ -130,6 +130,13 @@ std::string supported_list() {
   return out;
 }
 
+// An attention function to use as registered: the built-in ones and those a program registered
+// under its own name. A hub id ("org/repo[:entry]") is always kernelize's, also once an earlier
+// load registered its function, so every load verifies the kernel and reports the binding.
+bool registered_locally(const std::string& name) {
+  return name.find('/') == std::string::npos && nn::has_attention_function(name);
+}
+
 }  // namespace
 
 bool register_model_type(const std::string& model_type, ModelBuilder builder,
@@ -158,8 +165,7 @@ CausalLM AutoModelForCausalLM::from_config(const ModelConfig& config, const Load
     throw InvalidArgument(std::string("dtype ") + dtype_name(lm->dtype) +
                           " cannot hold model weights; use f32, bf16 or f16");
   // Built-in attention functions are set here; hub ids and flash names are kernelize's.
-  if (options.attn_implementation.empty() ||
-      nn::has_attention_function(options.attn_implementation))
+  if (options.attn_implementation.empty() || registered_locally(options.attn_implementation))
     lm->set_attn_implementation(options.attn_implementation.empty() ? "eager"
                                                                     : options.attn_implementation);
   lm->eval();
@@ -200,8 +206,8 @@ CausalLM AutoModelForCausalLM::from_pretrained(const std::string& dir, const Loa
   // parameters in their layout's form, and the checkpoint then loads straight into it (one copy).
   const bool config_given =
       options.kernel_config.has_value() || !options.kernel_config_file.empty();
-  const bool builtin_attention = options.attn_implementation.empty() ||
-                                 nn::has_attention_function(options.attn_implementation);
+  const bool builtin_attention =
+      options.attn_implementation.empty() || registered_locally(options.attn_implementation);
   if (options.use_kernels || config_given || !builtin_attention || options.allow_all_kernels) {
     if (config_given && !options.use_kernels)
       std::cerr << "hk: note: kernel_config implies use_kernels\n";

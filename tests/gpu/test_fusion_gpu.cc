@@ -62,9 +62,11 @@ class FusionGpu : public ::testing::Test {
   struct Loaded {
     CausalLM model;
     size_t peak = 0;
+    size_t resident = 0;  // device bytes still allocated after the load
   };
   static Loaded load(const std::string& fixture, DType dt, std::optional<KernelConfig> config) {
     const Device cuda = Device::cuda(0);
+    empty_cache(cuda);  // every load starts from the same (empty) cache
     reset_peak_memory_stats(cuda);
     const size_t before = memory_stats(cuda).allocated;
     LoadOptions o;
@@ -74,6 +76,7 @@ class FusionGpu : public ::testing::Test {
     Loaded out;
     out.model = AutoModelForCausalLM::from_pretrained(testing::model_fixture(fixture), o);
     out.peak = memory_stats(cuda).peak_allocated - before;
+    out.resident = memory_stats(cuda).allocated - before;
     return out;
   }
   static std::vector<double> logits(const CausalLM& m) {
@@ -108,7 +111,14 @@ TEST_F(FusionGpu, FusedRMSNormSwiGLUMLPGivesTheUnfusedLogitsWithOneCopyOfTheWeig
     const auto got = logits(fused.model);
     expect_close(got, logits(pair.model), tol, tol, "fused vs LigerRMSNorm + LigerSwiGLUMLP");
     expect_close(got, logits(plain.model), tol, tol, "fused vs built-in");
-    EXPECT_EQ(fused.peak, plain.peak) << "the layout must load the weights once";
+    size_t fused_params = 0, plain_params = 0;
+    for (auto& [name, p] : fused.model.named_parameters()) fused_params += p->value.nbytes();
+    for (auto& [name, p] : plain.model.named_parameters()) plain_params += p->value.nbytes();
+    EXPECT_EQ(fused_params, plain_params);
+    EXPECT_EQ(fused.peak, plain.peak)
+        << "the layout must load the weights once (resident after the load: fused "
+        << fused.resident << ", plain " << plain.resident << " bytes; parameters " << fused_params
+        << " / " << plain_params << ")";
   }
 }
 

@@ -350,10 +350,12 @@ TEST_P(MoeModelGpu, Bf16LogitsAndGreedyIdsMatchTransformers) {
   // part for good. So each of Transformers' tokens must be hk's argmax after Transformers' own
   // prefix, or within the logit tolerance above of hk's top logit.
   for (size_t i = 0; i < expected["prompts"].size(); ++i) {
-    const auto prompt = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
-    const auto want = expected["greedy_bf16"][i].get<std::vector<int64_t>>();
-    ASSERT_GT(want.size(), prompt.size());
-    for (size_t t = prompt.size(); t < want.size(); ++t) {
+    // the prompt, then Transformers' new tokens (the fixture holds the new tokens only)
+    auto want = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
+    const size_t prompt_size = want.size();
+    for (int64_t id : expected["greedy_bf16"][i].get<std::vector<int64_t>>()) want.push_back(id);
+    ASSERT_GT(want.size(), prompt_size);
+    for (size_t t = prompt_size; t < want.size(); ++t) {
       std::vector<int64_t> prefix(want.begin(), want.begin() + static_cast<std::ptrdiff_t>(t));
       Tensor input = Tensor::from_ints(prefix, {1, static_cast<int64_t>(prefix.size())});
       std::vector<double> logits =
@@ -372,7 +374,10 @@ TEST_P(MoeModelGpu, Bf16LogitsAndGreedyIdsMatchTransformers) {
   GenerateOptions options{.max_new_tokens = expected["max_new_tokens"].get<int64_t>()};
   for (size_t i = 0; i < expected["prompts"].size(); ++i) {
     auto ids = expected["prompts"][i]["ids"].get<std::vector<int64_t>>();
-    const std::vector<int64_t> got = model.generate(ids, options).sequences.at(0);
+    std::vector<int64_t> got = ids;  // the prompt, then generate()'s new tokens
+    const GenerateOutput out = model.generate(ids, options);  // kept: the loop reads into it
+    for (int64_t id : out.sequences.at(0)) got.push_back(id);
+    ASSERT_GT(got.size(), ids.size());
     for (size_t t = ids.size(); t < got.size(); ++t) {
       Tensor input = Tensor::from_ints(std::vector<int64_t>(got.begin(), got.begin() + t),
                                        {1, static_cast<int64_t>(t)});

@@ -112,7 +112,8 @@ class SeedExamples : public ::testing::Test {
       std::ofstream(path) << config_json;
       args += " --kernel-config " + test::shell_quote(path);
     }
-    if (kCuda) args += " --device cuda --dtype bf16";
+    // A caller that names its own (simulated) device keeps it: --device is given once.
+    if (kCuda && flags.find("--device") == std::string::npos) args += " --device cuda --dtype bf16";
     env.insert(env.begin(), {"HK_HUB_DIR", hub_dirs()});
     env.push_back({"HK_KERNELS_CACHE", scratch()});
     auto r = test::run_cli(args + " " + flags, env);
