@@ -206,15 +206,17 @@ __device__ __forceinline__ void epi_k_grouped(T* dst, float v0, float v1, bool a
 
 // ---- the cp.async pipeline of both kernel sets
 // --------------------------------------------------- K-tile kt goes to stage kt % Stages, Stages -
-// 1 tiles ahead: `load(stage, kt)` issues its copies; `compute(stage)` runs once every thread's
-// copies of the tile have landed (`publish()` runs between this thread's wait and the barrier: the
-// wgmma path's proxy fence). The copies of tile kt + Stages - 1 are issued before computing tile
-// kt, into the stage tile kt - 1 used, so `compute` must be done reading its stage when it returns
-// (ldmatrix is synchronous; the wgmma path waits for its group). Ends with every copy landed and
-// every thread past the last compute.
-template <int Stages, class Load, class Publish, class Compute>
+// 1 tiles ahead: `load(stage, kt)` issues its copies. Per k-tile, once this thread's copies of it
+// have landed: `publish()` (the wgmma path's proxy fence), a barrier (every thread's copies landed,
+// every thread done with tile kt - 1), `compute(stage)`, the copies of tile kt + Stages - 1 into
+// the stage tile kt - 1 used, then `retire()`: whatever compute left in flight must be done reading
+// its stage when retire returns (mma.sync: nothing, ldmatrix is synchronous; wgmma: the group is
+// waited for there, so the tensor cores run while this thread resolves gathered rows and issues the
+// next copies). Ends with every copy landed and every thread past the last tile.
+template <int Stages, class Load, class Publish, class Compute, class Retire>
 __device__ __forceinline__ void cp_async_pipeline(int num_k_tiles, const Load& load,
-                                                  const Publish& publish, const Compute& compute) {
+                                                  const Publish& publish, const Compute& compute,
+                                                  const Retire& retire) {
 #pragma unroll
   for (int s = 0; s < Stages - 1; ++s) {
     if (s < num_k_tiles) load(s, s);
@@ -224,10 +226,11 @@ __device__ __forceinline__ void cp_async_pipeline(int num_k_tiles, const Load& l
     cp_async_wait<Stages - 2>();
     publish();
     __syncthreads();
+    compute(kt % Stages);
     const int next = kt + Stages - 1;
     if (next < num_k_tiles) load(next % Stages, next);
     cp_async_commit();
-    compute(kt % Stages);
+    retire();
   }
   cp_async_wait<0>();
   __syncthreads();  // the stages may now be reused (next tile, or the epilogue's scratch)
@@ -283,8 +286,8 @@ __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& 
         for (int j = 0; j < kNFrag; ++j) mma16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
     }
   };
-  cp_async_pipeline<kStages>(
-      num_k_tiles, load_stage, [] {}, compute);
+  const auto nothing = [] {};
+  cp_async_pipeline<kStages>(num_k_tiles, load_stage, nothing, compute, nothing);
 }
 
 // Copies rows [r, r + kBK) (those below `r_end`) of a row-stored operand, columns

@@ -17,9 +17,9 @@
 // Pipeline (grouped_gemm.cuh cp_async_pipeline): 3 stages (96 KB), so two blocks share an SM and
 // one's barriers and epilogue overlap the other's wgmma. Per k-tile: wait for this thread's copies
 // of the tile, fence.proxy.async (its generic-proxy writes become visible to wgmma's async proxy),
-// __syncthreads (everyone's copies landed, everyone's wgmma of the previous tile done), issue the
-// copies of tile + 2 into the stage freed last iteration, then wgmma fence / 4 × wgmma / commit /
-// wait 0.
+// __syncthreads (everyone's copies landed, everyone's wgmma of the previous tile done), wgmma
+// fence / 4 × wgmma / commit, the copies of tile + 2 into the stage freed last iteration (while
+// the wgmma run), wait 0.
 // Requirements as grouped_gemm.cuh's (contiguous dimensions multiples of 8, 16-byte aligned).
 #pragma once
 
@@ -106,10 +106,12 @@ __device__ __forceinline__ void wgmma_main_loop(uint32_t smem, int num_k_tiles, 
       wg::wgmma_ss<kBN, T, LA == Major::MN ? 1 : 0, LB == Major::MN ? 1 : 0>(acc, da, db, 1);
     }
     wg::wgmma_commit();
+  };
+  auto retire = [&] {
     wg::wgmma_wait<0>();  // this warpgroup's reads of the stage are done
     wg::fence_regs(acc);
   };
-  cp_async_pipeline<kStages>(num_k_tiles, load_stage, publish, compute);
+  cp_async_pipeline<kStages>(num_k_tiles, load_stage, publish, compute, retire);
 }
 
 // Where thread's accumulator acc[4j + 2r + q] sits in the 128×128 tile (m64nNk16 layout):
