@@ -86,9 +86,12 @@ __global__ void add_rms_norm_kernel(T* residual, int64_t r_rs, const T* __restri
 }
 
 // Threads for a row of `vecs` vector accesses: about four per thread, so a block keeps several
-// independent loads in flight and an SM holds many rows at once (memory-level parallelism).
-int vector_row_threads(int64_t vecs) {
-  const int64_t t = ((vecs + 3) / 4 + 31) / 32 * 32;
+// independent loads in flight and an SM holds many rows at once (memory-level parallelism). A
+// launch of few rows (decode: one row per sequence) gets one access per thread instead: 64 rows
+// of 32 threads would leave the GPU nearly idle while each warp walks its row serially.
+int vector_row_threads(int64_t vecs, int64_t rows) {
+  const int64_t per_thread = rows >= 1024 ? 4 : 1;
+  const int64_t t = ((vecs + per_thread - 1) / per_thread + 31) / 32 * 32;
   return static_cast<int>(std::max<int64_t>(32, std::min<int64_t>(t, 1024)));
 }
 
@@ -109,11 +112,11 @@ void launch_rms_norm(const Rows& rx, const TensorView& w, const Rows& ry, float*
                     aligned_to(w.ptr(), sizeof(TW) * VEC);
   const unsigned grid = checked_grid_x(rx.rows, "rms_norm");
   if (wide) {
-    rms_norm_kernel<T, TW, TY, VEC><<<grid, vector_row_threads(rx.cols / VEC), 0, s>>>(
+    rms_norm_kernel<T, TW, TY, VEC><<<grid, vector_row_threads(rx.cols / VEC, rx.rows), 0, s>>>(
         static_cast<const T*>(rx.ptr), rx.row_stride, static_cast<const TW*>(w.ptr()),
         static_cast<TY*>(ry.ptr), ry.row_stride, rstd, rx.cols, eps);
   } else {
-    rms_norm_kernel<T, TW, TY, 1><<<grid, vector_row_threads(rx.cols), 0, s>>>(
+    rms_norm_kernel<T, TW, TY, 1><<<grid, vector_row_threads(rx.cols, rx.rows), 0, s>>>(
         static_cast<const T*>(rx.ptr), rx.row_stride, static_cast<const TW*>(w.ptr()),
         static_cast<TY*>(ry.ptr), ry.row_stride, rstd, rx.cols, eps);
   }
@@ -129,10 +132,10 @@ bool launch_add_rms_norm(const Rows& rr, const Rows& rd, const Rows& ry, const T
                     aligned_to(rd.ptr, sizeof(T) * VEC) && aligned_to(ry.ptr, sizeof(T) * VEC) &&
                     aligned_to(w.ptr(), sizeof(TW) * VEC);
   if (!wide) return false;
-  add_rms_norm_kernel<T, TW, VEC>
-      <<<checked_grid_x(rr.rows, "add_rms_norm"), vector_row_threads(rr.cols / VEC), 0, s>>>(
-          static_cast<T*>(rr.ptr), rr.row_stride, static_cast<const T*>(rd.ptr), rd.row_stride,
-          static_cast<const TW*>(w.ptr()), static_cast<T*>(ry.ptr), ry.row_stride, rr.cols, eps);
+  add_rms_norm_kernel<T, TW, VEC><<<checked_grid_x(rr.rows, "add_rms_norm"),
+                                    vector_row_threads(rr.cols / VEC, rr.rows), 0, s>>>(
+      static_cast<T*>(rr.ptr), rr.row_stride, static_cast<const T*>(rd.ptr), rd.row_stride,
+      static_cast<const TW*>(w.ptr()), static_cast<T*>(ry.ptr), ry.row_stride, rr.cols, eps);
   HK_CUDA_CHECK_LAUNCH();
   return true;
 }

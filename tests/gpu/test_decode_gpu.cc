@@ -181,8 +181,13 @@ TEST(DecodeGemv, RefusesWhatItCannotServe) {
   p.m = 17;
   EXPECT_NE(decode::gemv_unsupported(p).find("17 rows"), std::string::npos);
   p.m = 1;
-  p.k = 40;
+  p.k = 40;  // 16-bit rows must be whole 32-element chunks (f32 rows: multiples of 4)
+  EXPECT_EQ(decode::gemv_unsupported(p).find("in_features"), std::string::npos);
+  p.dtype = DType::BF16;
   EXPECT_NE(decode::gemv_unsupported(p).find("multiple of 32"), std::string::npos);
+  p.dtype = DType::F32;
+  p.k = 42;
+  EXPECT_NE(decode::gemv_unsupported(p).find("multiple of 4"), std::string::npos);
 }
 
 // ---- attention ---------------------------------------------------------------------------------

@@ -615,8 +615,8 @@ TEST(LigerHub, RmsNormSwiGLUMLPEqualsTheUnfusedNormAndMlp) {
       Tensor dn = empty({r, h}, dt), rdx = empty({r, h}, dt);
       call_with_workspace(mlp, true, {dys, n, gs, us, ds}, {dn, rdgate, rdup, rddown}, ma);
       call_with_workspace(norm, true, {dn, xs, ws, rrstd}, {rdx, rdw}, na);
-      PairResult p{host(ry), host(rrstd), host(g), host(u), host(rdx), host(rdw), host(rdgate),
-                   host(rddown)};
+      PairResult p{host(ry),  host(rrstd), host(g),      host(u),
+                   host(rdx), host(rdw),   host(rdgate), host(rddown)};
       const std::vector<double> dup = host(rdup);
       p.dgate_up.insert(p.dgate_up.end(), dup.begin(), dup.end());
       return p;

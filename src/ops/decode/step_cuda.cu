@@ -106,6 +106,7 @@ __global__ void rope_tables_kernel(const int32_t* positions, int head_dim, const
 
 struct GreedyArgs {
   int vocab = 0, blocks_per_row = 1;
+  bool vector_loads = false;  // rows 16-byte aligned: read 16 bytes at a time
   const void* logits = nullptr;
   int64_t stride = 0;
   int64_t* tokens = nullptr;
@@ -153,13 +154,26 @@ template <class T>
 __global__ void __launch_bounds__(256) greedy_kernel(const GreedyArgs a) {
   grid_wait();
   grid_launch_dependents();
+  constexpr int V = 16 / sizeof(T);
   const int b = blockIdx.y, p = blockIdx.x;
-  const int chunk = (a.vocab + a.blocks_per_row - 1) / a.blocks_per_row;
+  // chunks are whole vectors, so only the row's end can leave a scalar tail
+  const int chunk = ((a.vocab + a.blocks_per_row - 1) / a.blocks_per_row + V - 1) / V * V;
   const int lo = p * chunk, hi = min(a.vocab, lo + chunk);
   const T* row = static_cast<const T*>(a.logits) + int64_t(b) * a.stride;
   float v = -INFINITY;
   int i = -1;
-  for (int x = lo + threadIdx.x; x < hi; x += blockDim.x) better(v, i, to_f32(row[x]), x);
+  int scalar_from = lo;
+  if (a.vector_loads) {
+    const int vec_hi = lo + max(0, hi - lo) / V * V;
+    for (int x = lo + int(threadIdx.x) * V; x < vec_hi; x += int(blockDim.x) * V) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(row + x));
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int k = 0; k < V; ++k) better(v, i, to_f32(e[k]), x + k);
+    }
+    scalar_from = vec_hi;
+  }
+  for (int x = scalar_from + threadIdx.x; x < hi; x += blockDim.x) better(v, i, to_f32(row[x]), x);
   block_best(v, i);
   if (a.blocks_per_row > 1) {
     __shared__ int is_last;
@@ -253,7 +267,8 @@ void rope_tables(const int32_t* positions, int64_t batch, int64_t head_dim, cons
 }
 
 int greedy_blocks_per_row(int64_t batch, int64_t vocab) {
-  const int64_t target = 2 * int64_t(detail::device_sm_count());
+  // ~8 blocks an SM: the scan is one pass over the logits, bound by how many loads are in flight
+  const int64_t target = 8 * int64_t(detail::device_sm_count());
   const int64_t per_row = std::max<int64_t>(1, target / std::max<int64_t>(batch, 1));
   return static_cast<int>(std::clamp<int64_t>(per_row, 1, std::max<int64_t>(1, vocab / 2048)));
 }
@@ -276,6 +291,8 @@ void greedy(const GreedyParams& p, Stream stream) {
   a.pv = p.partial_values;
   a.pi = p.partial_indices;
   a.counters = p.counters;
+  a.vector_loads = reinterpret_cast<uintptr_t>(p.logits) % 16 == 0 &&
+                   (p.logits_stride * static_cast<int64_t>(dtype_size(p.dtype))) % 16 == 0;
   if (a.blocks_per_row > 1 && (!a.pv || !a.pi || !a.counters))
     throw InvalidArgument("decode greedy: several blocks per row need the partial buffers");
   const dim3 grid(static_cast<unsigned>(a.blocks_per_row), static_cast<unsigned>(p.batch));
