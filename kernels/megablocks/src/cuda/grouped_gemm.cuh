@@ -22,6 +22,10 @@
 // training, the pre-activations); the SwiGLU backward of the d(act) GEMM (reads the saved
 // pre-activations and the routing weight, writes d(gate ‖ up), weight·act(gate)·up, and each
 // row's partial of d(weight), reduced deterministically per tile).
+//
+// The Hopper wgmma kernels of the same problems (grouped_gemm_sm90.cuh, HK_MEGABLOCKS_GEMM=wgmma)
+// share what is here besides the mma.sync main loop: parameters, the M-grouped tile walk, the
+// cp.async pipeline and the per-pair epilogues.
 #pragma once
 
 #include <cuda_bf16.h>

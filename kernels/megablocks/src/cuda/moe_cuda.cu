@@ -286,8 +286,7 @@ void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
   check(cudaGetLastError(), "K-grouped GEMM launch");
 }
 
-// ---- the expert GEMMs' kernels: mma.sync or wgmma
-// ------------------------------------------------
+// ---- the expert GEMMs' kernels: mma.sync or wgmma ---------------------------------------------
 
 // HK_MEGABLOCKS_GEMM (read on every call): mma (unset: the default) or wgmma.
 struct ExpertGemm {
