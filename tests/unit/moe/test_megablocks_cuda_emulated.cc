@@ -273,7 +273,7 @@ TEST(MegablocksGemmSelection, TheEnvironmentPicksTheKernelsOrSaysWhyNot) {
   auto status_of = [](const char* value) -> hk_status {
     setenv("HK_MEGABLOCKS_GEMM", value, 1);
     try {
-      cuda::expert_gemm();
+      cuda::gemm_kernels();
     } catch (const hk::sdk::Failure& f) {
       EXPECT_NE(std::string(f.what()).find("HK_MEGABLOCKS_GEMM"), std::string::npos) << f.what();
       return f.status();
@@ -282,12 +282,12 @@ TEST(MegablocksGemmSelection, TheEnvironmentPicksTheKernelsOrSaysWhyNot) {
   };
   unsetenv("HK_MEGABLOCKS_GEMM");
   unsetenv("MEGABLOCKS_GEMM_TILE");
-  EXPECT_FALSE(cuda::expert_gemm().wgmma);
-  EXPECT_EQ(cuda::expert_gemm().bn, 128);
+  EXPECT_FALSE(cuda::gemm_kernels().wgmma);
+  EXPECT_EQ(cuda::gemm_kernels().bn, 128);
   setenv("MEGABLOCKS_GEMM_TILE", "128x256", 1);
   setenv("HK_MEGABLOCKS_GEMM", "mma", 1);
-  EXPECT_FALSE(cuda::expert_gemm().wgmma);
-  EXPECT_EQ(cuda::expert_gemm().bn, 256);
+  EXPECT_FALSE(cuda::gemm_kernels().wgmma);
+  EXPECT_EQ(cuda::gemm_kernels().bn, 256);
   unsetenv("MEGABLOCKS_GEMM_TILE");
   EXPECT_EQ(status_of("wgmma"), HK_STATUS_UNSUPPORTED);
   EXPECT_EQ(status_of("tcgen05"), HK_STATUS_INVALID_ARGUMENT);

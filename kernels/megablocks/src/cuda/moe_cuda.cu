@@ -18,9 +18,9 @@
 // device), so the entry is capture-safe. Requirements: bf16 or f16; H and I multiples of 8;
 // 16-byte aligned tensors (UNSUPPORTED otherwise).
 //
-// The expert GEMMs (gate_up, down, d(act), dx rows, d(down_w), d(gate_up_w)) run on the mma.sync
-// kernels (grouped_gemm.cuh) or, with HK_MEGABLOCKS_GEMM=wgmma, on the Hopper wgmma kernels
-// (grouped_gemm_sm90.cuh); the router's small GEMMs always on mma.sync. HK_MEGABLOCKS_TIMING=1
+// The GEMMs (the experts' gate_up, down, d(act), dx rows, d(down_w), d(gate_up_w) and the
+// router's three) run on the mma.sync kernels (grouped_gemm.cuh) or, with HK_MEGABLOCKS_GEMM=wgmma,
+// on the Hopper wgmma kernels (grouped_gemm_sm90.cuh). HK_MEGABLOCKS_TIMING=1
 // prints each pass's per-stage times to stderr (it synchronises the stream: a diagnostic for
 // benchmarks, not for capture).
 #include <cstdio>
@@ -286,12 +286,14 @@ void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
   check(cudaGetLastError(), "K-grouped GEMM launch");
 }
 
-// ---- the expert GEMMs' kernels: mma.sync or wgmma ---------------------------------------------
+// ---- the GEMMs' kernels: mma.sync or wgmma -----------------------------------------------------
 
 // HK_MEGABLOCKS_GEMM (read on every call): mma (unset: the default) or wgmma.
-struct ExpertGemm {
+struct GemmKernels {
   bool wgmma = false;
-  int bn = 128;  // the M-grouped tiles' N extent (the d(weight) parts per row are I / bn)
+  int bn = 128;  // the expert M-grouped tiles' N extent (the d(weight) parts per row are I / bn)
+  // The router's GEMMs: the same kernel set, 128-column tiles.
+  GemmKernels router() const { return {wgmma, 128}; }
 };
 
 #if MEGABLOCKS_WGMMA
@@ -311,7 +313,7 @@ void require_hopper() {
 }
 #endif
 
-ExpertGemm expert_gemm() {
+GemmKernels gemm_kernels() {
   const char* v = std::getenv("HK_MEGABLOCKS_GEMM");
   const std::string s = v ? v : "";
   if (s.empty() || s == "mma") return {false, expert_tile_n()};
@@ -336,7 +338,7 @@ struct Sm90KGroupedTag {};
 #endif
 
 template <class T, Major LB, Epi E>
-void expert_m_grouped(const MGroupedParams<T>& p, cudaStream_t stream, const ExpertGemm& g) {
+void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g) {
 #if MEGABLOCKS_WGMMA
   if (g.wgmma) {
     auto kernel = sm90::m_grouped_gemm<T, LB, E>;
@@ -350,7 +352,7 @@ void expert_m_grouped(const MGroupedParams<T>& p, cudaStream_t stream, const Exp
 }
 
 template <class T>
-void expert_k_grouped(const KGroupedParams<T>& p, cudaStream_t stream, const ExpertGemm& g) {
+void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g) {
 #if MEGABLOCKS_WGMMA
   if (g.wgmma) {
     auto kernel = sm90::k_grouped_gemm<T>;
@@ -370,7 +372,7 @@ void expert_k_grouped(const KGroupedParams<T>& p, cudaStream_t stream, const Exp
 // prints every stage's time to stderr. Off (the default) it does nothing.
 class StageTimer {
  public:
-  StageTimer(cudaStream_t stream, const char* pass, const ExpertGemm& g)
+  StageTimer(cudaStream_t stream, const char* pass, const GemmKernels& g)
       : stream_(stream), pass_(pass), path_(g.wgmma ? "wgmma" : "mma") {
     const char* v = std::getenv("HK_MEGABLOCKS_TIMING");
     on_ = v && std::string(v) == "1";
@@ -533,7 +535,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
   const int64_t tiles = ceil_div(c.T, 256);
 
-  const ExpertGemm gemm = expert_gemm();
+  const GemmKernels gemm = gemm_kernels();
   StageTimer timer(stream, "forward", gemm);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, b.perm.one_group, b.perm.one_group_tiles);
   MGroupedParams<T> router;
@@ -544,7 +546,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   router.groups = one;
   router.epi.out = b.logits;
   router.epi.ld = c.E;
-  m_grouped<T, Major::K, Epi::Store>(router, stream);
+  m_grouped_on<T, Major::K, Epi::Store>(router, stream, gemm.router());
   MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(tiles), 256, 0, stream)
   (b.logits, c.T, E, k, c.attrs.norm_topk_prob != 0, b.ids, b.weights);
   permute(c, b.ids, b.weights, b.perm, stream);
@@ -560,7 +562,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  expert_m_grouped<T, Major::K, Epi::SwigluForward>(up, stream, gemm);
+  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm);
   timer.mark("gate_up GEMM + SwiGLU");
 
   MGroupedParams<T> down;
@@ -571,7 +573,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   down.groups = experts;
   down.epi.out = b.out;
   down.epi.ld = c.H;
-  expert_m_grouped<T, Major::K, Epi::Store>(down, stream, gemm);
+  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm);
   timer.mark("down GEMM");
 
   MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
@@ -590,7 +592,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const Groups one{perm.one_group, perm.one_group_tiles, 1};
   const int64_t n = c.assignments(), Ep = padded_experts(c.E);
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
-  const ExpertGemm gemm = expert_gemm();
+  const GemmKernels gemm = gemm_kernels();
   StageTimer timer(stream, "backward", gemm);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
   permute(c, c.topk_ids, c.topk_weights, perm, stream);
@@ -611,7 +613,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   dact.epi.dgate_up = b.dgate_up;
   dact.epi.row_weight = perm.sorted_weight;
   dact.epi.partial = b.partial;
-  expert_m_grouped<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm);
+  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm);
   timer.mark("d(act) GEMM + SwiGLU bwd");
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
   (b.partial, perm.position, n, ceil_div(c.I, gemm.bn), b.dweights);
@@ -630,7 +632,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   rdx.groups = one;
   rdx.epi.out = b.dx_router;
   rdx.epi.ld = c.H;
-  m_grouped<T, Major::MN, Epi::StoreF32>(rdx, stream);
+  m_grouped_on<T, Major::MN, Epi::StoreF32>(rdx, stream, gemm.router());
   if (c.drouter_w) {
     KGroupedParams<T> dwr;
     dwr.a = {b.dlogits, Ep, 0, nullptr};
@@ -641,7 +643,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dwr.groups = one;
     dwr.out = static_cast<T*>(c.drouter_w);
     dwr.accumulate = c.accumulate;
-    k_grouped(dwr, stream);
+    k_grouped_on(dwr, stream, gemm.router());
   }
   timer.mark("routing bwd + router GEMMs");
 
@@ -655,7 +657,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   drows.groups = experts;
   drows.epi.out = b.drows;
   drows.epi.ld = c.H;
-  expert_m_grouped<T, Major::MN, Epi::Store>(drows, stream, gemm);
+  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm);
   timer.mark("dx rows GEMM");
   MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
@@ -671,7 +673,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dd.groups = experts;
     dd.out = static_cast<T*>(c.ddown_w);
     dd.accumulate = c.accumulate;
-    expert_k_grouped(dd, stream, gemm);
+    k_grouped_on(dd, stream, gemm);
     timer.mark("d(down_w) GEMM");
   }
   if (c.dgate_up_w) {  // Σ_rows d(gate ‖ up)ᵀ ⊗ x[token]  →  [2I, H] per expert
@@ -683,7 +685,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dg.groups = experts;
     dg.out = static_cast<T*>(c.dgate_up_w);
     dg.accumulate = c.accumulate;
-    expert_k_grouped(dg, stream, gemm);
+    k_grouped_on(dg, stream, gemm);
     timer.mark("d(gate_up_w) GEMM");
   }
   timer.finish();
