@@ -272,21 +272,26 @@ TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
 TEST(DecodeGreedy, FirstMaxPadForFinishedRowsEosAndAdvance) {
   HK_REQUIRE_REAL_CUDA();
   for (DType dt : {DType::BF16, DType::F32})
-    for (int64_t vocab : {151936, 3008, 7}) {
+    // {vocab, row stride}: 16-byte rows (vector loads), an odd row (scalar loads), and padded
+    // rows of an odd vocabulary (vector loads and a scalar tail; the padding must not be read)
+    for (auto [vocab, stride] :
+         {std::pair<int64_t, int64_t>{151936, 151936}, {3008, 3008}, {7, 7}, {3001, 3008}}) {
       const int64_t b = 5;
-      Tensor logits = random_cpu({b, vocab}, dt, 42);
+      Tensor logits = random_cpu({b, stride}, dt, 42);
       std::vector<double> v = logits.to_doubles();
       // ties: the max value again at a later and an earlier index of row 0
       std::vector<float> f(v.begin(), v.end());
       const size_t best0 = std::max_element(f.begin(), f.begin() + vocab) - f.begin();
       f[static_cast<size_t>(vocab - 1)] = f[best0];
       if (best0 > 0) f[0] = f[best0];
-      logits = Tensor::from_floats(f, {b, vocab}, dt);
+      for (int64_t r = 0; r < b; ++r)
+        for (int64_t j = vocab; j < stride; ++j) f[static_cast<size_t>(r * stride + j)] = 1e4f;
+      logits = Tensor::from_floats(f, {b, stride}, dt);
       v = logits.to_doubles();
       std::vector<int64_t> expect(b);
       for (int64_t r = 0; r < b; ++r)
-        expect[r] = std::max_element(v.begin() + r * vocab, v.begin() + (r + 1) * vocab) -
-                    (v.begin() + r * vocab);
+        expect[r] = std::max_element(v.begin() + r * stride, v.begin() + r * stride + vocab) -
+                    (v.begin() + r * stride);
       Tensor gl = to_gpu(logits);
       Tensor tokens = to_gpu(Tensor::from_ints(std::vector<int64_t>(b, -1), {b}, DType::I64));
       Tensor done = to_gpu(Tensor::from_ints({0, 1, 0, 0, 0}, {b}, DType::I32));
@@ -298,7 +303,7 @@ TEST(DecodeGreedy, FirstMaxPadForFinishedRowsEosAndAdvance) {
       p.batch = b;
       p.vocab = vocab;
       p.logits = gl.view().ptr();
-      p.logits_stride = vocab;
+      p.logits_stride = stride;
       p.tokens = tokens.data_as<int64_t>();
       p.done = done.data_as<int32_t>();
       p.eos = eos.data_as<int64_t>();
