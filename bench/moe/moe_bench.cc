@@ -9,6 +9,13 @@
 // router GEMMs, 2·T·E·H each, are not counted). Method: CUDA events around each call, warm-up
 // first, median of the repeats. Inputs are random (balanced-ish routing).
 //
+// megablocks runs with each kernel set of its expert GEMMs side by side: "hk megablocks" (mma.sync,
+// 128×128 tiles), "hk megablocks 128x256" (mma.sync, MEGABLOCKS_GEMM_TILE=128x256) and "hk
+// megablocks wgmma" (Hopper wgmma, HK_MEGABLOCKS_GEMM=wgmma; its rows come last, after the JSON of
+// all the others is written, so a fault in the newer kernels loses nothing else). After each set's
+// timings one more forward+backward runs with HK_MEGABLOCKS_TIMING=1: the library prints its
+// per-stage times (each GEMM, routing, permutation, un-permutation) to stderr.
+//
 // Usage: hk_bench_moe [--out FILE.json] [--tokens 4096,16384] [--reps N]
 #include <cuda_runtime.h>
 
@@ -179,7 +186,10 @@ int main(int argc, char** argv) {
     results.push_back(r);
   };
 
-  for (int64_t T : token_counts) {
+  // One token count: the mma kernel sets, the built-in block and the dense rate; or (`unproven`)
+  // the wgmma kernel set alone. The wgmma rows run after every other row of every token count
+  // (and the JSON is written before them), so a fault in the new kernels cannot lose the rest.
+  auto measure = [&](int64_t T, bool unproven) {
     const int64_t N = T * kK;
     const double fwd_flops = 2.0 * N * (2 * kI * kH + kI * kH);
     const hk::Tensor x = random_bf16({T, kH}, 1.0f, 4), dy = random_bf16({T, kH}, 0.01f, 5);
@@ -210,16 +220,36 @@ int main(int argc, char** argv) {
       fn.forward(in, train_out, attrs, o);
       fn.backward(bin, bout, attrs, o);
     };
-    // Both tile configs of the expert GEMMs (MEGABLOCKS_GEMM_TILE; the library reads it per call).
-    for (const char* tile : {"128x128", "128x256"}) {
-      setenv("MEGABLOCKS_GEMM_TILE", tile, 1);
-      const std::string name = std::string("hk megablocks") + (tile[4] == '1' ? "" : " 128x256");
-      record(name, T, "forward", median_ms(forward, stream, reps), fwd_flops,
-             graph_ms(forward, stream, reps));
-      record(name, T, "forward+backward", median_ms(train, stream, reps), 3 * fwd_flops,
-             graph_ms(train, stream, reps));
+    // Each kernel set of the expert GEMMs (the library reads the variables on every call).
+    struct Kernels {
+      const char *name, *gemm, *tile;
+    };
+    for (const Kernels& k : {Kernels{"hk megablocks", "mma", "128x128"},
+                             Kernels{"hk megablocks 128x256", "mma", "128x256"},
+                             Kernels{"hk megablocks wgmma", "wgmma", "128x128"}}) {
+      if ((std::string(k.gemm) == "wgmma") != unproven) continue;
+      setenv("HK_MEGABLOCKS_GEMM", k.gemm, 1);
+      setenv("MEGABLOCKS_GEMM_TILE", k.tile, 1);
+      try {
+        record(k.name, T, "forward", median_ms(forward, stream, reps), fwd_flops,
+               graph_ms(forward, stream, reps));
+        record(k.name, T, "forward+backward", median_ms(train, stream, reps), 3 * fwd_flops,
+               graph_ms(train, stream, reps));
+        std::fflush(stdout);
+        std::fprintf(stderr, "per-stage times, %s, T=%lld (one forward+backward):\n", k.name,
+                     static_cast<long long>(T));
+        setenv("HK_MEGABLOCKS_TIMING", "1", 1);
+        train();
+        CK(cudaStreamSynchronize(stream));
+        unsetenv("HK_MEGABLOCKS_TIMING");
+      } catch (const std::exception& e) {  // e.g. wgmma on a GPU that is not a Hopper
+        unsetenv("HK_MEGABLOCKS_TIMING");
+        std::fprintf(stderr, "hk_bench_moe: %s skipped: %s\n", k.name, e.what());
+      }
     }
+    unsetenv("HK_MEGABLOCKS_GEMM");
     unsetenv("MEGABLOCKS_GEMM_TILE");
+    if (unproven) return;
 
     // The built-in block (reference; syncs the host for the routing).
     {
@@ -261,17 +291,23 @@ int main(int argc, char** argv) {
       record("cuBLAS dense bf16", T, "forward+backward", median_ms(dense_train, stream, reps),
              3 * fwd_flops, 0);
     }
-  }
-  json doc{{"benchmark", "moe"},
-           {"gpu", gpu_name()},
-           {"commit", std::getenv("HK_COMMIT") ? std::getenv("HK_COMMIT") : ""},
-           {"shape", {{"hidden", kH}, {"experts", kE}, {"top_k", kK}, {"intermediate", kI}}},
-           {"flops", "routed tokens: forward 2*T*k*3*H*I, forward+backward 3x; router not counted"},
-           {"results", results}};
+  };
+  auto document = [&] {
+    return json{
+        {"benchmark", "moe"},
+        {"gpu", gpu_name()},
+        {"commit", std::getenv("HK_COMMIT") ? std::getenv("HK_COMMIT") : ""},
+        {"shape", {{"hidden", kH}, {"experts", kE}, {"top_k", kK}, {"intermediate", kI}}},
+        {"flops", "routed tokens: forward 2*T*k*3*H*I, forward+backward 3x; router not counted"},
+        {"results", results}};
+  };
+  for (int64_t T : token_counts) measure(T, false);
+  if (!out_path.empty()) std::ofstream(out_path) << document().dump(1) << "\n";
+  for (int64_t T : token_counts) measure(T, true);
   if (!out_path.empty()) {
-    std::ofstream(out_path) << doc.dump(1) << "\n";
+    std::ofstream(out_path) << document().dump(1) << "\n";
   } else {
-    std::cout << doc.dump(1) << "\n";
+    std::cout << document().dump(1) << "\n";
   }
   CK(cudaStreamDestroy(stream));
   return 0;

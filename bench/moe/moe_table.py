@@ -28,15 +28,18 @@ def main():
     hk = json.load(open(args.hk))
     torch_doc = json.load(open(args.torch)) if args.torch else {"results": []}
     rows = {**index(hk), **index(torch_doc)}
+    # megablocks' expert-GEMM kernel sets (hk_bench_moe rows) and their column label
+    kernel_sets = {"hk megablocks": "128x128", "hk megablocks 128x256": "128x256",
+                   "hk megablocks wgmma": "wgmma"}
     tokens = sorted({k[1] for k in rows})
     lines = [f"MoE block at Qwen3-30B-A3B shapes (H 2048, 128 experts, top-8, I 768), bf16, "
              f"{hk.get('gpu', '?')}; TFLOP/s on routed tokens",
-             f"{'tiles':>7} {'tokens':>6} {'pass':<17} {'hk ms':>8} {'graph':>8} {'TF/s':>6} {'dense':>6} "
+             f"{'kernels':>7} {'tokens':>6} {'pass':<17} {'hk ms':>8} {'graph':>8} {'TF/s':>6} {'dense':>6} "
              f"{'%dense':>6} {'eager ms':>9} {'x eager':>8} {'gmm ms':>8} {'x gmm':>6}"]
     verdicts = []
     for t in tokens:
         for name, p in [(n, p) for p in ("forward", "forward+backward")
-                        for n in ("hk megablocks", "hk megablocks 128x256")]:
+                        for n in kernel_sets]:
             mb = rows.get((name, t, p))
             if not mb:
                 continue
@@ -48,7 +51,7 @@ def main():
             xe = eager["ms"] / mb["ms"] if eager else None
             xg = gmm["ms"] / mb["ms"] if gmm else None
             fmt = lambda v, f: (f % v) if v is not None else "-"  # noqa: E731
-            tiles = "128x256" if name.endswith("128x256") else "128x128"
+            tiles = kernel_sets[name]
             lines.append(f"{tiles:>7} {t:>6} {p:<17} {mb['ms']:8.3f} {fmt(mb.get('graph_ms'), '%8.3f'):>8} "
                          f"{tf:6.0f} {fmt(dense and dense['tflops'], '%6.0f'):>6} "
                          f"{fmt(frac and 100 * frac, '%5.0f%%'):>6} "

@@ -1,13 +1,16 @@
 // Qwen3-MoE and kernels-community/megablocks on CUDA (label gpu; scripts/gpu-test --moe):
-//  - the cuda variant (both expert-GEMM tile configs, MEGABLOCKS_GEMM_TILE) against the cpu
-//    variant on the same bf16 inputs (uneven routings, shapes across every tile edge): router
-//    logits, top-k ids and the expert-sorted gate_up pre-activations bit for bit (inputs that make
-//    those GEMMs exact), top-k weights to a few f32 ulps (expf), y, dx and every weight gradient
-//    at bf16 precision;
-//  - at Qwen3-30B-A3B block shapes (H 2048, 128 experts, top-8, I 768) against hk's built-in MoE
-//    block on CUDA (cuBLAS per expert);
-//  - capture: the forward and backward recorded into a CUDA graph replay bit for bit; two
-//    backward calls give bit-identical gradients (no atomics);
+//  - the cuda variant, with each kernel set of the expert GEMMs (mma.sync with both tile configs,
+//    MEGABLOCKS_GEMM_TILE; the Hopper wgmma kernels, HK_MEGABLOCKS_GEMM=wgmma), against the cpu
+//    variant on the same bf16 and f16 inputs (uneven routings: experts with 0 rows, 1 row, one
+//    expert taking every row, group sizes that are no multiple of 64 or 128; shapes across every
+//    tile edge of both kernel sets): router logits, top-k ids and the expert-sorted gate_up
+//    pre-activations bit for bit (inputs that make those GEMMs exact), top-k weights to a few f32
+//    ulps (expf), y, dx and every weight gradient at 16-bit precision, experts without rows
+//    getting exact zero gradients;
+//  - at Qwen3-30B-A3B block shapes (H 2048, 128 experts, top-8, I 768), both kernel sets, against
+//    hk's built-in MoE block on CUDA (cuBLAS per expert);
+//  - capture, both kernel sets: the forward and backward recorded into a CUDA graph replay bit
+//    for bit; two backward calls give bit-identical gradients (no atomics);
 //  - the tiny bf16 Qwen3-MoE model against Transformers in bf16 on cuda (tests/fixtures, made by
 //    tools/fixtures/make_moe_fixtures.py --cuda): last-position logits, greedy ids, the training
 //    loss with the router aux loss and the gradients, with the cuda variant and with the built-in
@@ -38,6 +41,29 @@ using testing::relative_error;
 
 const std::string kMegablocks = "kernels-community/megablocks:MegaBlocksMoeMLP";
 
+// The kernel sets of the expert GEMMs (the library reads the variables on every call).
+struct GemmKernels {
+  const char* name;
+  const char* gemm;  // HK_MEGABLOCKS_GEMM
+  const char* tile;  // MEGABLOCKS_GEMM_TILE (mma only)
+};
+constexpr GemmKernels kMma{"mma 128x128", "mma", "128x128"};
+constexpr GemmKernels kMmaWide{"mma 128x256", "mma", "128x256"};
+constexpr GemmKernels kWgmma{"wgmma", "wgmma", "128x128"};
+
+// Selects a kernel set for its lifetime.
+class UseGemm {
+ public:
+  explicit UseGemm(const GemmKernels& k) {
+    setenv("HK_MEGABLOCKS_GEMM", k.gemm, 1);
+    setenv("MEGABLOCKS_GEMM_TILE", k.tile, 1);
+  }
+  ~UseGemm() {
+    unsetenv("HK_MEGABLOCKS_GEMM");
+    unsetenv("MEGABLOCKS_GEMM_TILE");
+  }
+};
+
 class MoeGpu : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -60,6 +86,7 @@ class MoeGpu : public ::testing::Test {
     for (const LayerDecision& d : r.layers)
       if (d.layer == "MoeMLP") ASSERT_EQ(d.kernel, kMegablocks) << d.path << ": " << d.reason;
   }
+  void capture_and_compare();  // the capture test with the kernel set of the environment
   KernelFunction cuda_entry() {
     auto h = hub();
     hub::Resolution res = h->resolve(kMegablocks, hub::Target::for_device(Device::cuda(0)));
@@ -153,26 +180,42 @@ void expect_close(const Outcome& got, const Outcome& want, double tol, const std
 }
 
 TEST_F(MoeGpu, CudaVariantMatchesTheCpuVariant) {
-  for (const char* tile : {"128x128", "128x256"})  // MEGABLOCKS_GEMM_TILE: both tile configs
-    for (const Problem& s : test::kMoeProblems) {
-      setenv("MEGABLOCKS_GEMM_TILE", tile, 1);
-      SCOPED_TRACE(std::string(s.name) + ", tiles " + tile);
+  for (const Problem& s : test::kMoeProblems)
+    for (DType dt : {DType::BF16, DType::F16}) {
+      // f16 on the cases that cross tile edges and leave experts empty (the cpu reference is
+      // single-threaded)
+      const std::string name = s.name;
+      if (dt == DType::F16 && name != "random" && name != "dead_experts" && name != "tile_edges" &&
+          name != "wgmma_edges")
+        continue;
       const Block b = make_block(s, 11);
-      auto cpu = make_module(b, Device::cpu(), DType::BF16);
-      auto gpu = make_module(b, Device::cuda(0), DType::BF16);
-      bind_megablocks(*cpu, Device::cpu(), DType::BF16, Mode::Training);
-      bind_megablocks(*gpu, Device::cuda(0), DType::BF16, Mode::Training);
-      const Outcome want = run(*cpu, b, Device::cpu(), DType::BF16, true);
-      const Outcome got = run(*gpu, b, Device::cuda(0), DType::BF16, true);
-      EXPECT_EQ(got.logits, want.logits) << "router logits";
-      EXPECT_EQ(got.ids, want.ids) << "top-k ids";
-      // The weights go through expf, whose last bit differs between the device and the host.
-      ASSERT_EQ(got.weights.size(), want.weights.size());
-      for (size_t i = 0; i < got.weights.size(); ++i)
-        ASSERT_NEAR(got.weights[i], want.weights[i], 2e-6 * std::abs(want.weights[i])) << i;
-      EXPECT_EQ(got.gate_up, want.gate_up) << "gate_up pre-activations, expert order";
-      expect_close(got, want, 1e-2, "cuda vs cpu variant");
-      unsetenv("MEGABLOCKS_GEMM_TILE");
+      auto cpu = make_module(b, Device::cpu(), dt);
+      bind_megablocks(*cpu, Device::cpu(), dt, Mode::Training);
+      const Outcome want = run(*cpu, b, Device::cpu(), dt, true);
+      for (const GemmKernels& kernels : {kMma, kMmaWide, kWgmma}) {
+        SCOPED_TRACE(std::string(s.name) + ", " + dtype_name(dt) + ", " + kernels.name);
+        const UseGemm use(kernels);
+        auto gpu = make_module(b, Device::cuda(0), dt);
+        bind_megablocks(*gpu, Device::cuda(0), dt, Mode::Training);
+        const Outcome got = run(*gpu, b, Device::cuda(0), dt, true);
+        EXPECT_EQ(got.logits, want.logits) << "router logits";
+        EXPECT_EQ(got.ids, want.ids) << "top-k ids";
+        // The weights go through expf, whose last bit differs between the device and the host.
+        ASSERT_EQ(got.weights.size(), want.weights.size());
+        for (size_t i = 0; i < got.weights.size(); ++i)
+          ASSERT_NEAR(got.weights[i], want.weights[i], 2e-6 * std::abs(want.weights[i])) << i;
+        EXPECT_EQ(got.gate_up, want.gate_up) << "gate_up pre-activations, expert order";
+        expect_close(got, want, dt == DType::BF16 ? 1e-2 : 2e-3, "cuda vs cpu variant");
+        // Experts without rows: exact zero weight gradients (the K-grouped GEMMs' empty groups).
+        std::vector<int64_t> rows(s.E, 0);
+        for (int64_t e : got.ids) ++rows[e];
+        for (int64_t e = 0; e < s.E; ++e) {
+          if (rows[e]) continue;
+          const int64_t gu = 2 * s.I * s.H, d = s.H * s.I;
+          for (int64_t i = 0; i < gu; ++i) ASSERT_EQ(got.dgu[e * gu + i], 0.0) << "expert " << e;
+          for (int64_t i = 0; i < d; ++i) ASSERT_EQ(got.dwd[e * d + i], 0.0) << "expert " << e;
+        }
+      }
     }
 }
 
@@ -180,21 +223,35 @@ TEST_F(MoeGpu, CudaVariantMatchesTheCpuVariant) {
 // on cuda; 4096 tokens and an odd count.
 TEST_F(MoeGpu, CudaVariantMatchesTheBuiltinAtQwen3_30B_A3BShapes) {
   for (int64_t tokens : {4096, 1531}) {
-    SCOPED_TRACE("tokens " + std::to_string(tokens));
     const Block b = make_block({"30b", tokens, 128, 8, 2048, 768, true, 0}, 5);
     auto builtin = make_module(b, Device::cuda(0), DType::BF16);
-    auto kernel = make_module(b, Device::cuda(0), DType::BF16);
-    bind_megablocks(*kernel, Device::cuda(0), DType::BF16, Mode::Training);
     const Outcome want = run(*builtin, b, Device::cuda(0), DType::BF16, false);
-    const Outcome got = run(*kernel, b, Device::cuda(0), DType::BF16, true);
-    EXPECT_EQ(got.logits, want.logits) << "router logits (exact inputs)";
-    expect_close(got, want, 2e-2, "megablocks vs built-in");
+    // (each run moves ~600 M gradient values to the host: mma, unchanged, on the odd count only)
+    const std::vector<GemmKernels> sets =
+        tokens == 4096 ? std::vector<GemmKernels>{kWgmma} : std::vector<GemmKernels>{kMma, kWgmma};
+    for (const GemmKernels& kernels : sets) {
+      SCOPED_TRACE("tokens " + std::to_string(tokens) + ", " + kernels.name);
+      const UseGemm use(kernels);
+      auto kernel = make_module(b, Device::cuda(0), DType::BF16);
+      bind_megablocks(*kernel, Device::cuda(0), DType::BF16, Mode::Training);
+      const Outcome got = run(*kernel, b, Device::cuda(0), DType::BF16, true);
+      EXPECT_EQ(got.logits, want.logits) << "router logits (exact inputs)";
+      expect_close(got, want, 2e-2, "megablocks vs built-in");
+    }
   }
 }
 
 // The capture claim: forward and backward recorded into one CUDA graph (workspace preallocated)
 // replay bit for bit; and a second eager backward gives the same bits (deterministic).
 TEST_F(MoeGpu, CaptureReplaysBitForBitAndBackwardIsDeterministic) {
+  for (const GemmKernels& kernels : {kMma, kWgmma}) {
+    SCOPED_TRACE(kernels.name);
+    const UseGemm use(kernels);
+    capture_and_compare();
+  }
+}
+
+void MoeGpu::capture_and_compare() {
   const Block b = make_block({"capture", 777, 32, 4, 1024, 256, true, 0}, 3);
   const Device d = Device::cuda(0);
   const DType dt = DType::BF16;

@@ -26,4 +26,23 @@ cudaError_t CUDARTAPI cudaGetLastError(void) {
 const char* CUDARTAPI cudaGetErrorString(cudaError_t) {
   return "emulated device: no error";
 }
+// HK_MEGABLOCKS_TIMING's events: the emulated device runs each launch to completion, so every
+// stage takes "0 ms".
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* event) {
+  *event = nullptr;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t, cudaStream_t) {
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) {
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) {
+  *ms = 0.0f;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t) {
+  return cudaSuccess;
+}
 }

@@ -31,8 +31,12 @@ inline constexpr MoeProblem kMoeProblems[] = {
     {"two_chunks", 700, 8, 2, 48, 24, true, 0},
     // two M tiles per expert (150 rows), K tail (264 = 8·32 + 8), N tails (I 72)
     {"tile_edges", 300, 2, 1, 264, 72, false, 0},
-    // (GPU only: too slow to emulate) many tiles, odd token count
+    // (GPU only from here: too slow to emulate) many tiles, odd token count
     {"odd_tokens", 1001, 16, 4, 512, 200, true, 0},
+    // the wgmma tiles' edges: K tails past 64-wide k-tiles and a pipeline of 17 of them (H 1032 =
+    // 16·64 + 8; 2I 272 = 4·64 + 16), N tails past 128 and 64 (SwiGLU) columns (I 136 = 2·64 + 8,
+    // H), ~300 rows per expert (3 M tiles, the last partial)
+    {"wgmma_edges", 600, 4, 2, 1032, 136, true, 0},
 };
 
 struct MoeProblemValues {

@@ -246,7 +246,7 @@ std::string case_name(const ::testing::TestParamInfo<std::tuple<Case, int32_t, i
          (std::get<1>(info.param) == HK_DTYPE_BF16 ? "_bf16" : "_f16") +
          (std::get<2>(info.param) == 256 ? "_tile256" : "");
 }
-const Case* kCases = hk::test::kMoeProblems;  // the first seven: "odd_tokens" is GPU only
+const Case* kCases = hk::test::kMoeProblems;  // the first seven: the rest are GPU only
 INSTANTIATE_TEST_SUITE_P(Cases, EmulatedCuda,
                          ::testing::Combine(::testing::ValuesIn(kCases, kCases + 7),
                                             ::testing::Values(HK_DTYPE_BF16),
@@ -265,6 +265,34 @@ INSTANTIATE_TEST_SUITE_P(WideTiles, EmulatedCuda,
                                             ::testing::Values(HK_DTYPE_BF16),
                                             ::testing::Values(256)),
                          case_name);
+
+// HK_MEGABLOCKS_GEMM picks the expert GEMMs' kernels: mma when unset or "mma" (tile N from
+// MEGABLOCKS_GEMM_TILE); "wgmma" is refused with a sentence here (the emulation has no sm_90a
+// code; on the GPU tests/gpu/test_moe_gpu.cc runs it); anything else is an invalid argument.
+TEST(MegablocksGemmSelection, TheEnvironmentPicksTheKernelsOrSaysWhyNot) {
+  auto status_of = [](const char* value) -> hk_status {
+    setenv("HK_MEGABLOCKS_GEMM", value, 1);
+    try {
+      cuda::gemm_kernels();
+    } catch (const hk::sdk::Failure& f) {
+      EXPECT_NE(std::string(f.what()).find("HK_MEGABLOCKS_GEMM"), std::string::npos) << f.what();
+      return f.status();
+    }
+    return HK_STATUS_OK;
+  };
+  unsetenv("HK_MEGABLOCKS_GEMM");
+  unsetenv("MEGABLOCKS_GEMM_TILE");
+  EXPECT_FALSE(cuda::gemm_kernels().wgmma);
+  EXPECT_EQ(cuda::gemm_kernels().bn, 128);
+  setenv("MEGABLOCKS_GEMM_TILE", "128x256", 1);
+  setenv("HK_MEGABLOCKS_GEMM", "mma", 1);
+  EXPECT_FALSE(cuda::gemm_kernels().wgmma);
+  EXPECT_EQ(cuda::gemm_kernels().bn, 256);
+  unsetenv("MEGABLOCKS_GEMM_TILE");
+  EXPECT_EQ(status_of("wgmma"), HK_STATUS_UNSUPPORTED);
+  EXPECT_EQ(status_of("tcgen05"), HK_STATUS_INVALID_ARGUMENT);
+  unsetenv("HK_MEGABLOCKS_GEMM");
+}
 
 // The device permutation's phases (routing.h), run on the host, against a stable sort.
 TEST(MegablocksPermutation, ChunkedCountingSortIsTheStableSortByExpert) {

@@ -24,7 +24,7 @@
 
 #include "flash_attn/bwd_sm80.cuh"
 #include "flash_attn/device_common.cuh"
-#include "flash_attn/wgmma_sm90.cuh"
+#include "hk/kernel_sdk_sm90.cuh"
 
 namespace hk_flash {
 
@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(256, 1)
                                float* dq_accum, int dq_mode) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90BwdConfig<D>;
-  using namespace sm90;
+  using namespace hk::sdk::cuda::sm90;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr uint32_t kQBox = Cfg::kQBox, kKBox = Cfg::kKBox, kQTile = Cfg::kQTile;
   extern __shared__ unsigned char smem_raw[];

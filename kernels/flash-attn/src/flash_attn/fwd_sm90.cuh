@@ -30,7 +30,7 @@
 #pragma once
 
 #include "flash_attn/device_common.cuh"
-#include "flash_attn/wgmma_sm90.cuh"
+#include "hk/kernel_sdk_sm90.cuh"
 
 namespace hk_flash {
 
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
-  using namespace sm90;
+  using namespace hk::sdk::cuda::sm90;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr uint32_t kQTile = Cfg::kQTile, kQBox = Cfg::kQBox;
   constexpr uint32_t kTile = Cfg::kKVTile, kBox = Cfg::kKVBox;

@@ -22,6 +22,10 @@
 // training, the pre-activations); the SwiGLU backward of the d(act) GEMM (reads the saved
 // pre-activations and the routing weight, writes d(gate ‖ up), weight·act(gate)·up, and each
 // row's partial of d(weight), reduced deterministically per tile).
+//
+// The Hopper wgmma kernels of the same problems (grouped_gemm_sm90.cuh, HK_MEGABLOCKS_GEMM=wgmma)
+// share what is here besides the mma.sync main loop: parameters, the M-grouped tile walk, the
+// cp.async pipeline and the per-pair epilogues.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -124,6 +128,118 @@ struct EpiArgs {
   float* partial = nullptr;
 };
 
+// Tile `tile` of an M-grouped walk over `n_tiles` column tiles (both kernel sets walk the same
+// device-side list): its group g, rows [m0, m_end) of the group (kBM at most) and column tile nt.
+struct MTile {
+  int64_t nt, m0, m_end;
+  int32_t g;
+};
+__device__ __forceinline__ MTile m_tile(const Groups& groups, int64_t tile, int64_t n_tiles) {
+  const int64_t mt = tile / n_tiles;
+  const int32_t g = tile_expert(groups.tile_offsets, groups.count, mt);
+  return {tile % n_tiles, groups.offsets[g] + (mt - groups.tile_offsets[g]) * kBM,
+          groups.offsets[g + 1], g};
+}
+
+// ---- the epilogues, per pair of adjacent columns (col, col + 1) of one row ---------------------
+// Shared by these mma.sync kernels and the wgmma ones (grouped_gemm_sm90.cuh), which differ only
+// in which thread holds which accumulators; so both paths round and store identically.
+
+// Store / StoreF32: C[row, col..col+1] of an N-column output (col + 1 may be past N).
+template <class Out, class T>
+__device__ __forceinline__ void epi_store(const EpiArgs<T>& e, int64_t n, int64_t row, int64_t col,
+                                          float v0, float v1) {
+  store_pair(static_cast<Out*>(e.out) + row * e.ld + col, v0, v1, col + 1 < n, (e.ld % 2) == 0);
+}
+
+// SwigluForward: the gate and up accumulators of intermediate columns col, col + 1 (I % 8 == 0,
+// so both exist): writes act(gate)·up and, training, the rounded pre-activations.
+template <class T>
+__device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t row, int64_t col,
+                                                   const float (&gate)[2], const float (&up)[2]) {
+  const int64_t I = e.inter;
+  float g[2], u[2], a[2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    g[q] = round_as<T>(gate[q]);
+    u[q] = round_as<T>(up[q]);
+    a[q] = round_as<T>(round_as<T>(act(e.activation, g[q])) * u[q]);
+  }
+  if (e.gate_up) {
+    store_pair(e.gate_up + row * 2 * I + col, g[0], g[1], true, true);
+    store_pair(e.gate_up + row * 2 * I + I + col, u[0], u[1], true, true);
+  }
+  store_pair(e.act + row * I + col, a[0], a[1], true, true);
+}
+
+// SwigluBackward: d = d(act)/weight of intermediate columns col, col + 1 of a row with routing
+// weight w (rounded): writes d(gate ‖ up) and w·act; adds the pair's terms of d(weight) to the
+// row's running part (in column order).
+template <class T>
+__device__ __forceinline__ void epi_swiglu_backward(const EpiArgs<T>& e, int64_t row, int64_t col,
+                                                    float w, const float (&d)[2], float& part) {
+  const int64_t I = e.inter;
+  const T* gu = e.gate_up + row * 2 * I;
+  float dg[2], du[2], aw[2];
+#pragma unroll
+  for (int q = 0; q < 2; ++q) {
+    const float g = to_f32(gu[col + q]), u = to_f32(gu[I + col + q]);
+    const float s = round_as<T>(act(e.activation, g));
+    const float a = round_as<T>(s * u);
+    part += d[q] * a;
+    const float da = w * d[q];
+    dg[q] = da * u * act_grad(e.activation, g);
+    du[q] = da * s;
+    aw[q] = w * a;
+  }
+  T* dgu = e.dgate_up + row * 2 * I;
+  store_pair(dgu + col, dg[0], dg[1], true, true);
+  store_pair(dgu + I + col, du[0], du[1], true, true);
+  store_pair(e.act + row * I + col, aw[0], aw[1], true, true);
+}
+
+// K-grouped: C_g[row, col..col+1] (N % 8 == 0), added to what is there when accumulating.
+template <class T>
+__device__ __forceinline__ void epi_k_grouped(T* dst, float v0, float v1, bool accumulate) {
+  if (accumulate) {
+    v0 += to_f32(dst[0]);
+    v1 += to_f32(dst[1]);
+  }
+  store_pair(dst, v0, v1, true, true);
+}
+
+// ---- the cp.async pipeline of both kernel sets
+// --------------------------------------------------- K-tile kt goes to stage kt % Stages, Stages -
+// 1 tiles ahead: `load(stage, kt)` issues its copies. Per k-tile, once this thread's copies of it
+// have landed: `publish()` (the wgmma path's proxy fence), a barrier (every thread's copies landed,
+// every thread done with tile kt - 1), `compute(stage)`, the copies of tile kt + Stages - 1 into
+// the stage tile kt - 1 used, then `retire()`: whatever compute left in flight must be done reading
+// its stage when retire returns (mma.sync: nothing, ldmatrix is synchronous; wgmma: the group is
+// waited for there, so the tensor cores run while this thread resolves gathered rows and issues the
+// next copies). Ends with every copy landed and every thread past the last tile.
+template <int Stages, class Load, class Publish, class Compute, class Retire>
+__device__ __forceinline__ void cp_async_pipeline(int num_k_tiles, const Load& load,
+                                                  const Publish& publish, const Compute& compute,
+                                                  const Retire& retire) {
+#pragma unroll
+  for (int s = 0; s < Stages - 1; ++s) {
+    if (s < num_k_tiles) load(s, s);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < num_k_tiles; ++kt) {
+    cp_async_wait<Stages - 2>();
+    publish();
+    __syncthreads();
+    compute(kt % Stages);
+    const int next = kt + Stages - 1;
+    if (next < num_k_tiles) load(next % Stages, next);
+    cp_async_commit();
+    retire();
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // the stages may now be reused (next tile, or the epilogue's scratch)
+}
+
 // ---- the shared main loop
 // ------------------------------------------------------------------------ Accumulates A[m0..,
 // k-range] · op(B)[.., n0..] of one tile into acc. `load(stage, kt)` issues the cp.async copies of
@@ -137,15 +253,9 @@ __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& 
   constexpr int kStage = SA::kElems + SB::kElems;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int wm = (warp / kWarpsN) * kWTM, wn = (warp % kWarpsN) * TileN<BN>::kWTN;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_k_tiles) load(smem + s * kStage, s);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < num_k_tiles; ++kt) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();
-    const T* As = smem + (kt % kStages) * kStage;
+  auto load_stage = [&](int stage, int kt) { load(smem + stage * kStage, kt); };
+  auto compute = [&](int stage) {
+    const T* As = smem + stage * kStage;
     const T* Bs = As + SA::kElems;
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
@@ -179,12 +289,9 @@ __device__ __forceinline__ void main_loop(T* smem, int num_k_tiles, const Load& 
 #pragma unroll
         for (int j = 0; j < kNFrag; ++j) mma16816<T>(acc[i][j], a[i], b[j][0], b[j][1]);
     }
-    const int next = kt + kStages - 1;
-    if (next < num_k_tiles) load(smem + (next % kStages) * kStage, next);
-    cp_async_commit();
-  }
-  cp_async_wait<0>();
-  __syncthreads();  // the stages may now be reused (next tile, or the epilogue's scratch)
+  };
+  const auto nothing = [] {};
+  cp_async_pipeline<kStages>(num_k_tiles, load_stage, nothing, compute, nothing);
 }
 
 // Copies rows [r, r + kBK) (those below `r_end`) of a row-stored operand, columns
@@ -236,10 +343,9 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
   const int num_k_tiles = static_cast<int>(ceil_div(p.k, kBK));
 
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    const int64_t mt = tile / n_tiles, nt = tile % n_tiles;
-    const int32_t g = tile_expert(p.groups.tile_offsets, p.groups.count, mt);
-    const int64_t m0 = p.groups.offsets[g] + (mt - p.groups.tile_offsets[g]) * kBM;
-    const int64_t m_end = p.groups.offsets[g + 1];
+    const MTile at = m_tile(p.groups, tile, n_tiles);
+    const int64_t nt = at.nt, m0 = at.m0, m_end = at.m_end;
+    const int32_t g = at.g;
     const int64_t n0 = nt * kBN;
     const T* b_base = p.b.ptr + g * p.b.group_stride;
 
@@ -304,7 +410,6 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
     // ---- epilogue
     if constexpr (E == Epi::Store || E == Epi::StoreF32) {
       using Out = std::conditional_t<E == Epi::Store, T, float>;
-      Out* out = static_cast<Out*>(p.epi.out);
 #pragma unroll
       for (int i = 0; i < kMFrag; ++i)
 #pragma unroll
@@ -315,8 +420,7 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
           for (int j = 0; j < kNFrag; ++j) {
             const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
             if (col >= p.n) continue;
-            store_pair(out + row * p.epi.ld + col, acc[i][j][2 * half], acc[i][j][2 * half + 1],
-                       col + 1 < p.n, (p.epi.ld % 2) == 0);
+            epi_store<Out>(p.epi, p.n, row, col, acc[i][j][2 * half], acc[i][j][2 * half + 1]);
           }
         }
     } else if constexpr (E == Epi::SwigluForward) {
@@ -332,18 +436,10 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
             const int64_t col =
                 nt * kSwigluCols + (wn / kWTN) * (kWTN / 2) + jj * 8 + 2 * (lane % 4);
             if (col >= I) continue;  // I % 8 == 0: col + 1 < I too
-            float g[2], u[2], a[2];
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              g[q] = round_as<T>(acc[i][jj][2 * half + q]);
-              u[q] = round_as<T>(acc[i][jj + kNFrag / 2][2 * half + q]);
-              a[q] = round_as<T>(round_as<T>(act(p.epi.activation, g[q])) * u[q]);
-            }
-            if (p.epi.gate_up) {
-              store_pair(p.epi.gate_up + row * 2 * I + col, g[0], g[1], true, true);
-              store_pair(p.epi.gate_up + row * 2 * I + I + col, u[0], u[1], true, true);
-            }
-            store_pair(p.epi.act + row * I + col, a[0], a[1], true, true);
+            const float g[2] = {acc[i][jj][2 * half], acc[i][jj][2 * half + 1]};
+            const float u[2] = {acc[i][jj + kNFrag / 2][2 * half],
+                                acc[i][jj + kNFrag / 2][2 * half + 1]};
+            epi_swiglu_forward(p.epi, row, col, g, u);
           }
         }
     } else {  // SwigluBackward: acc = d(act) / weight, i.e. dy·down_w for rows of the tile
@@ -362,24 +458,8 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
             for (int j = 0; j < kNFrag; ++j) {
               const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
               if (col >= I) continue;
-              const T* gu = p.epi.gate_up + row * 2 * I;
-              float dg[2], du[2], aw[2];
-#pragma unroll
-              for (int q = 0; q < 2; ++q) {
-                const float g = to_f32(gu[col + q]), u = to_f32(gu[I + col + q]);
-                const float s = round_as<T>(act(p.epi.activation, g));
-                const float a = round_as<T>(s * u);
-                const float d = acc[i][j][2 * half + q];
-                part += d * a;
-                const float da = w * d;
-                dg[q] = da * u * act_grad(p.epi.activation, g);
-                du[q] = da * s;
-                aw[q] = w * a;
-              }
-              T* dgu = p.epi.dgate_up + row * 2 * I;
-              store_pair(dgu + col, dg[0], dg[1], true, true);
-              store_pair(dgu + I + col, du[0], du[1], true, true);
-              store_pair(p.epi.act + row * I + col, aw[0], aw[1], true, true);
+              const float d[2] = {acc[i][j][2 * half], acc[i][j][2 * half + 1]};
+              epi_swiglu_backward(p.epi, row, col, w, d, part);
             }
           }
           // The four lanes of a row hold disjoint columns: sum them, then one value per warp.
@@ -447,13 +527,8 @@ __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedPara
       for (int j = 0; j < kNFrag; ++j) {
         const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
         if (col >= p.n) continue;  // N % 8 == 0: col + 1 < N too
-        T* dst = out + row * p.n + col;
-        float v0 = acc[i][j][2 * half], v1 = acc[i][j][2 * half + 1];
-        if (p.accumulate) {
-          v0 += to_f32(dst[0]);
-          v1 += to_f32(dst[1]);
-        }
-        store_pair(dst, v0, v1, true, true);
+        epi_k_grouped(out + row * p.n + col, acc[i][j][2 * half], acc[i][j][2 * half + 1],
+                      p.accumulate);
       }
     }
 }

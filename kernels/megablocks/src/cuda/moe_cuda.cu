@@ -17,12 +17,28 @@
 // Every grid is sized from host-known shapes (persistent GEMMs read their tile count on the
 // device), so the entry is capture-safe. Requirements: bf16 or f16; H and I multiples of 8;
 // 16-byte aligned tensors (UNSUPPORTED otherwise).
+//
+// The GEMMs (the experts' gate_up, down, d(act), dx rows, d(down_w), d(gate_up_w) and the
+// router's three) run on the mma.sync kernels (grouped_gemm.cuh) or, with HK_MEGABLOCKS_GEMM=wgmma,
+// on the Hopper wgmma kernels (grouped_gemm_sm90.cuh). HK_MEGABLOCKS_TIMING=1
+// prints each pass's per-stage times to stderr (it synchronises the stream: a diagnostic for
+// benchmarks, not for capture).
+#include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "device_compat.cuh"
 #include "grouped_gemm.cuh"
 #include "moe_call.h"
+
+// The wgmma kernels exist in builds with sm_90a device code, never in the CPU emulation.
+#if !defined(MEGABLOCKS_DEVICE_EMULATION) && defined(MEGABLOCKS_HAVE_SM90A) && MEGABLOCKS_HAVE_SM90A
+#include "grouped_gemm_sm90.cuh"
+#define MEGABLOCKS_WGMMA 1
+#else
+#define MEGABLOCKS_WGMMA 0
+#endif
 
 namespace megablocks::cuda {
 namespace {
@@ -270,6 +286,130 @@ void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
   check(cudaGetLastError(), "K-grouped GEMM launch");
 }
 
+// ---- the GEMMs' kernels: mma.sync or wgmma -----------------------------------------------------
+
+// HK_MEGABLOCKS_GEMM (read on every call): mma (unset: the default) or wgmma.
+struct GemmKernels {
+  bool wgmma = false;
+  int bn = 128;  // the expert M-grouped tiles' N extent (the d(weight) parts per row are I / bn)
+  // The router's GEMMs: the same kernel set, 128-column tiles.
+  GemmKernels router() const { return {wgmma, 128}; }
+};
+
+#if MEGABLOCKS_WGMMA
+void require_hopper() {
+  static int major[16] = {};
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  int& m = major[device & 15];
+  if (m == 0)
+    check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device),
+          "cudaDeviceGetAttribute");
+  if (m != 9)
+    fail(HK_STATUS_UNSUPPORTED,
+         "megablocks cuda: HK_MEGABLOCKS_GEMM=wgmma needs a Hopper GPU "
+         "(sm_90a), this device is sm_" +
+             std::to_string(m) + "x: unset HK_MEGABLOCKS_GEMM or set it to mma");
+}
+#endif
+
+GemmKernels gemm_kernels() {
+  const char* v = std::getenv("HK_MEGABLOCKS_GEMM");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "mma") return {false, expert_tile_n()};
+  if (s != "wgmma")
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "megablocks cuda: HK_MEGABLOCKS_GEMM is '" + s + "': use mma (the default) or wgmma");
+#if MEGABLOCKS_WGMMA
+  require_hopper();
+  return {true, sm90::kBN};
+#else
+  fail(HK_STATUS_UNSUPPORTED,
+       "megablocks cuda: HK_MEGABLOCKS_GEMM=wgmma, but this build has no sm_90a code (configure "
+       "with 90a in HK_CUDA_ARCHITECTURES): unset HK_MEGABLOCKS_GEMM or set it to mma");
+#endif
+}
+
+#if MEGABLOCKS_WGMMA
+template <class T, Major LB, Epi E>
+struct Sm90MGroupedTag {};
+template <class T>
+struct Sm90KGroupedTag {};
+#endif
+
+template <class T, Major LB, Epi E>
+void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g) {
+#if MEGABLOCKS_WGMMA
+  if (g.wgmma) {
+    auto kernel = sm90::m_grouped_gemm<T, LB, E>;
+    const int blocks = configure<Sm90MGroupedTag<T, LB, E>>(kernel, sm90::kSmemBytes);
+    MB_LAUNCH(kernel, blocks, sm90::kThreads, sm90::kSmemBytes, stream)(p);
+    check(cudaGetLastError(), "M-grouped GEMM (wgmma) launch");
+    return;
+  }
+#endif
+  m_grouped<T, LB, E>(p, stream, g.bn);
+}
+
+template <class T>
+void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g) {
+#if MEGABLOCKS_WGMMA
+  if (g.wgmma) {
+    auto kernel = sm90::k_grouped_gemm<T>;
+    configure<Sm90KGroupedTag<T>>(kernel, sm90::kSmemBytes);
+    const dim3 grid(static_cast<unsigned>(ceil_div(p.n, sm90::kBN)),
+                    static_cast<unsigned>(ceil_div(p.m_store, sm90::kBM)),
+                    static_cast<unsigned>(p.groups.count));
+    MB_LAUNCH(kernel, grid, sm90::kThreads, sm90::kSmemBytes, stream)(p);
+    check(cudaGetLastError(), "K-grouped GEMM (wgmma) launch");
+    return;
+  }
+#endif
+  k_grouped(p, stream);
+}
+
+// HK_MEGABLOCKS_TIMING=1: an event after each stage of a pass; finish() waits for the last and
+// prints every stage's time to stderr. Off (the default) it does nothing.
+class StageTimer {
+ public:
+  StageTimer(cudaStream_t stream, const char* pass, const GemmKernels& g)
+      : stream_(stream), pass_(pass), path_(g.wgmma ? "wgmma" : "mma") {
+    const char* v = std::getenv("HK_MEGABLOCKS_TIMING");
+    on_ = v && std::string(v) == "1";
+    mark("start");
+  }
+  void mark(const char* stage) {
+    if (!on_) return;
+    cudaEvent_t e;
+    check(cudaEventCreate(&e), "cudaEventCreate");
+    check(cudaEventRecord(e, stream_), "cudaEventRecord");
+    marks_.push_back({stage, e});
+  }
+  void finish() {
+    if (!on_) return;
+    check(cudaEventSynchronize(marks_.back().event), "cudaEventSynchronize");
+    for (size_t i = 1; i < marks_.size(); ++i) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, marks_[i - 1].event, marks_[i].event),
+            "cudaEventElapsedTime");
+      std::fprintf(stderr, "megablocks timing: %-8s %-5s %-26s %8.3f ms\n", pass_, path_,
+                   marks_[i].stage, ms);
+    }
+    for (const Mark& m : marks_) cudaEventDestroy(m.event);
+    marks_.clear();
+  }
+
+ private:
+  struct Mark {
+    const char* stage;
+    cudaEvent_t event;
+  };
+  cudaStream_t stream_;
+  const char *pass_, *path_;
+  bool on_ = false;
+  std::vector<Mark> marks_;
+};
+
 // ---- workspace ---------------------------------------------------------------------------------
 
 // Carves aligned buffers out of the workspace (or, with base null, only counts their bytes).
@@ -395,6 +535,8 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
   const int64_t tiles = ceil_div(c.T, 256);
 
+  const GemmKernels gemm = gemm_kernels();
+  StageTimer timer(stream, "forward", gemm);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, b.perm.one_group, b.perm.one_group_tiles);
   MGroupedParams<T> router;
   router.a = {static_cast<const T*>(c.x), c.H, 0, nullptr};
@@ -404,10 +546,11 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   router.groups = one;
   router.epi.out = b.logits;
   router.epi.ld = c.E;
-  m_grouped<T, Major::K, Epi::Store>(router, stream);
+  m_grouped_on<T, Major::K, Epi::Store>(router, stream, gemm.router());
   MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(tiles), 256, 0, stream)
   (b.logits, c.T, E, k, c.attrs.norm_topk_prob != 0, b.ids, b.weights);
   permute(c, b.ids, b.weights, b.perm, stream);
+  timer.mark("router+routing+permute");
 
   MGroupedParams<T> up;
   up.a = {static_cast<const T*>(c.x), c.H, 0, b.perm.sorted_token};
@@ -419,8 +562,8 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  const int bn = expert_tile_n();
-  m_grouped<T, Major::K, Epi::SwigluForward>(up, stream, bn);
+  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm);
+  timer.mark("gate_up GEMM + SwiGLU");
 
   MGroupedParams<T> down;
   down.a = {b.act, c.I, 0, nullptr};
@@ -430,11 +573,14 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   down.groups = experts;
   down.epi.out = b.out;
   down.epi.ld = c.H;
-  m_grouped<T, Major::K, Epi::Store>(down, stream, bn);
+  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm);
+  timer.mark("down GEMM");
 
   MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.out, b.perm.position, b.weights, k, c.H, static_cast<T*>(c.y));
   check(cudaGetLastError(), "combine launch");
+  timer.mark("weighted un-permutation");
+  timer.finish();
 }
 
 template <class T>
@@ -446,8 +592,11 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const Groups one{perm.one_group, perm.one_group_tiles, 1};
   const int64_t n = c.assignments(), Ep = padded_experts(c.E);
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
+  const GemmKernels gemm = gemm_kernels();
+  StageTimer timer(stream, "backward", gemm);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
   permute(c, c.topk_ids, c.topk_weights, perm, stream);
+  timer.mark("permute");
 
   // d(act)/w = dy[token] · down_w (down_w [H, I] is [K, N]) + the SwiGLU backward.
   MGroupedParams<T> dact;
@@ -464,10 +613,10 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   dact.epi.dgate_up = b.dgate_up;
   dact.epi.row_weight = perm.sorted_weight;
   dact.epi.partial = b.partial;
-  const int bn = expert_tile_n();
-  m_grouped<T, Major::MN, Epi::SwigluBackward>(dact, stream, bn);
+  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm);
+  timer.mark("d(act) GEMM + SwiGLU bwd");
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
-  (b.partial, perm.position, n, ceil_div(c.I, bn), b.dweights);
+  (b.partial, perm.position, n, ceil_div(c.I, gemm.bn), b.dweights);
   MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, 128)), 128, 0, stream)
   (static_cast<const T*>(c.router_logits), c.topk_ids, c.topk_weights, b.dweights, c.drouter_logits,
    c.T, E, static_cast<int32_t>(Ep), k, c.attrs.norm_topk_prob != 0, b.dlogits);
@@ -483,7 +632,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   rdx.groups = one;
   rdx.epi.out = b.dx_router;
   rdx.epi.ld = c.H;
-  m_grouped<T, Major::MN, Epi::StoreF32>(rdx, stream);
+  m_grouped_on<T, Major::MN, Epi::StoreF32>(rdx, stream, gemm.router());
   if (c.drouter_w) {
     KGroupedParams<T> dwr;
     dwr.a = {b.dlogits, Ep, 0, nullptr};
@@ -494,8 +643,9 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dwr.groups = one;
     dwr.out = static_cast<T*>(c.drouter_w);
     dwr.accumulate = c.accumulate;
-    k_grouped(dwr, stream);
+    k_grouped_on(dwr, stream, gemm.router());
   }
+  timer.mark("routing bwd + router GEMMs");
 
   // dx rows = d(gate ‖ up) · gate_up_w (gate_up_w [2I, H] is [K, N]); then the sum per token.
   MGroupedParams<T> drows;
@@ -507,10 +657,12 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   drows.groups = experts;
   drows.epi.out = b.drows;
   drows.epi.ld = c.H;
-  m_grouped<T, Major::MN, Epi::Store>(drows, stream, bn);
+  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm);
+  timer.mark("dx rows GEMM");
   MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
   check(cudaGetLastError(), "un-permutation launch");
+  timer.mark("dx un-permutation");
 
   if (c.ddown_w) {  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
     KGroupedParams<T> dd;
@@ -521,7 +673,8 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dd.groups = experts;
     dd.out = static_cast<T*>(c.ddown_w);
     dd.accumulate = c.accumulate;
-    k_grouped(dd, stream);
+    k_grouped_on(dd, stream, gemm);
+    timer.mark("d(down_w) GEMM");
   }
   if (c.dgate_up_w) {  // Σ_rows d(gate ‖ up)ᵀ ⊗ x[token]  →  [2I, H] per expert
     KGroupedParams<T> dg;
@@ -532,8 +685,10 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dg.groups = experts;
     dg.out = static_cast<T*>(c.dgate_up_w);
     dg.accumulate = c.accumulate;
-    k_grouped(dg, stream);
+    k_grouped_on(dg, stream, gemm);
+    timer.mark("d(gate_up_w) GEMM");
   }
+  timer.finish();
 }
 
 }  // namespace

@@ -10,10 +10,14 @@
 
 namespace megablocks::cuda {
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+// 16 bytes to a shared-memory address (as __cvta_generic_to_shared gives), or 16 zero bytes.
+__device__ __forceinline__ void cp_async16_shared(unsigned smem, const void* gmem, bool valid) {
   const int bytes = valid ? 16 : 0;  // 0: zero-fill, nothing read
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
+               "r"(bytes));
+}
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  cp_async16_shared(static_cast<unsigned>(__cvta_generic_to_shared(smem)), gmem, valid);
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);
