@@ -266,9 +266,10 @@ INSTANTIATE_TEST_SUITE_P(WideTiles, EmulatedCuda,
                                             ::testing::Values(256)),
                          case_name);
 
-// HK_MEGABLOCKS_GEMM picks the expert GEMMs' kernels: mma when unset or "mma" (tile N from
-// MEGABLOCKS_GEMM_TILE); "wgmma" is refused with a sentence here (the emulation has no sm_90a
-// code; on the GPU tests/gpu/test_moe_gpu.cc runs it); anything else is an invalid argument.
+// HK_MEGABLOCKS_GEMM picks the expert GEMMs' kernels: "mma" (tile N from MEGABLOCKS_GEMM_TILE), or
+// unset: wgmma on an sm_90 GPU with sm_90a code, mma here (the emulation has none); "wgmma" is
+// refused with a sentence here (on the GPU tests/gpu/test_moe_gpu.cc runs it); anything else is an
+// invalid argument.
 TEST(MegablocksGemmSelection, TheEnvironmentPicksTheKernelsOrSaysWhyNot) {
   auto status_of = [](const char* value) -> hk_status {
     setenv("HK_MEGABLOCKS_GEMM", value, 1);

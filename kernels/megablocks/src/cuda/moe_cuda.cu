@@ -297,7 +297,7 @@ struct GemmKernels {
 };
 
 #if MEGABLOCKS_WGMMA
-void require_hopper() {
+int device_major() {
   static int major[16] = {};
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -305,6 +305,11 @@ void require_hopper() {
   if (m == 0)
     check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, device),
           "cudaDeviceGetAttribute");
+  return m;
+}
+
+void require_hopper() {
+  const int m = device_major();
   if (m != 9)
     fail(HK_STATUS_UNSUPPORTED,
          "megablocks cuda: HK_MEGABLOCKS_GEMM=wgmma needs a Hopper GPU "
@@ -316,14 +321,18 @@ void require_hopper() {
 GemmKernels gemm_kernels() {
   const char* v = std::getenv("HK_MEGABLOCKS_GEMM");
   const std::string s = v ? v : "";
-  if (s.empty() || s == "mma") return {false, expert_tile_n()};
-  if (s != "wgmma")
-    fail(HK_STATUS_INVALID_ARGUMENT,
-         "megablocks cuda: HK_MEGABLOCKS_GEMM is '" + s + "': use mma (the default) or wgmma");
+  if (s == "mma") return {false, expert_tile_n()};
+  if (!s.empty() && s != "wgmma")
+    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: HK_MEGABLOCKS_GEMM is '" + s +
+                                         "': use wgmma (the default on Hopper) or mma");
 #if MEGABLOCKS_WGMMA
+  // The default on Hopper: measured 1.29x the mma kernels' forward+backward at 16384 tokens on
+  // the H200 (13.8 against 17.8 ms), with the same results in every GPU test.
+  if (s.empty() && device_major() != 9) return {false, expert_tile_n()};
   require_hopper();
   return {true, sm90::kBN};
 #else
+  if (s.empty()) return {false, expert_tile_n()};
   fail(HK_STATUS_UNSUPPORTED,
        "megablocks cuda: HK_MEGABLOCKS_GEMM=wgmma, but this build has no sm_90a code (configure "
        "with 90a in HK_CUDA_ARCHITECTURES): unset HK_MEGABLOCKS_GEMM or set it to mma");
