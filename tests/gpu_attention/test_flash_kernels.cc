@@ -202,7 +202,7 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
   }
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
   Buffers bf(p);
-  EnvScope typo("HK_FLASH_SM90_FWD", "v3");
+  EnvScope typo("HK_FLASH_SM90_FWD", "v9");
   EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
 }
 
