@@ -49,17 +49,12 @@ bool builtin_attention_function(const std::string& name) {
 }
 
 // The decode attention kernel: kernels/flash-attn's split-KV decode (device cache lengths,
-// bf16/f16, head dim 64/128/256) unless HK_DECODE_ATTENTION=hk or it cannot serve the call, else
-// hk's own (ops/decode: any dtype and head dim up to 256).
-bool flash_decode_wanted() {
+// bf16/f16, head dim 64/128/256) unless it cannot serve the call, else hk's own (ops/decode: any
+// dtype and head dim up to 256). HK_DECODE_ATTENTION=hk asks for hk's, =flash for flash wherever
+// it serves (no batch/length choice); anything else (or unset) lets the plan choose.
+std::string decode_attention_request() {
   const char* v = std::getenv("HK_DECODE_ATTENTION");
-  return !(v && std::string(v) == "hk");
-}
-// HK_DECODE_ATTENTION=flash: the flash kernel wherever it can serve, overriding the batch/length
-// choice below (for measuring it).
-bool flash_decode_forced() {
-  const char* v = std::getenv("HK_DECODE_ATTENTION");
-  return v && std::string(v) == "flash";
+  return v ? std::string(v) : std::string();
 }
 
 struct LayerPlan {
@@ -327,7 +322,8 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   // flash semantics: for sdpa only ("eager" rounds the probabilities, which flash does not)
   const bool all_sdpa = std::all_of(p.attention_names.begin(), p.attention_names.end(),
                                     [](const std::string& n) { return n == "sdpa"; });
-  if (all_sdpa && flash_decode_wanted() && (dt == DType::BF16 || dt == DType::F16)) {
+  const std::string attention_request = decode_attention_request();
+  if (all_sdpa && attention_request != "hk" && (dt == DType::BF16 || dt == DType::F16)) {
     try {
       p.flash_attention = hk_flash::unsupported_reason(p.flash_params(0, state)).empty();
     } catch (const std::exception&) {
@@ -337,7 +333,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     // flash kernel's unsplit form, which at that batch has no split-KV to spread it. Measured on
     // the H200 at batch 64, 16+128: 8.9 µs against 17.7 µs a layer (32.2k against 30.4k tok/s);
     // at 2048+128 flash stays far ahead (72.6% against 27.9% of the limit).
-    if (p.flash_attention && b >= 32 && cache.max_length() <= 512 && !flash_decode_forced())
+    if (p.flash_attention && b >= 32 && cache.max_length() <= 512 && attention_request != "flash")
       p.flash_attention = false;
   }
 #endif

@@ -52,9 +52,7 @@ Tensor TensorMapSource::load(const std::string& key, Device device, std::optiona
 
 void StateDictSource::load_into(const std::string& key, const TensorView& dst,
                                 Stream stream) const {
-  // Staged on the host and copied straight into the destination slice: a device-side temporary
-  // of each source would add its size to the device's peak (the layout promises one copy).
-  const Tensor t = load(key, Device::cpu(), dst.dtype, stream);
+  const Tensor t = load(key, dst.device, dst.dtype, stream);
   if (t.dtype() != dst.dtype)
     throw InvalidArgument("tensor '" + key + "' in " + describe() + " is " + dtype_name(t.dtype()) +
                           " and cannot be loaded into a " + dtype_name(dst.dtype) + " parameter");
