@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <random>
 
+#include "common/cuda_graph_testing.h"
 #include "golden/grad_fixture.h"
 #include "gpu/gpu_testing.h"
 #include "hk/hub.h"
@@ -295,18 +296,9 @@ void MoeGpu::capture_and_compare() {
   EXPECT_EQ(outputs(), eager) << "a second eager forward + backward differs: not deterministic";
   for (const Tensor* t : {&y, &logits, &gu, &dx, &dwr, &dgu, &dwd})
     ASSERT_EQ(cudaMemset(t->view().ptr(), 0xff, t->nbytes()), cudaSuccess);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  step();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_replay(stream, step));
   const auto replay = outputs();
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(replay[i], eager[i]) << "output " << i;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 

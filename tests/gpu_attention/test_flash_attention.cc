@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_graph_testing.h"
 #include "gpu/gpu_testing.h"
 #include "gpu_attention/attention_cases.h"
 #include "hk/allocator.h"
@@ -452,23 +453,19 @@ TEST(FlashAttentionHub, CapturedForwardAndBackwardReplay) {
   ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
   opts.stream = Stream{s};
   const size_t mallocs_before = memory_stats(gpu()).num_device_mallocs;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-  fn.forward({q, k, v}, {out, lse}, a, opts);
-  fn.backward(bin, bout, a, opts);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_replay(
+      s,
+      [&] {
+        fn.forward({q, k, v}, {out, lse}, a, opts);
+        fn.backward(bin, bout, a, opts);
+      },
+      3));
   EXPECT_EQ(memory_stats(gpu()).num_device_mallocs, mallocs_before);
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(host_values(out), out0);
   EXPECT_EQ(host_values(dq), dq0);
   EXPECT_EQ(host_values(dk), dk0);
   EXPECT_EQ(host_values(dv), dv0);
   EXPECT_TRUE(attention_close(out0, in.ref.out, attention_tolerance(DType::BF16), "out"));
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(s);
 }
 

@@ -22,6 +22,8 @@
 
 #ifdef LIGER_HUB_CUDA
 #include <cuda_runtime.h>
+
+#include "common/cuda_graph_testing.h"
 #endif
 
 namespace {
@@ -926,19 +928,10 @@ TEST(LigerHub, CaptureEntriesRecordIntoACudaGraph) {
   // Poison the outputs, capture, replay.
   for (const Tensor* t : {&y, &dx, &dw, &loss, &g})
     ASSERT_EQ(cudaMemset(t->view().ptr(), 0xff, t->nbytes()), cudaSuccess);
-  cudaGraph_t graph;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
-  step();
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  cudaGraphExec_t exec;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  ASSERT_NO_FATAL_FAILURE(hk::testing::capture_and_replay(stream, step));
   const auto replay =
       std::vector<std::vector<double>>{host(y), host(dx), host(dw), host(loss), host(g)};
   for (size_t i = 0; i < eager.size(); ++i) EXPECT_EQ(eager[i], replay[i]) << "output " << i;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
 }
 #endif

@@ -11,6 +11,7 @@
 
 #include <filesystem>
 
+#include "common/cuda_graph_testing.h"
 #include "gpu/gpu_testing.h"
 #include "hk/optim.h"
 #include "trainer_test_util.h"
@@ -184,26 +185,19 @@ TEST(TrainGpu, ClippedAdamWStepCapturesIntoACudaGraph) {
   }
   synchronize(Device::cuda(0), stream);
   // Second step captured: only kernel launches are allowed inside a capture.
-  cudaStream_t s = static_cast<cudaStream_t>(stream.get().handle);
-  cudaGraph_t graph = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-  {
-    optim::GradNorm n = a_gpu.clip_grad_norm(1.0, stream);
-    a_gpu.step(1e-3, &n.clip_coef, stream);
-  }
-  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess) << "the step synchronised or allocated";
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-  synchronize(Device::cuda(0), stream);
+  ASSERT_NO_FATAL_FAILURE(testing::capture_and_replay(
+      static_cast<cudaStream_t>(stream.get().handle),
+      [&] {
+        optim::GradNorm n = a_gpu.clip_grad_norm(1.0, stream);
+        a_gpu.step(1e-3, &n.clip_coef, stream);
+      },
+      1, "the step synchronised or allocated"));
   {
     optim::GradNorm n_cpu = a_cpu.clip_grad_norm(1.0);
     a_cpu.step(1e-3, &n_cpu.clip_coef);
   }
   for (size_t i = 0; i < cpu.values.size(); ++i)
     EXPECT_TRUE(gpu_testing::close(gpu.values[i], cpu.values[i], 1e-7, rtol_of(c.param))) << i;
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 nlohmann::json bf16_cuda_fixture() {
