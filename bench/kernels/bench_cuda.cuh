@@ -1,8 +1,8 @@
 // bench/kernels/bench_cuda.cuh — what the kernel benchmark programs share: exit-on-error checks for
-// CUDA calls (CK) and for the liger launchers' status codes (LK), and deterministic random fills
-// on the device (a splitmix hash of the index and a seed; no host copy, no cuRAND), the two timers
-// (per call with events on the default stream; CUDA-graph replays on a stream of their own) and
-// writing the JSON document.
+// CUDA calls (CK, bench/cuda_check.h) and for the liger launchers' status codes (LK), and
+// deterministic random fills on the device (a splitmix hash of the index and a seed; no host copy,
+// no cuRAND), the two timers (per call with events on the default stream; CUDA-graph replays on a
+// stream of their own) and writing the JSON document.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,14 +16,8 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#include "../cuda_check.h"
+
 #define LK(x)                                                                      \
   do {                                                                             \
     int rc_ = (x);                                                                 \

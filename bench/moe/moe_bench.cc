@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_check.h"
 #include "hk/hub.h"
 #include "hk/kernel_loader.h"
 #include "hk/layer_interfaces.h"
@@ -41,15 +42,6 @@ namespace {
 
 using nlohmann::json;
 constexpr int64_t kH = 2048, kE = 128, kK = 8, kI = 768;
-
-#define CK(x)                                                                                 \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 // A device bf16 tensor of random values (a repeated pool: GEMM timing does not depend on values).
 hk::Tensor random_bf16(const hk::Shape& shape, float scale, uint32_t seed) {
