@@ -219,10 +219,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t bq[4], bo[4];
         ldmatrix_x4(bq, q_tile + tile_offset(brow, chunk + ((lane >> 3) & 1), kRowBytes));
         ldmatrix_x4(bo, do_tile + tile_offset(brow, chunk + ((lane >> 3) & 1), kRowBytes));
-        mma_16816<T>(st[2 * jq], ak, bq[0], bq[1]);
-        mma_16816<T>(st[2 * jq + 1], ak, bq[2], bq[3]);
-        mma_16816<T>(dpt[2 * jq], av, bo[0], bo[1]);
-        mma_16816<T>(dpt[2 * jq + 1], av, bo[2], bo[3]);
+        mma16816<T>(st[2 * jq], ak, bq[0], bq[1]);
+        mma16816<T>(st[2 * jq + 1], ak, bq[2], bq[3]);
+        mma16816<T>(dpt[2 * jq], av, bo[0], bo[1]);
+        mma16816<T>(dpt[2 * jq + 1], av, bo[2], bo[3]);
       }
     }
     if constexpr (Cfg::kDWarps > 1) {  // add the partner warp's half of the head dim
@@ -298,10 +298,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
         uint32_t bo[4], bq[4];
         ldmatrix_x4_trans(bo, do_tile + tile_offset(brow, chunk, kRowBytes));
         ldmatrix_x4_trans(bq, q_tile + tile_offset(brow, chunk, kRowBytes));
-        mma_16816<T>(dv[2 * jd], ap, bo[0], bo[1]);
-        mma_16816<T>(dv[2 * jd + 1], ap, bo[2], bo[3]);
-        mma_16816<T>(dk[2 * jd], as, bq[0], bq[1]);
-        mma_16816<T>(dk[2 * jd + 1], as, bq[2], bq[3]);
+        mma16816<T>(dv[2 * jd], ap, bo[0], bo[1]);
+        mma16816<T>(dv[2 * jd + 1], ap, bo[2], bo[3]);
+        mma16816<T>(dk[2 * jd], as, bq[0], bq[1]);
+        mma16816<T>(dk[2 * jd + 1], as, bq[2], bq[3]);
       }
     }
     if (with_dq) {
@@ -334,8 +334,8 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
           ldmatrix_x4_trans(bk,
                             s_k + tile_offset(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
                                               part * (kDQ / 8) + 2 * jd + (lane >> 4), kRowBytes));
-          mma_16816<T>(dq[2 * jd], a, bk[0], bk[1]);
-          mma_16816<T>(dq[2 * jd + 1], a, bk[2], bk[3]);
+          mma16816<T>(dq[2 * jd], a, bk[0], bk[1]);
+          mma16816<T>(dq[2 * jd + 1], a, bk[2], bk[3]);
         }
       }
 #pragma unroll
@@ -472,10 +472,10 @@ __global__ void __launch_bounds__(128)
         uint32_t bk[4], bv[4];
         ldmatrix_x4(bk, k_tile + tile_offset(brow, 2 * kk + ((lane >> 3) & 1), kRowBytes));
         ldmatrix_x4(bv, v_tile + tile_offset(brow, 2 * kk + ((lane >> 3) & 1), kRowBytes));
-        mma_16816<T>(s[2 * jn], aq, bk[0], bk[1]);
-        mma_16816<T>(s[2 * jn + 1], aq, bk[2], bk[3]);
-        mma_16816<T>(dp[2 * jn], ao, bv[0], bv[1]);
-        mma_16816<T>(dp[2 * jn + 1], ao, bv[2], bv[3]);
+        mma16816<T>(s[2 * jn], aq, bk[0], bk[1]);
+        mma16816<T>(s[2 * jn + 1], aq, bk[2], bk[3]);
+        mma16816<T>(dp[2 * jn], ao, bv[0], bv[1]);
+        mma16816<T>(dp[2 * jn + 1], ao, bv[2], bv[3]);
       }
     }
     const int key0 = n_block * kBlockN;
@@ -522,8 +522,8 @@ __global__ void __launch_bounds__(128)
         uint32_t bk[4];
         ldmatrix_x4_trans(bk, k_tile + tile_offset(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                    2 * jd + (lane >> 4), kRowBytes));
-        mma_16816<T>(dq[2 * jd], a, bk[0], bk[1]);
-        mma_16816<T>(dq[2 * jd + 1], a, bk[2], bk[3]);
+        mma16816<T>(dq[2 * jd], a, bk[0], bk[1]);
+        mma16816<T>(dq[2 * jd + 1], a, bk[2], bk[3]);
       }
     }
   }

@@ -13,6 +13,7 @@
 
 #include "flash_attn/flash.h"
 #include "hk/kernel_sdk_cuda.cuh"
+#include "hk/kernel_sdk_sm80.cuh"
 
 namespace hk_flash {
 
@@ -23,53 +24,13 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// ---- tensor-core primitives (sm_80+)
-// -------------------------------------------------------------
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1);
-template <>
-__device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4],
-                                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma_16816<__half>(float (&c)[4], const uint32_t (&a)[4],
-                                                  uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// 16-byte global → shared copy; zero-fills when !valid (src is then not read).
-__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool valid) {
-  const int bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+// ---- tensor-core primitives (sm_80+): the kernel SDK's (hk/kernel_sdk_sm80.cuh)
+using hk::sdk::cuda::sm80::cp_async16;
+using hk::sdk::cuda::sm80::cp_async_commit;
+using hk::sdk::cuda::sm80::cp_async_wait;
+using hk::sdk::cuda::sm80::ldmatrix_x4;
+using hk::sdk::cuda::sm80::ldmatrix_x4_trans;
+using hk::sdk::cuda::sm80::mma16816;
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);
@@ -129,7 +90,7 @@ __device__ __forceinline__ void load_tile_async(uint32_t smem, const T* base, in
     const int r = i / kChunks, c = i % kChunks;
     const bool valid = r < valid_rows;
     const T* src = valid ? base + r * row_stride + c * 8 : base;
-    cp_async_16(smem + tile_offset(r, c, D * 2), src, valid);
+    cp_async16(smem + tile_offset(r, c, D * 2), src, valid);
   }
 }
 

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
       const bool valid = r < valid_rows;
       const int2 sh = row_query(r);
       const T* src = q + row_offset(p.q_strides, b, seq.q_row0, sh.x, sh.y) + c * 8;
-      cp_async_16(smem_q + tile_offset(r, c, kRowBytes), valid ? src : q, valid);
+      cp_async16(smem_q + tile_offset(r, c, kRowBytes), valid ? src : q, valid);
     }
   }
   const int n_iters = n_hi - n_lo;
@@ -182,8 +182,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
         uint32_t bk[4];
         ldmatrix_x4(bk, k_tile + tile_offset(key_local0 + 16 * jn + (lane & 7) + (lane >> 4) * 8,
                                              2 * kk + ((lane >> 3) & 1), kRowBytes));
-        mma_16816<T>(s[2 * jn], a, bk[0], bk[1]);
-        mma_16816<T>(s[2 * jn + 1], a, bk[2], bk[3]);
+        mma16816<T>(s[2 * jn], a, bk[0], bk[1]);
+        mma16816<T>(s[2 * jn + 1], a, bk[2], bk[3]);
       }
     }
     // softcap (natural units), mask, then the online softmax with the scale inside exp2
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
         ldmatrix_x4_trans(
             bv, v_tile + tile_offset(key_local0 + 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8,
                                      2 * jd + (lane >> 4), kRowBytes));
-        mma_16816<T>(o[2 * jd], a, bv[0], bv[1]);
-        mma_16816<T>(o[2 * jd + 1], a, bv[2], bv[3]);
+        mma16816<T>(o[2 * jd], a, bv[0], bv[1]);
+        mma16816<T>(o[2 * jd + 1], a, bv[2], bv[3]);
       }
     }
   }
