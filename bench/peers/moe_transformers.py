@@ -14,7 +14,7 @@ A variant that fails is recorded with its error instead of stopping the run.
 """
 import argparse
 import json
-import statistics
+import os
 import sys
 
 import torch
@@ -22,21 +22,15 @@ import transformers
 from transformers import Qwen3MoeConfig
 from transformers.models.qwen3_moe.modeling_qwen3_moe import Qwen3MoeSparseMoeBlock
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from liger_torch import time_ms as liger_time_ms  # noqa: E402 — one timing for every peer
+
 H, E, K, I = 2048, 128, 8, 768
 
 
 def time_ms(fn, reps, warm=2):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    """Median ms of fn() over `reps` calls after `warm` ones: the liger peers' timing."""
+    return liger_time_ms(lambda _i: fn(), warm=warm, reps=reps)
 
 
 def block(impl):
