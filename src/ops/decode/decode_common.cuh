@@ -18,6 +18,7 @@
 
 #include "core/cuda_check.h"
 #include "hk/kernel_sdk_cuda.cuh"
+#include "hk/kernel_sdk_sm80.cuh"
 #include "ops/decode/decode_kernels.h"
 
 namespace hk::decode::detail {
@@ -55,29 +56,13 @@ __device__ __forceinline__ uint4 zero16() {
 }
 
 // D += A·B for one m16n8k16 tile (f32 accumulators); A row-major (4 registers), B column-major
-// (2 registers), each register two 16-bit values, the lower index in the lower half.
+// (2 registers), each register two 16-bit values, the lower index in the lower half: the kernel
+// SDK's instruction (hk/kernel_sdk_sm80.cuh) with the A registers passed one by one.
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                         uint32_t a3, uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                        uint32_t a2, uint32_t a3, uint32_t b0,
-                                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__half>(float (&d)[4], uint32_t a0, uint32_t a1,
-                                                 uint32_t a2, uint32_t a3, uint32_t b0,
-                                                 uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
+  const uint32_t a[4] = {a0, a1, a2, a3};
+  hk::sdk::cuda::sm80::mma16816<T>(d, a, b0, b1);
 }
 
 // Eight 16-bit values of a uint4 (element e in register e/2, lower half first).
