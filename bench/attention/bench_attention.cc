@@ -11,7 +11,9 @@
 //   decode (batch 1, 16 q / 8 kv heads, D 128, caches of 4096 and 32768 keys): the split-KV
 //     kernel, per call in CUDA-graph replay (20 calls per graph, caches rotated so the KV bytes
 //     come from HBM, not L2); GB/s of K+V bytes read, against the copy bandwidth measured here
-//     (a 256 MiB device-to-device copy, bytes read + written).
+//     (a 256 MiB device-to-device copy, bytes read + written); beside it, in the same replay form,
+//     a kernel that only reads the same K/V bytes and an empty kernel (read_roofline.cu): the
+//     best any decode call could do here.
 // Method: random inputs in [-1, 1) (never zeros); 3 warm-up calls; then each call (or graph
 // replay) between two CUDA events, repetitions sized to ~300 ms, the median reported.
 //
@@ -33,6 +35,7 @@
 #include "hk/ops.h"
 #include "hk/stream.h"
 #include "hk/tensor.h"
+#include "read_roofline.h"
 
 namespace {
 
@@ -219,19 +222,31 @@ std::string decode(int64_t T, double copy_gbps) {
   }
   const double per_call =
       time_ms([&] { hk::ops::fused_attention(q, ks[0], vs[0], out, o, nullptr, hs); }, s);
+  std::vector<const void*> k_bufs, v_bufs;
+  for (int i = 0; i < copies; ++i) {
+    k_bufs.push_back(ks[i].view().ptr());
+    v_bufs.push_back(vs[i].view().ptr());
+  }
+  const ReadRoofline bound = read_roofline(k_bufs, v_bufs, size_t(kv_bytes / 2), kCalls, s);
   cudaStreamDestroy(s);
   const double gbps = kv_bytes / (t_split * 1e-3) / 1e9;
+  const double read_gbps = kv_bytes / (bound.read_us * 1e-6) / 1e9;
   std::printf(
       "decode B1 16/8 D128 T%-6ld split-kv %7.2f us %7.0f GB/s = %5.1f%% of copy | "
-      "prefill kernel %7.2f us | per call (not graphed) %7.2f us\n",
-      long(T), t_split * 1e3, gbps, 100.0 * gbps / copy_gbps, t_one * 1e3, per_call * 1e3);
+      "prefill kernel %7.2f us | per call (not graphed) %7.2f us | read-only kernel %7.2f us "
+      "%7.0f GB/s = %5.1f%% of copy, empty kernel %5.2f us\n",
+      long(T), t_split * 1e3, gbps, 100.0 * gbps / copy_gbps, t_one * 1e3, per_call * 1e3,
+      bound.read_us, read_gbps, 100.0 * read_gbps / copy_gbps, bound.empty_us);
   std::fflush(stdout);
   return "{\"T\": " + std::to_string(T) +
          ", \"Hq\": 16, \"Hkv\": 8, \"D\": 128, \"kv_bytes\": " + json_num(kv_bytes) +
          ", \"graph_us\": " + json_num(t_split * 1e3) + ", \"gbps\": " + json_num(gbps) +
          ", \"pct_of_copy\": " + json_num(100 * gbps / copy_gbps) +
          ", \"prefill_kernel_graph_us\": " + json_num(t_one * 1e3) +
-         ", \"per_call_us\": " + json_num(per_call * 1e3) + "}";
+         ", \"per_call_us\": " + json_num(per_call * 1e3) +
+         ", \"read_only_kernel_graph_us\": " + json_num(bound.read_us) +
+         ", \"read_only_kernel_pct_of_copy\": " + json_num(100 * read_gbps / copy_gbps) +
+         ", \"empty_kernel_graph_us\": " + json_num(bound.empty_us) + "}";
 }
 
 double copy_bandwidth() {

@@ -132,6 +132,7 @@ def main():
     p.add_argument("--out", default="attention-torch.json")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--prefill-only", action="store_true", help="skip the decode shapes")
+    p.add_argument("--decode-only", action="store_true", help="skip the prefill shapes")
     args = p.parse_args()
     QUICK = args.quick
     result = {"torch": torch.__version__, "cuda": torch.version.cuda,
@@ -139,7 +140,8 @@ def main():
     # issue 11's shapes, then the training step's (Qwen3-0.6B, 4 x 2048) and head dim 64
     for B, Hq, Hkv, S, D in [(8, 16, 8, 2048, 128), (2, 16, 16, 8192, 128), (1, 32, 8, 16384, 128),
                              (4, 16, 8, 2048, 128), (8, 16, 8, 2048, 64)]:
-        result["prefill"] += prefill(B, Hq, Hkv, S, D)
+        if not args.decode_only:
+            result["prefill"] += prefill(B, Hq, Hkv, S, D)
     if not args.prefill_only:
         for T in (4096, 32768):
             result["decode"] += decode(T)

@@ -46,11 +46,14 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
-// dim 256), so two blocks fit an SM and a 16-block cluster fits half a GPC. (An 8-warp form with
-// 128-key tiles measured 11% faster at 4096 keys and 7% slower at 32768 on the H200; not kept.)
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. The launcher sizes the grid to
+// about one block an SM, so a block must keep an SM's share of HBM bandwidth in flight on its
+// own: six tiles deep at head dim ≤ 128 (200 KB at 128), three at 256 (200 KB). Three tiles
+// deep at 128 (two blocks an SM's worth of shared memory, most SMs running one) reached 54% of
+// copy bandwidth at 32768 keys. (An 8-warp form with 128-key tiles measured 11% faster at 4096
+// keys and 7% slower at 32768 on the H200; not kept.)
 template <int D>
-using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
@@ -331,31 +334,43 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     auto part_of = [&](int) { return combined; };
     __syncthreads();
 #endif
-    // block `crank` finishes rows crank, crank + csize, ...
-    for (int row = crank; row < valid_rows; row += csize) {
-      float m = -INFINITY;
-      for (int c = 0; c < csize; ++c) {
-        const float* part = part_of(c);
-        m = fmaxf(m, part[16 * D + row]);
+    // Every block finishes a slice of the (row, column) outputs. A thread gathers the csize
+    // partials of its element with independent distributed-shared-memory loads, all issued before
+    // any is used: one round trip to the other blocks, where a loop of dependent reads took csize
+    // of them (~2 µs of a 15 µs call at 4096 keys).
+    constexpr int kMaxCluster = 16;
+    for (int idx = crank * Cfg::kThreads + tid; idx < valid_rows * D;
+         idx += csize * Cfg::kThreads) {
+      const int row = idx / D, d = idx % D;
+      float pm[kMaxCluster], pl[kMaxCluster], po[kMaxCluster];
+#pragma unroll
+      for (int c = 0; c < kMaxCluster; ++c) {
+        if (c < csize) {
+          const float* part = part_of(c);
+          pm[c] = part[16 * D + row];
+          pl[c] = part[16 * D + 16 + row];
+          po[c] = part[row * D + d];
+        }
       }
+      float m = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < kMaxCluster; ++c)
+        if (c < csize) m = fmaxf(m, pm[c]);
       const float m_ref = m == -INFINITY ? 0.0f : m;
-      float l = 0.0f;
-      for (int c = 0; c < csize; ++c) {
-        const float* part = part_of(c);
-        l += part[16 * D + 16 + row] * fast_exp2(part[16 * D + row] - m_ref);
+      float l = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (int c = 0; c < kMaxCluster; ++c) {
+        if (c < csize) {
+          const float w = fast_exp2(pm[c] - m_ref);
+          l += pl[c] * w;
+          acc += po[c] * w;
+        }
       }
       const float inv = l > 0.0f ? 1.0f / l : 0.0f;
       const int2 sh = row_query(row);
       T* dst = out + row_offset(p.out_strides, b, seq.q_row0, sh.x, sh.y);
-      for (int d = tid; d < D; d += Cfg::kThreads) {
-        float acc = 0.0f;
-        for (int c = 0; c < csize; ++c) {
-          const float* part = part_of(c);
-          acc += part[row * D + d] * fast_exp2(part[16 * D + row] - m_ref);
-        }
-        dst[d] = hk::sdk::cuda::from_f32<T>(acc * inv);
-      }
-      if (p.lse != nullptr && tid == 0)
+      dst[d] = hk::sdk::cuda::from_f32<T>(acc * inv);
+      if (p.lse != nullptr && d == 0)
         p.lse[lse_offset(p, b, seq.q_row0, sh.x, sh.y)] =
             l > 0.0f ? (m + __log2f(l)) * kLn2 : INFINITY;
     }

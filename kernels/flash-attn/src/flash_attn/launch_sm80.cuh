@@ -20,8 +20,9 @@ void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   const int group = p.heads_q / p.heads_kv;
   const int tiles = (p.seqlen_q * group + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int clusters = tiles * p.heads_kv * p.batch;
+  int resident16 = -1;  // not asked
   if (splits > 8) {
-    static const int resident16 = [&] {
+    static const int resident = [&] {
       cudaLaunchConfig_t probe = {};
       probe.gridDim = dim3(16, 1, 1);
       probe.blockDim = dim3(Cfg::kThreads);
@@ -38,11 +39,14 @@ void launch_decode(const Params& p, cudaStream_t stream, int splits) {
       (void)cudaGetLastError();
       return n;
     }();
+    resident16 = resident;
     if (resident16 < clusters) splits = 8;
   }
   if (verbose())
-    std::fprintf(stderr, "hk flash: split-kv decode (%d warps, %d-key tiles) over clusters of %d\n",
-                 Cfg::kWarps, Cfg::kBlockN, splits);
+    std::fprintf(stderr,
+                 "hk flash: split-kv decode (%d warps, %d-key tiles, %d deep, %zu B shared) over "
+                 "clusters of %d (%d clusters; 16-block clusters resident at once: %d)\n",
+                 Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits, clusters, resident16);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
   config.blockDim = dim3(Cfg::kThreads);

@@ -23,7 +23,7 @@
 // pre-activations and the routing weight, writes d(gate ‖ up), weight·act(gate)·up, and each
 // row's partial of d(weight), reduced deterministically per tile).
 //
-// The Hopper wgmma kernels of the same problems (grouped_gemm_sm90.cuh, HK_MEGABLOCKS_GEMM=wgmma)
+// The Hopper wgmma kernels of the same problems (grouped_gemm_sm90.cuh, the default on sm_90)
 // share what is here besides the mma.sync main loop: parameters, the M-grouped tile walk, the
 // cp.async pipeline and the per-pair epilogues.
 #pragma once
@@ -172,18 +172,48 @@ __device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t 
   store_pair(e.act + row * I + col, a[0], a[1], true, true);
 }
 
+// The saved pre-activations (gate, up) of intermediate columns col, col + 1 of a row, for the
+// SwiGLU backward, read from `gate` and `up` (global or shared memory). The epilogues read them
+// before any of the stores of the same row: to the compiler the stores may alias these loads
+// (same element type, no restrict), so interleaved, each load waited a global-memory round trip
+// behind the previous pair's stores — that made the d(act) GEMM epilogue-bound (125 TF/s on both
+// kernel sets, H200). The mma.sync kernel loads a row's pairs into registers first; the wgmma
+// one stages the tile's through shared memory (its 64 accumulators leave no registers for them).
+template <class T>
+struct GateUp {
+  T g[2], u[2];
+};
+template <class T>
+__device__ __forceinline__ GateUp<T> gate_up_pair(const T* gate, const T* up) {
+  GateUp<T> s;
+  if constexpr (sizeof(T) == 2) {  // col even: 32-bit aligned
+    const uint32_t g = *reinterpret_cast<const uint32_t*>(gate);
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(up);
+    memcpy(s.g, &g, sizeof g);
+    memcpy(s.u, &u, sizeof u);
+  } else {
+    s.g[0] = gate[0], s.g[1] = gate[1], s.u[0] = up[0], s.u[1] = up[1];
+  }
+  return s;
+}
+template <class T>
+__device__ __forceinline__ GateUp<T> load_gate_up(const EpiArgs<T>& e, int64_t row, int64_t col) {
+  const T* gu = e.gate_up + row * 2 * e.inter + col;
+  return gate_up_pair(gu, gu + e.inter);
+}
+
 // SwigluBackward: d = d(act)/weight of intermediate columns col, col + 1 of a row with routing
-// weight w (rounded): writes d(gate ‖ up) and w·act; adds the pair's terms of d(weight) to the
-// row's running part (in column order).
+// weight w (rounded) and its saved pre-activations: writes d(gate ‖ up) and w·act; adds the
+// pair's terms of d(weight) to the row's running part (in column order).
 template <class T>
 __device__ __forceinline__ void epi_swiglu_backward(const EpiArgs<T>& e, int64_t row, int64_t col,
-                                                    float w, const float (&d)[2], float& part) {
+                                                    float w, const float (&d)[2],
+                                                    const GateUp<T>& saved, float& part) {
   const int64_t I = e.inter;
-  const T* gu = e.gate_up + row * 2 * I;
   float dg[2], du[2], aw[2];
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    const float g = to_f32(gu[col + q]), u = to_f32(gu[I + col + q]);
+    const float g = to_f32(saved.g[q]), u = to_f32(saved.u[q]);
     const float s = round_as<T>(act(e.activation, g));
     const float a = round_as<T>(s * u);
     part += d[q] * a;
@@ -454,12 +484,18 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
           float part = 0.0f;
           if (row < m_end) {
             const float w = round_as<T>(p.epi.row_weight[row]);
+            GateUp<T> saved[kNFrag];  // every load of the row before its first store
+#pragma unroll
+            for (int j = 0; j < kNFrag; ++j) {
+              const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
+              if (col < I) saved[j] = load_gate_up(p.epi, row, col);
+            }
 #pragma unroll
             for (int j = 0; j < kNFrag; ++j) {
               const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
               if (col >= I) continue;
               const float d[2] = {acc[i][j][2 * half], acc[i][j][2 * half + 1]};
-              epi_swiglu_backward(p.epi, row, col, w, d, part);
+              epi_swiglu_backward(p.epi, row, col, w, d, saved[j], part);
             }
           }
           // The four lanes of a row hold disjoint columns: sum them, then one value per warp.

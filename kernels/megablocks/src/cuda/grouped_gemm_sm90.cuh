@@ -1,8 +1,8 @@
 // grouped_gemm_sm90.cuh — the Hopper (sm_90a) path of the grouped GEMMs: the M-grouped and
 // K-grouped problems, parameters and epilogues of grouped_gemm.cuh, computed with wgmma
-// (m64n128k16, both operands from shared memory) instead of mma.sync. moe_cuda.cu picks it at run
-// time (HK_MEGABLOCKS_GEMM=wgmma); the mma.sync kernels stay the default until this path has been
-// verified on the GPU. Not for the CPU emulation of the device (wgmma cannot be emulated).
+// (m64n128k16, both operands from shared memory) instead of mma.sync. moe_cuda.cu picks it on
+// sm_90 (the default there; HK_MEGABLOCKS_GEMM=mma keeps the mma.sync kernels). Not for the CPU
+// emulation of the device (wgmma cannot be emulated).
 //
 // Tiles 128×128×64, 256 threads = 2 warpgroups, warpgroup w owning C rows [64w, 64w + 64) × all
 // 128 columns (64 f32 accumulators per thread). All threads copy the operands with cp.async (16
@@ -210,10 +210,28 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
         }
       }
     } else {  // SwigluBackward: acc = d(act) / weight, i.e. dy·down_w for rows of the tile
+      // The tile's saved gate and up columns into the (now free) stages, coalesced, all in
+      // flight at once; rows padded by 16 bytes so a warp's 8 rows of a fragment hit 32 banks.
+      constexpr int kLd = kBN + 8, kRowChunks = kBN / 8;
+      static_assert(2 * kBM * kLd * sizeof(T) <= kStages * kStageBytes, "saved tile fits");
+      T* saved = reinterpret_cast<T*>(smem_raw + (smem - smem_addr(smem_raw)));
+      const int64_t I = p.epi.inter;
+      for (int i = tid; i < kBM * 2 * kRowChunks; i += kThreads) {
+        const int local = i / (2 * kRowChunks), c = i % (2 * kRowChunks);
+        const int part = c / kRowChunks, chunk = c % kRowChunks;  // part 0: gate, 1: up
+        const int64_t row = at.m0 + local, col = n0 + 8 * chunk;
+        const bool ok = row < at.m_end && col < p.n;  // I % 8 == 0: whole chunks
+        cp_async16_shared(smem + ((part * kBM + local) * kLd + 8 * chunk) * sizeof(T),
+                          ok ? p.epi.gate_up + row * 2 * I + part * I + col : p.epi.gate_up, ok);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      __syncthreads();
       const int lane = tid % 32;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int64_t row = at.m0 + f.row0 + 8 * r;
+        const int local = f.row0 + 8 * r;
+        const int64_t row = at.m0 + local;
         float part = 0.0f;
         if (row < at.m_end) {
           const float w = round_as<T>(p.epi.row_weight[row]);
@@ -222,7 +240,8 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
             const int64_t col = n0 + 8 * j + f.col0;
             if (col >= p.n) continue;
             const float d[2] = {acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]};
-            epi_swiglu_backward(p.epi, row, col, w, d, part);
+            const T* g = saved + local * kLd + 8 * j + f.col0;
+            epi_swiglu_backward(p.epi, row, col, w, d, gate_up_pair(g, g + kBM * kLd), part);
           }
         }
         // A row's 128 columns are held by the four lanes of one quad: sum them in a fixed order.
@@ -230,6 +249,7 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
         part += __shfl_xor_sync(0xffffffffu, part, 2);
         if (lane % 4 == 0 && row < at.m_end) p.epi.partial[row * n_tiles + at.nt] = part;
       }
+      __syncthreads();  // the next tile's copies overwrite the saved tile
     }
   }
 #endif

@@ -19,8 +19,8 @@
 // 16-byte aligned tensors (UNSUPPORTED otherwise).
 //
 // The GEMMs (the experts' gate_up, down, d(act), dx rows, d(down_w), d(gate_up_w) and the
-// router's three) run on the mma.sync kernels (grouped_gemm.cuh) or, with HK_MEGABLOCKS_GEMM=wgmma,
-// on the Hopper wgmma kernels (grouped_gemm_sm90.cuh). HK_MEGABLOCKS_TIMING=1
+// router's three) run on the Hopper wgmma kernels (grouped_gemm_sm90.cuh) on sm_90, else (or with
+// HK_MEGABLOCKS_GEMM=mma) on the mma.sync kernels (grouped_gemm.cuh). HK_MEGABLOCKS_TIMING=1
 // prints each pass's per-stage times to stderr (it synchronises the stream: a diagnostic for
 // benchmarks, not for capture).
 #include <cstdio>
@@ -288,7 +288,7 @@ void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
 
 // ---- the GEMMs' kernels: mma.sync or wgmma -----------------------------------------------------
 
-// HK_MEGABLOCKS_GEMM (read on every call): mma (unset: the default) or wgmma.
+// HK_MEGABLOCKS_GEMM (read on every call): wgmma (unset on sm_90: the default) or mma.
 struct GemmKernels {
   bool wgmma = false;
   int bn = 128;  // the expert M-grouped tiles' N extent (the d(weight) parts per row are I / bn)
