@@ -152,9 +152,27 @@ __device__ __forceinline__ void epi_store(const EpiArgs<T>& e, int64_t n, int64_
   store_pair(static_cast<Out*>(e.out) + row * e.ld + col, v0, v1, col + 1 < n, (e.ld % 2) == 0);
 }
 
+// Calls f(std::integral_constant<uint32_t, kind>{}) for the activation `kind` (any other value:
+// SiLU, as act() reads it), so a SwiGLU epilogue is compiled once per activation with the choice
+// folded. A run-time switch inside the unrolled per-pair loops cut them into a basic block per
+// pair, and the d(act) epilogue (two transcendental functions a pair) ran one pair at a time.
+template <class F>
+__device__ __forceinline__ void with_activation(uint32_t kind, const F& f) {
+  switch (kind) {
+    case hk::kActivationGELU:
+      f(std::integral_constant<uint32_t, hk::kActivationGELU>{});
+      break;
+    case hk::kActivationGELUTanh:
+      f(std::integral_constant<uint32_t, hk::kActivationGELUTanh>{});
+      break;
+    default:
+      f(std::integral_constant<uint32_t, hk::kActivationSiLU>{});
+  }
+}
+
 // SwigluForward: the gate and up accumulators of intermediate columns col, col + 1 (I % 8 == 0,
 // so both exist): writes act(gate)·up and, training, the rounded pre-activations.
-template <class T>
+template <uint32_t kAct, class T>
 __device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t row, int64_t col,
                                                    const float (&gate)[2], const float (&up)[2]) {
   const int64_t I = e.inter;
@@ -163,7 +181,7 @@ __device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t 
   for (int q = 0; q < 2; ++q) {
     g[q] = round_as<T>(gate[q]);
     u[q] = round_as<T>(up[q]);
-    a[q] = round_as<T>(round_as<T>(act(e.activation, g[q])) * u[q]);
+    a[q] = round_as<T>(round_as<T>(act(kAct, g[q])) * u[q]);
   }
   if (e.gate_up) {
     store_pair(e.gate_up + row * 2 * I + col, g[0], g[1], true, true);
@@ -205,7 +223,7 @@ __device__ __forceinline__ GateUp<T> load_gate_up(const EpiArgs<T>& e, int64_t r
 // SwigluBackward: d = d(act)/weight of intermediate columns col, col + 1 of a row with routing
 // weight w (rounded) and its saved pre-activations: writes d(gate ‖ up) and w·act; adds the
 // pair's terms of d(weight) to the row's running part (in column order).
-template <class T>
+template <uint32_t kAct, class T>
 __device__ __forceinline__ void epi_swiglu_backward(const EpiArgs<T>& e, int64_t row, int64_t col,
                                                     float w, const float (&d)[2],
                                                     const GateUp<T>& saved, float& part) {
@@ -214,11 +232,11 @@ __device__ __forceinline__ void epi_swiglu_backward(const EpiArgs<T>& e, int64_t
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     const float g = to_f32(saved.g[q]), u = to_f32(saved.u[q]);
-    const float s = round_as<T>(act(e.activation, g));
+    const float s = round_as<T>(act(kAct, g));
     const float a = round_as<T>(s * u);
     part += d[q] * a;
     const float da = w * d[q];
-    dg[q] = da * u * act_grad(e.activation, g);
+    dg[q] = da * u * act_grad(kAct, g);
     du[q] = da * s;
     aw[q] = w * a;
   }
@@ -455,54 +473,58 @@ __global__ void __launch_bounds__(kThreads, TileN<BN>::kMinBlocks)
         }
     } else if constexpr (E == Epi::SwigluForward) {
       const int64_t I = p.n;
+      with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
-      for (int i = 0; i < kMFrag; ++i)
+        for (int i = 0; i < kMFrag; ++i)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int64_t row = m0 + wm + i * 16 + half * 8 + lane / 4;
-          if (row >= m_end) continue;
+          for (int half = 0; half < 2; ++half) {
+            const int64_t row = m0 + wm + i * 16 + half * 8 + lane / 4;
+            if (row >= m_end) continue;
 #pragma unroll
-          for (int jj = 0; jj < kNFrag / 2; ++jj) {
-            const int64_t col =
-                nt * kSwigluCols + (wn / kWTN) * (kWTN / 2) + jj * 8 + 2 * (lane % 4);
-            if (col >= I) continue;  // I % 8 == 0: col + 1 < I too
-            const float g[2] = {acc[i][jj][2 * half], acc[i][jj][2 * half + 1]};
-            const float u[2] = {acc[i][jj + kNFrag / 2][2 * half],
-                                acc[i][jj + kNFrag / 2][2 * half + 1]};
-            epi_swiglu_forward(p.epi, row, col, g, u);
+            for (int jj = 0; jj < kNFrag / 2; ++jj) {
+              const int64_t col =
+                  nt * kSwigluCols + (wn / kWTN) * (kWTN / 2) + jj * 8 + 2 * (lane % 4);
+              if (col >= I) continue;  // I % 8 == 0: col + 1 < I too
+              const float g[2] = {acc[i][jj][2 * half], acc[i][jj][2 * half + 1]};
+              const float u[2] = {acc[i][jj + kNFrag / 2][2 * half],
+                                  acc[i][jj + kNFrag / 2][2 * half + 1]};
+              epi_swiglu_forward<decltype(kind)::value>(p.epi, row, col, g, u);
+            }
           }
-        }
+      });
     } else {  // SwigluBackward: acc = d(act) / weight, i.e. dy·down_w for rows of the tile
       const int64_t I = p.n;
       float* red = reinterpret_cast<float*>(smem_raw);  // [kBM][kWarpsN], the stages are free
+      with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
-      for (int i = 0; i < kMFrag; ++i)
+        for (int i = 0; i < kMFrag; ++i)
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int local = wm + i * 16 + half * 8 + lane / 4;
-          const int64_t row = m0 + local;
-          float part = 0.0f;
-          if (row < m_end) {
-            const float w = round_as<T>(p.epi.row_weight[row]);
-            GateUp<T> saved[kNFrag];  // every load of the row before its first store
+          for (int half = 0; half < 2; ++half) {
+            const int local = wm + i * 16 + half * 8 + lane / 4;
+            const int64_t row = m0 + local;
+            float part = 0.0f;
+            if (row < m_end) {
+              const float w = round_as<T>(p.epi.row_weight[row]);
+              GateUp<T> saved[kNFrag];  // every load of the row before its first store
 #pragma unroll
-            for (int j = 0; j < kNFrag; ++j) {
-              const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
-              if (col < I) saved[j] = load_gate_up(p.epi, row, col);
+              for (int j = 0; j < kNFrag; ++j) {
+                const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
+                if (col < I) saved[j] = load_gate_up(p.epi, row, col);
+              }
+#pragma unroll
+              for (int j = 0; j < kNFrag; ++j) {
+                const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
+                if (col >= I) continue;
+                const float d[2] = {acc[i][j][2 * half], acc[i][j][2 * half + 1]};
+                epi_swiglu_backward<decltype(kind)::value>(p.epi, row, col, w, d, saved[j], part);
+              }
             }
-#pragma unroll
-            for (int j = 0; j < kNFrag; ++j) {
-              const int64_t col = n0 + wn + j * 8 + 2 * (lane % 4);
-              if (col >= I) continue;
-              const float d[2] = {acc[i][j][2 * half], acc[i][j][2 * half + 1]};
-              epi_swiglu_backward(p.epi, row, col, w, d, saved[j], part);
-            }
+            // The four lanes of a row hold disjoint columns: sum them, then one value per warp.
+            part += __shfl_xor_sync(0xffffffffu, part, 1);
+            part += __shfl_xor_sync(0xffffffffu, part, 2);
+            if (lane % 4 == 0) red[local * kWarpsN + warp % kWarpsN] = part;
           }
-          // The four lanes of a row hold disjoint columns: sum them, then one value per warp.
-          part += __shfl_xor_sync(0xffffffffu, part, 1);
-          part += __shfl_xor_sync(0xffffffffu, part, 2);
-          if (lane % 4 == 0) red[local * kWarpsN + warp % kWarpsN] = part;
-        }
+      });
       __syncthreads();
       if (tid < kBM && m0 + tid < m_end) {
         float sum = 0.0f;

@@ -195,20 +195,22 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
         }
       }
     } else if constexpr (E == Epi::SwigluForward) {
+      with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t row = at.m0 + f.row0 + 8 * r;
-        if (row >= at.m_end) continue;
+        for (int r = 0; r < 2; ++r) {
+          const int64_t row = at.m0 + f.row0 + 8 * r;
+          if (row >= at.m_end) continue;
 #pragma unroll
-        for (int j = 0; j < kSwigluCols / 8; ++j) {  // accumulators j: gate, j + 8: its up
-          const int64_t col = at.nt * kSwigluCols + 8 * j + f.col0;
-          if (col >= p.n) continue;  // I % 8 == 0: col + 1 < I too
-          const float gate[2] = {acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]};
-          const int ju = j + kSwigluCols / 8;
-          const float up[2] = {acc[4 * ju + 2 * r], acc[4 * ju + 2 * r + 1]};
-          epi_swiglu_forward(p.epi, row, col, gate, up);
+          for (int j = 0; j < kSwigluCols / 8; ++j) {  // accumulators j: gate, j + 8: its up
+            const int64_t col = at.nt * kSwigluCols + 8 * j + f.col0;
+            if (col >= p.n) continue;  // I % 8 == 0: col + 1 < I too
+            const float gate[2] = {acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]};
+            const int ju = j + kSwigluCols / 8;
+            const float up[2] = {acc[4 * ju + 2 * r], acc[4 * ju + 2 * r + 1]};
+            epi_swiglu_forward<decltype(kind)::value>(p.epi, row, col, gate, up);
+          }
         }
-      }
+      });
     } else {  // SwigluBackward: acc = d(act) / weight, i.e. dy·down_w for rows of the tile
       // The tile's saved gate and up columns into the (now free) stages, coalesced, all in
       // flight at once; rows padded by 16 bytes so a warp's 8 rows of a fragment hit 32 banks.
@@ -228,27 +230,30 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
       cp_async_wait<0>();
       __syncthreads();
       const int lane = tid % 32;
+      with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int local = f.row0 + 8 * r;
-        const int64_t row = at.m0 + local;
-        float part = 0.0f;
-        if (row < at.m_end) {
-          const float w = round_as<T>(p.epi.row_weight[row]);
+        for (int r = 0; r < 2; ++r) {
+          const int local = f.row0 + 8 * r;
+          const int64_t row = at.m0 + local;
+          float part = 0.0f;
+          if (row < at.m_end) {
+            const float w = round_as<T>(p.epi.row_weight[row]);
 #pragma unroll
-          for (int j = 0; j < kBN / 8; ++j) {
-            const int64_t col = n0 + 8 * j + f.col0;
-            if (col >= p.n) continue;
-            const float d[2] = {acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]};
-            const T* g = saved + local * kLd + 8 * j + f.col0;
-            epi_swiglu_backward(p.epi, row, col, w, d, gate_up_pair(g, g + kBM * kLd), part);
+            for (int j = 0; j < kBN / 8; ++j) {
+              const int64_t col = n0 + 8 * j + f.col0;
+              if (col >= p.n) continue;
+              const float d[2] = {acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]};
+              const T* g = saved + local * kLd + 8 * j + f.col0;
+              epi_swiglu_backward<decltype(kind)::value>(p.epi, row, col, w, d,
+                                                         gate_up_pair(g, g + kBM * kLd), part);
+            }
           }
+          // A row's 128 columns are held by the four lanes of one quad: sum them in a fixed order.
+          part += __shfl_xor_sync(0xffffffffu, part, 1);
+          part += __shfl_xor_sync(0xffffffffu, part, 2);
+          if (lane % 4 == 0 && row < at.m_end) p.epi.partial[row * n_tiles + at.nt] = part;
         }
-        // A row's 128 columns are held by the four lanes of one quad: sum them in a fixed order.
-        part += __shfl_xor_sync(0xffffffffu, part, 1);
-        part += __shfl_xor_sync(0xffffffffu, part, 2);
-        if (lane % 4 == 0 && row < at.m_end) p.epi.partial[row * n_tiles + at.nt] = part;
-      }
+      });
       __syncthreads();  // the next tile's copies overwrite the saved tile
     }
   }
