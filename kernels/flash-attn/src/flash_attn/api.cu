@@ -34,12 +34,17 @@ void check_cuda(cudaError_t status, const char* what) {
     throw DeviceError(std::string(what) + " failed: " + cudaGetErrorString(status));
 }
 
-namespace {
 int current_device() {
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   return dev;
 }
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
+}
+
+namespace {
 int attribute(cudaDeviceAttr attr) {
   int value = 0;
   check_cuda(cudaDeviceGetAttribute(&value, attr, current_device()), "cudaDeviceGetAttribute");
@@ -48,10 +53,6 @@ int attribute(cudaDeviceAttr attr) {
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
-}
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
 }
 bool aligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;

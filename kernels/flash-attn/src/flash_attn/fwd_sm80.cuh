@@ -46,14 +46,18 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. The launcher sizes the grid to
-// about one block an SM, so a block must keep an SM's share of HBM bandwidth in flight on its
-// own: six tiles deep at head dim ≤ 128 (200 KB at 128), three at 256 (200 KB). Three tiles
-// deep at 128 (two blocks an SM's worth of shared memory, most SMs running one) reached 54% of
-// copy bandwidth at 32768 keys. (An 8-warp form with 128-key tiles measured 11% faster at 4096
-// keys and 7% slower at 32768 on the H200; not kept.)
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. Two depths:
+//  * split (a cluster per kv head, about one block an SM): each block must keep an SM's share of
+//    HBM bandwidth in flight on its own, so six tiles deep at head dim ≤ 128 (200 KB at 128),
+//    three at 256 (200 KB). On the H200 a block streamed 28 GB/s six deep against 17 three deep.
+//  * unsplit (batches whose kv heads fill the GPU): three tiles deep (two at 256), so two blocks
+//    share an SM; six deep (one block an SM) cost batch-64 decode at 2048+128 13% of its speed.
+// (An 8-warp form with 128-key tiles measured 11% faster at 4096 keys and 7% slower at 32768 on
+// the H200; not kept.)
 template <int D>
 using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
+template <int D>
+using FwdDecodeShallow = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
