@@ -39,11 +39,6 @@ int current_device() {
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   return dev;
 }
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, value) == 0;
-}
-
 namespace {
 int attribute(cudaDeviceAttr attr) {
   int value = 0;
@@ -53,6 +48,10 @@ int attribute(cudaDeviceAttr attr) {
 bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
+}
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, value) == 0;
 }
 bool aligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;

@@ -46,18 +46,15 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. Two depths:
-//  * split (a cluster per kv head, about one block an SM): each block must keep an SM's share of
-//    HBM bandwidth in flight on its own, so six tiles deep at head dim ≤ 128 (200 KB at 128),
-//    three at 256 (200 KB). On the H200 a block streamed 28 GB/s six deep against 17 three deep.
-//  * unsplit (batches whose kv heads fill the GPU): three tiles deep (two at 256), so two blocks
-//    share an SM; six deep (one block an SM) cost batch-64 decode at 2048+128 13% of its speed.
-// (An 8-warp form with 128-key tiles measured 11% faster at 4096 keys and 7% slower at 32768 on
-// the H200; not kept.)
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
+// dim 256), so two blocks fit an SM and eight 16-block clusters (batch 1, eight kv heads) are
+// resident at once. A block is bound by the latency of its per-tile chain (one warp a scheduler),
+// not by its loads: six tiles deep (one block an SM) streamed 28 GB/s a block against 17, but only
+// nine-block clusters were then all resident, and the call got slower (H200, 32768 keys: 67 against
+// 54 µs; 4096: 14.9 against 14.0). (An 8-warp form with 128-key tiles measured 11% faster at
+// 4096 keys and 7% slower at 32768 on the H200; not kept.)
 template <int D>
-using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
-template <int D>
-using FwdDecodeShallow = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
@@ -162,6 +159,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   float o[kDT][4];
 #pragma unroll
   for (int i = 0; i < kDT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  // Decode form: the Q fragments stay in registers (16-key warp tiles leave room for them), one
+  // ldmatrix chain less per tile on a path bound by its per-tile latency.
+  uint32_t q_frag[Cfg::kDecode ? D / 16 : 1][4];
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
 
   for (int it = 0; it < n_iters; ++it) {
@@ -171,6 +171,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     __syncthreads();
     if (it + kStages - 1 < n_iters) load_kv(n_block - (kStages - 1), (it + kStages - 1) % kStages);
     cp_async_commit();
+    if constexpr (Cfg::kDecode) {
+      if (it == 0) {  // the Q tile landed with the first group
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldmatrix_x4(q_frag[kk], smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                       2 * kk + (lane >> 4), kRowBytes));
+      }
+    }
 
     const uint32_t k_tile = smem_kv + stage * 2 * kTileBytes;
     const uint32_t v_tile = k_tile + kTileBytes;
@@ -182,8 +190,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
-      ldmatrix_x4(a, smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                          2 * kk + (lane >> 4), kRowBytes));
+      if constexpr (Cfg::kDecode) {
+        a[0] = q_frag[kk][0], a[1] = q_frag[kk][1], a[2] = q_frag[kk][2], a[3] = q_frag[kk][3];
+      } else {
+        ldmatrix_x4(a, smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                            2 * kk + (lane >> 4), kRowBytes));
+      }
 #pragma unroll
       for (int jn = 0; jn < kNT / 2; ++jn) {
         uint32_t bk[4];

@@ -16,8 +16,6 @@ namespace hk_flash {
 
 void check_cuda(cudaError_t status, const char* what);
 int current_device();
-// The environment variable `name` is set to exactly `value`.
-bool env_is(const char* name, const char* value);
 int device_sm_count();
 int device_capability();
 int device_max_smem_per_block();

@@ -14,8 +14,8 @@ namespace hk_flash {
 // Split-KV decode: clusters of up to `splits` blocks (more than 8 needs the non-portable size).
 // The cluster size is the largest at most `splits` for which every cluster of the grid can be
 // resident at once (cudaOccupancyMaxActiveClusters, per kernel and size, asked once): a cluster
-// left for a second wave would double the call. On the H200 only seven 16-block clusters of the
-// one-block-an-SM kernel fit (a GPC short of 16 free SMs), where eight kv heads need eight.
+// left for a second wave would double the call (on the H200 only seven 16-block clusters of a
+// one-block-an-SM kernel fit, a GPC being short of 16 free SMs; fourteen of this kernel's do).
 template <class T, int D, class Cfg>
 void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
@@ -84,14 +84,7 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
     check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
     return;
   }
-  // HK_FLASH_DECODE_DEPTH=deep|shallow forces one depth (benchmarks); otherwise deep when split.
-  const bool deep = env_is("HK_FLASH_DECODE_DEPTH", "deep")      ? true
-                    : env_is("HK_FLASH_DECODE_DEPTH", "shallow") ? false
-                                                                 : splits > 1;
-  if (deep)
-    launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
-  else
-    launch_decode<T, D, FwdDecodeShallow<D>>(p, stream, splits);
+  launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
 }
 
 // The backward in three launches, so the Hopper dK/dV kernel can take the middle one's place:
