@@ -55,6 +55,11 @@ using FwdPrefill = FwdConfig<4, 1,
 // 4096 keys and 7% slower at 32768 on the H200; not kept.)
 template <int D>
 using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+// Under measurement (HK_FLASH_DECODE_WARPS=8, split calls at head dim ≤ 128): 8 warps on 128-key
+// tiles, three deep (196 KB at 128: one block an SM, two warps a scheduler to hide the per-tile
+// chain), at the largest fully resident cluster size.
+template <int D>
+using FwdDecodeWide = FwdConfig<1, 8, 16, 3, true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
