@@ -3,8 +3,6 @@
 #pragma once
 
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 
 #include "flash_attn/bwd_sm80.cuh"
@@ -85,11 +83,6 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
     kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
     check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
     return;
-  }
-  const char* warps = std::getenv("HK_FLASH_DECODE_WARPS");
-  if constexpr (D <= 128) {
-    if (splits > 1 && warps != nullptr && std::strcmp(warps, "8") == 0)
-      return launch_decode<T, D, FwdDecodeWide<D>>(p, stream, splits);
   }
   launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
 }
