@@ -210,9 +210,22 @@ std::string decode(int64_t T, double copy_gbps) {
     Env verbose("HK_FLASH_VERBOSE", "1");
     hk::ops::fused_attention(q, ks[0], vs[0], out, o, nullptr, hs);
   }
-  cudaGraphExec_t split = graph_of();
-  const double t_split = time_ms([&] { check(cudaGraphLaunch(split, s), "launch"); }, s) / kCalls;
-  cudaGraphExecDestroy(split);
+  auto replay_us = [&] {
+    cudaGraphExec_t e = graph_of();
+    const double t = time_ms([&] { check(cudaGraphLaunch(e, s), "launch"); }, s) / kCalls;
+    cudaGraphExecDestroy(e);
+    return t;
+  };
+  const double t_split = replay_us();
+  double t_wide = 0;  // the 8-warp, 128-key-tile form (HK_FLASH_DECODE_WARPS=8), same replay
+  {
+    Env wide("HK_FLASH_DECODE_WARPS", "8");
+    {
+      Env verbose("HK_FLASH_VERBOSE", "1");
+      hk::ops::fused_attention(q, ks[0], vs[0], out, o, nullptr, hs);
+    }
+    t_wide = replay_us();
+  }
   double t_one = 0;
   {
     Env e("HK_FLASH_DECODE", "0");
@@ -234,9 +247,9 @@ std::string decode(int64_t T, double copy_gbps) {
   std::printf(
       "decode B1 16/8 D128 T%-6ld split-kv %7.2f us %7.0f GB/s = %5.1f%% of copy | "
       "prefill kernel %7.2f us | per call (not graphed) %7.2f us | read-only kernel %7.2f us "
-      "%7.0f GB/s = %5.1f%% of copy, empty kernel %5.2f us\n",
+      "%7.0f GB/s = %5.1f%% of copy, empty kernel %5.2f us | 8-warp form %7.2f us\n",
       long(T), t_split * 1e3, gbps, 100.0 * gbps / copy_gbps, t_one * 1e3, per_call * 1e3,
-      bound.read_us, read_gbps, 100.0 * read_gbps / copy_gbps, bound.empty_us);
+      bound.read_us, read_gbps, 100.0 * read_gbps / copy_gbps, bound.empty_us, t_wide * 1e3);
   std::fflush(stdout);
   return "{\"T\": " + std::to_string(T) +
          ", \"Hq\": 16, \"Hkv\": 8, \"D\": 128, \"kv_bytes\": " + json_num(kv_bytes) +
@@ -246,7 +259,8 @@ std::string decode(int64_t T, double copy_gbps) {
          ", \"per_call_us\": " + json_num(per_call * 1e3) +
          ", \"read_only_kernel_graph_us\": " + json_num(bound.read_us) +
          ", \"read_only_kernel_pct_of_copy\": " + json_num(100 * read_gbps / copy_gbps) +
-         ", \"empty_kernel_graph_us\": " + json_num(bound.empty_us) + "}";
+         ", \"empty_kernel_graph_us\": " + json_num(bound.empty_us) +
+         ", \"eight_warp_form_graph_us\": " + json_num(t_wide * 1e3) + "}";
 }
 
 double copy_bandwidth() {

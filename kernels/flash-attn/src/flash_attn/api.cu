@@ -34,12 +34,12 @@ void check_cuda(cudaError_t status, const char* what) {
     throw DeviceError(std::string(what) + " failed: " + cudaGetErrorString(status));
 }
 
-namespace {
 int current_device() {
   int dev = 0;
   check_cuda(cudaGetDevice(&dev), "cudaGetDevice");
   return dev;
 }
+namespace {
 int attribute(cudaDeviceAttr attr) {
   int value = 0;
   check_cuda(cudaDeviceGetAttribute(&value, attr, current_device()), "cudaDeviceGetAttribute");

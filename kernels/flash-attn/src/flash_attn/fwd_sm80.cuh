@@ -46,14 +46,20 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. The launcher sizes the grid to
-// about one block an SM, so a block must keep an SM's share of HBM bandwidth in flight on its
-// own: six tiles deep at head dim ≤ 128 (200 KB at 128), three at 256 (200 KB). Three tiles
-// deep at 128 (two blocks an SM's worth of shared memory, most SMs running one) reached 54% of
-// copy bandwidth at 32768 keys. (An 8-warp form with 128-key tiles measured 11% faster at 4096
-// keys and 7% slower at 32768 on the H200; not kept.)
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
+// dim 256), so two blocks fit an SM and eight 16-block clusters (batch 1, eight kv heads) are
+// resident at once. A block is bound by the latency of its per-tile chain (one warp a scheduler),
+// not by its loads: six tiles deep (one block an SM) streamed 28 GB/s a block against 17, but only
+// nine-block clusters were then all resident, and the call got slower (H200, 32768 keys: 67 against
+// 54 µs; 4096: 14.9 against 14.0). (An 8-warp form with 128-key tiles measured 11% faster at
+// 4096 keys and 7% slower at 32768 on the H200; not kept.)
 template <int D>
-using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+// Under measurement (HK_FLASH_DECODE_WARPS=8, split calls at head dim ≤ 128): 8 warps on 128-key
+// tiles, three deep (196 KB at 128: one block an SM, two warps a scheduler to hide the per-tile
+// chain), at the largest fully resident cluster size.
+template <int D>
+using FwdDecodeWide = FwdConfig<1, 8, 16, 3, true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
@@ -158,6 +164,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   float o[kDT][4];
 #pragma unroll
   for (int i = 0; i < kDT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  // Decode form: the Q fragments stay in registers (16-key warp tiles leave room for them), one
+  // ldmatrix chain less per tile on a path bound by its per-tile latency.
+  uint32_t q_frag[Cfg::kDecode ? D / 16 : 1][4];
   float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.0f, 0.0f};
 
   for (int it = 0; it < n_iters; ++it) {
@@ -167,6 +176,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     __syncthreads();
     if (it + kStages - 1 < n_iters) load_kv(n_block - (kStages - 1), (it + kStages - 1) % kStages);
     cp_async_commit();
+    if constexpr (Cfg::kDecode) {
+      if (it == 0) {  // the Q tile landed with the first group
+#pragma unroll
+        for (int kk = 0; kk < D / 16; ++kk)
+          ldmatrix_x4(q_frag[kk], smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                       2 * kk + (lane >> 4), kRowBytes));
+      }
+    }
 
     const uint32_t k_tile = smem_kv + stage * 2 * kTileBytes;
     const uint32_t v_tile = k_tile + kTileBytes;
@@ -178,8 +195,12 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       uint32_t a[4];
-      ldmatrix_x4(a, smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                          2 * kk + (lane >> 4), kRowBytes));
+      if constexpr (Cfg::kDecode) {
+        a[0] = q_frag[kk][0], a[1] = q_frag[kk][1], a[2] = q_frag[kk][2], a[3] = q_frag[kk][3];
+      } else {
+        ldmatrix_x4(a, smem_q + tile_offset(rw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                            2 * kk + (lane >> 4), kRowBytes));
+      }
 #pragma unroll
       for (int jn = 0; jn < kNT / 2; ++jn) {
         uint32_t bk[4];

@@ -15,6 +15,7 @@
 namespace hk_flash {
 
 void check_cuda(cudaError_t status, const char* what);
+int current_device();
 int device_sm_count();
 int device_capability();
 int device_max_smem_per_block();

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "flash_attn/bwd_sm80.cuh"
 #include "flash_attn/fwd_sm80.cuh"
@@ -10,8 +13,11 @@
 
 namespace hk_flash {
 
-// Split-KV decode: clusters of `splits` blocks (16 needs the non-portable size; where fewer
-// 16-block clusters than the grid has can be resident at once, 8 is used).
+// Split-KV decode: clusters of up to `splits` blocks (more than 8 needs the non-portable size).
+// The cluster size is the largest at most `splits` for which every cluster of the grid can be
+// resident at once (cudaOccupancyMaxActiveClusters, per kernel and size, asked once): a cluster
+// left for a second wave would double the call (on the H200 only seven 16-block clusters of a
+// one-block-an-SM kernel fit, a GPC being short of 16 free SMs; fourteen of this kernel's do).
 template <class T, int D, class Cfg>
 void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
@@ -20,33 +26,39 @@ void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   const int group = p.heads_q / p.heads_kv;
   const int tiles = (p.seqlen_q * group + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int clusters = tiles * p.heads_kv * p.batch;
-  int resident16 = -1;  // not asked
-  if (splits > 8) {
-    static const int resident = [&] {
+  // resident[s]: clusters of s blocks resident at once (-1: not asked yet); one table a device
+  static int resident[16][17];
+  static std::mutex mutex;
+  const int dev = current_device() & 15;
+  auto resident_clusters = [&](int size) {
+    std::lock_guard<std::mutex> lock(mutex);
+    int& n = resident[dev][size];
+    if (n == 0) {
       cudaLaunchConfig_t probe = {};
-      probe.gridDim = dim3(16, 1, 1);
+      probe.gridDim = dim3(size, 1, 1);
       probe.blockDim = dim3(Cfg::kThreads);
       probe.dynamicSmemBytes = smem;
       cudaLaunchAttribute a;
       a.id = cudaLaunchAttributeClusterDimension;
-      a.val.clusterDim.x = 16;
+      a.val.clusterDim.x = size;
       a.val.clusterDim.y = 1;
       a.val.clusterDim.z = 1;
       probe.attrs = &a;
       probe.numAttrs = 1;
-      int n = 0;
       if (cudaOccupancyMaxActiveClusters(&n, kernel, &probe) != cudaSuccess) n = 0;
       (void)cudaGetLastError();
-      return n;
-    }();
-    resident16 = resident;
-    if (resident16 < clusters) splits = 8;
-  }
+      if (n == 0) n = -1;  // cannot run at this size
+    }
+    return n;
+  };
+  const int asked = splits;
+  while (splits > 1 && resident_clusters(splits) < clusters) --splits;
   if (verbose())
     std::fprintf(stderr,
                  "hk flash: split-kv decode (%d warps, %d-key tiles, %d deep, %zu B shared) over "
-                 "clusters of %d (%d clusters; 16-block clusters resident at once: %d)\n",
-                 Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits, clusters, resident16);
+                 "clusters of %d (asked %d; %d clusters, %d of that size resident at once)\n",
+                 Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits, asked, clusters,
+                 splits > 1 ? resident_clusters(splits) : 0);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
   config.blockDim = dim3(Cfg::kThreads);
@@ -73,6 +85,11 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
     kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
     check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
     return;
+  }
+  const char* warps = std::getenv("HK_FLASH_DECODE_WARPS");
+  if constexpr (D <= 128) {
+    if (splits > 1 && warps != nullptr && std::strcmp(warps, "8") == 0)
+      return launch_decode<T, D, FwdDecodeWide<D>>(p, stream, splits);
   }
   launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
 }
