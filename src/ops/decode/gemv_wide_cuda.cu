@@ -356,12 +356,17 @@ size_t device_smem_optin() {
   return cached[d];
 }
 
+// SMs of the current device (132 when it cannot be asked); asked once, so nothing but cached
+// values is read while a graph is being captured.
 int sm_count_or_default() {
-  int d = 0, n = 0;
-  if (cudaGetDevice(&d) != cudaSuccess ||
-      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || n <= 0)
-    return 132;
-  return n;
+  static const int sms = [] {
+    int d = 0, n = 0;
+    if (cudaGetDevice(&d) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, d) != cudaSuccess || n <= 0)
+      return 132;
+    return n;
+  }();
+  return sms;
 }
 
 // The smallest cluster (power of two ≤ max_cluster, ≤ the k chunks) whose blocks cover the SMs
@@ -376,7 +381,7 @@ WidePlan wide_plan(const GemvParams& p, int max_cluster) {
     plan.tiles += static_cast<int>((p.segments[s].n + rows - 1) / rows);
   const int64_t chunks = p.k / kChunk;
   const size_t optin = device_smem_optin();
-  static const int sms = sm_count_or_default();
+  const int sms = sm_count_or_default();
   for (int cluster = 1; cluster <= max_cluster && cluster <= chunks; cluster *= 2) {
     const int64_t slice = (chunks + cluster - 1) / cluster * kChunk;
     plan.cluster = cluster;
