@@ -354,8 +354,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   }
 
   // Per-layer choices. Fused products need the built-in implementations of every layer they
-  // replace and shapes the gemv serves (16-bit weights up to gemv_preferred_max_rows() rows, f32
-  // up to 16; aligned rows).
+  // replace and shapes the gemv serves (16-bit or f32 weights, M ≤ 16, aligned rows).
   int fused_norms = 0, fused_qkv = 0, fused_rope = 0, fused_o = 0, fused_mlp = 0;
   for (const auto& layer : lm.model->layers) {
     LayerPlan lp;

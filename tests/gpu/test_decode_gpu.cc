@@ -1,12 +1,10 @@
 // Device decode on CUDA (label gpu).
 //
-//  * the decode kernels against the built-in ops: gemv (1–16 rows and the wide kernel's 17–64,
-//    three weights in one launch, biases, the RMSNorm prologue with the residual add, the SwiGLU
-//    epilogue, bf16/f16/f32, odd shapes, K of the model's products, cluster launches replayed in
-//    a CUDA graph) against ops::linear / add_rms_norm / act_mul; decode attention (GQA, left
-//    padding, per-row lengths, split keys) against the eager op on the CPU; the greedy pick (first
-//    index on ties, finished rows get the pad id, eos marks rows finished, positions and lengths
-//    advance);
+//  * the decode kernels against the built-in ops: gemv (1–16 rows, three weights in one launch,
+//    the RMSNorm prologue with the residual add, the SwiGLU epilogue, bf16/f16/f32, odd shapes)
+//    against ops::linear / add_rms_norm / act_mul; decode attention (GQA, left padding, per-row
+//    lengths, split keys) against the eager op on the CPU; the greedy pick (first index on ties,
+//    finished rows get the pad id, eos marks rows finished, positions and lengths advance);
 //  * the graph pool: a capture pass is served from its warm-up's blocks and a new size throws;
 //  * end to end on the model fixtures (and on HK_DECODE_TEST_MODEL, e.g. the Qwen3-0.6B-shaped
 //    benchmark checkpoint, when set): graph decode gives the same ids as the same step launched
@@ -25,7 +23,6 @@
 #include <filesystem>
 #include <random>
 
-#include "common/cuda_graph_testing.h"
 #include "generation/decode_session.h"
 #include "gpu_testing.h"
 #include "hk/allocator.h"
@@ -51,95 +48,6 @@ struct GemvCase {
   int64_t m, n, k;
 };
 
-// Two separately rounded chains (x normalised, then the products rounded): a one-ulp flip of a
-// normalised element moves an output by that element's weight, and a SwiGLU product amplifies it
-// where the other factor is large. So: almost every element within the elementwise tolerance, none
-// off by more than a few percent of the scale.
-void expect_mostly_close(const Tensor& got_gpu, const Tensor& want_cpu, DType dt,
-                         const std::string& what) {
-  const std::vector<double> got = to_cpu(got_gpu).to_doubles(), want = want_cpu.to_doubles();
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double scale = 0, worst = 0;
-  size_t off = 0;
-  for (double w : want) scale = std::max(scale, std::abs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double diff = std::abs(got[i] - want[i]);
-    worst = std::isfinite(got[i]) ? std::max(worst, diff) : INFINITY;
-    off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
-  }
-  EXPECT_LE(off, got.size() / 100)
-      << what << " (" << off << " elements off, worst " << worst << ")";
-  EXPECT_LE(worst, 0.03 * scale) << what << " (scale " << scale << ")";
-}
-
-// Three weights of different sizes (n, n/2 + 1, 17) writing into one wide output (as q, k, v),
-// biases on the weights in `biased` (bit s: weight s), against ops::linear on the CPU; with
-// `prologue` x is the residual and the products see rms_norm(x + delta) (the sum written back).
-void check_three_weights(const GemvCase& c, uint32_t& seed, unsigned biased,
-                         bool prologue = false) {
-  const std::string what = std::string(dtype_name(c.dt)) + " m" + std::to_string(c.m) + " n" +
-                           std::to_string(c.n) + " k" + std::to_string(c.k) +
-                           (prologue ? " +norm" : "");
-  Tensor x = random_cpu({c.m, c.k}, c.dt, seed++);
-  Tensor gx = to_gpu(x);
-  decode::GemvParams p;
-  p.dtype = c.dt;
-  p.m = c.m;
-  p.k = c.k;
-  p.x = gx.view().ptr();
-  p.x_stride = c.k;
-  Tensor normed = x, h_ref, gd, gn, h_out;
-  if (prologue) {
-    Tensor delta = random_cpu({c.m, c.k}, c.dt, seed++);
-    Tensor nw = random_cpu({c.k}, c.dt, seed++, 0.5f, 1.5f);
-    h_ref = x.clone();
-    normed = Tensor::empty({c.m, c.k}, c.dt);
-    ops::add_rms_norm(h_ref, delta, nw, 1e-6f, normed);
-    gd = to_gpu(delta);
-    gn = to_gpu(nw);
-    h_out = gpu_output({c.m, c.k}, c.dt);
-    p.has_prologue = true;
-    p.prologue = {gx.view().ptr(),    c.k, gd.view().ptr(), c.k,
-                  h_out.view().ptr(), c.k, gn.view().ptr(), 1e-6f};
-  }
-  const int64_t ns[3] = {c.n, c.n / 2 + 1, 17};
-  const int64_t width = ns[0] + ns[1] + ns[2] + 8;
-  Tensor out = gpu_output({c.m, width}, c.dt);
-  std::vector<Tensor> w, b, refs;
-  int64_t col = 0;
-  for (int s = 0; s < 3; ++s) {
-    w.push_back(random_cpu({ns[s], c.k}, c.dt, seed++));
-    b.push_back(random_cpu({ns[s]}, c.dt, seed++));
-    Tensor ref = Tensor::empty({c.m, ns[s]}, c.dt);
-    ops::linear(normed, w.back(), (biased >> s) & 1 ? &b.back().view() : nullptr, ref);
-    refs.push_back(ref);
-  }
-  std::vector<Tensor> gw, gb;
-  for (int s = 0; s < 3; ++s) {
-    gw.push_back(to_gpu(w[s]));
-    gb.push_back(to_gpu(b[s]));
-    p.segments[s].weight = gw[s].view().ptr();
-    p.segments[s].bias = (biased >> s) & 1 ? gb[s].view().ptr() : nullptr;
-    p.segments[s].out = static_cast<char*>(out.view().ptr()) + col * dtype_size(c.dt);
-    p.segments[s].out_stride = width;
-    p.segments[s].n = ns[s];
-    col += ns[s];
-  }
-  p.num_segments = 3;
-  ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
-  decode::gemv(p, {});
-  col = 0;
-  for (int s = 0; s < 3; ++s) {
-    const Tensor got = out.slice(1, col, col + ns[s]);
-    if (prologue)
-      expect_mostly_close(got.contiguous(), refs[s], c.dt, what + " weight " + std::to_string(s));
-    else
-      EXPECT_TRUE(close(got, refs[s], atol_mm(c.dt), rtol_for(c.dt))) << what << " weight " << s;
-    col += ns[s];
-  }
-  if (prologue) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << what << " residual";
-}
-
 TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
   HK_REQUIRE_REAL_CUDA();
   // (the kernel itself, whatever HK_DECODE_GEMV_MAX_ROWS lets the decode step hand it)
@@ -149,153 +57,117 @@ TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
                      GemvCase{DType::F16, 3, 777, 2048}, GemvCase{DType::F16, 16, 64, 3072},
                      GemvCase{DType::BF16, 24, 640, 1024}, GemvCase{DType::BF16, 40, 1024, 2048},
                      GemvCase{DType::F16, 64, 300, 3072}, GemvCase{DType::BF16, 64, 2048, 1024},
-                     GemvCase{DType::F32, 1, 300, 1024}, GemvCase{DType::F32, 11, 65, 68}})
-    check_three_weights(c, seed, 0b010);
-}
-
-// 17–64 rows (the wide kernel: 64 weight rows a block, x staged in shared memory, k split over a
-// cluster where the tiles are few): every row count against K of the model's products, n not a
-// multiple of the 64 rows of a block; and the shapes that take the other cluster sizes — many
-// tiles (no cluster), a K of three chunks (slices of one and two chunks), a K of 33 chunks over 16
-// blocks (uneven slices).
-TEST(DecodeGemv, WideRowsMatchLinear) {
-  HK_REQUIRE_REAL_CUDA();
-  uint32_t seed = 500;
-  const int64_t ns[3] = {333, 1000, 130};
-  int i = 0;
-  for (int64_t m : {17, 24, 33, 48, 64})
-    for (int64_t k : {1024, 2048, 3072}) {
-      const DType dt = i % 2 ? DType::F16 : DType::BF16;
-      check_three_weights(GemvCase{dt, m, ns[i % 3], k}, seed, 0b110);
-      ++i;
+                     GemvCase{DType::F32, 1, 300, 1024}, GemvCase{DType::F32, 11, 65, 68}}) {
+    const std::string what = std::string(dtype_name(c.dt)) + " m" + std::to_string(c.m) + " n" +
+                             std::to_string(c.n) + " k" + std::to_string(c.k);
+    Tensor x = random_cpu({c.m, c.k}, c.dt, seed++);
+    Tensor gx = to_gpu(x);
+    decode::GemvParams p;
+    p.dtype = c.dt;
+    p.m = c.m;
+    p.k = c.k;
+    p.x = gx.view().ptr();
+    p.x_stride = c.k;
+    // Three weights of different sizes writing into one wide output (as q, k, v).
+    const int64_t ns[3] = {c.n, c.n / 2 + 1, 17};
+    const int64_t width = ns[0] + ns[1] + ns[2] + 8;
+    Tensor out = gpu_output({c.m, width}, c.dt);
+    std::vector<Tensor> w, b, refs;
+    int64_t col = 0;
+    for (int s = 0; s < 3; ++s) {
+      w.push_back(random_cpu({ns[s], c.k}, c.dt, seed++));
+      b.push_back(random_cpu({ns[s]}, c.dt, seed++));
+      Tensor ref = Tensor::empty({c.m, ns[s]}, c.dt);
+      ops::linear(x, w.back(), s == 1 ? &b.back().view() : nullptr, ref);
+      refs.push_back(ref);
     }
-  for (GemvCase c : {GemvCase{DType::BF16, 20, 9000, 1024}, GemvCase{DType::F16, 40, 1024, 96},
-                     GemvCase{DType::BF16, 64, 200, 1056}, GemvCase{DType::F16, 64, 4100, 1024}})
-    check_three_weights(c, seed, 0b111);
+    std::vector<Tensor> gw, gb;
+    for (int s = 0; s < 3; ++s) {
+      gw.push_back(to_gpu(w[s]));
+      gb.push_back(to_gpu(b[s]));
+      p.segments[s].weight = gw[s].view().ptr();
+      p.segments[s].bias = s == 1 ? gb[s].view().ptr() : nullptr;
+      p.segments[s].out = static_cast<char*>(out.view().ptr()) + col * dtype_size(c.dt);
+      p.segments[s].out_stride = width;
+      p.segments[s].n = ns[s];
+      col += ns[s];
+    }
+    p.num_segments = 3;
+    ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
+    decode::gemv(p, {});
+    col = 0;
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_TRUE(close(out.slice(1, col, col + ns[s]), refs[s], atol_mm(c.dt), rtol_for(c.dt)))
+          << what << " weight " << s;
+      col += ns[s];
+    }
+  }
 }
 
-// The fused prologue and the SwiGLU pair: 1–16 rows at K = 1024 (the narrow kernel normalises
-// all of x per block), 17–64 rows at the model's K (the wide kernel normalises its slice, the
-// sums of squares added over the cluster); n odd.
 TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
   HK_REQUIRE_REAL_CUDA();
   uint32_t seed = 100;
   for (DType dt : {DType::BF16, DType::F16})
-    for (int64_t m : {1, 4, 13, 17, 24, 33, 48, 64})
-      for (int64_t k : {1024, 2048, 3072})
-        for (bool with_delta : {false, true}) {
-          if (m <= 16 && k > 1024) continue;  // the narrow kernel's x rows: 64 KB of shared memory
-          const int64_t n = 333;
-          const std::string what = std::string(dtype_name(dt)) + " m" + std::to_string(m) + " k" +
-                                   std::to_string(k) + (with_delta ? " +delta" : "");
-          Tensor h = random_cpu({m, k}, dt, seed++), delta = random_cpu({m, k}, dt, seed++);
-          Tensor nw = random_cpu({k}, dt, seed++, 0.5f, 1.5f);
-          Tensor wg = random_cpu({n, k}, dt, seed++), wu = random_cpu({n, k}, dt, seed++);
-          // reference: residual add + norm, gate/up linears, act_mul
-          Tensor h_ref = h.clone(), normed = Tensor::empty({m, k}, dt);
-          if (with_delta)
-            ops::add_rms_norm(h_ref, delta, nw, 1e-6f, normed);
-          else
-            ops::rms_norm(h_ref, nw, 1e-6f, normed);
-          Tensor gate = Tensor::empty({m, n}, dt), up = Tensor::empty({m, n}, dt);
-          ops::linear(normed, wg, nullptr, gate);
-          ops::linear(normed, wu, nullptr, up);
-          Tensor act = Tensor::empty({m, n}, dt);
-          ops::act_mul(ops::Activation::SiLU, gate, up, act);
+    for (int64_t m : {1, 4, 13})
+      for (bool with_delta : {false, true}) {
+        const int64_t k = 1024, n = 384;
+        const std::string what =
+            std::string(dtype_name(dt)) + " m" + std::to_string(m) + (with_delta ? " +delta" : "");
+        Tensor h = random_cpu({m, k}, dt, seed++), delta = random_cpu({m, k}, dt, seed++);
+        Tensor nw = random_cpu({k}, dt, seed++, 0.5f, 1.5f);
+        Tensor wg = random_cpu({n, k}, dt, seed++), wu = random_cpu({n, k}, dt, seed++);
+        // reference: residual add + norm, gate/up linears, act_mul
+        Tensor h_ref = h.clone(), normed = Tensor::empty({m, k}, dt);
+        if (with_delta)
+          ops::add_rms_norm(h_ref, delta, nw, 1e-6f, normed);
+        else
+          ops::rms_norm(h_ref, nw, 1e-6f, normed);
+        Tensor gate = Tensor::empty({m, n}, dt), up = Tensor::empty({m, n}, dt);
+        ops::linear(normed, wg, nullptr, gate);
+        ops::linear(normed, wu, nullptr, up);
+        Tensor act = Tensor::empty({m, n}, dt);
+        ops::act_mul(ops::Activation::SiLU, gate, up, act);
 
-          Tensor gh = to_gpu(h), gd = to_gpu(delta), gn = to_gpu(nw), gwg = to_gpu(wg),
-                 gwu = to_gpu(wu);
-          Tensor h_out = gpu_output({m, k}, dt), out = gpu_output({m, n}, dt);
-          decode::GemvParams p;
-          p.dtype = dt;
-          p.m = m;
-          p.k = k;
-          p.has_prologue = true;
-          p.prologue.residual = gh.view().ptr();
-          p.prologue.residual_stride = k;
-          p.prologue.delta = with_delta ? gd.view().ptr() : nullptr;
-          p.prologue.delta_stride = k;
-          p.prologue.residual_out = with_delta ? h_out.view().ptr() : nullptr;
-          p.prologue.residual_out_stride = k;
-          p.prologue.norm_weight = gn.view().ptr();
-          p.prologue.eps = 1e-6f;
-          p.segments[0] = {gwg.view().ptr(), nullptr, out.view().ptr(), n, n};
-          p.segments[1] = {gwu.view().ptr(), nullptr, out.view().ptr(), n, n};
-          p.num_segments = 2;
-          p.epilogue = decode::GemvEpilogue::SiluMul;
-          ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
-          decode::gemv(p, {});
-          expect_mostly_close(out, act, dt, what);
-          if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << what << " residual";
+        Tensor gh = to_gpu(h), gd = to_gpu(delta), gn = to_gpu(nw), gwg = to_gpu(wg),
+               gwu = to_gpu(wu);
+        Tensor h_out = gpu_output({m, k}, dt), out = gpu_output({m, n}, dt);
+        decode::GemvParams p;
+        p.dtype = dt;
+        p.m = m;
+        p.k = k;
+        p.has_prologue = true;
+        p.prologue.residual = gh.view().ptr();
+        p.prologue.residual_stride = k;
+        p.prologue.delta = with_delta ? gd.view().ptr() : nullptr;
+        p.prologue.delta_stride = k;
+        p.prologue.residual_out = with_delta ? h_out.view().ptr() : nullptr;
+        p.prologue.residual_out_stride = k;
+        p.prologue.norm_weight = gn.view().ptr();
+        p.prologue.eps = 1e-6f;
+        p.segments[0] = {gwg.view().ptr(), nullptr, out.view().ptr(), n, n};
+        p.segments[1] = {gwu.view().ptr(), nullptr, out.view().ptr(), n, n};
+        p.num_segments = 2;
+        p.epilogue = decode::GemvEpilogue::SiluMul;
+        ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
+        decode::gemv(p, {});
+        // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
+        // one-ulp flip of a normalised element moves gate or up by that element's weight, and
+        // the product amplifies it where the other factor is large. So: almost every element
+        // within the elementwise tolerance, none off by more than a few percent of the scale.
+        const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
+        double scale = 0, worst = 0;
+        size_t off = 0;
+        for (double w : want) scale = std::max(scale, std::abs(w));
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double diff = std::abs(got[i] - want[i]);
+          worst = std::max(worst, diff);
+          off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
         }
-}
-
-// q/k/v in one launch behind the prologue (the decode step's first product of a layer) at
-// 17–64 rows: three weights, biases, the residual written back.
-TEST(DecodeGemv, WideRowsNormPrologueWithThreeWeights) {
-  HK_REQUIRE_REAL_CUDA();
-  uint32_t seed = 900;
-  for (DType dt : {DType::BF16, DType::F16})
-    for (int64_t m : {17, 48, 64})
-      for (int64_t k : {1024, 2048})
-        check_three_weights(GemvCase{dt, m, 1000, k}, seed, 0b111, true);
-}
-
-// The wide kernel's cluster launches (PDL on) recorded into a CUDA graph and replayed give the
-// eager launch's outputs bit for bit (the cluster sums are added in a fixed order): o_proj's
-// shape (16 tiles: clusters of 16 or 8) and gate/up + SwiGLU behind the prologue at 64 rows.
-TEST(DecodeGemv, WideRowsReplayInACudaGraph) {
-  HK_REQUIRE_REAL_CUDA();
-  OwnedStream owned(gpu());
-  const Stream stream = owned.get();
-  const int64_t m = 64;
-  uint32_t seed = 1300;
-  Tensor attn = to_gpu(random_cpu({m, 2048}, DType::BF16, seed++));
-  Tensor wo = to_gpu(random_cpu({1024, 2048}, DType::BF16, seed++));
-  Tensor h = to_gpu(random_cpu({m, 1024}, DType::BF16, seed++));
-  Tensor delta = to_gpu(random_cpu({m, 1024}, DType::BF16, seed++));
-  Tensor nw = to_gpu(random_cpu({1024}, DType::BF16, seed++, 0.5f, 1.5f));
-  Tensor wg = to_gpu(random_cpu({3072, 1024}, DType::BF16, seed++));
-  Tensor wu = to_gpu(random_cpu({3072, 1024}, DType::BF16, seed++));
-  Tensor o = gpu_output({m, 1024}, DType::BF16), act = gpu_output({m, 3072}, DType::BF16),
-         h_out = gpu_output({m, 1024}, DType::BF16);
-  decode::GemvParams po;
-  po.dtype = DType::BF16;
-  po.m = m;
-  po.k = 2048;
-  po.x = attn.view().ptr();
-  po.x_stride = 2048;
-  po.segments[0] = {wo.view().ptr(), nullptr, o.view().ptr(), 1024, 1024};
-  po.num_segments = 1;
-  decode::GemvParams pg;
-  pg.dtype = DType::BF16;
-  pg.m = m;
-  pg.k = 1024;
-  pg.has_prologue = true;
-  pg.prologue = {h.view().ptr(),     1024, delta.view().ptr(), 1024,
-                 h_out.view().ptr(), 1024, nw.view().ptr(),    1e-6f};
-  pg.segments[0] = {wg.view().ptr(), nullptr, act.view().ptr(), 3072, 3072};
-  pg.segments[1] = {wu.view().ptr(), nullptr, act.view().ptr(), 3072, 3072};
-  pg.num_segments = 2;
-  pg.epilogue = decode::GemvEpilogue::SiluMul;
-  ASSERT_EQ(decode::gemv_unsupported(po), "");
-  ASSERT_EQ(decode::gemv_unsupported(pg), "");
-  auto step = [&] {
-    decode::gemv(po, stream);
-    decode::gemv(pg, stream);
-  };
-  step();  // eager (also sets the kernels' attributes outside the capture)
-  const std::vector<double> o_eager = to_cpu(o, stream).to_doubles(),
-                            act_eager = to_cpu(act, stream).to_doubles(),
-                            h_eager = to_cpu(h_out, stream).to_doubles();
-  ops::fill(o, NAN, stream);
-  ops::fill(act, NAN, stream);
-  ops::fill(h_out, NAN, stream);
-  ASSERT_NO_FATAL_FAILURE(
-      hk::testing::capture_and_replay(static_cast<cudaStream_t>(stream.handle), step, 2));
-  EXPECT_EQ(to_cpu(o, stream).to_doubles(), o_eager);
-  EXPECT_EQ(to_cpu(act, stream).to_doubles(), act_eager);
-  EXPECT_EQ(to_cpu(h_out, stream).to_doubles(), h_eager);
+        EXPECT_LE(off, got.size() / 100)
+            << what << " (" << off << " elements off, worst " << worst << ")";
+        EXPECT_LE(worst, 0.03 * scale) << what << " (scale " << scale << ")";
+        if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << what << " residual";
+      }
 }
 
 TEST(DecodeGemv, RefusesWhatItCannotServe) {
@@ -316,26 +188,6 @@ TEST(DecodeGemv, RefusesWhatItCannotServe) {
   p.dtype = DType::F32;
   p.k = 42;
   EXPECT_NE(decode::gemv_unsupported(p).find("multiple of 4"), std::string::npos);
-  // 17–64 rows: a cluster of 16 blocks holds the x slices in shared memory, up to ~12k in_features
-  // at 64 rows (the pointers are never read).
-  void* fake = reinterpret_cast<void*>(uintptr_t(1) << 20);
-  p.dtype = DType::BF16;
-  p.m = 64;
-  p.k = 51200;
-  p.x = fake;
-  p.x_stride = p.k;
-  p.segments[0] = {fake, nullptr, fake, 64, 64};
-  p.num_segments = 1;
-  EXPECT_NE(decode::gemv_unsupported(p).find("in_features 51200 at 64 rows"), std::string::npos)
-      << decode::gemv_unsupported(p);
-  p.k = 8192;
-  p.x_stride = p.k;
-  EXPECT_EQ(decode::gemv_unsupported(p), "");
-  p.m = 17;  // the prologue at 17 rows (the narrow kernel's 64 KB bound no longer applies)
-  p.k = 3072;
-  p.has_prologue = true;
-  p.prologue = {fake, p.k, fake, p.k, fake, p.k, fake, 1e-6f};
-  EXPECT_EQ(decode::gemv_unsupported(p), "");
 }
 
 // ---- attention ---------------------------------------------------------------------------------

@@ -95,38 +95,21 @@ inline cudaStream_t native(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
 }
 
-// Launches `kernel` with the PDL attribute when pdl_enabled(), in thread-block clusters of
-// `cluster` blocks along x when cluster > 1 (16 needs the non-portable size allowed).
+// Launches `kernel` with the PDL attribute when pdl_enabled().
 template <class... KernelArgs, class... Args>
-void launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                      Stream stream, int cluster, Args&&... args) {
+void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
+            Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = native(stream);
-  cudaLaunchAttribute attribute[2];
-  int count = 0;
-  if (pdl_enabled()) {
-    attribute[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[count].val.programmaticStreamSerializationAllowed = 1;
-    ++count;
-  }
-  if (cluster > 1) {
-    attribute[count].id = cudaLaunchAttributeClusterDimension;
-    attribute[count].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attribute[count].val.clusterDim.y = 1;
-    attribute[count].val.clusterDim.z = 1;
-    ++count;
-  }
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = static_cast<unsigned>(count);
+  config.numAttrs = pdl_enabled() ? 1 : 0;
   HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-template <class... KernelArgs, class... Args>
-void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
-            Args&&... args) {
-  launch_clustered(kernel, grid, block, smem, stream, 1, std::forward<Args>(args)...);
 }
 
 // Raises a kernel's dynamic shared memory limit once (per process and kernel).

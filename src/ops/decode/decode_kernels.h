@@ -5,12 +5,10 @@
 //
 //   gemv           y = x·Wᵀ (+ b) for M ≤ 64 rows of x: bf16/f16 weights through mma.sync with the
 //                  weight streamed once (prefetched into L2 and its first chunks loaded before
-//                  the kernel waits on its predecessor) — up to 16 rows with x read per 16 weight
-//                  rows, 17–64 rows with x staged in shared memory per 64 weight rows and K split
-//                  over a thread-block cluster where the tiles are few — and f32 (M ≤ 16) on CUDA
-//                  cores. Up to three weights sharing x in one launch (q, k and v), an optional
-//                  RMSNorm prologue (x = rms_norm(residual + delta), the residual written back),
-//                  an optional SwiGLU epilogue (gate and up in one block).
+//                  the kernel waits on its predecessor), f32 (M ≤ 16) on CUDA cores. Up to three
+//                  weights sharing x in one launch (q,
+//                  k and v), an optional RMSNorm prologue (x = rms_norm(residual + delta), the
+//                  residual written back), an optional SwiGLU epilogue (gate and up in one block).
 //   qk_rope_cache  q/k RMSNorm (Qwen3), rotary from device positions and the k/v write into the
 //                  cache at each row's device length, in one launch.
 //   attention      one query per row over its cache [key_start, length + add), split over blocks
@@ -81,8 +79,7 @@ constexpr int64_t kGemvMaxRows = 64;     // 16-bit weights (tensor cores, 8 x ro
 constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
 // Batches the decode step hands to the gemv (larger ones go through the layers' own products,
 // cuBLASLt for the built-in Linear): 16, measured on the H200 (2026-12-01: at batch 32 and 64 the
-// one-m-tile gemv reached 15.3k / 19.1k tok/s, cuBLASLt 18.1k / 28.3k; the wide kernel for 17–64
-// rows that replaced it there is not measured yet); HK_DECODE_GEMV_MAX_ROWS overrides (up to 64).
+// gemv reached 15.3k / 19.1k tok/s, cuBLASLt 18.1k / 28.3k); HK_DECODE_GEMV_MAX_ROWS overrides.
 constexpr int64_t kGemvPreferredMaxRows = 16;
 int64_t gemv_preferred_max_rows();
 // Why gemv cannot run `p` (a sentence), or "" when it can.

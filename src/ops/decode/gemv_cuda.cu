@@ -1,10 +1,8 @@
-// Decode GEMV: y[m, n] = x[m, :]·W[n, :] (+ b[n]) for M ≤ 64 rows of x (decode_kernels.h): the
-// entry point, its checks, and the kernels for up to 16 rows (17–64 rows of 16-bit weights go to
-// gemv_wide_cuda.cu, which stages x in shared memory once per 64 weight rows).
+// Decode GEMV: y[m, n] = x[m, :]·W[n, :] (+ b[n]) for M ≤ 64 rows of x (decode_kernels.h).
 //
 // 16-bit weights: one block of 8 warps per 16 rows of W, the K dimension split over the warps, and
 // the products on tensor cores with W as the 16-row operand and x as the 8-column one
-// (mma.sync.m16n8k16; one n-tile per 8 rows of x: 1 or 2). Every lane loads 16 bytes of a W
+// (mma.sync.m16n8k16; one n-tile per 8 rows of x: 1, 2, 4 or 8). Every lane loads 16 bytes of a W
 // row and the matching 16 bytes of x: the k order inside a 32-wide chunk is permuted identically
 // for both operands, which a dot product does not notice, so no shared-memory staging is needed.
 // The block prefetches its rows of W into L2 and loads its first chunks into registers before
@@ -19,7 +17,7 @@
 #include <set>
 
 #include "hk/error.h"
-#include "ops/decode/gemv_common.cuh"
+#include "ops/decode/decode_common.cuh"
 
 namespace hk::decode {
 namespace detail {
@@ -30,13 +28,8 @@ void allow_dynamic_smem(const void* kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return;
   std::lock_guard<std::mutex> lock(mutex);
   if (!done.insert(kernel).second) return;
-  // The device's opt-in limit, set once: a later call of the same kernel may need more than the
-  // first (the wide gemv's x slices vary with the shape).
-  int d = 0, optin = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&d));
-  HK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
   HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     std::max(optin, static_cast<int>(bytes))));
+                                     static_cast<int>(std::max<size_t>(bytes, 100 * 1024))));
 }
 
 int device_sm_count() {
@@ -85,6 +78,33 @@ constexpr int kMmaRows = 16;  // W rows per block (one m-tile)
 constexpr int kF32Rows = kWarps;
 constexpr int kXPad = 32;  // shared x rows padded by 64 bytes: conflict-free 16-byte reads
 
+struct GemvArgs {
+  int m = 0, k = 0;
+  const void* x = nullptr;
+  int64_t x_stride = 0;
+  const void* residual = nullptr;
+  int64_t residual_stride = 0;
+  const void* delta = nullptr;
+  int64_t delta_stride = 0;
+  void* residual_out = nullptr;
+  int64_t residual_out_stride = 0;
+  const void* norm_weight = nullptr;
+  float eps = 0.0f;
+  const void* w[3] = {};
+  const void* bias[3] = {};
+  void* out[3] = {};
+  int64_t out_stride[3] = {};
+  int n[3] = {};
+  int tile_begin[4] = {};
+  int num_segments = 0;
+};
+
+__device__ __forceinline__ int segment_of(const GemvArgs& a, int tile) {
+  int s = 0;
+  while (s + 1 < a.num_segments && tile >= a.tile_begin[s + 1]) ++s;
+  return s;
+}
+
 // Prefetches `rows` rows of k elements starting at `w` into L2 (all threads of the block).
 template <class T>
 __device__ __forceinline__ void prefetch_rows(const T* w, int rows, int k) {
@@ -100,27 +120,49 @@ __device__ void norm_prologue(const GemvArgs& a, T* xs) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int stride = a.k + kXPad;
   for (int row = warp; row < a.m; row += kWarps) {
-    const T* res = static_cast<const T*>(a.pro.residual) + row * a.pro.residual_stride;
-    const T* del =
-        a.pro.delta ? static_cast<const T*>(a.pro.delta) + row * a.pro.delta_stride : nullptr;
-    T* out = a.pro.residual_out && a.pro.delta && blockIdx.x == 0
-                 ? static_cast<T*>(a.pro.residual_out) + row * a.pro.residual_out_stride
+    const T* res = static_cast<const T*>(a.residual) + row * a.residual_stride;
+    const T* del = a.delta ? static_cast<const T*>(a.delta) + row * a.delta_stride : nullptr;
+    T* out = a.residual_out && a.delta && blockIdx.x == 0
+                 ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride
                  : nullptr;
     T* xr = xs + row * stride;
     float ss = 0.0f;
     for (int i = lane * 8; i < a.k; i += 256) {
       uint4 v = load_ro16(res + i);
-      if (del) v = add_rounded16<T>(v, load_ro16(del + i));
-      ss += sum_squares16<T>(v);
+      if (del) {
+        const uint4 d = load_ro16(del + i);
+        v.x = pack2<T>(lane_value<T>(v, 0) + lane_value<T>(d, 0),
+                       lane_value<T>(v, 1) + lane_value<T>(d, 1));
+        v.y = pack2<T>(lane_value<T>(v, 2) + lane_value<T>(d, 2),
+                       lane_value<T>(v, 3) + lane_value<T>(d, 3));
+        v.z = pack2<T>(lane_value<T>(v, 4) + lane_value<T>(d, 4),
+                       lane_value<T>(v, 5) + lane_value<T>(d, 5));
+        v.w = pack2<T>(lane_value<T>(v, 6) + lane_value<T>(d, 6),
+                       lane_value<T>(v, 7) + lane_value<T>(d, 7));
+      }
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float f = lane_value<T>(v, e);
+        ss += f * f;
+      }
       *reinterpret_cast<uint4*>(xr + i) = v;
       if (out) *reinterpret_cast<uint4*>(out + i) = v;
     }
     ss = warp_sum(ss);
-    const float r = rsqrtf(ss / static_cast<float>(a.k) + a.pro.eps);
-    const T* w = static_cast<const T*>(a.pro.norm_weight);
+    const float r = rsqrtf(ss / static_cast<float>(a.k) + a.eps);
+    const T* w = static_cast<const T*>(a.norm_weight);
     for (int i = lane * 8; i < a.k; i += 256) {
       const uint4 v = *reinterpret_cast<const uint4*>(xr + i);
-      const uint4 o = rms_scale16<T>(v, load_ro16(w + i), r);
+      const uint4 wv = load_ro16(w + i);
+      float y[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e)
+        y[e] = round_as<T>(lane_value<T>(v, e) * r) * lane_value<T>(wv, e);
+      uint4 o;
+      o.x = pack2<T>(y[0], y[1]);
+      o.y = pack2<T>(y[2], y[3]);
+      o.z = pack2<T>(y[4], y[5]);
+      o.w = pack2<T>(y[6], y[7]);
       *reinterpret_cast<uint4*>(xr + i) = o;
     }
   }
@@ -249,7 +291,19 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
     const int col = nt * 8 + (l & 3) * 2 + (r & 1);
     const int j = r0 + row;
     if (col >= a.m || row >= rows_here) continue;
-    store_result<T, kPair>(a, s, j, col, sum[0], sum[kSets - 1]);
+    if constexpr (!kPair) {
+      float v = sum[0];
+      if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
+      static_cast<T*>(a.out[s])[col * a.out_stride[s] + j] = from_f32<T>(v);
+    } else {
+      float gv = sum[0], uv = sum[kSets - 1];
+      if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
+      if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
+      gv = round_as<T>(gv);
+      uv = round_as<T>(uv);
+      static_cast<T*>(a.out[0])[col * a.out_stride[0] + j] =
+          from_f32<T>(round_as<T>(silu(gv)) * uv);
+    }
   }
 }
 
@@ -330,8 +384,12 @@ template <class T, bool kPrologue, bool kPair>
 void launch_mma_nt(const GemvArgs& a, int tiles, Stream stream) {
   if (a.m <= 8)
     launch_mma<T, 1, kPrologue, kPair>(a, tiles, stream);
-  else
+  else if (a.m <= 16)
     launch_mma<T, 2, kPrologue, kPair>(a, tiles, stream);
+  else if (a.m <= 32)
+    launch_mma<T, 4, kPrologue, kPair>(a, tiles, stream);
+  else
+    launch_mma<T, 8, kPrologue, kPair>(a, tiles, stream);
 }
 
 template <class T>
@@ -377,8 +435,7 @@ std::string gemv_unsupported(const GemvParams& p) {
     if (f32) return "the fused RMSNorm prologue takes 16-bit dtypes";
     const GemvPrologue& q = p.prologue;
     if (!q.residual || !q.norm_weight) return "prologue without residual or norm weight";
-    if (p.m <= kGemvNarrowMaxRows && size_t(p.m) * (p.k + kXPad) * 2 > 64 * 1024)
-      return "prologue rows exceed 64 KB";
+    if (size_t(p.m) * (p.k + kXPad) * 2 > 64 * 1024) return "prologue rows exceed 64 KB";
     if (!aligned16(q.residual) || q.residual_stride % vec != 0 || !aligned16(q.norm_weight) ||
         (q.delta && (!aligned16(q.delta) || q.delta_stride % vec != 0)) ||
         (q.residual_out && (!aligned16(q.residual_out) || q.residual_out_stride % vec != 0)))
@@ -386,20 +443,32 @@ std::string gemv_unsupported(const GemvParams& p) {
   } else if (!p.x || !aligned16(p.x) || p.x_stride % vec != 0) {
     return "x rows not 16-byte aligned";
   }
-  if (!f32 && p.m > kGemvNarrowMaxRows) return gemv_wide_unsupported(p);
   return "";
 }
 
-detail::GemvArgs detail::gemv_args(const GemvParams& p, int rows_per_tile, int& tiles) {
+void gemv(const GemvParams& p, Stream stream) {
+  const std::string why = gemv_unsupported(p);
+  if (!why.empty()) throw Unsupported("decode gemv: " + why);
   GemvArgs a;
   a.m = static_cast<int>(p.m);
   a.k = static_cast<int>(p.k);
   a.x = p.x;
   a.x_stride = p.x_stride;
-  if (p.has_prologue) a.pro = p.prologue;
+  if (p.has_prologue) {
+    a.residual = p.prologue.residual;
+    a.residual_stride = p.prologue.residual_stride;
+    a.delta = p.prologue.delta;
+    a.delta_stride = p.prologue.delta_stride;
+    a.residual_out = p.prologue.residual_out;
+    a.residual_out_stride = p.prologue.residual_out_stride;
+    a.norm_weight = p.prologue.norm_weight;
+    a.eps = p.prologue.eps;
+  }
   const bool pair = p.epilogue == GemvEpilogue::SiluMul;
+  const bool f32 = p.dtype == DType::F32;
+  const int rows_per_tile = f32 ? kF32Rows : kMmaRows;
   a.num_segments = p.num_segments;
-  tiles = 0;
+  int tiles = 0;
   for (int s = 0; s < p.num_segments; ++s) {
     a.w[s] = p.segments[s].weight;
     a.bias[s] = p.segments[s].bias;
@@ -411,20 +480,6 @@ detail::GemvArgs detail::gemv_args(const GemvParams& p, int rows_per_tile, int& 
       tiles += static_cast<int>((p.segments[s].n + rows_per_tile - 1) / rows_per_tile);
   }
   a.tile_begin[p.num_segments] = tiles;
-  return a;
-}
-
-void gemv(const GemvParams& p, Stream stream) {
-  const std::string why = gemv_unsupported(p);
-  if (!why.empty()) throw Unsupported("decode gemv: " + why);
-  const bool f32 = p.dtype == DType::F32;
-  if (!f32 && p.m > kGemvNarrowMaxRows) {
-    gemv_wide(p, stream);
-    return;
-  }
-  const bool pair = p.epilogue == GemvEpilogue::SiluMul;
-  int tiles = 0;
-  const GemvArgs a = gemv_args(p, f32 ? kF32Rows : kMmaRows, tiles);
   if (f32) {
     if (pair)
       launch(gemv_f32_kernel<true>, dim3(tiles), dim3(kThreads), 0, stream, a);
