@@ -2,8 +2,9 @@
 // mma.sync kernels, megablocks' mma.sync grouped GEMMs): 16-byte cp.async copies (zero-filling
 // when the source is not valid), their commit/wait, ldmatrix x4 fragment loads (plain and
 // transposed) from shared-memory addresses, and the m16n8k16 tensor-core MMA with f32
-// accumulators for bf16 and f16. Warp-collective ones (ldmatrix, mma.sync) must be reached by all
-// 32 lanes. Hopper's wgmma/TMA primitives are in hk/kernel_sdk_sm90.cuh.
+// accumulators for bf16 and f16; an L2 prefetch of one global line. Warp-collective ones (ldmatrix,
+// mma.sync) must be reached by all 32 lanes. Hopper's wgmma/TMA primitives are in
+// hk/kernel_sdk_sm90.cuh.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -19,6 +20,10 @@ __device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool
   const int bytes = valid ? 16 : 0;
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem), "l"(gmem),
                "r"(bytes));
+}
+// The 128-byte line holding p into L2 (no registers written, no fault on any address).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);

@@ -37,9 +37,7 @@ __device__ __forceinline__ void grid_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+using hk::sdk::cuda::sm80::prefetch_l2;
 // 16 bytes that are read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
   uint4 r;

@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "hk/kernel_sdk_cuda.cuh"
+#include "hk/kernel_sdk_sm80.cuh"
 #include "liger/args.h"
 
 namespace liger::cuda {
@@ -54,9 +55,7 @@ __device__ __forceinline__ void st(T* p, const Pack<T, N>& v) {
 
 // Asks L2 to fetch the 128-byte line holding p (no registers, no wait): used to start the next
 // row's loads while the current row is being reduced and written.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
+using hk::sdk::cuda::sm80::prefetch_l2;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
