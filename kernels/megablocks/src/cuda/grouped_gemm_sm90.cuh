@@ -177,18 +177,6 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
         load_mn_major(stage + kTileBytes, p.b, b_base, k0, p.k < p.b_rows ? p.k : p.b_rows, n0,
                       p.n);
     };
-    if constexpr (E == Epi::SwigluBackward) {
-      // The epilogue's saved gate and up columns of the tile into L2 while the main loop runs:
-      // 128 rows × (gate, up) × 256 bytes, two lines a thread, so its staging copy after the loop
-      // waits on L2, not HBM.
-      const int local = tid / 2;
-      const int64_t row = at.m0 + local, col = n0 + (tid % 2) * 64;
-      if (row < at.m_end && col < p.n) {
-        const T* src = p.epi.gate_up + row * 2 * p.epi.inter + col;
-        hk::sdk::cuda::sm80::prefetch_l2(src);
-        hk::sdk::cuda::sm80::prefetch_l2(src + p.epi.inter);
-      }
-    }
     float acc[64];
     wgmma_main_loop<T, Major::K, LB>(smem, num_k_tiles, load, acc);
 
