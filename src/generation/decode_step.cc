@@ -79,6 +79,7 @@ struct DecodeStep::Plan {
   int64_t b = 0, hidden = 0, hq = 0, hkv = 0, d = 0, inter = 0, vocab = 0, qkv_width = 0;
   DType dtype = DType::F32;
   Tensor h[2], delta, normed, qkv, attn, act, logits, cos, sin, inv_freq;
+  Tensor gate_up;  // [b, 1, 2·inter]: gate then up, for one product over adjacent weights
   Tensor attn_workspace, attn_counters, greedy_values, greedy_indices, greedy_counters;
   int attn_splits = 1, greedy_blocks = 1;
   bool flash_attention = false;  // kernels/flash-attn's decode kernel serves the attention
@@ -295,6 +296,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   p.qkv = Tensor::empty({b, 1, p.qkv_width}, dt, dev);
   p.attn = Tensor::empty({b, 1, p.hq * p.d}, dt, dev);
   p.act = Tensor::empty({b, 1, p.inter}, dt, dev);
+  p.gate_up = Tensor::empty({b, 1, 2 * p.inter}, dt, dev);
   p.logits = Tensor::empty({b, 1, p.vocab}, dt, dev);
   p.cos = Tensor::empty({b, 1, p.d}, DType::F32, dev);
   p.sin = Tensor::empty({b, 1, p.d}, DType::F32, dev);
@@ -467,20 +469,30 @@ void DecodeStep::enqueue(Stream stream) const {
       decode::gemv(g, stream);
     } else {
       p.residual_norm(*layer.input_layernorm, cur, pending, stream);
-      // Built-in linears write the strided columns of qkv directly; a kernel gets a dense output.
-      auto project = [&](const nn::Linear& proj, int64_t from, int64_t to) {
-        const Tensor cols = p.qkv_cols(from, to);
-        if (proj.uses_builtin()) {
-          proj.forward(p.normed, cols, stream);
-          return;
-        }
-        Tensor dense = Tensor::empty(cols.sizes(), p.dtype, cols.device(), stream);
-        proj.forward(p.normed, dense, stream);
-        cols.copy_from(dense, stream);
-      };
-      project(*at.q_proj, 0, hq * d);
-      project(*at.k_proj, hq * d, (hq + hkv) * d);
-      project(*at.v_proj, (hq + hkv) * d, p.qkv_width);
+      if (at.q_proj->uses_builtin() && at.k_proj->uses_builtin() && at.v_proj->uses_builtin()) {
+        // Into the columns of qkv: one product when the loader stored the three weights
+        // adjacently (nn::forward_linears), else one each.
+        nn::forward_linears(p.normed,
+                            {{at.q_proj.get(), p.qkv_cols(0, hq * d), "q_proj"},
+                             {at.k_proj.get(), p.qkv_cols(hq * d, (hq + hkv) * d), "k_proj"},
+                             {at.v_proj.get(), p.qkv_cols((hq + hkv) * d, p.qkv_width), "v_proj"}},
+                            stream);
+      } else {
+        // Built-in linears write the strided columns of qkv directly; a kernel gets a dense output.
+        auto project = [&](const nn::Linear& proj, int64_t from, int64_t to) {
+          const Tensor cols = p.qkv_cols(from, to);
+          if (proj.uses_builtin()) {
+            proj.forward(p.normed, cols, stream);
+            return;
+          }
+          Tensor dense = Tensor::empty(cols.sizes(), p.dtype, cols.device(), stream);
+          proj.forward(p.normed, dense, stream);
+          cols.copy_from(dense, stream);
+        };
+        project(*at.q_proj, 0, hq * d);
+        project(*at.k_proj, hq * d, (hq + hkv) * d);
+        project(*at.v_proj, (hq + hkv) * d, p.qkv_width);
+      }
     }
 
     // q/k norm + rotary + cache write
@@ -592,10 +604,25 @@ void DecodeStep::enqueue(Stream stream) const {
       decode::gemv(down, stream);
     } else {
       p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
-      if (layer.moe_mlp)
+      const nn::MLP* mlp = layer.moe_mlp ? nullptr : layer.mlp.get();
+      if (layer.moe_mlp) {
         layer.moe_mlp->forward(p.normed, p.delta, stream);
-      else
+      } else if (mlp->uses_builtin() && mlp->gate_proj->uses_builtin() &&
+                 mlp->up_proj->uses_builtin() && mlp->act_fn->uses_builtin() &&
+                 mlp->intermediate_size() == p.inter) {
+        // The built-in MLP with gate and up into one buffer, so adjacent weights make one
+        // product (nn::forward_linears); the same ops in the same order otherwise.
+        const Tensor gate = p.gate_up.slice(2, 0, p.inter);
+        const Tensor up = p.gate_up.slice(2, p.inter, 2 * p.inter);
+        nn::forward_linears(
+            p.normed,
+            {{mlp->gate_proj.get(), gate, "gate_proj"}, {mlp->up_proj.get(), up, "up_proj"}},
+            stream);
+        mlp->act_fn->forward_mul(gate, up, p.act, stream);
+        mlp->down_proj->forward(p.act, p.delta, stream);
+      } else {
         layer.mlp->forward(p.normed, p.delta, stream);
+      }
     }
     pending = true;
   }

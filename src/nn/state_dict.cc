@@ -7,7 +7,10 @@
 // hk/module.h) is assembled from those checkpoint keys: a rename loads the one tensor; a
 // concatenation allocates the parameter once and writes each source into its slice; a transpose
 // writes the source into the transposed view of the parameter — so the weights exist once, as
-// in an unfused load. The key mapping applies first; source keys name mapped keys.
+// in an unfused load. The key mapping applies first; source keys name mapped keys. On CUDA the
+// weights (and biases) of sibling Linears — a module's SharedInput children — are stored as
+// adjacent rows of one allocation (nn::forward_linears may then run them as one product).
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -210,8 +213,54 @@ void load_state_dict(Module& root, const StateDictSource& source, const LoadStat
                             keys + " in " + source.describe() + ": " + why);
   }
 
+  // On CUDA, sibling Linears that read one input (a module's SharedInput children: q/k/v,
+  // gate/up) get their weights, and their biases, as adjacent rows of one allocation, so a caller
+  // may run them as one product (nn::forward_linears) — the same bytes as separate loads. Not on
+  // the CPU, where a source may hand out zero-copy views of the checkpoint file.
+  std::set<std::string> loaded;
+  if (options.device.is_cuda()) {
+    for (auto& [mpath, module] : root.named_modules()) {
+      for (const Module::ChildFlow& flow : module->child_flows()) {
+        if (flow.kind != Module::ChildFlow::Kind::SharedInput || flow.children.size() < 2) continue;
+        for (const char* leaf : {"weight", "bias"}) {
+          std::vector<std::string> paths;
+          for (const std::string& child : flow.children)
+            paths.push_back((mpath.empty() ? "" : mpath + ".") + child + "." + leaf);
+          bool ok = true;
+          int64_t rows = 0;
+          DType dtype = DType::F32;
+          for (size_t i = 0; ok && i < paths.size(); ++i) {
+            ok = found.count(paths[i]) && !loaded.count(paths[i]);
+            if (!ok) break;
+            const Shape& s = wanted.at(paths[i])->shape;
+            const Shape& s0 = wanted.at(paths[0])->shape;
+            DType d = source.dtype_of(found.at(paths[i]));
+            if (options.dtype && is_floating(d)) d = *options.dtype;
+            if (i == 0) dtype = d;
+            ok = !s.empty() && s.size() == s0.size() && d == dtype &&
+                 std::equal(s.begin() + 1, s.end(), s0.begin() + 1);
+            rows += ok ? s[0] : 0;
+          }
+          if (!ok) continue;
+          Shape shape = wanted.at(paths[0])->shape;
+          shape[0] = rows;
+          Tensor all = Tensor::empty(shape, dtype, options.device, options.stream);
+          int64_t offset = 0;
+          for (const std::string& path : paths) {
+            const int64_t n = wanted.at(path)->shape[0];
+            Tensor part = all.slice(0, offset, offset + n);
+            source.load_into(found.at(path), part.view(), options.stream);
+            wanted.at(path)->value = part;
+            loaded.insert(path);
+            offset += n;
+          }
+        }
+      }
+    }
+  }
   for (const auto& [path, key] : found)
-    wanted.at(path)->value = source.load(key, options.device, options.dtype, options.stream);
+    if (!loaded.count(path))
+      wanted.at(path)->value = source.load(key, options.device, options.dtype, options.stream);
   for (const auto& [path, p] : wanted) {
     if (!p->source) continue;
     const ParameterSource& conv = *p->source;

@@ -464,6 +464,35 @@ TEST(DeviceDecode, GraphGivesTheIdsOfTheEagerDeviceStep) {
       }
 }
 
+// On CUDA the loader stores the weights of q/k/v and of gate/up as adjacent rows of one buffer
+// (nn::forward_linears then runs each set as one product: the decode step at 17+ rows).
+TEST(DeviceDecode, LoaderStoresSiblingWeightsAdjacently) {
+  HK_REQUIRE_REAL_CUDA();
+  for (const ModelUnderTest& mt : models_under_test()) {
+    CausalLM model = load(mt.dir, mt.dtypes.front());
+    auto follows = [](const nn::Linear& a, const nn::Linear& b) {
+      const TensorView& wa = a.weight().view();
+      return static_cast<const char*>(wa.ptr()) +
+                 a.out_features() * a.in_features() * dtype_size(wa.dtype) ==
+             b.weight().view().ptr();
+    };
+    int checked = 0;
+    for (auto& [path, m] : model.module().named_modules()) {
+      if (auto* at = dynamic_cast<nn::Attention*>(m)) {
+        EXPECT_TRUE(follows(*at->q_proj, *at->k_proj) && follows(*at->k_proj, *at->v_proj))
+            << name_of(mt.dir) << " " << path << ": q/k/v weights not adjacent";
+        ++checked;
+      }
+      if (auto* mlp = dynamic_cast<nn::MLP*>(m)) {
+        EXPECT_TRUE(follows(*mlp->gate_proj, *mlp->up_proj))
+            << name_of(mt.dir) << " " << path << ": gate/up weights not adjacent";
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 0) << name_of(mt.dir);
+  }
+}
+
 // One device step (fused kernels) against one model forward over the same cache.
 TEST(DeviceDecode, FusedStepGivesTheLogitsOfTheModelForward) {
   HK_REQUIRE_REAL_CUDA();

@@ -119,4 +119,61 @@ TEST(LayerImpl, AttentionFunctionsByName) {
 }
 
 }  // namespace
+// nn::forward_linears runs built-in sibling Linears whose weights (and biases) are adjacent rows of
+// one buffer, writing adjacent columns of one output, as one product — with the results of
+// separate calls; anything else runs one Linear at a time.
+Tensor counting(const Shape& shape, float scale) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = scale * static_cast<float>((i * 7919) % 17) - 1.0f;
+  return Tensor::from_floats(v, shape);
+}
+
+TEST(LinearSiblings, AdjacentWeightsAndOutputsGiveTheResultsOfSeparateCalls) {
+  const int64_t k = 8;
+  const std::vector<int64_t> outs = {4, 2, 3};
+  std::vector<std::shared_ptr<nn::Linear>> lins;
+  const Tensor w = counting({9, k}, 0.125f), b = counting({9}, 0.25f);
+  int64_t row = 0;
+  for (int64_t n : outs) {
+    lins.push_back(std::make_shared<nn::Linear>(k, n, /*bias=*/true));
+    lins.back()->slot("weight").value = w.slice(0, row, row + n);
+    lins.back()->slot("bias").value = b.slice(0, row, row + n);
+    row += n;
+  }
+  const Tensor x = counting({2, 3, k}, 0.0625f);
+  std::vector<std::vector<double>> want;
+  for (size_t i = 0; i < lins.size(); ++i) {
+    Tensor y = Tensor::zeros({2, 3, outs[i]}, DType::F32);
+    lins[i]->forward(x, y);
+    want.push_back(y.to_doubles());
+  }
+  auto check = [&](const std::vector<Tensor>& ys, const std::string& what) {
+    std::vector<nn::LinearCall> calls;
+    for (size_t i = 0; i < lins.size(); ++i) calls.push_back({lins[i].get(), ys[i], "p"});
+    nn::forward_linears(x, calls);
+    for (size_t i = 0; i < lins.size(); ++i) {
+      const std::vector<double> got = ys[i].contiguous().to_doubles();
+      ASSERT_EQ(got.size(), want[i].size()) << what;
+      for (size_t e = 0; e < got.size(); ++e)
+        EXPECT_NEAR(got[e], want[i][e], 1e-6) << what << " linear " << i << " element " << e;
+    }
+  };
+  // adjacent columns of one output: one product
+  const Tensor all = Tensor::zeros({2, 3, 9}, DType::F32);
+  check({all.slice(2, 0, 4), all.slice(2, 4, 6), all.slice(2, 6, 9)}, "adjacent");
+  // separate outputs: one at a time
+  check({Tensor::zeros({2, 3, 4}, DType::F32), Tensor::zeros({2, 3, 2}, DType::F32),
+         Tensor::zeros({2, 3, 3}, DType::F32)},
+        "separate outputs");
+  // the outputs' columns out of order: the run stops where adjacency does
+  const Tensor swapped = Tensor::zeros({2, 3, 9}, DType::F32);
+  check({swapped.slice(2, 0, 4), swapped.slice(2, 7, 9), swapped.slice(2, 4, 7)}, "out of order");
+  // weights in separate buffers: one at a time
+  lins[1]->slot("weight").value = w.slice(0, 4, 6).contiguous();
+  const Tensor again = Tensor::zeros({2, 3, 9}, DType::F32);
+  check({again.slice(2, 0, 4), again.slice(2, 4, 6), again.slice(2, 6, 9)}, "separate weights");
+}
+
 }  // namespace hk
