@@ -78,8 +78,10 @@ struct GemvParams {
 constexpr int64_t kGemvMaxRows = 64;     // 16-bit weights (tensor cores, 8 x rows per n-tile)
 constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
 // Batches the decode step hands to the gemv (larger ones go through the layers' own products,
-// cuBLASLt for the built-in Linear): 16, measured on the H200 (2026-12-01: at batch 32 and 64 the
-// gemv reached 15.3k / 19.1k tok/s, cuBLASLt 18.1k / 28.3k); HK_DECODE_GEMV_MAX_ROWS overrides.
+// cuBLASLt for the built-in Linear, one product per set of sibling weights the loader stored
+// adjacently): 16, measured on the H200 (2026-12-01: at batch 32 and 64 the gemv reached 15.3k /
+// 19.1k tok/s, cuBLASLt 18.1k / 28.3k; a 17–64-row gemv that staged x in shared memory lost too,
+// 18.3k against 30.2k at 64); HK_DECODE_GEMV_MAX_ROWS overrides.
 constexpr int64_t kGemvPreferredMaxRows = 16;
 int64_t gemv_preferred_max_rows();
 // Why gemv cannot run `p` (a sentence), or "" when it can.

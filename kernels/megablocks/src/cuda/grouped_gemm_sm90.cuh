@@ -180,7 +180,8 @@ __global__ void __launch_bounds__(kThreads, 2) m_grouped_gemm(const MGroupedPara
     float acc[64];
     wgmma_main_loop<T, Major::K, LB>(smem, num_k_tiles, load, acc);
 
-    // ---- epilogue (registers to global memory; shared memory is not touched)
+    // ---- epilogue (registers to global memory; only the SwiGLU backward stages its saved
+    // gate/up through the free stages)
     if constexpr (E == Epi::Store || E == Epi::StoreF32) {
       using Out = std::conditional_t<E == Epi::Store, T, float>;
 #pragma unroll
