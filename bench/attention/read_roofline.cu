@@ -1,16 +1,14 @@
 // read_roofline.cu — what the decode attention's bytes cost at best on this GPU: a kernel that
 // only streams the same K and V buffers (16-byte loads, every SM, no arithmetic worth the name),
-// captured and replayed exactly as hk_bench_attention replays the attention calls; and an empty
-// kernel in the same graph form (the fixed cost of a replayed kernel node). They bound the decode
-// figure from above: an attention call cannot read its cache faster than a kernel that does
-// nothing else. Not an attention kernel, and not used outside the benchmark.
+// and an empty kernel (the fixed cost of a replayed kernel node). hk_bench_attention captures and
+// times them exactly as it does the attention calls; they bound the decode figure from above: an
+// attention call cannot read its cache faster than a kernel that does nothing else. Launchers
+// only (no timing here); not an attention kernel, and not used outside the benchmark.
 #include "read_roofline.h"
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "../cuda_check.h"
 
@@ -41,56 +39,22 @@ __global__ void __launch_bounds__(512)
 
 __global__ void empty_kernel() {}
 
-template <class Launch>
-double replay_us(int calls, cudaStream_t s, const Launch& launch) {
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  for (int i = 0; i < calls; ++i) launch(i);
-  CK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t e;
-  CK(cudaGraphInstantiate(&e, g, 0));
-  CK(cudaGraphDestroy(g));
-  for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(e, s));
-  CK(cudaStreamSynchronize(s));
-  cudaEvent_t t0, t1;
-  CK(cudaEventCreate(&t0));
-  CK(cudaEventCreate(&t1));
-  std::vector<float> ms(50);  // the median of 50 replays
-  for (float& t : ms) {
-    CK(cudaEventRecord(t0, s));
-    CK(cudaGraphLaunch(e, s));
-    CK(cudaEventRecord(t1, s));
-    CK(cudaEventSynchronize(t1));
-    CK(cudaEventElapsedTime(&t, t0, t1));
-  }
-  std::sort(ms.begin(), ms.end());
-  CK(cudaEventDestroy(t0));
-  CK(cudaEventDestroy(t1));
-  CK(cudaGraphExecDestroy(e));
-  return 1e3 * ms[ms.size() / 2] / calls;
-}
-
 }  // namespace
 
-ReadRoofline read_roofline(const std::vector<const void*>& k, const std::vector<const void*>& v,
-                           size_t bytes_each, int calls, cudaStream_t s) {
-  int sms = 0, device = 0;
-  CK(cudaGetDevice(&device));
-  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  unsigned* sink = nullptr;
-  CK(cudaMalloc(&sink, sizeof(unsigned)));
-  const int64_t n16 = static_cast<int64_t>(bytes_each / 16);
-  ReadRoofline r;
-  r.read_us = replay_us(calls, s, [&](int i) {
-    const size_t c = i % k.size();
-    read_two<<<4 * sms, 512, 0, s>>>(static_cast<const uint4*>(k[c]),
-                                     static_cast<const uint4*>(v[c]), n16, sink);
-    CK(cudaGetLastError());
-  });
-  r.empty_us = replay_us(calls, s, [&](int) {
-    empty_kernel<<<1, 32, 0, s>>>();
-    CK(cudaGetLastError());
-  });
-  CK(cudaFree(sink));
-  return r;
+void launch_read_kv(const void* k, const void* v, size_t bytes_each, unsigned* sink,
+                    cudaStream_t s) {
+  static const int sms = [] {
+    int device = 0, n = 0;
+    CK(cudaGetDevice(&device));
+    CK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    return n;
+  }();
+  read_two<<<4 * sms, 512, 0, s>>>(static_cast<const uint4*>(k), static_cast<const uint4*>(v),
+                                   static_cast<int64_t>(bytes_each / 16), sink);
+  CK(cudaGetLastError());
+}
+
+void launch_empty(cudaStream_t s) {
+  empty_kernel<<<1, 32, 0, s>>>();
+  CK(cudaGetLastError());
 }

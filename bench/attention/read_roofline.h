@@ -1,18 +1,15 @@
 // read_roofline.h — the bound on a decode attention call's time from its bytes alone (see
-// read_roofline.cu): a read-only kernel over the same K/V buffers and an empty kernel, each as
-// `calls` nodes of one replayed CUDA graph. Host interface only.
+// read_roofline.cu): launchers of a read-only kernel over the same K/V buffers and of an empty
+// kernel, which hk_bench_attention captures and times like the attention calls. Host interface
+// only.
 #pragma once
 
 #include <cstddef>
-#include <vector>
 
 struct CUstream_st;
 
-struct ReadRoofline {
-  double read_us = 0;   // per call: K and V read once, nothing else
-  double empty_us = 0;  // per call: an empty kernel
-};
-
-// k[i], v[i]: bytes_each bytes each (a multiple of 16), rotated through like the attention calls.
-ReadRoofline read_roofline(const std::vector<const void*>& k, const std::vector<const void*>& v,
-                           size_t bytes_each, int calls, CUstream_st* stream);
+// Reads k and v (bytes_each each, a multiple of 16) once; `sink` is one device word the kernel
+// writes only for a value the benchmark's inputs never give (it keeps the loads live).
+void launch_read_kv(const void* k, const void* v, size_t bytes_each, unsigned* sink,
+                    CUstream_st* stream);
+void launch_empty(CUstream_st* stream);
