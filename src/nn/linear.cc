@@ -93,7 +93,7 @@ std::shared_ptr<const LinearGroupImpl> group_at(const std::vector<LinearCall>& c
   return group;
 }
 
-// `b` starts where `a` (`a_elems` elements of `dtype`) ends.
+// `b` starts where `a` (`a_elems` elements of a's dtype) ends.
 bool follows(const TensorView& a, int64_t a_elems, const TensorView& b) {
   return static_cast<const char*>(a.ptr()) + a_elems * static_cast<int64_t>(dtype_size(a.dtype)) ==
          b.ptr();
@@ -149,13 +149,12 @@ void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, 
       w.shape[0] = out;
       TensorView y = calls[i].y.view();
       y.shape[y.ndim - 1] = out;
+      TensorView b;
       if (calls[i].layer->has_bias()) {
-        TensorView b = calls[i].layer->bias()->view();
+        b = calls[i].layer->bias()->view();
         b.shape[0] = out;
-        ops::linear(x, w, &b, y, stream);
-      } else {
-        ops::linear(x, w, nullptr, y, stream);
       }
+      ops::linear(x, w, calls[i].layer->has_bias() ? &b : nullptr, y, stream);
       i += n;
     } else {
       calls[i].layer->forward(x, calls[i].y, stream);

@@ -24,7 +24,7 @@ void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   const int group = p.heads_q / p.heads_kv;
   const int tiles = (p.seqlen_q * group + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int clusters = tiles * p.heads_kv * p.batch;
-  // resident[s]: clusters of s blocks resident at once (-1: not asked yet); one table a device
+  // resident[device][s]: clusters of s blocks resident at once (0: not asked yet, -1: none fit)
   static int resident[16][17];
   static std::mutex mutex;
   const int dev = current_device() & 15;
