@@ -471,6 +471,12 @@ class MLP : public LayerModule<MLPImpl> {
                 Stream stream = {}) const {
     typed_impl().backward(*this, x, ctx, dy, dx, stream);
   }
+  // The built-in implementation's forward into the caller's buffers: gate and up (through
+  // forward_linears: one product when their weights and these outputs are adjacent), hidden =
+  // act(gate)·up (may alias gate), y = down(hidden). The decode step calls it with persistent
+  // buffers; the built-in MLP with fresh ones.
+  void builtin_forward(const TensorView& x, const Tensor& gate, const Tensor& up,
+                       const TensorView& hidden, const TensorView& y, Stream stream = {}) const;
   std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
   std::shared_ptr<Activation> act_fn;
   // gate_proj and up_proj read the same input (a parallel fusion may join them).

@@ -604,22 +604,17 @@ void DecodeStep::enqueue(Stream stream) const {
       decode::gemv(down, stream);
     } else {
       p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
-      const nn::MLP* mlp = layer.moe_mlp ? nullptr : layer.mlp.get();
       if (layer.moe_mlp) {
         layer.moe_mlp->forward(p.normed, p.delta, stream);
-      } else if (mlp->uses_builtin() && mlp->gate_proj->uses_builtin() &&
-                 mlp->up_proj->uses_builtin() && mlp->act_fn->uses_builtin() &&
-                 mlp->intermediate_size() == p.inter) {
-        // The built-in MLP with gate and up into one buffer, so adjacent weights make one
-        // product (nn::forward_linears); the same ops in the same order otherwise.
-        const Tensor gate = p.gate_up.slice(2, 0, p.inter);
-        const Tensor up = p.gate_up.slice(2, p.inter, 2 * p.inter);
-        nn::forward_linears(
-            p.normed,
-            {{mlp->gate_proj.get(), gate, "gate_proj"}, {mlp->up_proj.get(), up, "up_proj"}},
-            stream);
-        mlp->act_fn->forward_mul(gate, up, p.act, stream);
-        mlp->down_proj->forward(p.act, p.delta, stream);
+      } else if (const nn::MLP& mlp = *layer.mlp;
+                 mlp.uses_builtin() && mlp.gate_proj->uses_builtin() &&
+                 mlp.up_proj->uses_builtin() && mlp.act_fn->uses_builtin() &&
+                 mlp.intermediate_size() == p.inter) {
+        // The built-in MLP's ops with gate and up as the two halves of one buffer (strided
+        // views, so built-in children only), so weights the loader stored adjacently make one
+        // product.
+        mlp.builtin_forward(p.normed, p.gate_up.slice(2, 0, p.inter),
+                            p.gate_up.slice(2, p.inter, 2 * p.inter), p.act, p.delta, stream);
       } else {
         layer.mlp->forward(p.normed, p.delta, stream);
       }

@@ -21,11 +21,7 @@ class BuiltinMLP final : public MLPImpl {
     inner.back() = layer.intermediate_size();
     Tensor gate = Tensor::empty(inner, x.dtype, x.device, stream);
     Tensor up = Tensor::empty(inner, x.dtype, x.device, stream);
-    forward_linears(
-        x, {{layer.gate_proj.get(), gate, "gate_proj"}, {layer.up_proj.get(), up, "up_proj"}},
-        stream);
-    layer.act_fn->forward_mul(gate, up, gate, stream);  // in place: gate is not needed after
-    layer.down_proj->forward(gate, y, stream);
+    layer.builtin_forward(x, gate, up, gate, y, stream);  // in place: gate is not needed after
   }
 
   bool supports_training() const override { return true; }
@@ -75,6 +71,14 @@ MLP::MLP(std::string type_name, int64_t hidden_size, int64_t intermediate_size, 
   down_proj =
       register_module("down_proj", std::make_shared<Linear>(intermediate_size, hidden_size, bias));
   act_fn = register_module("act_fn", std::make_shared<Activation>(hidden_act));
+}
+
+void MLP::builtin_forward(const TensorView& x, const Tensor& gate, const Tensor& up,
+                          const TensorView& hidden, const TensorView& y, Stream stream) const {
+  forward_linears(x, {{gate_proj.get(), gate, "gate_proj"}, {up_proj.get(), up, "up_proj"}},
+                  stream);
+  act_fn->forward_mul(gate, up, hidden, stream);
+  down_proj->forward(hidden, y, stream);
 }
 
 std::vector<Module::ChildFlow> MLP::child_flows() const {
