@@ -121,6 +121,63 @@ Shape converted_shape(const ParameterSource& src, const std::vector<Shape>& shap
   return {};
 }
 
+// The dtype `key` is loaded as: the checkpoint's, or options.dtype for floating tensors.
+DType load_dtype(const StateDictSource& source, const std::string& key,
+                 const LoadStateOptions& options) {
+  const DType d = source.dtype_of(key);
+  return options.dtype && is_floating(d) ? *options.dtype : d;
+}
+
+// Sibling Linears that read one input (a module's SharedInput children: q/k/v, gate/up) get
+// their weights, and their biases, as adjacent rows of one allocation, so a caller may run them
+// as one product (nn::forward_linears) — the same bytes as separate loads. Only siblings loaded
+// plainly from the checkpoint (`found`: parameter path -> key) with one dtype and equal trailing
+// dims; returns the paths it loaded. Used on CUDA only: on the CPU a source may hand out
+// zero-copy views of the checkpoint file.
+std::set<std::string> load_siblings_adjacently(Module& root, const StateDictSource& source,
+                                               const LoadStateOptions& options,
+                                               const std::map<std::string, std::string>& found,
+                                               const std::map<std::string, Parameter*>& wanted) {
+  std::set<std::string> loaded;
+  for (auto& [mpath, module] : root.named_modules()) {
+    for (const Module::ChildFlow& flow : module->child_flows()) {
+      if (flow.kind != Module::ChildFlow::Kind::SharedInput || flow.children.size() < 2) continue;
+      for (const char* leaf : {"weight", "bias"}) {
+        std::vector<std::string> paths;
+        for (const std::string& child : flow.children)
+          paths.push_back((mpath.empty() ? "" : mpath + ".") + child + "." + leaf);
+        bool ok = found.count(paths[0]) && !loaded.count(paths[0]);
+        const DType dtype = ok ? load_dtype(source, found.at(paths[0]), options) : DType::F32;
+        const Shape s0 = ok ? wanted.at(paths[0])->shape : Shape{};
+        int64_t rows = 0;
+        for (size_t i = 0; ok && i < paths.size(); ++i) {
+          ok = found.count(paths[i]) && !loaded.count(paths[i]);
+          if (!ok) break;
+          const Shape& s = wanted.at(paths[i])->shape;
+          ok = !s.empty() && s.size() == s0.size() &&
+               load_dtype(source, found.at(paths[i]), options) == dtype &&
+               std::equal(s.begin() + 1, s.end(), s0.begin() + 1);
+          rows += ok ? s[0] : 0;
+        }
+        if (!ok) continue;
+        Shape shape = s0;
+        shape[0] = rows;
+        Tensor all = Tensor::empty(shape, dtype, options.device, options.stream);
+        int64_t offset = 0;
+        for (const std::string& path : paths) {
+          const int64_t n = wanted.at(path)->shape[0];
+          Tensor part = all.slice(0, offset, offset + n);
+          source.load_into(found.at(path), part.view(), options.stream);
+          wanted.at(path)->value = part;
+          loaded.insert(path);
+          offset += n;
+        }
+      }
+    }
+  }
+  return loaded;
+}
+
 }  // namespace
 
 void load_state_dict(Module& root, const StateDictSource& source, const LoadStateOptions& options) {
@@ -213,51 +270,9 @@ void load_state_dict(Module& root, const StateDictSource& source, const LoadStat
                             keys + " in " + source.describe() + ": " + why);
   }
 
-  // On CUDA, sibling Linears that read one input (a module's SharedInput children: q/k/v,
-  // gate/up) get their weights, and their biases, as adjacent rows of one allocation, so a caller
-  // may run them as one product (nn::forward_linears) — the same bytes as separate loads. Not on
-  // the CPU, where a source may hand out zero-copy views of the checkpoint file.
-  std::set<std::string> loaded;
-  if (options.device.is_cuda()) {
-    for (auto& [mpath, module] : root.named_modules()) {
-      for (const Module::ChildFlow& flow : module->child_flows()) {
-        if (flow.kind != Module::ChildFlow::Kind::SharedInput || flow.children.size() < 2) continue;
-        for (const char* leaf : {"weight", "bias"}) {
-          std::vector<std::string> paths;
-          for (const std::string& child : flow.children)
-            paths.push_back((mpath.empty() ? "" : mpath + ".") + child + "." + leaf);
-          bool ok = true;
-          int64_t rows = 0;
-          DType dtype = DType::F32;
-          for (size_t i = 0; ok && i < paths.size(); ++i) {
-            ok = found.count(paths[i]) && !loaded.count(paths[i]);
-            if (!ok) break;
-            const Shape& s = wanted.at(paths[i])->shape;
-            const Shape& s0 = wanted.at(paths[0])->shape;
-            DType d = source.dtype_of(found.at(paths[i]));
-            if (options.dtype && is_floating(d)) d = *options.dtype;
-            if (i == 0) dtype = d;
-            ok = !s.empty() && s.size() == s0.size() && d == dtype &&
-                 std::equal(s.begin() + 1, s.end(), s0.begin() + 1);
-            rows += ok ? s[0] : 0;
-          }
-          if (!ok) continue;
-          Shape shape = wanted.at(paths[0])->shape;
-          shape[0] = rows;
-          Tensor all = Tensor::empty(shape, dtype, options.device, options.stream);
-          int64_t offset = 0;
-          for (const std::string& path : paths) {
-            const int64_t n = wanted.at(path)->shape[0];
-            Tensor part = all.slice(0, offset, offset + n);
-            source.load_into(found.at(path), part.view(), options.stream);
-            wanted.at(path)->value = part;
-            loaded.insert(path);
-            offset += n;
-          }
-        }
-      }
-    }
-  }
+  const std::set<std::string> loaded =
+      options.device.is_cuda() ? load_siblings_adjacently(root, source, options, found, wanted)
+                               : std::set<std::string>{};
   for (const auto& [path, key] : found)
     if (!loaded.count(path))
       wanted.at(path)->value = source.load(key, options.device, options.dtype, options.stream);
@@ -269,8 +284,7 @@ void load_state_dict(Module& root, const StateDictSource& source, const LoadStat
       p->value = source.load(first, options.device, options.dtype, options.stream);
       continue;
     }
-    DType dtype = source.dtype_of(first);
-    if (options.dtype && is_floating(dtype)) dtype = *options.dtype;
+    const DType dtype = load_dtype(source, first, options);
     Tensor value = Tensor::empty(p->shape, dtype, options.device, options.stream);
     if (conv.op == ParameterSource::Op::Transpose) {
       source.load_into(first, value.view().transpose(0, 1), options.stream);
