@@ -147,15 +147,17 @@ MB_HD int32_t tile_expert(const int64_t* tile_offsets, int32_t E, int64_t tile) 
 // ---- activations
 // ---------------------------------------------------------------------------------
 
-// SiLU's sigmoid on the GPU: the fast exponential and division (a few f32 ulps, far below the
-// 16-bit rounding of every value the epilogues store). With the IEEE forms the d(act) GEMM's
+// SiLU's sigmoid. On the GPU the fast exponential and division (a few f32 ulps, far below the
+// 16-bit rounding of every value the epilogues store): with the IEEE forms the d(act) GEMM's
 // SwiGLU-backward epilogue (two sigmoids a pair) took a third of the GEMM's time on the H200.
-// The CPU (and the CPU emulation of the device kernels) keeps the exact forms.
+// The CPU (and the CPU emulation of the device kernels) keeps the exact form.
+MB_HD float sigmoid(float x) {
 #ifdef __CUDA_ARCH__
-__device__ __forceinline__ float gpu_sigmoid(float x) {
   return __fdividef(1.0f, 1.0f + __expf(-x));
-}
+#else
+  return 1.0f / (1.0f + expf(-x));
 #endif
+}
 
 MB_HD float act(uint32_t kind, float x) {
   switch (kind) {
@@ -165,9 +167,9 @@ MB_HD float act(uint32_t kind, float x) {
       const float u = 0.7978845608028654f * (x + 0.044715f * x * x * x);
       return 0.5f * x * (1.0f + tanhf(u));
     }
-    default:
+    default:  // x / (1 + e^-x) on the CPU, as before the GPU took the fast form (same bits)
 #ifdef __CUDA_ARCH__
-      return x * gpu_sigmoid(x);
+      return x * sigmoid(x);
 #else
       return x / (1.0f + expf(-x));
 #endif
@@ -187,11 +189,7 @@ MB_HD float act_grad(uint32_t kind, float x) {
       return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * c * (1.0f + 3.0f * 0.044715f * x * x);
     }
     default: {
-#ifdef __CUDA_ARCH__
-      const float s = gpu_sigmoid(x);
-#else
-      const float s = 1.0f / (1.0f + expf(-x));
-#endif
+      const float s = sigmoid(x);
       return s * (1.0f + x * (1.0f - s));
     }
   }
