@@ -415,7 +415,9 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   }
   {
     decode::GemvParams g = p.head_product();
-    p.head_gemv = lm.lm_head->uses_builtin() && gemv_ok(g);
+    // At 17+ rows lm_head stays cuBLASLt's: a large product it streams at copy bandwidth
+    // (hk_bench_ops decode_linear_lm_head), where the wide gemv's x re-reads cost it 30–40 %.
+    p.head_gemv = lm.lm_head->uses_builtin() && !wide_rows(g) && gemv_ok(g);
     // The final norm stays a kernel of its own: lm_head's thousands of blocks would each
     // recompute it as a prologue (the layers' products have a few hundred, where it pays).
   }
@@ -427,7 +429,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
                    std::to_string(2 * n) + ", q/k norm+rope+cache " + of(fused_rope) +
                    ", o_proj gemv " + of(fused_o) + ", gate/up+SwiGLU+down gemv " + of(fused_mlp) +
                    ", lm_head gemv " + (p.head_gemv ? "yes" : "no") +
-                   (b > decode::gemv_preferred_max_rows() ? " (wide gemv at 17+ rows)" : "") +
+                   (b > decode::gemv_preferred_max_rows() ? " (layers: wide gemv)" : "") +
                    (p.flash_attention ? ", attention flash-attn decode"
                     : p.layers[0].eager_attention
                         ? ", attention hk decode (eager)"

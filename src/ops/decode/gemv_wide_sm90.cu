@@ -34,8 +34,8 @@ namespace cg = cooperative_groups;
 constexpr int kRows = 64;    // weight rows per tile (wgmma M)
 constexpr int kCols = 64;    // x rows per tile (wgmma N): the most m this path takes
 constexpr int kBK = 64;      // k per stage: one 128-byte swizzle row of 16-bit values
-constexpr int kStages = 4;   // 64–96 KB in flight per block
-constexpr int kMaxSplits = 8;  // portable cluster size
+constexpr int kMaxStages = 8;  // up to 128–192 KB in flight per block (one block an SM)
+constexpr int kMaxSplits = 8;  // portable cluster size; splits are 1, 2, 4 or 8 (divide 64 rows)
 constexpr int kThreads = 128;
 constexpr uint32_t kBoxBytes = kRows * kBK * 2;  // one 64 × 64 16-bit box (weights or x)
 constexpr int kPartLd = kRows + 4;               // partial rows: [x row][weight row], padded
@@ -51,7 +51,8 @@ struct WideArgs {
   int n[3] = {};
   int tile_begin[4] = {};
   int num_segments = 0;
-  int m = 0, k = 0, k_tiles = 0, splits = 1;
+  int m = 0, k = 0, k_tiles = 0;
+  int stages = 1;  // shared-memory stages: min(k-tiles of a split, kMaxStages)
 };
 
 __device__ __forceinline__ int wide_segment_of(const WideArgs& a, int tile) {
@@ -64,28 +65,30 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// grid (splits, tiles), cluster (splits, 1, 1): blockIdx.x is the block's rank in its cluster.
-template <class T, bool kPair>
+// grid (kSplits, tiles), cluster (kSplits, 1, 1): blockIdx.x is the block's rank in its cluster.
+template <class T, bool kPair, int kSplits>
 __global__ void __launch_bounds__(kThreads) wide_gemv_kernel(const __grid_constant__ WideArgs a) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kSets = kPair ? 2 : 1;  // weight boxes per stage (gate and up)
   constexpr uint32_t kStageBytes = (kSets + 1) * kBoxBytes;
-  static_assert(kSets * kCols * kPartLd * 4 <= kStages * kStageBytes, "partials fit the stages");
+  static_assert(kSets * kCols * kPartLd * 4 <= 2 * kStageBytes, "partials fit two stages");
+  static_assert(kRows % (4 * kSplits) == 0, "a split's slice is whole float4 columns");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const uint32_t raw = smem_u32(smem_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // swizzle atoms: 1024 bytes
   float* part = reinterpret_cast<float*>(smem_raw + (base - raw));
-  const uint32_t bars = base + kStages * kStageBytes;
+  const int stages = a.stages;
+  const uint32_t bars = base + max(stages, 2) * kStageBytes;
 
   const int tid = threadIdx.x;
   const int split = blockIdx.x, tile = blockIdx.y;
   const int s = kPair ? 0 : wide_segment_of(a, tile);
   const int r0 = (tile - a.tile_begin[s]) * kRows;
-  const int kt0 = split * a.k_tiles / a.splits, kt1 = (split + 1) * a.k_tiles / a.splits;
-  const int nk = kt1 - kt0, first = min(nk, kStages);
+  const int kt0 = split * a.k_tiles / kSplits, kt1 = (split + 1) * a.k_tiles / kSplits;
+  const int nk = kt1 - kt0, first = min(nk, stages);
 
-  auto stage_of = [&](int i) { return base + (i % kStages) * kStageBytes; };
-  auto bar_of = [&](int i) { return bars + 8u * (i % kStages); };
+  auto stage_of = [&](int i) { return base + (i % stages) * kStageBytes; };
+  auto bar_of = [&](int i) { return bars + 8u * (i % stages); };
   auto issue_weights = [&](int i) {
     wg::mbar_expect_tx(bar_of(i), kStageBytes);  // the x box of the stage included
     wg::tma_load_4d(stage_of(i), &a.w_map[s], bar_of(i), (kt0 + i) * kBK, r0, 0, 0);
@@ -97,7 +100,10 @@ __global__ void __launch_bounds__(kThreads) wide_gemv_kernel(const __grid_consta
                     0);
   };
   if (tid == 0) {
-    for (int i = 0; i < kStages; ++i) wg::mbar_init(bar_of(i), 1);
+    wg::prefetch_tma(&a.w_map[s]);
+    if constexpr (kPair) wg::prefetch_tma(&a.w_map[1]);
+    wg::prefetch_tma(&a.x_map);
+    for (int i = 0; i < stages; ++i) wg::mbar_init(bar_of(i), 1);
     wg::fence_barrier_init();
     for (int i = 0; i < first; ++i) issue_weights(i);
   }
@@ -123,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) wide_gemv_kernel(const __grid_consta
 #pragma unroll
     for (int e = 0; e < kCols / 2; ++e) acc[q][e] = 0.0f;
   for (int i = 0; i < nk; ++i) {
-    wg::mbar_wait(bar_of(i), (i / kStages) & 1);
+    wg::mbar_wait(bar_of(i), (i / stages) & 1);
     const uint32_t w_box = stage_of(i), x_box = w_box + kSets * kBoxBytes;
     wg::wgmma_fence();
 #pragma unroll
@@ -138,11 +144,11 @@ __global__ void __launch_bounds__(kThreads) wide_gemv_kernel(const __grid_consta
     wg::wgmma_wait<0>();
 #pragma unroll
     for (int q = 0; q < kSets; ++q) wg::fence_regs(acc[q]);
-    if (i + kStages < nk) {
+    if (i + stages < nk) {
       __syncthreads();  // every warp's products of this stage are done: refill it
       if (tid == 0) {
-        issue_weights(i + kStages);
-        issue_x(i + kStages);
+        issue_weights(i + stages);
+        issue_x(i + stages);
       }
     }
   }
@@ -164,38 +170,73 @@ __global__ void __launch_bounds__(kThreads) wide_gemv_kernel(const __grid_consta
           }
   }
   cg::cluster_group cluster = cg::this_cluster();
-  if (a.splits > 1)
+  if constexpr (kSplits > 1)
     cluster.sync();  // every block's partials written
   else
     __syncthreads();
 
-  // This block's slice of the tile's weight rows, summed over the cluster in rank order.
-  const int j0 = split * kRows / a.splits, rows = (split + 1) * kRows / a.splits - j0;
+  // This block's slice of the tile's weight rows (kRows / kSplits of them, as float4 columns),
+  // summed over the cluster in rank order. Every load of a thread is issued before its first
+  // store (the stores could alias the loads for all the compiler knows, so a loop that mixed
+  // them would pay one distributed-shared-memory round trip per element).
+  constexpr int kSliceRows = kRows / kSplits, kQuads = kSliceRows / 4;
+  constexpr int kPerThread = kQuads * kCols / kThreads;  // 8 / kSplits float4 columns
+  static_assert(kPerThread >= 1 && kQuads * kCols % kThreads == 0, "whole float4 columns");
+  const int j0 = split * kSliceRows;
   const int n = a.n[s];
-  for (int e = tid; e < rows * a.m; e += kThreads) {
-    const int x = e / rows, j = j0 + e % rows, gj = r0 + j;
-    if (gj >= n) continue;
-    float v[kSets];
+  float4 got[kPerThread][kSets][kSplits];
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int c = tid + u * kThreads, x = c / kQuads, j = j0 + 4 * (c % kQuads);
 #pragma unroll
     for (int q = 0; q < kSets; ++q) {
-      v[q] = 0.0f;
-      float* mine = part + (q * kCols + x) * kPartLd + j;
-      for (int rank = 0; rank < a.splits; ++rank)
-        v[q] += a.splits > 1 ? *cluster.map_shared_rank(mine, rank) : *mine;
-    }
-    if constexpr (!kPair) {
-      if (a.bias[s]) v[0] += to_f32(static_cast<const T*>(a.bias[s])[gj]);
-      static_cast<T*>(a.out[s])[x * a.out_stride[s] + gj] = from_f32<T>(v[0]);
-    } else {
-      float g = v[0], u = v[1];
-      if (a.bias[0]) g += to_f32(static_cast<const T*>(a.bias[0])[gj]);
-      if (a.bias[1]) u += to_f32(static_cast<const T*>(a.bias[1])[gj]);
-      g = round_as<T>(g);
-      u = round_as<T>(u);
-      static_cast<T*>(a.out[0])[x * a.out_stride[0] + gj] = from_f32<T>(round_as<T>(silu(g)) * u);
+      float4* mine = reinterpret_cast<float4*>(part + (q * kCols + x) * kPartLd + j);
+#pragma unroll
+      for (int rank = 0; rank < kSplits; ++rank)
+        got[u][q][rank] = x < a.m ? (kSplits > 1 ? *cluster.map_shared_rank(mine, rank) : *mine)
+                                  : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
-  if (a.splits > 1) cluster.sync();  // no block leaves while another still reads its partials
+#pragma unroll
+  for (int u = 0; u < kPerThread; ++u) {
+    const int c = tid + u * kThreads, x = c / kQuads, j = j0 + 4 * (c % kQuads);
+    if (x >= a.m) continue;
+    float v[kSets][4];
+#pragma unroll
+    for (int q = 0; q < kSets; ++q) {
+      float4 t = got[u][q][0];
+#pragma unroll
+      for (int rank = 1; rank < kSplits; ++rank) {
+        t.x += got[u][q][rank].x;
+        t.y += got[u][q][rank].y;
+        t.z += got[u][q][rank].z;
+        t.w += got[u][q][rank].w;
+      }
+      v[q][0] = t.x;
+      v[q][1] = t.y;
+      v[q][2] = t.z;
+      v[q][3] = t.w;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int gj = r0 + j + e;
+      if (gj >= n) break;
+      if constexpr (!kPair) {
+        float y = v[0][e];
+        if (a.bias[s]) y += to_f32(static_cast<const T*>(a.bias[s])[gj]);
+        static_cast<T*>(a.out[s])[x * a.out_stride[s] + gj] = from_f32<T>(y);
+      } else {
+        float g = v[0][e], up = v[1][e];
+        if (a.bias[0]) g += to_f32(static_cast<const T*>(a.bias[0])[gj]);
+        if (a.bias[1]) up += to_f32(static_cast<const T*>(a.bias[1])[gj]);
+        g = round_as<T>(g);
+        up = round_as<T>(up);
+        static_cast<T*>(a.out[0])[x * a.out_stride[0] + gj] =
+            from_f32<T>(round_as<T>(silu(g)) * up);
+      }
+    }
+  }
+  if constexpr (kSplits > 1) cluster.sync();  // no block leaves while another reads its partials
 #else
   __trap();  // built without sm_90a device code: wide_gemv_unsupported should have refused
 #endif
@@ -240,16 +281,15 @@ bool env_off(const char* name) {
   return v && (std::string(v) == "0" || std::string(v) == "off");
 }
 
-template <class T, bool kPair>
-size_t wide_smem_bytes() {
-  return size_t(kStages) * (kPair ? 3 : 2) * kBoxBytes + 8 * kStages + 1024;
+size_t wide_smem_bytes(bool pair, int stages) {
+  return size_t(std::max(stages, 2)) * (pair ? 3 : 2) * kBoxBytes + 8 * kMaxStages + 1024;
 }
 
 // sm_90a device code of the kernel is in this build (the kernel body exists only there).
 bool built_for_hopper() {
   static const bool yes = [] {
     cudaFuncAttributes attr{};
-    if (cudaFuncGetAttributes(&attr, wide_gemv_kernel<__nv_bfloat16, false>) != cudaSuccess) {
+    if (cudaFuncGetAttributes(&attr, wide_gemv_kernel<__nv_bfloat16, false, 1>) != cudaSuccess) {
       (void)cudaGetLastError();
       return false;
     }
@@ -262,20 +302,20 @@ bool built_for_hopper() {
   return yes;
 }
 
-template <class T, bool kPair>
+template <class T, bool kPair, int kSplits>
 void launch_wide(const WideArgs& a, int tiles, Stream stream) {
-  auto kernel = wide_gemv_kernel<T, kPair>;
-  const size_t smem = wide_smem_bytes<T, kPair>();
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  auto kernel = wide_gemv_kernel<T, kPair, kSplits>;
+  const size_t smem = wide_smem_bytes(kPair, a.stages);
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), wide_smem_bytes(kPair, kMaxStages));
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(a.splits, tiles);
+  config.gridDim = dim3(kSplits, tiles);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = native(stream);
   cudaLaunchAttribute attribute[2];
   int count = 0;
   attribute[count].id = cudaLaunchAttributeClusterDimension;
-  attribute[count].val.clusterDim.x = a.splits;
+  attribute[count].val.clusterDim.x = kSplits;
   attribute[count].val.clusterDim.y = 1;
   attribute[count].val.clusterDim.z = 1;
   ++count;
@@ -289,13 +329,32 @@ void launch_wide(const WideArgs& a, int tiles, Stream stream) {
   HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
 }
 
+template <class T, bool kPair>
+void launch_wide_splits(const WideArgs& a, int tiles, int splits, Stream stream) {
+  switch (splits) {
+    case 1:
+      return launch_wide<T, kPair, 1>(a, tiles, stream);
+    case 2:
+      return launch_wide<T, kPair, 2>(a, tiles, stream);
+    case 4:
+      return launch_wide<T, kPair, 4>(a, tiles, stream);
+    default:
+      return launch_wide<T, kPair, 8>(a, tiles, stream);
+  }
+}
+
+// The fewest splits (1, 2, 4, 8; at most the k-tiles) that give about one block an SM.
 int splits_for(int tiles, int k_tiles) {
   static const int fixed = [] {
     const char* v = std::getenv("HK_DECODE_WIDE_SPLITS");
     return v ? std::clamp(std::atoi(v), 1, kMaxSplits) : 0;
   }();
-  const int want = fixed ? fixed : (device_sm_count() + tiles - 1) / tiles;  // about one wave
-  return std::max(1, std::min({want, kMaxSplits, k_tiles}));
+  const int sms = device_sm_count();
+  int splits = 1;
+  while (splits < kMaxSplits && (fixed ? splits * 2 <= fixed : tiles * splits < sms * 7 / 8) &&
+         splits * 2 <= k_tiles)
+    splits *= 2;
+  return splits;
 }
 
 bool aligned16(const void* p) {
@@ -356,17 +415,18 @@ void wide_gemv(const GemvParams& p, Stream stream) {
     if (!pair || s == 0) tiles += static_cast<int>((g.n + kRows - 1) / kRows);
   }
   a.tile_begin[p.num_segments] = tiles;
-  a.splits = splits_for(tiles, a.k_tiles);
+  const int splits = splits_for(tiles, a.k_tiles);
+  a.stages = std::min((a.k_tiles + splits - 1) / splits, kMaxStages);
   if (p.dtype == DType::BF16) {
     if (pair)
-      launch_wide<__nv_bfloat16, true>(a, tiles, stream);
+      launch_wide_splits<__nv_bfloat16, true>(a, tiles, splits, stream);
     else
-      launch_wide<__nv_bfloat16, false>(a, tiles, stream);
+      launch_wide_splits<__nv_bfloat16, false>(a, tiles, splits, stream);
   } else {
     if (pair)
-      launch_wide<__half, true>(a, tiles, stream);
+      launch_wide_splits<__half, true>(a, tiles, splits, stream);
     else
-      launch_wide<__half, false>(a, tiles, stream);
+      launch_wide_splits<__half, false>(a, tiles, splits, stream);
   }
 }
 
