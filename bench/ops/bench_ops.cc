@@ -7,9 +7,7 @@
 // measured in the same run (cudaMemcpyAsync D2D, read + write). Matrix ops report TFLOP/s.
 // The CUDA implementations are called directly (hk::ops::cuda, the functions the public
 // dispatchers call after validation), so the numbers are device time of hk's kernels.
-// The decode products (decode_gemv_*, `--filter decode`) call hk's decode gemv directly beside
-// cuBLASLt at the same bytes. Not here: end-to-end model timings, CPU ops, peers
-// (bench/peers/torch_ops.py).
+// Not here: end-to-end model timings, CPU ops, peers (bench/peers/torch_ops.py).
 //
 // Usage: hk_bench_ops [--out FILE.json] [--filter SUBSTRING] [--quick]
 #include <cuda_runtime.h>
@@ -21,7 +19,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
@@ -33,7 +30,6 @@
 #include "hk/stream.h"
 #include "hk/tensor.h"
 #include "ops/cuda_ops.h"
-#include "ops/decode/decode_kernels.h"
 
 namespace {
 
@@ -111,91 +107,6 @@ double time_ms(const std::function<void()>& run, bool quick) {
   for (int i = 0; i < reps; ++i)
     ms[size_t(i)] = hk::Event::elapsed_ms(starts[size_t(i)], stops[size_t(i)]);
   return median(ms);
-}
-
-// --- decode products (issue 14): hk's decode products (src/ops/decode) at Qwen3-0.6B's four
-// products of a layer and lm_head, batch rows 16/32/64, beside one cuBLASLt linear over the same
-// (concatenated) weights. 16 rows: the mma.sync gemv with its RMSNorm prologue (as the decode step
-// runs it); 32 and 64: the Hopper wide gemv without it (the step normalises first). Layers'
-// weights rotate (8 of them, 2 for lm_head) so each launch streams its weights from HBM as in a
-// decode step. Bytes: the weights, x (with the prologue: residual and delta read, their sum
-// written) and the outputs.
-void add_decode_product_cases(std::vector<Case>& cases) {
-  struct Product {
-    const char* name;
-    std::vector<int64_t> n;
-    int64_t k;
-    bool prologue, pair;
-  };
-  const std::vector<Product> products = {{"qkv_norm", {2048, 1024, 1024}, 1024, true, false},
-                                         {"o", {1024}, 2048, false, false},
-                                         {"gate_up_norm", {3072, 3072}, 1024, true, true},
-                                         {"down", {1024}, 3072, false, false},
-                                         {"lm_head", {151936}, 1024, false, false}};
-  uint32_t seed = 40;
-  for (const Product& pr : products) {
-    int64_t total = 0;
-    for (int64_t n : pr.n) total += n;
-    const int kLayers = total > 100000 ? 2 : 8;
-    std::vector<std::shared_ptr<Tensor>> weights;
-    for (int l = 0; l < kLayers; ++l)
-      weights.push_back(std::make_shared<Tensor>(rand_gpu({total, pr.k}, DType::BF16, seed++)));
-    auto norm = std::make_shared<Tensor>(rand_gpu({pr.k}, DType::BF16, seed++));
-    const int64_t out_n = pr.pair ? pr.n[0] : total;
-    for (int64_t rows : {16, 32, 64}) {
-      auto x = std::make_shared<Tensor>(rand_gpu({rows, pr.k}, DType::BF16, seed++));
-      auto delta = std::make_shared<Tensor>(rand_gpu({rows, pr.k}, DType::BF16, seed++));
-      auto sum = std::make_shared<Tensor>(rand_gpu({rows, pr.k}, DType::BF16, seed++));
-      auto y = std::make_shared<Tensor>(rand_gpu({rows, out_n}, DType::BF16, seed++));
-      auto y_linear = std::make_shared<Tensor>(rand_gpu({rows, total}, DType::BF16, seed++));
-      auto params = std::make_shared<std::vector<hk::decode::GemvParams>>();
-      for (int l = 0; l < kLayers; ++l) {
-        hk::decode::GemvParams p;
-        p.dtype = DType::BF16;
-        p.m = rows;
-        p.k = pr.k;
-        p.x = x->view().ptr();
-        p.x_stride = pr.k;
-        const bool wide = rows > 16;
-        if (pr.prologue && !wide) {
-          p.has_prologue = true;
-          p.prologue = {x->view().ptr(),   pr.k, delta->view().ptr(), pr.k,
-                        sum->view().ptr(), pr.k, norm->view().ptr(),  1e-6f};
-        }
-        int64_t row0 = 0, col = 0;
-        for (size_t s = 0; s < pr.n.size(); ++s) {
-          p.segments[s].weight =
-              static_cast<const char*>(weights[size_t(l)]->view().ptr()) + row0 * pr.k * 2;
-          p.segments[s].out = static_cast<char*>(y->view().ptr()) + col * 2;
-          p.segments[s].out_stride = out_n;
-          p.segments[s].n = pr.n[s];
-          row0 += pr.n[s];
-          if (!pr.pair) col += pr.n[s];
-        }
-        p.num_segments = static_cast<int>(pr.n.size());
-        if (pr.pair) p.epilogue = hk::decode::GemvEpilogue::SiluMul;
-        params->push_back(p);
-      }
-      const bool wide = rows > 16;
-      const double bytes = double(total) * pr.k * 2 + double(rows) * out_n * 2 +
-                           double(rows) * pr.k * 2 * (pr.prologue && !wide ? 3 : 1);
-      const std::string shape = shape_of({rows, total, pr.k});
-      auto next = std::make_shared<int>(0);
-      cases.push_back({std::string(wide ? "decode_wide_" : "decode_gemv_") + pr.name, shape, "bf16",
-                       bytes, 0, [=] {
-                         const hk::decode::GemvParams& p = (*params)[size_t((*next)++ % kLayers)];
-                         if (wide)
-                           hk::decode::wide_gemv(p, g_stream);
-                         else
-                           hk::decode::gemv(p, g_stream);
-                       }});
-      cases.push_back({std::string("decode_linear_") + pr.name, shape, "bf16",
-                       double(total) * pr.k * 2 + double(rows) * (total + pr.k) * 2, 0, [=] {
-                         cu::linear(*x, *weights[size_t((*next)++ % kLayers)], nullptr, *y_linear,
-                                    g_stream);
-                       }});
-    }
-  }
 }
 
 std::vector<Case> make_cases(bool quick) {
@@ -310,7 +221,6 @@ std::vector<Case> make_cases(bool quick) {
                                                   g_stream);
                      }});
   }
-  add_decode_product_cases(cases);
   return cases;
 }
 

@@ -198,20 +198,8 @@ DecodeStep::~DecodeStep() = default;
 
 namespace {
 
-// 1–16 rows: the mma.sync gemv (with its RMSNorm prologue); 17–64: the Hopper wide gemv, where
-// it runs (else the layers' cuBLASLt products).
-bool wide_rows(const decode::GemvParams& p) {
-  return p.m > decode::gemv_preferred_max_rows();
-}
 bool gemv_ok(const decode::GemvParams& p) {
-  return wide_rows(p) ? decode::wide_gemv_unsupported(p).empty()
-                      : decode::gemv_unsupported(p).empty();
-}
-void run_gemv(const decode::GemvParams& p, Stream stream) {
-  if (wide_rows(p))
-    decode::wide_gemv(p, stream);
-  else
-    decode::gemv(p, stream);
+  return p.m <= decode::gemv_preferred_max_rows() && decode::gemv_unsupported(p).empty();
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -368,8 +356,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   }
 
   // Per-layer choices. Fused products need the built-in implementations of every layer they
-  // replace and shapes the gemv serves (16-bit or f32 weights and M ≤ 16, or 16-bit weights and
-  // M ≤ 64 on Hopper through the wide gemv; aligned rows).
+  // replace and shapes the gemv serves (16-bit or f32 weights, M ≤ 16, aligned rows).
   int fused_norms = 0, fused_qkv = 0, fused_rope = 0, fused_o = 0, fused_mlp = 0;
   for (const auto& layer : lm.model->layers) {
     LayerPlan lp;
@@ -415,9 +402,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   }
   {
     decode::GemvParams g = p.head_product();
-    // At 17+ rows lm_head stays cuBLASLt's: a large product it streams at copy bandwidth
-    // (hk_bench_ops decode_linear_lm_head), where the wide gemv's x re-reads cost it 30–40 %.
-    p.head_gemv = lm.lm_head->uses_builtin() && !wide_rows(g) && gemv_ok(g);
+    p.head_gemv = lm.lm_head->uses_builtin() && gemv_ok(g);
     // The final norm stays a kernel of its own: lm_head's thousands of blocks would each
     // recompute it as a prologue (the layers' products have a few hundred, where it pays).
   }
@@ -429,7 +414,6 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
                    std::to_string(2 * n) + ", q/k norm+rope+cache " + of(fused_rope) +
                    ", o_proj gemv " + of(fused_o) + ", gate/up+SwiGLU+down gemv " + of(fused_mlp) +
                    ", lm_head gemv " + (p.head_gemv ? "yes" : "no") +
-                   (b > decode::gemv_preferred_max_rows() ? " (layers: wide gemv)" : "") +
                    (p.flash_attention ? ", attention flash-attn decode"
                     : p.layers[0].eager_attention
                         ? ", attention hk decode (eager)"
@@ -482,7 +466,7 @@ void DecodeStep::enqueue(Stream stream) const {
       } else {
         p.residual_norm(*layer.input_layernorm, cur, pending, stream);
       }
-      run_gemv(g, stream);
+      decode::gemv(g, stream);
     } else {
       p.residual_norm(*layer.input_layernorm, cur, pending, stream);
       if (at.q_proj->uses_builtin() && at.k_proj->uses_builtin() && at.v_proj->uses_builtin()) {
@@ -598,7 +582,7 @@ void DecodeStep::enqueue(Stream stream) const {
     // o_proj → delta
     if (lp.o_gemv) {
       decode::GemvParams g = p.o_product(at);
-      run_gemv(g, stream);
+      decode::gemv(g, stream);
     } else {
       at.o_proj->forward(p.attn, p.delta, stream);
     }
@@ -615,9 +599,9 @@ void DecodeStep::enqueue(Stream stream) const {
       } else {
         p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
       }
-      run_gemv(g, stream);
+      decode::gemv(g, stream);
       decode::GemvParams down = p.down_product(mlp);
-      run_gemv(down, stream);
+      decode::gemv(down, stream);
     } else {
       p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
       if (layer.moe_mlp) {
@@ -643,7 +627,7 @@ void DecodeStep::enqueue(Stream stream) const {
   if (p.head_gemv) {
     decode::GemvParams g = p.head_product();
     p.residual_norm(*lm.model->norm, cur, pending, stream);
-    run_gemv(g, stream);
+    decode::gemv(g, stream);
   } else {
     p.residual_norm(*lm.model->norm, cur, pending, stream);
     lm.lm_head->forward(p.normed, p.logits, stream);

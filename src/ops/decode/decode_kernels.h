@@ -3,7 +3,7 @@
 // positions, cache lengths, finished rows) read from device buffers so a captured CUDA graph stays
 // valid from step to step.
 //
-//   gemv           y = x·Wᵀ (+ b) for M ≤ 64 rows of x (wide_gemv: 17–64 rows on Hopper): bf16/f16 weights through mma.sync with the
+//   gemv           y = x·Wᵀ (+ b) for M ≤ 64 rows of x: bf16/f16 weights through mma.sync with the
 //                  weight streamed once (prefetched into L2 and its first chunks loaded before
 //                  the kernel waits on its predecessor), f32 (M ≤ 16) on CUDA cores. Up to three
 //                  weights sharing x in one launch (q,
@@ -87,16 +87,6 @@ int64_t gemv_preferred_max_rows();
 // Why gemv cannot run `p` (a sentence), or "" when it can.
 std::string gemv_unsupported(const GemvParams& p);
 void gemv(const GemvParams& p, Stream stream);
-
-// The same products for 17–64 rows on Hopper (gemv_wide_sm90.cu): wgmma with the weights as the
-// 64-row operand and x as the 64-column one, both loaded by TMA, the weights before the PDL wait,
-// K split over a thread-block cluster when there are few weight tiles (partials summed in a fixed
-// order over distributed shared memory: deterministic). 16-bit dtypes, no RMSNorm prologue (the
-// step normalises first), the SwiGLU epilogue as gemv's. HK_DECODE_WIDE_GEMV=0 turns it off (the
-// decode step then uses the layers' cuBLASLt products at 17+ rows); HK_DECODE_WIDE_SPLITS fixes
-// the K split (1–8) for measurements.
-std::string wide_gemv_unsupported(const GemvParams& p);
-void wide_gemv(const GemvParams& p, Stream stream);
 
 // ---- q/k norm + rotary + cache write
 // -------------------------------------------------------------
