@@ -9,9 +9,12 @@
 //
 // Decode form (kDecode): rows are (query, head-of-the-kv-group) pairs of one kv head, so a GQA
 // group reads its K/V once; the kKeyWarps warps of a block take different keys of each tile, and
-// the blocks of a thread-block cluster take different tiles (split-KV). Partial (max, sum, O)
-// are combined first across warps through shared memory, then across the cluster through
-// distributed shared memory — no workspace, no second launch.
+// the gridDim.x blocks of a row tile take different tiles (split-KV). Partial (max, sum, O) are
+// combined first across warps through shared memory, then across the splits: with p.workspace
+// null the splits are one thread-block cluster, combined through distributed shared memory (no
+// scratch, no second launch, but at most 16 blocks a kv head, packed two an SM); otherwise each
+// block writes its partial to p.workspace and flash_decode_combine_kernel, launched behind it,
+// combines them (the splits then spread over every SM).
 //
 // Not here: backward (bwd_sm80.cuh), the Hopper kernel (fwd_sm90.cuh), host dispatch (api.cu).
 #pragma once
@@ -106,6 +109,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   };
   const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
   const ScoreMap smap = score_map(p, scale);
+  // the combine kernel may be scheduled now: it waits for this grid's completion anyway
+  if constexpr (Cfg::kDecode)
+    if (p.workspace != nullptr) grid_launch_dependents_sm90();
 
   const KeyRange first = key_range(p, seq, row_query(0).x);
   const KeyRange last = key_range(p, seq, row_query(kBlockM - 1).x);
@@ -318,6 +324,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
         combined[16 * D + 16 + row] = acc;
       }
     }
+    if (p.workspace != nullptr) {  // this split's partial, for flash_decode_combine_kernel
+      __syncthreads();
+      const int64_t slot = (int64_t(b) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+      float4* dst = reinterpret_cast<float4*>(static_cast<float*>(p.workspace) + slot * kSlot);
+      const float4* src = reinterpret_cast<const float4*>(combined);
+      for (int i = tid; i < kSlot / 4; i += Cfg::kThreads) dst[i] = src[i];
+      return;
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -379,6 +393,43 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     if (csize > 1) cluster.sync();  // no block leaves while another still reads its slots
 #endif
   }
+}
+
+// The split-KV decode's second kernel when the partials went through the workspace: block
+// (row r, row tile, batch) combines the gridDim-x splits of the split kernel for row r — maxima,
+// sums and O, in split order, so repeats are bit-identical — into out and lse; thread d owns
+// column d. Launched with programmatic dependent launch behind the split kernel: it waits for
+// that grid to finish (and its writes to be visible) before reading.
+template <class T, int D>
+__global__ void __launch_bounds__(D) flash_decode_combine_kernel(const Params p, int splits) {
+  constexpr int kSlot = 16 * D + 32;
+  grid_wait_sm90();
+  const int r = blockIdx.x, b = blockIdx.z, d = threadIdx.x;
+  const int group = p.heads_q / p.heads_kv;
+  const SeqInfo seq = seq_info(p, b);
+  const int tiles = (p.seqlen_q * group + 15) / 16;
+  const int hk = blockIdx.y / tiles, row_begin = (blockIdx.y % tiles) * 16;
+  const int valid_rows = min(16, seq.S * group - row_begin);
+  if (r >= valid_rows) return;
+  const float* parts = static_cast<const float*>(p.workspace) +
+                       (int64_t(b) * gridDim.y + blockIdx.y) * splits * int64_t(kSlot);
+  float m = -INFINITY;
+  for (int c = 0; c < splits; ++c) m = fmaxf(m, parts[c * kSlot + 16 * D + r]);
+  const float m_ref = m == -INFINITY ? 0.0f : m;
+  float l = 0.0f, acc = 0.0f;
+  for (int c = 0; c < splits; ++c) {
+    const float* part = parts + c * kSlot;
+    const float w = fast_exp2(part[16 * D + r] - m_ref);
+    l += part[16 * D + 16 + r] * w;
+    acc += part[r * D + d] * w;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const int rr = row_begin + r;
+  const int s = rr / group, h = hk * group + rr % group;
+  T* dst = static_cast<T*>(p.out) + row_offset(p.out_strides, b, seq.q_row0, s, h);
+  dst[d] = hk::sdk::cuda::from_f32<T>(acc * inv);
+  if (p.lse != nullptr && d == 0)
+    p.lse[lse_offset(p, b, seq.q_row0, s, h)] = l > 0.0f ? (m + __log2f(l)) * kLn2 : INFINITY;
 }
 
 }  // namespace hk_flash
