@@ -111,9 +111,9 @@ size_t backward_sm90_smem(int head_dim) {
 
 // Decode rows per kv head at most 64 (row tiles of 16): the split-KV form. Without a workspace
 // its splits are the blocks of one cluster (at most 16, combined through distributed shared
-// memory); with one they are independent blocks over every SM (HK_FLASH_DECODE_WAVES blocks an
-// SM, default 2: the kernel fits two, and one block an SM leaves each SM one warp a scheduler),
-// whose partials a second kernel combines. HK_FLASH_DECODE_CLUSTER=1 keeps the cluster form.
+// memory); with one they are independent blocks over every SM (HK_FLASH_DECODE_WAVES a row tile's
+// share of the SMs, default 1: one six-deep block an SM), whose partials a second kernel combines.
+// HK_FLASH_DECODE_CLUSTER=1 keeps the cluster form.
 DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
   const int group = p.heads_q / p.heads_kv;
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
@@ -123,8 +123,8 @@ DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
   if (with_workspace && !env_is("HK_FLASH_DECODE_CLUSTER", "1") && blocks < sms) {
     static const int waves = [] {
       const char* v = std::getenv("HK_FLASH_DECODE_WAVES");
-      const int w = v != nullptr ? std::atoi(v) : 2;
-      return w >= 1 && w <= 4 ? w : 2;
+      const int w = v != nullptr ? std::atoi(v) : 1;
+      return w >= 1 && w <= 4 ? w : 1;
     }();
     const int64_t key_tiles = (p.seqlen_k + 63) / 64;  // the decode kernel's tiles
     // at least two tiles a split, so a block's pipeline has something to overlap

@@ -49,16 +49,18 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
-// dim 256), so two blocks fit an SM and eight 16-block clusters (batch 1, eight kv heads) are
-// resident at once. A block is bound by the latency of its per-tile chain (one warp a scheduler),
-// not by its loads: six tiles deep (one block an SM) streamed 28 GB/s a block against 17, but only
-// nine-block clusters were then all resident, and the call got slower (H200, 32768 keys: 67 against
-// 54 µs; 4096: 14.9 against 14.0). Neither helped: an 8-warp form on 128-key tiles (nine-block
-// clusters: 59.5 µs at 32768, 13.8 at 4096), Q fragments kept in registers across tiles (61.7 µs
-// against 54.5). Not kept.
+// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. A block is bound by the latency
+// of its per-tile chain (one warp a scheduler), so what it streams grows with the tiles in flight.
+// Through the workspace the splits are independent blocks, one an SM, and go six tiles deep (three
+// at head dim 256; H200, 32768 keys: three deep 43.4 µs a call at one block an SM, 44.2 at two).
+// The cluster form stays three deep (two at 256) so two blocks fit an SM and eight 16-block
+// clusters (batch 1, eight kv heads) are resident at once: six deep, only nine-block clusters
+// were all resident and the call got slower (67 against 54 µs at 32768 keys). Neither helped
+// there: an 8-warp form on 128-key tiles (59.5 µs), Q fragments kept in registers (61.7 µs).
 template <int D>
-using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
+template <int D>
+using FwdDecodeCluster = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {

@@ -123,7 +123,7 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
   if (split.through_workspace)
     launch_decode_workspace<T, D, FwdDecode<D>>(p, stream, split.splits);
   else
-    launch_decode_cluster<T, D, FwdDecode<D>>(p, stream, split.splits);
+    launch_decode_cluster<T, D, FwdDecodeCluster<D>>(p, stream, split.splits);
 }
 
 // The backward in three launches, so the Hopper dK/dV kernel can take the middle one's place:
