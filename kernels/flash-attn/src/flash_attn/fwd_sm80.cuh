@@ -59,6 +59,9 @@ using FwdPrefill = FwdConfig<4, 1,
 // there: an 8-warp form on 128-key tiles (59.5 µs), Q fragments kept in registers (61.7 µs).
 template <int D>
 using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
+// Trial (HK_FLASH_DECODE_WARPS=8): eight warps on 128-key tiles, three deep, one block an SM.
+template <int D>
+using FwdDecodeWide = FwdConfig<1, 8, 16, 3, true>;
 template <int D>
 using FwdDecodeCluster = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
 

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "flash_attn/bwd_sm80.cuh"
 #include "flash_attn/fwd_sm80.cuh"
@@ -120,6 +122,13 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
     check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
     return;
   }
+  static const bool wide = [] {
+    const char* v = std::getenv("HK_FLASH_DECODE_WARPS");
+    return v != nullptr && std::string(v) == "8";
+  }();
+  if constexpr (D <= 128)
+    if (split.through_workspace && wide)
+      return launch_decode_workspace<T, D, FwdDecodeWide<D>>(p, stream, split.splits);
   if (split.through_workspace)
     launch_decode_workspace<T, D, FwdDecode<D>>(p, stream, split.splits);
   else
