@@ -252,11 +252,18 @@ TEST(FlashAttention, DecodeSplitKv) {
     }
   run({"b1_t4096", 1, 1, 4096, 16, 8}, 128, DType::F16, Path::Auto, Storage::Contiguous, false);
   run({"b1_t4096", 1, 1, 4096, 16, 8}, 128, DType::F16, Path::Cluster, Storage::Contiguous, false);
-  {  // one block an SM instead of two: other split counts, same results
-    EnvScope waves("HK_FLASH_DECODE_WAVES", "1");
+  {  // two blocks an SM: other split counts, same results
+    EnvScope waves("HK_FLASH_DECODE_WAVES", "2");
     run({"b1_t32768", 1, 1, 32768, 16, 8}, 128, DType::BF16, Path::Auto, Storage::Contiguous,
         false);
     run({"b4_t1000", 4, 1, 1000, 32, 8}, 128, DType::BF16, Path::Auto, Storage::Contiguous, false);
+  }
+  // each workspace-path config where the other is the default (eight warps on long splits)
+  for (const char* warps : {"4", "8"}) {
+    EnvScope forced("HK_FLASH_DECODE_WARPS", warps);
+    for (int64_t d : {64, 128})
+      for (const Case& c : {decode[2], decode[3], decode[4], decode[7], decode[9]})
+        run(c, d, DType::BF16, Path::Auto, Storage::Contiguous, false);
   }
 }
 

@@ -49,17 +49,18 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile. A block is bound by the latency
-// of its per-tile chain (one warp a scheduler), so what it streams grows with the tiles in flight.
-// Through the workspace the splits are independent blocks, one an SM, and go six tiles deep (three
-// at head dim 256; H200, 32768 keys: three deep 43.4 µs a call at one block an SM, 44.2 at two).
-// The cluster form stays three deep (two at 256) so two blocks fit an SM and eight 16-block
-// clusters (batch 1, eight kv heads) are resident at once: six deep, only nine-block clusters
-// were all resident and the call got slower (67 against 54 µs at 32768 keys). Neither helped
-// there: an 8-warp form on 128-key tiles (59.5 µs), Q fragments kept in registers (61.7 µs).
+// Decode shapes: 16 packed rows, the warps of a block splitting each key tile. A block is bound by
+// the latency of its per-tile chain (ldmatrix → mma → softmax → mma), so what it streams grows
+// with the warps that run such chains side by side and the tiles in flight. Through the workspace
+// the splits are independent blocks, one an SM: eight warps on 128-key tiles three deep for long
+// splits, four warps on 64-key tiles six deep (three at head dim 256) for short ones (launch_sm80
+// decode_wide; H200, batch 1, 16/8 heads, D128: 32768 keys 40.0 µs against 42.8 and 43.4 for four
+// warps six and three deep; 4096 keys 12.7 µs four warps six deep against 13.3 for eight).
+// The cluster form stays four warps three deep (two at 256) so two blocks fit an SM and eight
+// 16-block clusters (batch 1, eight kv heads) are resident at once; six deep, only nine-block
+// clusters were all resident and the call got slower (67 against 54 µs at 32768 keys).
 template <int D>
 using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
-// Trial (HK_FLASH_DECODE_WARPS=8): eight warps on 128-key tiles, three deep, one block an SM.
 template <int D>
 using FwdDecodeWide = FwdConfig<1, 8, 16, 3, true>;
 template <int D>
