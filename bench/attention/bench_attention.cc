@@ -246,8 +246,7 @@ std::string decode(int64_t T, double copy_gbps) {
       "cluster form %7.2f us | prefill kernel %7.2f us | per call (not graphed) %7.2f us | "
       "read-only kernel %7.2f us %7.0f GB/s = %5.1f%% of copy, empty kernel %5.2f us\n",
       long(T), t_split * 1e3, gbps, 100.0 * gbps / copy_gbps, t_cluster * 1e3, t_one * 1e3,
-      per_call * 1e3,
-      read_ms * 1e3, read_gbps, 100.0 * read_gbps / copy_gbps, empty_ms * 1e3);
+      per_call * 1e3, read_ms * 1e3, read_gbps, 100.0 * read_gbps / copy_gbps, empty_ms * 1e3);
   std::fflush(stdout);
   return "{\"T\": " + std::to_string(T) +
          ", \"Hq\": 16, \"Hkv\": 8, \"D\": 128, \"kv_bytes\": " + json_num(kv_bytes) +
@@ -288,7 +287,8 @@ int main(int argc, char** argv) {
     } else if (a == "--decode-only") {
       decode_only = true;
     } else {
-      std::fprintf(stderr, "usage: hk_bench_attention [--out FILE.json] [--quick] [--decode-only]\n");
+      std::fprintf(stderr,
+                   "usage: hk_bench_attention [--out FILE.json] [--quick] [--decode-only]\n");
       return 1;
     }
   }

@@ -2,9 +2,9 @@
 // (compiled into libhk as the static hk_flash_attn_core; the same code as the hub repos
 // kernels-community/flash-attn2/3/4). TensorViews go through flash_attn/from_views.h, exactly as
 // the hub repos' glue does. The workspaces (the backward's f32 row dots and dq accumulator, the
-// split-KV decode's partials) come from the caching allocator on the call's stream. A case the kernels do not serve (f32, head_dim 96,
-// misaligned rows) throws hk::Unsupported with the kernels' reason; callers (the "sdpa" attention
-// function) fall back to the eager op.
+// split-KV decode's partials) come from the caching allocator on the call's stream. A case the
+// kernels do not serve (f32, head_dim 96, misaligned rows) throws hk::Unsupported with the kernels'
+// reason; callers (the "sdpa" attention function) fall back to the eager op.
 #ifdef HK_HAVE_CUDA
 
 #include "flash_attn/flash.h"

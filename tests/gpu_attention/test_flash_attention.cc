@@ -62,8 +62,8 @@ struct PathScope {
   EnvScope sm90, decode, cluster;
 };
 const char* path_name(Path p) {
-  return p == Path::Auto     ? "auto"
-         : p == Path::Sm80   ? "sm80"
+  return p == Path::Auto      ? "auto"
+         : p == Path::Sm80    ? "sm80"
          : p == Path::Cluster ? "cluster"
                               : "no-decode";
 }
@@ -284,8 +284,8 @@ TEST(FlashAttention, DecodeSplitFormsAndRepeats) {
     ops::fused_attention(q, k, v, out1, o);
     ops::fused_attention(q, k, v, out2, o);
     EXPECT_EQ(host_values(out1), host_values(out2));
-    EXPECT_TRUE(attention_close(host_values(out1), in.ref.out, attention_tolerance(DType::BF16),
-                                "out"));
+    EXPECT_TRUE(
+        attention_close(host_values(out1), in.ref.out, attention_tolerance(DType::BF16), "out"));
   }
 }
 

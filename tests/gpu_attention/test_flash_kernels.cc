@@ -239,11 +239,12 @@ TEST(FlashKernels, DecodeSplitFollowsTheWorkspace) {
   Buffers pb(prefill);
   EXPECT_EQ(hk_flash::forward_workspace_size(forward_params(prefill, pb)), 0u);
 
-  const size_t nq = static_cast<size_t>(p.s) * p.hq * p.d, nk = static_cast<size_t>(p.t) * p.hkv * p.d;
+  const size_t nq = static_cast<size_t>(p.s) * p.hq * p.d,
+               nk = static_cast<size_t>(p.t) * p.hkv * p.d;
   const RandomValues q = random_values(nq, p.dt, 3), k = random_values(nk, p.dt, 4),
                      v = random_values(nk, p.dt, 5);
-  const AttnRef ref = hk::test::attention_reference(reference_problem(p), q.values, k.values,
-                                                    v.values, {});
+  const AttnRef ref =
+      hk::test::attention_reference(reference_problem(p), q.values, k.values, v.values, {});
   bf.q.upload(q.bits);
   bf.k.upload(k.bits);
   bf.v.upload(v.bits);
