@@ -47,6 +47,18 @@ hk_flash::Stream raw(Stream s) {
   return static_cast<hk_flash::Stream>(s.handle);
 }
 
+// `bytes` of scratch on q's device from the caching allocator, ordered on `stream`, named in p;
+// the returned tensor keeps it for the call.
+Tensor attach_workspace(hk_flash::Params& p, size_t bytes, const TensorView& q, Stream stream) {
+  Tensor workspace;
+  if (bytes > 0) {
+    workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device, stream);
+    p.workspace = workspace.view().ptr();
+    p.workspace_bytes = bytes;
+  }
+  return workspace;
+}
+
 }  // namespace
 
 void fused_attention(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -54,13 +66,8 @@ void fused_attention(const TensorView& q, const TensorView& k, const TensorView&
                      const TensorView* lse, Stream stream) {
   translate("fused_attention", [&] {
     hk_flash::Params p = hk_flash::forward_params(q, k, v, out, lse, call_options(options));
-    const size_t bytes = hk_flash::forward_workspace_size(p);  // the split-KV decode's partials
-    Tensor workspace;
-    if (bytes > 0) {
-      workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device, stream);
-      p.workspace = workspace.view().ptr();
-      p.workspace_bytes = bytes;
-    }
+    // the split-KV decode's partials
+    const Tensor workspace = attach_workspace(p, hk_flash::forward_workspace_size(p), q, stream);
     hk_flash::forward(p, raw(stream));
   });
 }
@@ -72,13 +79,7 @@ void fused_attention_backward(const TensorView& dout, const TensorView& q, const
   translate("fused_attention_backward", [&] {
     hk_flash::BackwardParams p =
         hk_flash::backward_params(dout, q, k, v, out, lse, dq, dk, dv, call_options(options));
-    const size_t bytes = hk_flash::backward_workspace_size(p);
-    Tensor workspace;
-    if (bytes > 0) {
-      workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device, stream);
-      p.workspace = workspace.view().ptr();
-      p.workspace_bytes = bytes;
-    }
+    const Tensor workspace = attach_workspace(p, hk_flash::backward_workspace_size(p), q, stream);
     hk_flash::backward(p, raw(stream));
   });
 }

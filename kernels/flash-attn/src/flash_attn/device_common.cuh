@@ -28,22 +28,11 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 using hk::sdk::cuda::sm80::cp_async16;
 using hk::sdk::cuda::sm80::cp_async_commit;
 using hk::sdk::cuda::sm80::cp_async_wait;
+using hk::sdk::cuda::sm80::grid_launch_dependents;  // programmatic dependent launch
+using hk::sdk::cuda::sm80::grid_wait;
 using hk::sdk::cuda::sm80::ldmatrix_x4;
 using hk::sdk::cuda::sm80::ldmatrix_x4_trans;
 using hk::sdk::cuda::sm80::mma16816;
-
-// Programmatic dependent launch (sm_90; no-ops below): wait for the grid this one was launched
-// behind to finish and flush; let the grid launched behind this one be scheduled.
-__device__ __forceinline__ void grid_wait_sm90() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_launch_dependents_sm90() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);

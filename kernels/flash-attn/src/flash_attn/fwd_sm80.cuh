@@ -117,7 +117,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   const ScoreMap smap = score_map(p, scale);
   // the combine kernel may be scheduled now: it waits for this grid's completion anyway
   if constexpr (Cfg::kDecode)
-    if (p.workspace != nullptr) grid_launch_dependents_sm90();
+    if (p.workspace != nullptr) grid_launch_dependents();
 
   const KeyRange first = key_range(p, seq, row_query(0).x);
   const KeyRange last = key_range(p, seq, row_query(kBlockM - 1).x);
@@ -409,7 +409,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
 template <class T, int D>
 __global__ void __launch_bounds__(D) flash_decode_combine_kernel(const Params p, int splits) {
   constexpr int kSlot = 16 * D + 32;
-  grid_wait_sm90();
+  grid_wait();
   const int r = blockIdx.x, b = blockIdx.z, d = threadIdx.x;
   const int group = p.heads_q / p.heads_kv;
   const SeqInfo seq = seq_info(p, b);
