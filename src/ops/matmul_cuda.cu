@@ -8,17 +8,10 @@
 // alignment, epilogue): the matmul and layout descriptors plus the heuristic's first algorithm,
 // created once and reused, so a steady-state call does no descriptor work. Accumulation is f32
 // (CUBLAS_COMPUTE_32F, no TF32: f32 inputs give f32-exact results like torch's default).
-// HK_CUBLASLT_TUNE=N (opt-in, 2..16): a new problem with beta 0, planned outside a stream capture,
-// times the heuristic's first N algorithms on its own operands (2 warm-up + 5 timed calls each,
-// the call's output overwritten by the real call after) and keeps the fastest; off by default
-// because the choice then follows timing noise from process to process (bits of results may
-// differ between runs), which training and golden parity should not.
-// Not here: fp8.
+// Not here: fp8, split-K tuning, autotuning beyond the heuristic's first choice.
 #include <cublasLt.h>
 
-#include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -41,24 +34,6 @@ void check_cublas(cublasStatus_t status, const char* what) {
                          " (check that the GPU and driver support this dtype and shape)");
 }
 #define HK_CUBLAS_CHECK(call) check_cublas((call), #call)
-
-constexpr int kMaxTuneCandidates = 16;
-
-// HK_CUBLASLT_TUNE (read once): how many heuristic candidates a new problem times; 1 = the first.
-int tune_candidates() {
-  static const int n = [] {
-    const char* v = std::getenv("HK_CUBLASLT_TUNE");
-    const int k = v != nullptr ? std::atoi(v) : 1;
-    return k < 1 ? 1 : k > kMaxTuneCandidates ? kMaxTuneCandidates : k;
-  }();
-  return n;
-}
-
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  HK_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  return status != cudaStreamCaptureStatusNone;
-}
 
 cudaDataType_t cuda_type(DType dt) {
   switch (dt) {
@@ -120,43 +95,6 @@ struct Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
 };
-
-// The fastest of `n` candidate algorithms for `plan` on these operands (beta 0: each call only
-// overwrites C): median of 5 timed calls each after 2 warm-up calls, on `stream`, synchronised.
-cublasLtMatmulAlgo_t fastest_algo(cublasLtHandle_t handle, const Plan& plan,
-                                  const cublasLtMatmulHeuristicResult_t* candidates, int n,
-                                  float alpha, const void* a, const void* b, void* c,
-                                  void* workspace, cudaStream_t stream) {
-  const float beta = 0.0f;
-  cudaEvent_t start, stop;
-  HK_CUDA_CHECK(cudaEventCreate(&start));
-  HK_CUDA_CHECK(cudaEventCreate(&stop));
-  int best = 0;
-  float best_ms = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    auto call = [&] {
-      return cublasLtMatmul(handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, c, plan.c, c,
-                            plan.c, &candidates[i].algo, workspace, kWorkspaceBytes, stream);
-    };
-    if (call() != CUBLAS_STATUS_SUCCESS || call() != CUBLAS_STATUS_SUCCESS) continue;
-    std::array<float, 5> ms{};
-    for (float& t : ms) {
-      HK_CUDA_CHECK(cudaEventRecord(start, stream));
-      HK_CUBLAS_CHECK(call());
-      HK_CUDA_CHECK(cudaEventRecord(stop, stream));
-      HK_CUDA_CHECK(cudaEventSynchronize(stop));
-      HK_CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-    }
-    std::sort(ms.begin(), ms.end());
-    if (i == 0 || ms[2] < best_ms) {
-      best = i;
-      best_ms = ms[2];
-    }
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return candidates[best].algo;
-}
 using PlanKey = std::array<int64_t, 22>;
 std::map<PlanKey, Plan>& plans() {
   static auto* p = new std::map<PlanKey, Plan>();
@@ -254,13 +192,11 @@ void blas_gemm(DType dt, DType c_dt, int64_t m, int64_t n, int64_t k, int64_t ba
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al[2], sizeof(uint32_t)));
     HK_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al[2], sizeof(uint32_t)));
-    cublasLtMatmulHeuristicResult_t results[kMaxTuneCandidates] = {};
+    cublasLtMatmulHeuristicResult_t result{};
     int returned = 0;
-    const int asked = beta == 0.0f && !capturing(stream) ? tune_candidates() : 1;
     const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-        handle, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, asked, results, &returned);
+        handle, plan.desc, plan.a, plan.b, plan.c, plan.c, pref, 1, &result, &returned);
     cublasLtMatmulPreferenceDestroy(pref);
-    const cublasLtMatmulHeuristicResult_t& result = results[0];
     if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
       cublasLtMatrixLayoutDestroy(plan.a);
       cublasLtMatrixLayoutDestroy(plan.b);
@@ -272,13 +208,6 @@ void blas_gemm(DType dt, DType c_dt, int64_t m, int64_t n, int64_t k, int64_t ba
                         "); make the operands contiguous or use f32");
     }
     plan.algo = result.algo;
-    if (returned > 1) {
-      if (bias)
-        HK_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                       &bias, sizeof(bias)));
-      plan.algo =
-          fastest_algo(handle, plan, results, returned, alpha, A.ptr, B.ptr, C, workspace, stream);
-    }
     found = plans().emplace(key, plan).first;
   }
   Plan& plan = found->second;
