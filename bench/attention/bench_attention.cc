@@ -9,7 +9,8 @@
 //     B4×H16(kv8)×S2048 and B8×H16(kv8)×S2048 at head dim 64.
 //     TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 3.5× that for forward+backward.
 //   decode (batch 1, 16 q / 8 kv heads, D 128, caches of 4096 and 32768 keys): the split-KV
-//     kernel, per call in CUDA-graph replay (20 calls per graph, caches rotated so the KV bytes
+//     kernel (its splits through the workspace, and beside it combined in a cluster), per call in
+//     CUDA-graph replay (20 calls per graph, caches rotated so the KV bytes
 //     come from HBM, not L2); GB/s of K+V bytes read, against the copy bandwidth measured here
 //     (a 256 MiB device-to-device copy, bytes read + written); beside it, in the same replay form,
 //     a kernel that only reads the same K/V bytes and an empty kernel (read_roofline.cu): the
@@ -17,7 +18,8 @@
 // Method: random inputs in [-1, 1) (never zeros); 3 warm-up calls; then each call (or graph
 // replay) between two CUDA events, repetitions sized to ~300 ms, the median reported.
 //
-// Usage: hk_bench_attention [--out FILE.json] [--quick]   (--quick: fewer repetitions)
+// Usage: hk_bench_attention [--out FILE.json] [--quick] [--decode-only]
+//   (--quick: fewer repetitions; --decode-only: the decode rows alone, for profilers)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -216,6 +218,11 @@ std::string decode(int64_t T, double copy_gbps) {
     attention(0);
   }
   const double t_split = replay_us(attention);
+  double t_cluster = 0;  // the splits combined inside a cluster (callers without a workspace)
+  {
+    Env e("HK_FLASH_DECODE_CLUSTER", "1");
+    t_cluster = replay_us(attention);
+  }
   double t_one = 0;
   {
     Env e("HK_FLASH_DECODE", "0");
@@ -236,15 +243,16 @@ std::string decode(int64_t T, double copy_gbps) {
   const double read_gbps = kv_bytes / (read_ms * 1e-3) / 1e9;
   std::printf(
       "decode B1 16/8 D128 T%-6ld split-kv %7.2f us %7.0f GB/s = %5.1f%% of copy | "
-      "prefill kernel %7.2f us | per call (not graphed) %7.2f us | read-only kernel %7.2f us "
-      "%7.0f GB/s = %5.1f%% of copy, empty kernel %5.2f us\n",
-      long(T), t_split * 1e3, gbps, 100.0 * gbps / copy_gbps, t_one * 1e3, per_call * 1e3,
-      read_ms * 1e3, read_gbps, 100.0 * read_gbps / copy_gbps, empty_ms * 1e3);
+      "cluster form %7.2f us | prefill kernel %7.2f us | per call (not graphed) %7.2f us | "
+      "read-only kernel %7.2f us %7.0f GB/s = %5.1f%% of copy, empty kernel %5.2f us\n",
+      long(T), t_split * 1e3, gbps, 100.0 * gbps / copy_gbps, t_cluster * 1e3, t_one * 1e3,
+      per_call * 1e3, read_ms * 1e3, read_gbps, 100.0 * read_gbps / copy_gbps, empty_ms * 1e3);
   std::fflush(stdout);
   return "{\"T\": " + std::to_string(T) +
          ", \"Hq\": 16, \"Hkv\": 8, \"D\": 128, \"kv_bytes\": " + json_num(kv_bytes) +
          ", \"graph_us\": " + json_num(t_split * 1e3) + ", \"gbps\": " + json_num(gbps) +
          ", \"pct_of_copy\": " + json_num(100 * gbps / copy_gbps) +
+         ", \"cluster_form_graph_us\": " + json_num(t_cluster * 1e3) +
          ", \"prefill_kernel_graph_us\": " + json_num(t_one * 1e3) +
          ", \"per_call_us\": " + json_num(per_call * 1e3) +
          ", \"read_only_kernel_graph_us\": " + json_num(read_ms * 1e3) +
@@ -269,14 +277,18 @@ double copy_bandwidth() {
 
 int main(int argc, char** argv) {
   std::string out_path;
+  bool decode_only = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out" && i + 1 < argc) {
       out_path = argv[++i];
     } else if (a == "--quick") {
       g_quick = true;
+    } else if (a == "--decode-only") {
+      decode_only = true;
     } else {
-      std::fprintf(stderr, "usage: hk_bench_attention [--out FILE.json] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: hk_bench_attention [--out FILE.json] [--quick] [--decode-only]\n");
       return 1;
     }
   }
@@ -292,6 +304,11 @@ int main(int argc, char** argv) {
                      "\", \"copy_gbps\": " + json_num(copy) + ", \"prefill\": [";
   // decode first: it does not touch the Hopper kernel, so its numbers survive a prefill failure
   const std::string d1 = decode(4096, copy), d2 = decode(32768, copy);
+  if (decode_only) {
+    json += "], \"decode\": [" + d1 + ", " + d2 + "]}\n";
+    if (!out_path.empty()) std::ofstream(out_path) << json;
+    return 0;
+  }
   json += prefill(8, 16, 8, 2048, 128) + ", ";
   json += prefill(2, 16, 16, 8192, 128) + ", ";
   json += prefill(1, 32, 8, 16384, 128) + ", ";

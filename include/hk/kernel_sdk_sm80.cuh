@@ -2,7 +2,8 @@
 // mma.sync kernels, megablocks' mma.sync grouped GEMMs): 16-byte cp.async copies (zero-filling
 // when the source is not valid), their commit/wait, ldmatrix x4 fragment loads (plain and
 // transposed) from shared-memory addresses, and the m16n8k16 tensor-core MMA with f32
-// accumulators for bf16 and f16; an L2 prefetch of one global line. Warp-collective ones (ldmatrix,
+// accumulators for bf16 and f16; an L2 prefetch of one global line; the two programmatic
+// dependent launch controls (no-ops when compiled below sm_90). Warp-collective ones (ldmatrix,
 // mma.sync) must be reached by all 32 lanes. Hopper's wgmma/TMA primitives are in
 // hk/kernel_sdk_sm90.cuh.
 #pragma once
@@ -24,6 +25,18 @@ __device__ __forceinline__ void cp_async16(uint32_t smem, const void* gmem, bool
 // The 128-byte line holding p into L2 (no registers written, no fault on any address).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
   asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+// Programmatic dependent launch: wait until the grid this one was launched behind has finished and
+// its writes are visible; let the grid launched behind this one be scheduled.
+__device__ __forceinline__ void grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
 }
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::);

@@ -1,10 +1,10 @@
 // CUDA fused attention: hk::ops::fused_attention on the flash kernels of kernels/flash-attn
 // (compiled into libhk as the static hk_flash_attn_core; the same code as the hub repos
 // kernels-community/flash-attn2/3/4). TensorViews go through flash_attn/from_views.h, exactly as
-// the hub repos' glue does. The backward's workspace (f32 row dots and dq accumulator) comes from
-// the caching allocator on the call's stream. A case the kernels do not serve (f32, head_dim 96,
-// misaligned rows) throws hk::Unsupported with the kernels' reason; callers (the "sdpa" attention
-// function) fall back to the eager op.
+// the hub repos' glue does. The workspaces (the backward's f32 row dots and dq accumulator, the
+// split-KV decode's partials) come from the caching allocator on the call's stream. A case the
+// kernels do not serve (f32, head_dim 96, misaligned rows) throws hk::Unsupported with the kernels'
+// reason; callers (the "sdpa" attention function) fall back to the eager op.
 #ifdef HK_HAVE_CUDA
 
 #include "flash_attn/flash.h"
@@ -47,14 +47,28 @@ hk_flash::Stream raw(Stream s) {
   return static_cast<hk_flash::Stream>(s.handle);
 }
 
+// `bytes` of scratch on q's device from the caching allocator, ordered on `stream`, named in p;
+// the returned tensor keeps it for the call.
+Tensor attach_workspace(hk_flash::Params& p, size_t bytes, const TensorView& q, Stream stream) {
+  Tensor workspace;
+  if (bytes > 0) {
+    workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device, stream);
+    p.workspace = workspace.view().ptr();
+    p.workspace_bytes = bytes;
+  }
+  return workspace;
+}
+
 }  // namespace
 
 void fused_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView& out, const FusedAttentionOptions& options,
                      const TensorView* lse, Stream stream) {
   translate("fused_attention", [&] {
-    hk_flash::forward(hk_flash::forward_params(q, k, v, out, lse, call_options(options)),
-                      raw(stream));
+    hk_flash::Params p = hk_flash::forward_params(q, k, v, out, lse, call_options(options));
+    // the split-KV decode's partials
+    const Tensor workspace = attach_workspace(p, hk_flash::forward_workspace_size(p), q, stream);
+    hk_flash::forward(p, raw(stream));
   });
 }
 
@@ -65,13 +79,7 @@ void fused_attention_backward(const TensorView& dout, const TensorView& q, const
   translate("fused_attention_backward", [&] {
     hk_flash::BackwardParams p =
         hk_flash::backward_params(dout, q, k, v, out, lse, dq, dk, dv, call_options(options));
-    const size_t bytes = hk_flash::backward_workspace_size(p);
-    Tensor workspace;
-    if (bytes > 0) {
-      workspace = Tensor::empty({static_cast<int64_t>(bytes)}, DType::U8, q.device, stream);
-      p.workspace = workspace.view().ptr();
-      p.workspace_bytes = bytes;
-    }
+    const Tensor workspace = attach_workspace(p, hk_flash::backward_workspace_size(p), q, stream);
     hk_flash::backward(p, raw(stream));
   });
 }
@@ -81,7 +89,9 @@ std::string fused_attention_kernel(const TensorView& q, const TensorView& k, con
   try {
     const hk_flash::Params p = hk_flash::forward_params(q, k, v, q, nullptr, call_options(options));
     const std::string why = hk_flash::unsupported_reason(p);
-    return why.empty() ? hk_flash::forward_kernel_name(p) : "unsupported: " + why;
+    // fused_attention gives every call the workspace it asks for
+    return why.empty() ? hk_flash::forward_kernel_name(p, /*with_workspace=*/true)
+                       : "unsupported: " + why;
   } catch (const std::exception& e) {
     return std::string("unsupported: ") + e.what();
   }

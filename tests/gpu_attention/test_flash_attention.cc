@@ -50,16 +50,22 @@ std::vector<double> host_values(const Tensor& t) {
 }
 
 // Which forward kernel runs: the dispatcher's choice, or one forced through the environment.
-enum class Path { Auto, Sm80, NoDecode };
+// Cluster: the split-KV decode combines its splits inside a thread-block cluster instead of
+// through the workspace fused_attention gives it (the form of callers without a workspace).
+enum class Path { Auto, Sm80, NoDecode, Cluster };
 using attention_cases::EnvScope;
 struct PathScope {
   explicit PathScope(Path p)
       : sm90("HK_FLASH_SM90", p == Path::Sm80 ? "0" : nullptr),
-        decode("HK_FLASH_DECODE", p == Path::NoDecode ? "0" : nullptr) {}
-  EnvScope sm90, decode;
+        decode("HK_FLASH_DECODE", p == Path::NoDecode ? "0" : nullptr),
+        cluster("HK_FLASH_DECODE_CLUSTER", p == Path::Cluster ? "1" : nullptr) {}
+  EnvScope sm90, decode, cluster;
 };
 const char* path_name(Path p) {
-  return p == Path::Auto ? "auto" : p == Path::Sm80 ? "sm80" : "no-decode";
+  return p == Path::Auto      ? "auto"
+         : p == Path::Sm80    ? "sm80"
+         : p == Path::Cluster ? "cluster"
+                              : "no-decode";
 }
 
 enum class Storage { Contiguous, HeadsMajor, FusedQkv };
@@ -240,8 +246,47 @@ TEST(FlashAttention, DecodeSplitKv) {
       {"softcap_key_start", 3, 2, 777, 8, 4, true, 20.0, -1, true},
   };
   for (int64_t d : {64, 128, 256})
-    for (const Case& c : decode) run(c, d, DType::BF16, Path::Auto, Storage::Contiguous, false);
+    for (const Case& c : decode) {
+      run(c, d, DType::BF16, Path::Auto, Storage::Contiguous, false);
+      run(c, d, DType::BF16, Path::Cluster, Storage::Contiguous, false);
+    }
   run({"b1_t4096", 1, 1, 4096, 16, 8}, 128, DType::F16, Path::Auto, Storage::Contiguous, false);
+  run({"b1_t4096", 1, 1, 4096, 16, 8}, 128, DType::F16, Path::Cluster, Storage::Contiguous, false);
+  {  // two blocks an SM: other split counts, same results
+    EnvScope waves("HK_FLASH_DECODE_WAVES", "2");
+    run({"b1_t32768", 1, 1, 32768, 16, 8}, 128, DType::BF16, Path::Auto, Storage::Contiguous,
+        false);
+    run({"b4_t1000", 4, 1, 1000, 32, 8}, 128, DType::BF16, Path::Auto, Storage::Contiguous, false);
+  }
+  // each workspace-path config where the other is the default (eight warps on long splits)
+  for (const char* warps : {"4", "8"}) {
+    EnvScope forced("HK_FLASH_DECODE_WARPS", warps);
+    for (int64_t d : {64, 128})
+      for (const Case& c : {decode[2], decode[3], decode[4], decode[7], decode[9]})
+        run(c, d, DType::BF16, Path::Auto, Storage::Contiguous, false);
+  }
+}
+
+// Batch 1 decodes through the workspace fused_attention gives it (splits over every SM, a combine
+// kernel; which form runs is checked in hk_gpu_flash_kernels_test) or, when asked, through a
+// cluster; either way a repeat gives the same bits (the splits are combined in order).
+TEST(FlashAttention, DecodeSplitFormsAndRepeats) {
+  HK_REQUIRE_REAL_CUDA();
+  const Case c{"b1_t32768", 1, 1, 32768, 16, 8};
+  const Inputs in = make_inputs(c, 128, DType::BF16, false);
+  Tensor q = to_gpu(in.q), k = to_gpu(in.k), v = to_gpu(in.v);
+  const ops::FusedAttentionOptions o = options_of(c, nullptr);
+  for (Path path : {Path::Auto, Path::Cluster}) {
+    SCOPED_TRACE(path_name(path));
+    PathScope scope(path);
+    Tensor out1 = poisoned(in.q.sizes(), DType::BF16, Storage::Contiguous);
+    Tensor out2 = poisoned(in.q.sizes(), DType::BF16, Storage::Contiguous);
+    ops::fused_attention(q, k, v, out1, o);
+    ops::fused_attention(q, k, v, out2, o);
+    EXPECT_EQ(host_values(out1), host_values(out2));
+    EXPECT_TRUE(
+        attention_close(host_values(out1), in.ref.out, attention_tolerance(DType::BF16), "out"));
+  }
 }
 
 TEST(FlashAttention, VarlenMatchesReferenceAndPerSequenceCalls) {

@@ -206,6 +206,64 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
   EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
 }
 
+// The split-KV decode goes through the caller's workspace when it has one large enough (every SM
+// busy, a combine kernel), else through a cluster; HK_FLASH_DECODE_CLUSTER=1 keeps the cluster;
+// prefill shapes ask for no workspace. Then both forms against the reference and each other.
+TEST(FlashKernels, DecodeSplitFollowsTheWorkspace) {
+  REQUIRE_HOPPER();
+  const Problem p = problem_of({"b1_t32768", 1, 1, 32768, 16, 8}, 128, hk_flash::Dtype::BF16, 0);
+  Buffers bf(p);
+  hk_flash::Params fp = forward_params(p, bf);
+  const size_t need = hk_flash::forward_workspace_size(fp);
+  ASSERT_GT(need, 0u);
+  auto named = [&](const char* form, bool with_workspace = false) {
+    const std::string name = hk_flash::forward_kernel_name(fp, with_workspace);
+    return name.find(form) != std::string::npos ? ::testing::AssertionSuccess()
+                                                : ::testing::AssertionFailure() << name;
+  };
+  EXPECT_TRUE(named("(cluster)"));
+  EXPECT_TRUE(named("(workspace)", true));
+  void* ws = nullptr;
+  check(cudaMalloc(&ws, need), "cudaMalloc(workspace)");
+  fp.workspace = ws;
+  fp.workspace_bytes = need - 1;
+  EXPECT_TRUE(named("(cluster)"));
+  fp.workspace_bytes = need;
+  EXPECT_TRUE(named("(workspace)"));
+  {
+    EnvScope cluster("HK_FLASH_DECODE_CLUSTER", "1");
+    EXPECT_TRUE(named("(cluster)"));
+    EXPECT_EQ(hk_flash::forward_workspace_size(fp), 0u);
+  }
+  const Problem prefill = problem_of({"prefill", 2, 256, 256, 4, 2}, 128, hk_flash::Dtype::BF16, 0);
+  Buffers pb(prefill);
+  EXPECT_EQ(hk_flash::forward_workspace_size(forward_params(prefill, pb)), 0u);
+
+  const size_t nq = static_cast<size_t>(p.s) * p.hq * p.d,
+               nk = static_cast<size_t>(p.t) * p.hkv * p.d;
+  const RandomValues q = random_values(nq, p.dt, 3), k = random_values(nk, p.dt, 4),
+                     v = random_values(nk, p.dt, 5);
+  const AttnRef ref =
+      hk::test::attention_reference(reference_problem(p), q.values, k.values, v.values, {});
+  bf.q.upload(q.bits);
+  bf.k.upload(k.bits);
+  bf.v.upload(v.bits);
+  for (int form = 0; form < 2; ++form) {  // 0: workspace, 1: cluster
+    SCOPED_TRACE(form == 0 ? "workspace" : "cluster");
+    bf.out.poison();
+    bf.lse.fill_nan();
+    hk_flash::Params call = fp;
+    if (form == 1) call.workspace = nullptr;
+    hk_flash::forward(call, nullptr);
+    check(cudaDeviceSynchronize(), "forward");
+    EXPECT_TRUE(attention_close(bf.out.download(), ref.out, tolerance(p.dt, false), "out"));
+    EXPECT_TRUE(attention_close(bf.lse.download(),
+                                hk::test::batch_lse(reference_problem(p), ref.lse), {2e-6, 2e-5},
+                                "lse"));
+  }
+  cudaFree(ws);
+}
+
 // One test per (dtype, head dim), so scripts/gpu-test can run them side by side.
 void every_feature(int d, hk_flash::Dtype dt) {
   for (const Case& c : cases()) run(c, d, dt, kAllBackward);

@@ -27,16 +27,8 @@ using hk::sdk::cuda::from_f32;
 using hk::sdk::cuda::round_as;
 using hk::sdk::cuda::to_f32;
 
-__device__ __forceinline__ void grid_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+using hk::sdk::cuda::sm80::grid_launch_dependents;
+using hk::sdk::cuda::sm80::grid_wait;
 using hk::sdk::cuda::sm80::prefetch_l2;
 // 16 bytes that are read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream16(const void* p) {

@@ -6,8 +6,9 @@
 // used (flash-attn3/-4: yes; flash-attn2: the mma.sync FA2-algorithm kernels only). Refusals keep
 // their meaning across the boundary: a call the interface forbids → HK_STATUS_INVALID_ARGUMENT, a
 // valid one these kernels do not serve → HK_STATUS_UNSUPPORTED, a CUDA failure →
-// HK_STATUS_DEVICE_ERROR. Nothing here allocates or synchronises: the backward's scratch is the
-// call's workspace (sized by the workspace entry point), so every entry is capture-safe.
+// HK_STATUS_DEVICE_ERROR. Nothing here allocates or synchronises: scratch (the backward's, the
+// split-KV decode's partials) is the call's workspace, sized by the workspace entry point, so
+// every entry is capture-safe.
 #pragma once
 
 #include "flash_attn/flash.h"
@@ -69,8 +70,10 @@ void attention_forward(const hk_call& call) {
     }
     const hk_tensor* lse_t = hk::sdk::optional_output(call, 1);
     if (lse_t) lse = view(*lse_t);
-    hk_flash::forward(hk_flash::forward_params(q, k, v, out, lse_t ? &lse : nullptr, o),
-                      stream_of(call));
+    hk_flash::Params p = hk_flash::forward_params(q, k, v, out, lse_t ? &lse : nullptr, o);
+    p.workspace = call.workspace;
+    p.workspace_bytes = call.workspace_size;
+    hk_flash::forward(p, stream_of(call));
   });
 }
 
@@ -103,9 +106,17 @@ void attention_backward(const hk_call& call) {
 }
 
 inline size_t attention_workspace(const hk_call& call, uint32_t pass) {
-  if (pass != HK_PASS_BACKWARD) return 0;
   size_t bytes = 0;
   translate([&] {
+    if (pass != HK_PASS_BACKWARD) {
+      const TensorView q = view(hk::sdk::input(call, 0, "q")),
+                       k = view(hk::sdk::input(call, 1, "k")),
+                       v = view(hk::sdk::input(call, 2, "v"));
+      const TensorView out = view(hk::sdk::output(call, 0, "out"));
+      hk_flash::CallOptions o = options_of<true>(hk::sdk::read_attrs<hk::AttentionAttrs>(call));
+      bytes = hk_flash::forward_workspace_size(hk_flash::forward_params(q, k, v, out, nullptr, o));
+      return;
+    }
     TensorView keep[10];
     bytes = hk_flash::backward_workspace_size(attention_backward_params<true>(call, keep));
   });
@@ -232,8 +243,26 @@ void kvcache_forward(const hk_call& call) {
       hk_flash::append_kv(a, stream_of(call));
       p.seqlens_k_add = a.seqlen_new;
     }
+    p.workspace = call.workspace;
+    p.workspace_bytes = call.workspace_size;
     hk_flash::forward(p, stream_of(call));
   });
+}
+
+// The decode's partials (forward_workspace_size); the cache lengths do not change it.
+inline size_t kvcache_workspace(const hk_call& call, uint32_t pass) {
+  size_t bytes = 0;
+  if (pass == HK_PASS_BACKWARD) return 0;
+  translate([&] {
+    const auto attrs = hk::sdk::read_attrs<hk::AttentionKvcacheAttrs>(call);
+    const TensorView q = view(hk::sdk::input(call, 0, "q"));
+    const TensorView kc = view(hk::sdk::input(call, 1, "k_cache")),
+                     vc = view(hk::sdk::input(call, 2, "v_cache"));
+    const TensorView out = view(hk::sdk::output(call, 0, "out"));
+    bytes = hk_flash::forward_workspace_size(
+        hk_flash::forward_params(q, kc, vc, out, nullptr, options_of<true>(attrs.base)));
+  });
+  return bytes;
 }
 
 }  // namespace flash_glue
@@ -281,7 +310,8 @@ void kvcache_forward(const hk_call& call) {
            .modes = HK_MODE_INFERENCE | HK_MODE_CAPTURE,                                      \
            .device = "cuda",                                                                  \
            .dtypes = kFlashDtypes,                                                            \
-           .forward = hk::sdk::entry_point<flash_glue::kvcache_forward<FLASH_SM90>>}),        \
+           .forward = hk::sdk::entry_point<flash_glue::kvcache_forward<FLASH_SM90>>,          \
+           .workspace_size = hk::sdk::workspace_point<flash_glue::kvcache_workspace>}),       \
   };                                                                                          \
   }                                                                                           \
   HK_KERNEL_LIBRARY(kEntries)

@@ -109,15 +109,40 @@ size_t backward_sm90_smem(int head_dim) {
   return head_dim <= 64 ? Sm90BwdConfig<64>::kSmem : Sm90BwdConfig<128>::kSmem;
 }
 
-int decode_splits(const Params& p, int sms) {
+// Decode rows per kv head at most 64 (row tiles of 16): the split-KV form. Without a workspace
+// its splits are the blocks of one cluster (at most 16, combined through distributed shared
+// memory); with one they are independent blocks over every SM (HK_FLASH_DECODE_WAVES a row tile's
+// share of the SMs, default 1: one six-deep block an SM), whose partials a second kernel combines.
+// HK_FLASH_DECODE_CLUSTER=1 keeps the cluster form.
+DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
   const int group = p.heads_q / p.heads_kv;
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
-  if (rows > 64 || !env_on("HK_FLASH_DECODE")) return 0;
+  if (rows > 64 || !env_on("HK_FLASH_DECODE")) return {};
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * ((rows + 15) / 16);
+  DecodeSplit d;
+  if (with_workspace && !env_is("HK_FLASH_DECODE_CLUSTER", "1") && blocks < sms) {
+    static const int waves = [] {
+      const char* v = std::getenv("HK_FLASH_DECODE_WAVES");
+      const int w = v != nullptr ? std::atoi(v) : 1;
+      return w >= 1 && w <= 4 ? w : 1;
+    }();
+    const int64_t key_tiles = (p.seqlen_k + 63) / 64;  // the decode kernel's tiles
+    // at least two tiles a split, so a block's pipeline has something to overlap
+    const int64_t splits =
+        std::min<int64_t>({waves * sms / blocks, std::max<int64_t>(key_tiles / 2, 1), 256});
+    if (splits > 1) return {static_cast<int>(splits), true};
+  }
   const int64_t key_tiles = (p.seqlen_k + 127) / 128;
   int64_t splits = blocks >= sms ? 1 : sms / blocks;
   splits = std::min<int64_t>({splits, 16, std::max<int64_t>(key_tiles, 1)});
-  return static_cast<int>(std::max<int64_t>(splits, 1));
+  d.splits = static_cast<int>(std::max<int64_t>(splits, 1));
+  return d;
+}
+
+size_t decode_partials_bytes(const Params& p, int splits) {
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
+  const size_t blocks = static_cast<size_t>(p.batch) * p.heads_kv * ((rows + 15) / 16) * splits;
+  return blocks * decode_slot_floats(p.head_dim) * sizeof(float);
 }
 
 std::string unsupported_reason(const Params& p) {
@@ -167,7 +192,7 @@ const char* sm90_forward_name(Sm90Forward layout) {
 }
 
 template <class T>
-void forward_typed(const Params& p, cudaStream_t stream, int splits, bool sm90,
+void forward_typed(const Params& p, cudaStream_t stream, DecodeSplit splits, bool sm90,
                    Sm90Forward layout) {
   switch (p.head_dim) {
     case 64:
@@ -216,12 +241,30 @@ Params with_defaults(const Params& in) {
   if (p.device_sms <= 0) p.device_sms = device_sm_count();
   return p;
 }
+
+// The decode split this call gets: through the workspace when the caller gave one large enough.
+DecodeSplit planned_split(const Params& p) {
+  DecodeSplit d = decode_split(p, p.device_sms, p.workspace != nullptr);
+  if (d.through_workspace && p.workspace_bytes < decode_partials_bytes(p, d.splits))
+    d = decode_split(p, p.device_sms, false);
+  return d;
+}
 }  // namespace
 
-std::string forward_kernel_name(const Params& in) {
+size_t forward_workspace_size(const Params& in) {
+  if (!unsupported_reason(in).empty() || in.seqlen_q == 0) return 0;
   const Params p = with_defaults(in);
-  const int splits = decode_splits(p, p.device_sms);
-  if (splits > 0) return "sm80 split-kv x" + std::to_string(splits);
+  const DecodeSplit d = decode_split(p, p.device_sms, true);
+  return d.through_workspace ? decode_partials_bytes(p, d.splits) : 0;
+}
+
+std::string forward_kernel_name(const Params& in, bool with_workspace) {
+  const Params p = with_defaults(in);
+  const DecodeSplit d = with_workspace ? decode_split(p, p.device_sms, true) : planned_split(p);
+  const int splits = d.splits;
+  if (splits > 0)
+    return "sm80 split-kv x" + std::to_string(splits) +
+           (d.through_workspace ? " (workspace)" : " (cluster)");
   if (!sm90_applies(p, splits)) return "sm80 mma";
   return sm90_forward_name(sm90_forward_layout(p.head_dim));
 }
@@ -232,7 +275,8 @@ void forward(const Params& in, Stream stream_handle) {
   const Params p = with_defaults(in);
   if (p.seqlen_q == 0) return;
   auto stream = reinterpret_cast<cudaStream_t>(stream_handle);
-  const int splits = decode_splits(p, p.device_sms);
+  const DecodeSplit split = planned_split(p);
+  const int splits = split.splits;
   const bool sm90 = sm90_applies(p, splits);
   const Sm90Forward layout =
       sm90 ? sm90_forward_layout(p.head_dim) : Sm90Forward::kProducerWarpgroup;
@@ -240,9 +284,9 @@ void forward(const Params& in, Stream stream_handle) {
     std::fprintf(stderr, "hk flash: forward on the %s kernel\n",
                  sm90 ? sm90_forward_name(layout) : "sm80 mma");
   if (p.dtype == Dtype::BF16)
-    forward_typed<__nv_bfloat16>(p, stream, splits, sm90, layout);
+    forward_typed<__nv_bfloat16>(p, stream, split, sm90, layout);
   else
-    forward_typed<__half>(p, stream, splits, sm90, layout);
+    forward_typed<__half>(p, stream, split, sm90, layout);
 }
 
 namespace {

@@ -28,6 +28,8 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
 using hk::sdk::cuda::sm80::cp_async16;
 using hk::sdk::cuda::sm80::cp_async_commit;
 using hk::sdk::cuda::sm80::cp_async_wait;
+using hk::sdk::cuda::sm80::grid_launch_dependents;  // programmatic dependent launch
+using hk::sdk::cuda::sm80::grid_wait;
 using hk::sdk::cuda::sm80::ldmatrix_x4;
 using hk::sdk::cuda::sm80::ldmatrix_x4_trans;
 using hk::sdk::cuda::sm80::mma16816;

@@ -4,7 +4,8 @@
 // kernels-community/flash-attn2, -3 and -4 (src/abi/): each caller fills a Params struct from its
 // own tensor type and calls forward / backward / append_kv. Nothing here knows hk's types or the
 // C ABI, allocates memory, or synchronises with the host: every launch is stream-ordered and
-// capture-safe, and the only scratch is the backward's workspace, which the caller provides.
+// capture-safe, and the only scratch is the caller's workspace (the backward's; the split-KV
+// decode's partials, which without one are combined inside a thread-block cluster instead).
 //
 // Layout: q/out [B, S, Hq, D], k/v [B, T, Hkv, D] through element strides (last dim contiguous),
 // or varlen (cu_seqlens_q/_k: sequence b is rows [cu[b], cu[b+1]) of [total, H, D] tensors, the
@@ -74,6 +75,10 @@ struct Params {
   bool causal = true;
   bool allow_sm90 = true;  // false: the mma.sync kernels only (kernels-community/flash-attn2)
   int device_sms = 0;      // filled by the dispatcher when 0
+  // Scratch of forward_workspace_size / backward_workspace_size bytes, 256-byte aligned; none
+  // (null) is fine for the forward, which then combines split-KV partials inside a cluster.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
 };
 
 struct BackwardParams : Params {
@@ -84,14 +89,16 @@ struct BackwardParams : Params {
   Strides dout_strides, dq_strides, dk_strides, dv_strides;
   const float* lse_in = nullptr;  // the forward's lse (same layout as Params::lse)
   bool deterministic = false;
-  void* workspace = nullptr;  // backward_workspace_size bytes, 256-byte aligned
-  size_t workspace_bytes = 0;
 };
 
 // Empty when the kernels serve this call; otherwise why not (head dim, dtype, alignment, ...).
 std::string unsupported_reason(const Params& p);
 // Throws Unsupported (with unsupported_reason) or DeviceError.
 void forward(const Params& p, Stream stream);
+// Scratch the forward can use (the split-KV decode's partials, over every SM; 0 when it has no
+// use for any). Without it the decode combines its splits inside one thread-block cluster per kv
+// head, which leaves SMs idle at batch 1.
+size_t forward_workspace_size(const Params& p);
 size_t backward_workspace_size(const BackwardParams& p);
 void backward(const BackwardParams& p, Stream stream);
 
@@ -108,8 +115,9 @@ struct AppendParams {
 };
 void append_kv(const AppendParams& p, Stream stream);
 
-// Which forward kernel `forward` would launch ("sm90 wgmma", "sm80 mma", "sm80 split-kv x8"), for
-// reports and benchmarks.
-std::string forward_kernel_name(const Params& p);
+// Which forward kernel `forward` would launch ("sm90 wgmma", "sm80 mma", "sm80 split-kv x33
+// (workspace)"), for reports and benchmarks: with p's workspace, or, with_workspace, for a call
+// that will get forward_workspace_size bytes.
+std::string forward_kernel_name(const Params& p, bool with_workspace = false);
 
 }  // namespace hk_flash

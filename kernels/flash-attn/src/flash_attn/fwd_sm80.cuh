@@ -9,9 +9,12 @@
 //
 // Decode form (kDecode): rows are (query, head-of-the-kv-group) pairs of one kv head, so a GQA
 // group reads its K/V once; the kKeyWarps warps of a block take different keys of each tile, and
-// the blocks of a thread-block cluster take different tiles (split-KV). Partial (max, sum, O)
-// are combined first across warps through shared memory, then across the cluster through
-// distributed shared memory — no workspace, no second launch.
+// the gridDim.x blocks of a row tile take different tiles (split-KV). Partial (max, sum, O) are
+// combined first across warps through shared memory, then across the splits: with p.workspace
+// null the splits are one thread-block cluster, combined through distributed shared memory (no
+// scratch, no second launch, but at most 16 blocks a kv head, packed two an SM); otherwise each
+// block writes its partial to p.workspace and flash_decode_combine_kernel, launched behind it,
+// combines them (the splits then spread over every SM).
 //
 // Not here: backward (bwd_sm80.cuh), the Hopper kernel (fwd_sm90.cuh), host dispatch (api.cu).
 #pragma once
@@ -46,16 +49,22 @@ using FwdPrefill = FwdConfig<4, 1,
                               : D <= 128 ? 64
                                          : 32),
                              2, false>;
-// Decode shapes: 16 packed rows; 4 warps split each 64-key tile, three tiles deep (two at head
-// dim 256), so two blocks fit an SM and eight 16-block clusters (batch 1, eight kv heads) are
-// resident at once. A block is bound by the latency of its per-tile chain (one warp a scheduler),
-// not by its loads: six tiles deep (one block an SM) streamed 28 GB/s a block against 17, but only
-// nine-block clusters were then all resident, and the call got slower (H200, 32768 keys: 67 against
-// 54 µs; 4096: 14.9 against 14.0). Neither helped: an 8-warp form on 128-key tiles (nine-block
-// clusters: 59.5 µs at 32768, 13.8 at 4096), Q fragments kept in registers across tiles (61.7 µs
-// against 54.5). Not kept.
+// Decode shapes: 16 packed rows, the warps of a block splitting each key tile. A block is bound by
+// the latency of its per-tile chain (ldmatrix → mma → softmax → mma), so what it streams grows
+// with the warps that run such chains side by side and the tiles in flight. Through the workspace
+// the splits are independent blocks, one an SM: eight warps on 128-key tiles three deep for long
+// splits, four warps on 64-key tiles six deep (three at head dim 256) for short ones (launch_sm80
+// decode_wide; H200, batch 1, 16/8 heads, D128: 32768 keys 40.0 µs against 42.8 and 43.4 for four
+// warps six and three deep; 4096 keys 12.7 µs four warps six deep against 13.3 for eight).
+// The cluster form stays four warps three deep (two at 256) so two blocks fit an SM and eight
+// 16-block clusters (batch 1, eight kv heads) are resident at once; six deep, only nine-block
+// clusters were all resident and the call got slower (67 against 54 µs at 32768 keys).
 template <int D>
-using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
+using FwdDecode = FwdConfig<1, 4, 16, (D <= 128 ? 6 : 3), true>;
+template <int D>
+using FwdDecodeWide = FwdConfig<1, 8, 16, 3, true>;
+template <int D>
+using FwdDecodeCluster = FwdConfig<1, 4, 16, (D <= 128 ? 3 : 2), true>;
 
 template <class T, int D, class Cfg>
 constexpr size_t fwd_smem_bytes() {
@@ -106,6 +115,9 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   };
   const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
   const ScoreMap smap = score_map(p, scale);
+  // the combine kernel may be scheduled now: it waits for this grid's completion anyway
+  if constexpr (Cfg::kDecode)
+    if (p.workspace != nullptr) grid_launch_dependents();
 
   const KeyRange first = key_range(p, seq, row_query(0).x);
   const KeyRange last = key_range(p, seq, row_query(kBlockM - 1).x);
@@ -318,6 +330,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
         combined[16 * D + 16 + row] = acc;
       }
     }
+    if (p.workspace != nullptr) {  // this split's partial, for flash_decode_combine_kernel
+      __syncthreads();
+      const int64_t slot = (int64_t(b) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+      float4* dst = reinterpret_cast<float4*>(static_cast<float*>(p.workspace) + slot * kSlot);
+      const float4* src = reinterpret_cast<const float4*>(combined);
+      for (int i = tid; i < kSlot / 4; i += Cfg::kThreads) dst[i] = src[i];
+      return;
+    }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -379,6 +399,43 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     if (csize > 1) cluster.sync();  // no block leaves while another still reads its slots
 #endif
   }
+}
+
+// The split-KV decode's second kernel when the partials went through the workspace: block
+// (row r, row tile, batch) combines the gridDim-x splits of the split kernel for row r — maxima,
+// sums and O, in split order, so repeats are bit-identical — into out and lse; thread d owns
+// column d. Launched with programmatic dependent launch behind the split kernel: it waits for
+// that grid to finish (and its writes to be visible) before reading.
+template <class T, int D>
+__global__ void __launch_bounds__(D) flash_decode_combine_kernel(const Params p, int splits) {
+  constexpr int kSlot = 16 * D + 32;
+  grid_wait();
+  const int r = blockIdx.x, b = blockIdx.z, d = threadIdx.x;
+  const int group = p.heads_q / p.heads_kv;
+  const SeqInfo seq = seq_info(p, b);
+  const int tiles = (p.seqlen_q * group + 15) / 16;
+  const int hk = blockIdx.y / tiles, row_begin = (blockIdx.y % tiles) * 16;
+  const int valid_rows = min(16, seq.S * group - row_begin);
+  if (r >= valid_rows) return;
+  const float* parts = static_cast<const float*>(p.workspace) +
+                       (int64_t(b) * gridDim.y + blockIdx.y) * splits * int64_t(kSlot);
+  float m = -INFINITY;
+  for (int c = 0; c < splits; ++c) m = fmaxf(m, parts[c * kSlot + 16 * D + r]);
+  const float m_ref = m == -INFINITY ? 0.0f : m;
+  float l = 0.0f, acc = 0.0f;
+  for (int c = 0; c < splits; ++c) {
+    const float* part = parts + c * kSlot;
+    const float w = fast_exp2(part[16 * D + r] - m_ref);
+    l += part[16 * D + 16 + r] * w;
+    acc += part[r * D + d] * w;
+  }
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  const int rr = row_begin + r;
+  const int s = rr / group, h = hk * group + rr % group;
+  T* dst = static_cast<T*>(p.out) + row_offset(p.out_strides, b, seq.q_row0, s, h);
+  dst[d] = hk::sdk::cuda::from_f32<T>(acc * inv);
+  if (p.lse != nullptr && d == 0)
+    p.lse[lse_offset(p, b, seq.q_row0, s, h)] = l > 0.0f ? (m + __log2f(l)) * kLn2 : INFINITY;
 }
 
 }  // namespace hk_flash

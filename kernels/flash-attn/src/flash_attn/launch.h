@@ -25,11 +25,23 @@ bool verbose();
 // process and kernel.
 void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster = false);
 
-// The split-KV decode form applies (few query rows per kv head): its cluster size, else 0.
-int decode_splits(const Params& p, int sms);
+// How a split-KV decode call (few query rows per kv head) divides its keys: `splits` blocks a
+// row tile (0: not the decode form), combined inside a thread-block cluster, or — when the
+// caller's workspace holds their partials — by a second kernel, the splits independent blocks.
+struct DecodeSplit {
+  int splits = 0;
+  bool through_workspace = false;
+};
+DecodeSplit decode_split(const Params& p, int sms, bool with_workspace);
+// Floats of one block's partial: O [16][D], then the 16 row maxima and the 16 row sums.
+constexpr int decode_slot_floats(int head_dim) {
+  return 16 * head_dim + 32;
+}
+// Workspace bytes of `splits` partials per row tile (through_workspace).
+size_t decode_partials_bytes(const Params& p, int splits);
 
 template <class T, int D>
-void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits);
+void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split);
 // The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq).
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #include "flash_attn/bwd_sm80.cuh"
@@ -17,7 +18,7 @@ namespace hk_flash {
 // left for a second wave would double the call (on the H200 only seven 16-block clusters of a
 // one-block-an-SM kernel fit, a GPC being short of 16 free SMs; fourteen of this kernel's do).
 template <class T, int D, class Cfg>
-void launch_decode(const Params& p, cudaStream_t stream, int splits) {
+void launch_decode_cluster(const Params& p, cudaStream_t stream, int splits) {
   constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
   auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
   allow_smem(reinterpret_cast<const void*>(kernel), smem, /*non_portable_cluster=*/true);
@@ -69,12 +70,61 @@ void launch_decode(const Params& p, cudaStream_t stream, int splits) {
   attr[0].val.clusterDim.z = 1;
   config.attrs = attr;
   config.numAttrs = splits > 1 ? 1 : 0;
-  check_cuda(cudaLaunchKernelEx(&config, kernel, p), "flash split-kv decode (sm80) launch");
+  Params pc = p;
+  pc.workspace = nullptr;  // the kernel's switch between the two combines
+  check_cuda(cudaLaunchKernelEx(&config, kernel, pc), "flash split-kv decode (sm80) launch");
+}
+
+// Split-KV decode through the workspace: `splits` independent blocks a row tile, each writing its
+// partial, then flash_decode_combine_kernel (one block a (row, row tile, batch)), launched with
+// programmatic dependent launch so its launch overlaps the split kernel's tail.
+template <class T, int D, class Cfg>
+void launch_decode_workspace(const Params& p, cudaStream_t stream, int splits) {
+  static_assert(Cfg::kBlockM == 16, "the partials' layout (decode_slot_floats) has 16 rows");
+  constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
+  auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
+  allow_smem(reinterpret_cast<const void*>(kernel), smem);
+  const int group = p.heads_q / p.heads_kv;
+  const int tiles = (p.seqlen_q * group + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  if (verbose())
+    std::fprintf(stderr,
+                 "hk flash: split-kv decode (%d warps, %d-key tiles, %d deep, %zu B shared) over "
+                 "%d independent splits a row tile (%d row tiles), combined by a second kernel\n",
+                 Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits,
+                 tiles * p.heads_kv * p.batch);
+  const dim3 grid(splits, tiles * p.heads_kv, p.batch);
+  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
+  check_cuda(cudaGetLastError(), "flash split-kv decode (sm80) launch");
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(Cfg::kBlockM, tiles * p.heads_kv, p.batch);
+  config.blockDim = dim3(D);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  check_cuda(cudaLaunchKernelEx(&config, flash_decode_combine_kernel<T, D>, p, splits),
+             "flash split-kv decode combine launch");
+}
+
+// Which workspace-path config a split gets (head dim ≤ 128): eight warps on 128-key tiles when a
+// split has at least 1024 keys (H200, batch 1, 16/8 heads: 32768 keys 40.0 µs against 42.8 for
+// four warps six deep), four warps six deep below (4096 keys: 12.7 against 13.3 µs).
+// HK_FLASH_DECODE_WARPS=4|8 forces one (tests, comparisons).
+inline bool decode_wide(int seqlen_k, int splits) {
+  static const int forced = [] {
+    const char* v = std::getenv("HK_FLASH_DECODE_WARPS");
+    return v == nullptr ? 0 : std::atoi(v);
+  }();
+  if (forced == 4 || forced == 8) return forced == 8;
+  return (static_cast<int64_t>(seqlen_k) + splits - 1) / splits >= 1024;
 }
 
 template <class T, int D>
-void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
-  if (splits == 0) {
+void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split) {
+  static_assert(decode_slot_floats(D) == 16 * D + 32, "fwd_sm80.cuh's partial slot");
+  if (split.splits == 0) {
     using Cfg = FwdPrefill<D>;
     constexpr size_t smem = fwd_smem_bytes<T, D, Cfg>();
     auto kernel = flash_fwd_sm80_kernel<T, D, Cfg>;
@@ -84,7 +134,13 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, int splits) {
     check_cuda(cudaGetLastError(), "flash forward (sm80) launch");
     return;
   }
-  launch_decode<T, D, FwdDecode<D>>(p, stream, splits);
+  if constexpr (D <= 128)
+    if (split.through_workspace && decode_wide(p.seqlen_k, split.splits))
+      return launch_decode_workspace<T, D, FwdDecodeWide<D>>(p, stream, split.splits);
+  if (split.through_workspace)
+    launch_decode_workspace<T, D, FwdDecode<D>>(p, stream, split.splits);
+  else
+    launch_decode_cluster<T, D, FwdDecodeCluster<D>>(p, stream, split.splits);
 }
 
 // The backward in three launches, so the Hopper dK/dV kernel can take the middle one's place:
@@ -157,7 +213,7 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
 }
 
 #define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
-  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, int);                       \
+  template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, DecodeSplit);               \
   template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*,         \
                                               float*);                                             \
   template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
