@@ -21,6 +21,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "flash_attn/flash.h"
@@ -78,10 +79,12 @@ int device_max_smem_per_block() {
 }
 
 void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster) {
+  // Function attributes belong to a device's context, and a kernel may be launched with and
+  // without clusters: once per (device, kernel, bytes, cluster permission), not once per kernel.
   static std::mutex mutex;
-  static std::set<const void*> done;
+  static std::set<std::tuple<int, const void*, size_t, bool>> done;
   std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert(kernel).second) return;
+  if (!done.insert({current_device(), kernel, bytes, non_portable_cluster}).second) return;
   if (bytes > 48 * 1024)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     static_cast<int>(bytes)),

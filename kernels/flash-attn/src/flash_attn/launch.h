@@ -22,7 +22,7 @@ int device_max_smem_per_block();
 // HK_FLASH_VERBOSE=1: launchers say on stderr which kernel (and split) they chose.
 bool verbose();
 // Raises a kernel's dynamic shared-memory limit (and allows non-portable cluster sizes) once per
-// process and kernel.
+// device, kernel and request.
 void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster = false);
 
 // How a split-KV decode call (few query rows per kv head) divides its keys: `splits` blocks a
