@@ -50,6 +50,13 @@ bool env_on(const char* name) {
   const char* v = std::getenv(name);
   return v == nullptr || !(std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0);
 }
+// The integer in `name`, or `fallback` when it is unset or not a number.
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  char* end = nullptr;
+  const long n = v != nullptr ? std::strtol(v, &end, 10) : 0;
+  return v != nullptr && end != v && *end == '\0' ? static_cast<int>(n) : fallback;
+}
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, value) == 0;
@@ -115,31 +122,35 @@ size_t backward_sm90_smem(int head_dim) {
 // Decode rows per kv head at most 64 (row tiles of 16): the split-KV form. Without a workspace
 // its splits are the blocks of one cluster (at most 16, combined through distributed shared
 // memory); with one they are independent blocks over every SM (HK_FLASH_DECODE_WAVES a row tile's
-// share of the SMs, default 1: one six-deep block an SM), whose partials a second kernel combines.
-// HK_FLASH_DECODE_CLUSTER=1 keeps the cluster form.
+// share of the SMs, default 1: one block an SM), whose partials a second kernel combines, eight
+// warps on 128-key tiles for splits of 1024+ keys at head dim ≤ 128, else four warps six deep
+// (HK_FLASH_DECODE_WARPS=4|8 forces one; H200, batch 1, 16/8 heads, D128: 32768 keys 40.0 µs with
+// eight warps against 42.8 with four, 4096 keys 12.7 µs with four against 13.3).
+// HK_FLASH_DECODE_CLUSTER=1 keeps the cluster form. The variables are read on every call, like
+// the other switches here, so a test can change them between calls.
 DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
   const int group = p.heads_q / p.heads_kv;
   const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
   if (rows > 64 || !env_on("HK_FLASH_DECODE")) return {};
   const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * ((rows + 15) / 16);
-  DecodeSplit d;
   if (with_workspace && !env_is("HK_FLASH_DECODE_CLUSTER", "1") && blocks < sms) {
-    static const int waves = [] {
-      const char* v = std::getenv("HK_FLASH_DECODE_WAVES");
-      const int w = v != nullptr ? std::atoi(v) : 1;
-      return w >= 1 && w <= 4 ? w : 1;
-    }();
-    const int64_t key_tiles = (p.seqlen_k + 63) / 64;  // the decode kernel's tiles
+    const int waves = std::clamp(env_int("HK_FLASH_DECODE_WAVES", 1), 1, 4);
+    const int64_t key_tiles = (p.seqlen_k + 63) / 64;  // the four-warp decode kernel's tiles
     // at least two tiles a split, so a block's pipeline has something to overlap
     const int64_t splits =
         std::min<int64_t>({waves * sms / blocks, std::max<int64_t>(key_tiles / 2, 1), 256});
-    if (splits > 1) return {static_cast<int>(splits), true};
+    if (splits > 1) {
+      const int warps = env_int("HK_FLASH_DECODE_WARPS", 0);
+      const bool wide =
+          p.head_dim <= 128 &&
+          (warps == 4 || warps == 8 ? warps == 8 : (p.seqlen_k + splits - 1) / splits >= 1024);
+      return {static_cast<int>(splits), true, wide};
+    }
   }
   const int64_t key_tiles = (p.seqlen_k + 127) / 128;
-  int64_t splits = blocks >= sms ? 1 : sms / blocks;
-  splits = std::min<int64_t>({splits, 16, std::max<int64_t>(key_tiles, 1)});
-  d.splits = static_cast<int>(std::max<int64_t>(splits, 1));
-  return d;
+  const int64_t splits =
+      std::min<int64_t>({blocks >= sms ? 1 : sms / blocks, 16, std::max<int64_t>(key_tiles, 1)});
+  return {static_cast<int>(std::max<int64_t>(splits, 1)), false, false};
 }
 
 size_t decode_partials_bytes(const Params& p, int splits) {

@@ -53,8 +53,8 @@ using FwdPrefill = FwdConfig<4, 1,
 // the latency of its per-tile chain (ldmatrix → mma → softmax → mma), so what it streams grows
 // with the warps that run such chains side by side and the tiles in flight. Through the workspace
 // the splits are independent blocks, one an SM: eight warps on 128-key tiles three deep for long
-// splits, four warps on 64-key tiles six deep (three at head dim 256) for short ones (launch_sm80
-// decode_wide; H200, batch 1, 16/8 heads, D128: 32768 keys 40.0 µs against 42.8 and 43.4 for four
+// splits, four warps on 64-key tiles six deep (three at head dim 256) for short ones (api.cu
+// decode_split; H200, batch 1, 16/8 heads, D128: 32768 keys 40.0 µs against 42.8 and 43.4 for four
 // warps six and three deep; 4096 keys 12.7 µs four warps six deep against 13.3 for eight).
 // The cluster form stays four warps three deep (two at 256) so two blocks fit an SM and eight
 // 16-block clusters (batch 1, eight kv heads) are resident at once; six deep, only nine-block

@@ -27,10 +27,12 @@ void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster = fa
 
 // How a split-KV decode call (few query rows per kv head) divides its keys: `splits` blocks a
 // row tile (0: not the decode form), combined inside a thread-block cluster, or — when the
-// caller's workspace holds their partials — by a second kernel, the splits independent blocks.
+// caller's workspace holds their partials — by a second kernel, the splits independent blocks,
+// in the eight-warp config when `wide` (head dim ≤ 128) and the four-warp one otherwise.
 struct DecodeSplit {
   int splits = 0;
   bool through_workspace = false;
+  bool wide = false;
 };
 DecodeSplit decode_split(const Params& p, int sms, bool with_workspace);
 // Floats of one block's partial: O [16][D], then the 16 row maxima and the 16 row sums.

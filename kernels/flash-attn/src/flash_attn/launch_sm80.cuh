@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdio>
-#include <cstdlib>
 #include <mutex>
 
 #include "flash_attn/bwd_sm80.cuh"
@@ -108,19 +107,6 @@ void launch_decode_workspace(const Params& p, cudaStream_t stream, int splits) {
              "flash split-kv decode combine launch");
 }
 
-// Which workspace-path config a split gets (head dim ≤ 128): eight warps on 128-key tiles when a
-// split has at least 1024 keys (H200, batch 1, 16/8 heads: 32768 keys 40.0 µs against 42.8 for
-// four warps six deep), four warps six deep below (4096 keys: 12.7 against 13.3 µs).
-// HK_FLASH_DECODE_WARPS=4|8 forces one (tests, comparisons).
-inline bool decode_wide(int seqlen_k, int splits) {
-  static const int forced = [] {
-    const char* v = std::getenv("HK_FLASH_DECODE_WARPS");
-    return v == nullptr ? 0 : std::atoi(v);
-  }();
-  if (forced == 4 || forced == 8) return forced == 8;
-  return (static_cast<int64_t>(seqlen_k) + splits - 1) / splits >= 1024;
-}
-
 template <class T, int D>
 void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split) {
   static_assert(decode_slot_floats(D) == 16 * D + 32, "fwd_sm80.cuh's partial slot");
@@ -135,7 +121,7 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
     return;
   }
   if constexpr (D <= 128)
-    if (split.through_workspace && decode_wide(p.seqlen_k, split.splits))
+    if (split.through_workspace && split.wide)
       return launch_decode_workspace<T, D, FwdDecodeWide<D>>(p, stream, split.splits);
   if (split.through_workspace)
     launch_decode_workspace<T, D, FwdDecode<D>>(p, stream, split.splits);
