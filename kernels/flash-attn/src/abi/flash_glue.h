@@ -55,22 +55,29 @@ hk_flash::CallOptions options_of(const hk::AttentionAttrs& a) {
 // ---- attention@1
 // --------------------------------------------------------------------------------- forward: q, k,
 // v, key_start? → out, lse?
+// The forward's parameters; `keep` holds the views they point into (key_start, lse).
+template <bool kSm90>
+hk_flash::Params attention_forward_params(const hk_call& call, TensorView (&keep)[6]) {
+  const auto attrs = hk::sdk::read_attrs<hk::AttentionAttrs>(call);
+  const char* names[3] = {"q", "k", "v"};
+  for (int i = 0; i < 3; ++i) keep[i] = view(hk::sdk::input(call, i, names[i]));
+  keep[3] = view(hk::sdk::output(call, 0, "out"));
+  hk_flash::CallOptions o = options_of<kSm90>(attrs);
+  if (const hk_tensor* ks = hk::sdk::optional_input(call, 3)) {
+    keep[4] = view(*ks);
+    o.key_start = &keep[4];
+  }
+  const hk_tensor* lse_t = hk::sdk::optional_output(call, 1);
+  if (lse_t) keep[5] = view(*lse_t);
+  return hk_flash::forward_params(keep[0], keep[1], keep[2], keep[3], lse_t ? &keep[5] : nullptr,
+                                  o);
+}
+
 template <bool kSm90>
 void attention_forward(const hk_call& call) {
   translate([&] {
-    const auto attrs = hk::sdk::read_attrs<hk::AttentionAttrs>(call);
-    const TensorView q = view(hk::sdk::input(call, 0, "q")), k = view(hk::sdk::input(call, 1, "k")),
-                     v = view(hk::sdk::input(call, 2, "v"));
-    const TensorView out = view(hk::sdk::output(call, 0, "out"));
-    TensorView key_start, lse;
-    hk_flash::CallOptions o = options_of<kSm90>(attrs);
-    if (const hk_tensor* ks = hk::sdk::optional_input(call, 3)) {
-      key_start = view(*ks);
-      o.key_start = &key_start;
-    }
-    const hk_tensor* lse_t = hk::sdk::optional_output(call, 1);
-    if (lse_t) lse = view(*lse_t);
-    hk_flash::Params p = hk_flash::forward_params(q, k, v, out, lse_t ? &lse : nullptr, o);
+    TensorView keep[6];
+    hk_flash::Params p = attention_forward_params<kSm90>(call, keep);
     p.workspace = call.workspace;
     p.workspace_bytes = call.workspace_size;
     hk_flash::forward(p, stream_of(call));
@@ -109,12 +116,8 @@ inline size_t attention_workspace(const hk_call& call, uint32_t pass) {
   size_t bytes = 0;
   translate([&] {
     if (pass != HK_PASS_BACKWARD) {
-      const TensorView q = view(hk::sdk::input(call, 0, "q")),
-                       k = view(hk::sdk::input(call, 1, "k")),
-                       v = view(hk::sdk::input(call, 2, "v"));
-      const TensorView out = view(hk::sdk::output(call, 0, "out"));
-      hk_flash::CallOptions o = options_of<true>(hk::sdk::read_attrs<hk::AttentionAttrs>(call));
-      bytes = hk_flash::forward_workspace_size(hk_flash::forward_params(q, k, v, out, nullptr, o));
+      TensorView keep[6];
+      bytes = hk_flash::forward_workspace_size(attention_forward_params<true>(call, keep));
       return;
     }
     TensorView keep[10];
@@ -191,25 +194,35 @@ inline size_t varlen_workspace(const hk_call& call, uint32_t pass) {
 // ---- attention_kvcache@1
 // ------------------------------------------------------------------------- forward: q, k_cache,
 // v_cache, cache_seqlens, k_new?, v_new?, key_start? → out, lse?
+// The forward's parameters over the caches (before any append); `keep` holds the views they
+// point into: q, k_cache, v_cache, out, key_start, lse.
+template <bool kSm90>
+hk_flash::Params kvcache_params(const hk_call& call, TensorView (&keep)[6]) {
+  const auto attrs = hk::sdk::read_attrs<hk::AttentionKvcacheAttrs>(call);
+  const char* names[3] = {"q", "k_cache", "v_cache"};
+  for (int i = 0; i < 3; ++i) keep[i] = view(hk::sdk::input(call, i, names[i]));
+  const TensorView seqlens = view(hk::sdk::input(call, 3, "cache_seqlens"));
+  keep[3] = view(hk::sdk::output(call, 0, "out"));
+  hk_flash::CallOptions o = options_of<kSm90>(attrs.base);
+  if (const hk_tensor* ks = hk::sdk::optional_input(call, 6)) {
+    keep[4] = view(*ks);
+    o.key_start = &keep[4];
+  }
+  const hk_tensor* lse_t = hk::sdk::optional_output(call, 1);
+  if (lse_t) keep[5] = view(*lse_t);
+  hk_flash::Params p =
+      hk_flash::forward_params(keep[0], keep[1], keep[2], keep[3], lse_t ? &keep[5] : nullptr, o);
+  p.seqlens_k = hk_flash::views::i32_vector(seqlens, p.batch, "cache_seqlens");
+  return p;
+}
+
 template <bool kSm90>
 void kvcache_forward(const hk_call& call) {
   translate([&] {
-    const auto attrs = hk::sdk::read_attrs<hk::AttentionKvcacheAttrs>(call);
-    const TensorView q = view(hk::sdk::input(call, 0, "q"));
-    const TensorView kc = view(hk::sdk::input(call, 1, "k_cache")),
-                     vc = view(hk::sdk::input(call, 2, "v_cache"));
-    const TensorView seqlens = view(hk::sdk::input(call, 3, "cache_seqlens"));
-    const TensorView out = view(hk::sdk::output(call, 0, "out"));
-    TensorView key_start, lse, k_new, v_new;
-    hk_flash::CallOptions o = options_of<kSm90>(attrs.base);
-    if (const hk_tensor* ks = hk::sdk::optional_input(call, 6)) {
-      key_start = view(*ks);
-      o.key_start = &key_start;
-    }
-    const hk_tensor* lse_t = hk::sdk::optional_output(call, 1);
-    if (lse_t) lse = view(*lse_t);
-    hk_flash::Params p = hk_flash::forward_params(q, kc, vc, out, lse_t ? &lse : nullptr, o);
-    p.seqlens_k = hk_flash::views::i32_vector(seqlens, p.batch, "cache_seqlens");
+    TensorView keep[6];
+    hk_flash::Params p = kvcache_params<kSm90>(call, keep);
+    const TensorView &q = keep[0], &kc = keep[1], &vc = keep[2];
+    TensorView k_new, v_new;
     const hk_tensor* kn = hk::sdk::optional_input(call, 4);
     const hk_tensor* vn = hk::sdk::optional_input(call, 5);
     hk_flash::views::require((kn == nullptr) == (vn == nullptr), "k_new and v_new come together");
@@ -254,13 +267,8 @@ inline size_t kvcache_workspace(const hk_call& call, uint32_t pass) {
   size_t bytes = 0;
   if (pass == HK_PASS_BACKWARD) return 0;
   translate([&] {
-    const auto attrs = hk::sdk::read_attrs<hk::AttentionKvcacheAttrs>(call);
-    const TensorView q = view(hk::sdk::input(call, 0, "q"));
-    const TensorView kc = view(hk::sdk::input(call, 1, "k_cache")),
-                     vc = view(hk::sdk::input(call, 2, "v_cache"));
-    const TensorView out = view(hk::sdk::output(call, 0, "out"));
-    bytes = hk_flash::forward_workspace_size(
-        hk_flash::forward_params(q, kc, vc, out, nullptr, options_of<true>(attrs.base)));
+    TensorView keep[6];
+    bytes = hk_flash::forward_workspace_size(kvcache_params<true>(call, keep));
   });
   return bytes;
 }
