@@ -119,6 +119,14 @@ size_t backward_sm90_smem(int head_dim) {
   return head_dim <= 64 ? Sm90BwdConfig<64>::kSmem : Sm90BwdConfig<128>::kSmem;
 }
 
+namespace {
+// Decode row tiles of a call: 16 (query, head-of-the-group) rows of one kv head each.
+int64_t decode_row_tiles(const Params& p) {
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
+  return static_cast<int64_t>(p.batch) * p.heads_kv * ((rows + 15) / 16);
+}
+}  // namespace
+
 // Decode rows per kv head at most 64 (row tiles of 16): the split-KV form. Without a workspace
 // its splits are the blocks of one cluster (at most 16, combined through distributed shared
 // memory); with one they are independent blocks over every SM (HK_FLASH_DECODE_WAVES a row tile's
@@ -129,10 +137,9 @@ size_t backward_sm90_smem(int head_dim) {
 // HK_FLASH_DECODE_CLUSTER=1 keeps the cluster form. The variables are read on every call, like
 // the other switches here, so a test can change them between calls.
 DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
-  const int group = p.heads_q / p.heads_kv;
-  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * group;
+  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
   if (rows > 64 || !env_on("HK_FLASH_DECODE")) return {};
-  const int64_t blocks = static_cast<int64_t>(p.batch) * p.heads_kv * ((rows + 15) / 16);
+  const int64_t blocks = decode_row_tiles(p);
   if (with_workspace && !env_is("HK_FLASH_DECODE_CLUSTER", "1") && blocks < sms) {
     const int waves = std::clamp(env_int("HK_FLASH_DECODE_WAVES", 1), 1, 4);
     const int64_t key_tiles = (p.seqlen_k + 63) / 64;  // the four-warp decode kernel's tiles
@@ -154,9 +161,8 @@ DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
 }
 
 size_t decode_partials_bytes(const Params& p, int splits) {
-  const int64_t rows = static_cast<int64_t>(p.seqlen_q) * (p.heads_q / p.heads_kv);
-  const size_t blocks = static_cast<size_t>(p.batch) * p.heads_kv * ((rows + 15) / 16) * splits;
-  return blocks * decode_slot_floats(p.head_dim) * sizeof(float);
+  return static_cast<size_t>(decode_row_tiles(p)) * splits * decode_slot_floats(p.head_dim) *
+         sizeof(float);
 }
 
 std::string unsupported_reason(const Params& p) {

@@ -24,6 +24,7 @@
 #include <cfloat>
 
 #include "flash_attn/device_common.cuh"
+#include "flash_attn/launch.h"  // decode_slot_floats: the partials' layout
 
 namespace hk_flash {
 
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     }
   } else {
     // ---- combine: warps, then the cluster ----
-    constexpr int kSlot = 16 * D + 32;  // floats: O [16][D], m [16], l [16]
+    constexpr int kSlot = decode_slot_floats(D);  // floats: O [16][D], m [16], l [16]
     float* slots = reinterpret_cast<float*>(smem + kBlockM * kRowBytes);
     __syncthreads();  // every warp is done with the K/V tiles this area overlays
     {
@@ -408,7 +409,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
 // that grid to finish (and its writes to be visible) before reading.
 template <class T, int D>
 __global__ void __launch_bounds__(D) flash_decode_combine_kernel(const Params p, int splits) {
-  constexpr int kSlot = 16 * D + 32;
+  constexpr int kSlot = decode_slot_floats(D);
   grid_wait();
   const int r = blockIdx.x, b = blockIdx.z, d = threadIdx.x;
   const int group = p.heads_q / p.heads_kv;
