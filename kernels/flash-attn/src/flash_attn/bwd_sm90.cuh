@@ -57,7 +57,14 @@ struct Sm90BwdMaps {
 };
 
 // dq_mode: 0 none (deterministic: another kernel computes dq), 1 red.global.add, 2 TMA reduce.
-template <class T, int D>
+// kSched, the order of a tile's GEMMs within a warpgroup (HK_FLASH_SM90_BWD_SCHED, api.cu):
+//   0 serial:  Sᵀ, wait; Pᵀ; dPᵀ and dV; wait dPᵀ; dSᵀ; barrier; dK and dQ; wait.
+//   1 early dP: Sᵀ and dPᵀ issued together, so dPᵀ runs under the exponentials of Pᵀ.
+//   2 overlap:  1, and the next tile's Sᵀ issued right after this tile's dK and dQ, so it runs
+//               under the dQ staging and reduce, the stage refill and the next tile's row loads.
+// kCap: softcap (p.softcap > 0) compiled in; without it the kernel holds no tanh derivatives, whose
+// 16 registers a thread would otherwise be reserved on every path (ptxas spilled for them).
+template <class T, int D, int kSched, bool kCap>
 __global__ void __launch_bounds__(256, 1)
     flash_bwd_dkdv_sm90_kernel(const __grid_constant__ BackwardParams p,
                                const __grid_constant__ Sm90BwdMaps maps, const float* di,
@@ -144,6 +151,73 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
 
+  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (64 keys × 64 queries), both operands K-major in shared memory;
+  // each one commit group
+  float s[32];
+  auto issue_kmajor = [&](float(&acc)[32], uint32_t a_tile, uint32_t b_tile) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t within = (kk % 4) * 32;
+      const uint64_t da = make_desc(a_tile + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
+      const uint64_t db = make_desc(b_tile + (kk / 4) * kQBox + within, 16, 1024);
+      wgmma_ss<64, T>(acc, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  auto issue_s = [&](uint32_t k_tile, uint32_t q_tile) { issue_kmajor(s, k_tile, q_tile); };
+  auto issue_dp = [&](float(&dp)[32], uint32_t v_tile, uint32_t do_tile) {
+    issue_kmajor(dp, v_tile, do_tile);
+  };
+  // dQ of a tile out of registers: by red.global.add (dq_mode 1), or staged as two
+  // 128-byte-swizzled [64][32] f32 boxes (stage_dq) and reduce-added by TMA (reduce_dq)
+  float dq[32], dq_held[32];  // dq_held: kSched 2's copy of a finished dQ, read a tile later
+#pragma unroll
+  for (int i = 0; i < 32; ++i) dq[i] = dq_held[i] = 0.0f;
+  auto stage_dq = [&](uint32_t dq_stage, const float(&dq)[32]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = 16 * warp + g + 8 * r;
+        const int chunk = 2 * (j & 3) + (t4 >> 1);
+        const uint32_t at = dq_stage + (j >> 2) * Cfg::kDqBox + row * 128 +
+                            ((chunk ^ (row & 7)) << 4) + 8 * (t4 & 1);
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[4 * j + 2 * r]),
+                     "f"(dq[4 * j + 2 * r + 1])
+                     : "memory");
+      }
+    fence_proxy_async();
+    named_sync(1 + cw, 128);
+  };
+  auto reduce_dq = [&](uint32_t dq_stage, int h, int m0) {
+    if (ltid == 0) {
+      tma_reduce_add_4d(&maps.dq, dq_stage, dq_col0, m0, h, b);
+      tma_reduce_add_4d(&maps.dq, dq_stage + Cfg::kDqBox, dq_col0 + 32, m0, h, b);
+      bulk_commit();
+    }
+  };
+  auto emit_dq = [&](uint32_t dq_stage, int h, int m0) {
+    if (dq_mode == 1) {
+      fence_regs(dq);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int s_row = m0 + 16 * warp + g + 8 * r;
+        if (s_row >= seq.S) continue;
+        float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, s_row, h) + dq_col0 + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+      }
+    } else {
+      fence_regs(dq);
+      stage_dq(dq_stage, dq);
+      reduce_dq(dq_stage, h, m0);
+    }
+  };
+  // kSched 2 keeps the previous tile's dQ (TMA reduce form) for the next tile's top
+  const bool defer_dq = kSched == 2 && dq_mode == 2;
+
   for (int it = 0; it < n_iters; ++it) {
     const int st = it & 1;
     const uint32_t phase = (it >> 1) & 1;
@@ -160,18 +234,24 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t k_it = sb + Cfg::kOffK, v_it = sb + Cfg::kOffV;
     const uint32_t q_it = sb + Cfg::kOffQ + st * kQTile, do_it = sb + Cfg::kOffDo + st * kQTile;
     const uint32_t dq_it = sb + Cfg::kOffDq + cw * Cfg::kDqPart;
-    // Sᵀ = K·Qᵀ (64 keys × 64 queries), both operands K-major in shared memory
-    float s[32];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = make_desc(k_it + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
-      const uint64_t db = make_desc(q_it + (kk / 4) * kQBox + within, 16, 1024);
-      wgmma_ss<64, T>(s, da, db, kk > 0 ? 1 : 0);
+    float dp[32];
+    if constexpr (kSched == 0) {
+      issue_s(k_it, q_it);
+      wgmma_wait<0>();
+    } else {
+      issue_s(k_it, q_it);
+      if (defer_dq) {  // (at it 0 it stages zeros and reduces nothing: no branch on it here)
+        // kSched 2: the previous tile's dQ is staged while this Sᵀ runs; its reduce is issued
+        // (by one thread) once no wgmma is in flight — ptxas serialises every wgmma of the
+        // kernel when one is in flight across that divergent issue (C7518)
+        stage_dq(dq_it, dq_held);
+        wgmma_wait<0>();
+        fence_regs(s);
+        if (it > 0) reduce_dq(dq_it, head_of(it - 1), row0_of(it - 1));
+      }
+      issue_dp(dp, v_it, do_it);
+      wgmma_wait<1>();  // Sᵀ done; dPᵀ may still run
     }
-    wgmma_commit();
-    wgmma_wait<0>();
     fence_regs(s);
 
     // Pᵀ = exp2(Sᵀ·scale·log2e − lse) (masks and softcap branch once per tile; hi is smallest for
@@ -183,62 +263,49 @@ __global__ void __launch_bounds__(256, 1)
     const bool need_mask = n0 + kBlockN > key_range(p, seq, m0).hi ||
                            n0 < key_range(p, seq, min(m0 + kBlockM, seq.S) - 1).lo;
     uint32_t pa[4][4], cap_grad[4][4];
-    auto probabilities = [&](auto softcap_tag, auto mask_tag) {
-      constexpr bool kCap = decltype(softcap_tag)::value, kMask = decltype(mask_tag)::value;
-      float cg[32];
+    auto probabilities = [&](auto mask_tag) {
+      constexpr bool kMask = decltype(mask_tag)::value;
+      // elements (4j + 2r, +1) are one A-fragment word: packed as soon as both exist, so no
+      // float copy of Pᵀ or of the tanh derivative outlives its pair
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j) {
+        const float2 lse2 = *reinterpret_cast<const float2*>(lse_rows + 8 * j + 2 * t4);
+        KeyRange kr[2] = {{0, 0}, {0, 0}};
+        if constexpr (kMask) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int qc = 8 * j + 2 * t4 + e;  // query column in the tile
-          const float lse2 = lse_rows[qc];
-          KeyRange kr{0, 0};
-          if constexpr (kMask) kr = key_range(p, seq, min(m0 + qc, seq.S - 1));
+          for (int e = 0; e < 2; ++e)
+            kr[e] = key_range(p, seq, min(m0 + 8 * j + 2 * t4 + e, seq.S - 1));
+        }
 #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int i = 4 * j + 2 * r + e;
-            float x = s[i];
+        for (int r = 0; r < 2; ++r) {
+          float pr[2], cg[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float x = s[4 * j + 2 * r + e];
             if constexpr (kCap) x = smap.cap(x);
             if constexpr (kMask) {
               const int key = n0 + key_row0 + 8 * r;
-              if (key < kr.lo || key >= kr.hi) x = -INFINITY;
+              if (key < kr[e].lo || key >= kr[e].hi) x = -INFINITY;
             }
-            const float pr = fast_exp2(fmaf(x, sl2, -lse2));
+            pr[e] = fast_exp2(fmaf(x, sl2, -(e ? lse2.y : lse2.x)));
             if constexpr (kCap) {
               const float th = x / smap.cap_out;
-              cg[i] = pr > 0.0f ? 1.0f - th * th : 0.0f;
+              cg[e] = pr[e] > 0.0f ? 1.0f - th * th : 0.0f;
             }
-            s[i] = pr;
           }
+          pa[j / 2][2 * (j & 1) + r] = pack2<T>(pr[0], pr[1]);
+          if constexpr (kCap) cap_grad[j / 2][2 * (j & 1) + r] = pack2<T>(cg[0], cg[1]);
         }
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          pa[kk][e] = pack2<T>(s[8 * kk + 2 * e], s[8 * kk + 2 * e + 1]);
-          if constexpr (kCap)
-            cap_grad[kk][e] = pack2<T>(cg[8 * kk + 2 * e], cg[8 * kk + 2 * e + 1]);
-        }
+      }
     };
     using Yes = std::true_type;
     using No = std::false_type;
-    const bool softcap = smap.softcap();
-    if (softcap)
-      need_mask ? probabilities(Yes{}, Yes{}) : probabilities(Yes{}, No{});
-    else
-      need_mask ? probabilities(No{}, Yes{}) : probabilities(No{}, No{});
+    need_mask ? probabilities(Yes{}) : probabilities(No{});
 
-    // dPᵀ = V·dOᵀ (as S), then dV += Pᵀ·dO (A: Pᵀ in registers; B: dO MN-major, 16 queries a step)
-    float dp[32];
+    // dPᵀ = V·dOᵀ (kSched 0 issues it here), then dV += Pᵀ·dO (A: Pᵀ in registers; B: dO
+    // MN-major, 16 queries a step)
+    if constexpr (kSched == 0) issue_dp(dp, v_it, do_it);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = make_desc(v_it + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
-      const uint64_t db = make_desc(do_it + (kk / 4) * kQBox + within, 16, 1024);
-      wgmma_ss<64, T>(dp, da, db, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
       wgmma_rs<D, T>(dv, pa[kk], make_desc(do_it + kk * 16 * 128, kQBox, 1024));
@@ -258,7 +325,7 @@ __global__ void __launch_bounds__(256, 1)
         const uint32_t pw = pa[j / 2][2 * (j & 1) + r];  // P of elements i, i + 1
         const float2 pr = unpack2<T>(pw);
         float d0 = pr.x * (dp[i] - dd.x), d1 = pr.y * (dp[i + 1] - dd.y);
-        if (softcap) {
+        if constexpr (kCap) {
           const float2 c = unpack2<T>(cap_grad[j / 2][2 * (j & 1) + r]);
           d0 *= c.x;
           d1 *= c.y;
@@ -271,6 +338,15 @@ __global__ void __launch_bounds__(256, 1)
     fence_proxy_async();
     if (more && tid < 128) rows[(st ^ 1) * 2 * kBlockM + tid] = next_row;
 
+    if constexpr (kSched == 2) {
+      // dV done before dK, dQ and the next Sᵀ are issued: Pᵀ's registers are free for them
+      wgmma_wait<0>();
+      fence_regs(dv);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
+    }
     if (dq_mode == 2 && ltid == 0) bulk_wait_read_all();  // the last dQ part has left s_dq
     __syncthreads();  // every dSᵀ of this tile is in shared memory; next rows stored
     // dK += dSᵀ·Q (A: this warpgroup's dSᵀ rows from shared memory, K-major; B: Q MN-major)
@@ -281,7 +357,6 @@ __global__ void __launch_bounds__(256, 1)
                            make_desc(q_it + kk * 16 * 128, kQBox, 1024), 1);
     wgmma_commit();
 
-    float dq[32];
     if (dq_mode != 0) {
       // dQ = dS·K: A = dSᵀ (MN-major, keys as K), B = K (MN-major, keys as K)
 #pragma unroll
@@ -306,39 +381,13 @@ __global__ void __launch_bounds__(256, 1)
       mbar_wait(bar_empty(st), phase);
       issue_qdo(it + 2, st);
     }
-    if (dq_mode == 0) continue;
-    fence_regs(dq);
-    if (dq_mode == 1) {
+    if (dq_mode != 0 && (!defer_dq || !more)) emit_dq(dq_it, h, m0);
+    if (defer_dq) {
+      // a copy the wgmma tracking of ptxas sees as ordinary registers (staging dq itself under
+      // the next Sᵀ made it insert a wait for that Sᵀ first)
+      fence_regs(dq);
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int s_row = m0 + 16 * warp + g + 8 * r;
-        if (s_row >= seq.S) continue;
-        float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, s_row, h) + dq_col0 + 2 * t4;
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
-      }
-    } else {
-      // stage [64 rows][64 columns] f32 as two 128-byte-swizzled [64][32] boxes, reduce-add by TMA
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 16 * warp + g + 8 * r;
-          const int chunk = 2 * (j & 3) + (t4 >> 1);
-          const uint32_t at = dq_it + (j >> 2) * Cfg::kDqBox + row * 128 +
-                              ((chunk ^ (row & 7)) << 4) + 8 * (t4 & 1);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[4 * j + 2 * r]),
-                       "f"(dq[4 * j + 2 * r + 1])
-                       : "memory");
-        }
-      fence_proxy_async();
-      named_sync(1 + cw, 128);
-      if (ltid == 0) {
-        tma_reduce_add_4d(&maps.dq, dq_it, dq_col0, m0, h, b);
-        tma_reduce_add_4d(&maps.dq, dq_it + Cfg::kDqBox, dq_col0 + 32, m0, h, b);
-        bulk_commit();
-      }
+      for (int i = 0; i < 32; ++i) asm volatile("mov.b32 %0, %1;" : "=f"(dq_held[i]) : "f"(dq[i]));
     }
   }
   if (dq_mode == 2 && ltid == 0) bulk_wait_all();
