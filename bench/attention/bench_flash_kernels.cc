@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
         "shape                                   | fwd   | fwd v1 | fwd v2 | fwd v3 | v2/v1 | "
         "v3/v1 | "
         "bwd sm80 | "
-        "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | bwd serial | bwd early dP | "
-        "fwd+bwd (default) | fwd+bwd (v2) | sm90/sm80 bwd\n";
+        "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | fwd+bwd (default) | fwd+bwd (v2) | "
+        "sm90/sm80 bwd\n";
     for (size_t si = 0; si < shapes.size(); ++si) {
       const Shape& sh = shapes[si];
       Problem p{sh.b, sh.s, sh.s, sh.hq, sh.hkv, sh.d};
@@ -124,8 +124,6 @@ int main(int argc, char** argv) {
       const double t90 = bwd_time(Bwd::Sm90Tma, false);
       const double t90a = bwd_time(Bwd::Sm90Atomic, false);
       const double t90d = bwd_time(Bwd::Sm90Tma, true);
-      const double t90s = bwd_time(Bwd::Sm90TmaSerial, false);
-      const double t90e = bwd_time(Bwd::Sm90TmaEarlyDp, false);
       const hk_flash::BackwardParams bp = backward_params(p, bf, false);
       const double t_fb = time_ms([&] {
         hk_flash::forward(fp, nullptr);
@@ -139,18 +137,17 @@ int main(int argc, char** argv) {
           hk_flash::backward(bp, nullptr);
         });
       }
-      char row[640];
+      char row[512];
       std::snprintf(row, sizeof row,
                     "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
-                    "%15.0f | %12.0f | %10.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
+                    "%15.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
                     sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
                     tf(fwd_flops, t_v3), t_v1 / t_v2, t_v1 / t_v3, tf(2.5 * fwd_flops, t80),
                     tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
-                    tf(2.5 * fwd_flops, t90s), tf(2.5 * fwd_flops, t90e), tf(3.5 * fwd_flops, t_fb),
-                    tf(3.5 * fwd_flops, t_fb2), t80 / t90);
+                    tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2), t80 / t90);
       table += row;
       std::fprintf(stderr, "%s", row);
-      char js[2048];
+      char js[1536];
       std::snprintf(
           js, sizeof js,
           "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
@@ -161,13 +158,12 @@ int main(int argc, char** argv) {
           "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
-          "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f, "
-          "\"bwd_sm90_serial_ms\": %.5f, \"bwd_sm90_early_dp_ms\": %.5f}",
+          "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
           si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1, t_v2,
           tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
           tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd),
           tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
-          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), t90s, t90e);
+          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));
       json += js;
     }
     json += "]}\n";

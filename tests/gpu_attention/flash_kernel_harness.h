@@ -157,32 +157,16 @@ struct DevFloats {
 using attention_cases::EnvScope;
 
 // The backward variants: the mma.sync kernel, and the Hopper kernel with dq by TMA reduce-add or
-// by atomics (both in its default GEMM order), and with TMA dq in the two other orders
-// (HK_FLASH_SM90_BWD_SCHED serial / dp); `deterministic` on top.
-enum class Bwd { Sm80, Sm90Tma, Sm90Atomic, Sm90TmaSerial, Sm90TmaEarlyDp };
+// by atomics, each in the default (atomic dq) mode; `deterministic` on top.
+enum class Bwd { Sm80, Sm90Tma, Sm90Atomic };
 inline const char* bwd_name(Bwd k) {
-  switch (k) {
-    case Bwd::Sm80:
-      return "sm80";
-    case Bwd::Sm90Tma:
-      return "sm90-tma-dq";
-    case Bwd::Sm90Atomic:
-      return "sm90-atomic-dq";
-    case Bwd::Sm90TmaSerial:
-      return "sm90-tma-dq-serial";
-    case Bwd::Sm90TmaEarlyDp:
-      return "sm90-tma-dq-early-dp";
-  }
-  return "?";
+  return k == Bwd::Sm80 ? "sm80" : k == Bwd::Sm90Tma ? "sm90-tma-dq" : "sm90-atomic-dq";
 }
 struct BwdScope {
   explicit BwdScope(Bwd k)
       : sm90("HK_FLASH_SM90_BWD", k == Bwd::Sm80 ? "0" : "1"),
-        dq("HK_FLASH_BWD_DQ", k == Bwd::Sm90Atomic ? "atomic" : "tma"),
-        sched("HK_FLASH_SM90_BWD_SCHED", k == Bwd::Sm90TmaSerial    ? "serial"
-                                         : k == Bwd::Sm90TmaEarlyDp ? "dp"
-                                                                    : "overlap") {}
-  EnvScope sm90, dq, sched;
+        dq("HK_FLASH_BWD_DQ", k == Bwd::Sm90Atomic ? "atomic" : "tma") {}
+  EnvScope sm90, dq;
 };
 
 // One attention call's tensors on the device.

@@ -170,10 +170,8 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90Atomic, Bwd::Sm90TmaSerial,
-                                       Bwd::Sm90TmaEarlyDp};
-const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90Atomic, Bwd::Sm90TmaSerial,
-                                        Bwd::Sm90TmaEarlyDp};
+const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90Atomic};
+const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90Atomic};
 
 // First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards.
 TEST(FlashKernels, Sm90BackwardCanary) {

@@ -256,20 +256,6 @@ bool backward_sm90_applies(const BackwardParams& p) {
 #endif
 }
 
-// HK_FLASH_SM90_BWD_SCHED: "serial", "dp" (dPᵀ issued with Sᵀ) or "overlap" (and the next
-// tile's Sᵀ behind dK/dQ); unset: overlap. Any other value fails the call (a typo would measure
-// the wrong kernel).
-Sm90BackwardSched sm90_backward_sched() {
-  const char* v = std::getenv("HK_FLASH_SM90_BWD_SCHED");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "overlap") == 0)
-    return Sm90BackwardSched::kOverlap;
-  if (std::strcmp(v, "serial") == 0) return Sm90BackwardSched::kSerial;
-  if (std::strcmp(v, "dp") == 0) return Sm90BackwardSched::kEarlyDp;
-  throw std::invalid_argument(std::string("HK_FLASH_SM90_BWD_SCHED=") + v +
-                              " is not a Hopper backward order: set it to serial, dp or overlap, "
-                              "or unset it");
-}
-
 Params with_defaults(const Params& in) {
   Params p = in;
   if (p.device_sms <= 0) p.device_sms = device_sm_count();
@@ -368,7 +354,6 @@ void backward(const BackwardParams& in, Stream stream_handle) {
   if (p.seqlen_k == 0 || p.seqlen_q == 0) return;  // nothing the kernels would touch
   const bool sm90 = backward_sm90_applies(p);
   const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
-  const Sm90BackwardSched sched = sm90 ? sm90_backward_sched() : Sm90BackwardSched::kOverlap;
   if (verbose())
     std::fprintf(
         stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
@@ -378,7 +363,7 @@ void backward(const BackwardParams& in, Stream stream_handle) {
     auto steps = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
       launch_backward_prepare<T, D>(p, stream, di, dq_accum);
-      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tma_dq, sched)))
+      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tma_dq)))
         launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
       launch_backward_finish<T, D>(p, stream, di, dq_accum);
     };

@@ -64,14 +64,11 @@ enum class Sm90Forward { kProducerWarpgroup, kTwoWarpgroups, kTwoWarpgroupsPaire
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);
-// The Hopper backward's GEMM order within a warpgroup (bwd_sm90.cuh, kSched): serial; dPᵀ issued
-// with Sᵀ; and that plus the next tile's Sᵀ issued behind this tile's dK and dQ.
-enum class Sm90BackwardSched { kSerial, kEarlyDp, kOverlap };
 // Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by TMA reduce-add when
 // tma_dq, else atomics; none when dq_accum is null); false when the build has no sm_90a code.
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, bool tma_dq, Sm90BackwardSched sched);
+                               float* dq_accum, bool tma_dq);
 // Dynamic shared memory the Hopper backward needs at head dim 64 / 128.
 size_t backward_sm90_smem(int head_dim);
 

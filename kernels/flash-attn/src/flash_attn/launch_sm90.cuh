@@ -103,7 +103,7 @@ inline CUtensorMap make_dq_accum_map(float* dq_accum, int rows, int heads, int b
 
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, bool tma_dq, Sm90BackwardSched sched) {
+                               float* dq_accum, bool tma_dq) {
 #if HK_FLASH_HAVE_SM90A
   using Cfg = Sm90BwdConfig<D>;
   Sm90BwdMaps maps;
@@ -117,15 +117,8 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
     maps.dq = make_dq_accum_map(dq_accum, p.seqlen_q, p.heads_q, p.batch, D);
   else
     std::memset(&maps.dq, 0, sizeof(maps.dq));
-  const bool cap = p.softcap > 0.0f;  // as score_map decides
-  auto pick = [&](auto sched_tag) {
-    constexpr int kSched = decltype(sched_tag)::value;
-    return cap ? flash_bwd_dkdv_sm90_kernel<T, D, kSched, true>
-               : flash_bwd_dkdv_sm90_kernel<T, D, kSched, false>;
-  };
-  auto kernel = sched == Sm90BackwardSched::kSerial    ? pick(std::integral_constant<int, 0>{})
-                : sched == Sm90BackwardSched::kEarlyDp ? pick(std::integral_constant<int, 1>{})
-                                                       : pick(std::integral_constant<int, 2>{});
+  auto kernel = p.softcap > 0.0f ? flash_bwd_dkdv_sm90_kernel<T, D, true>  // as score_map decides
+                                 : flash_bwd_dkdv_sm90_kernel<T, D, false>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const dim3 grid(p.heads_kv * p.batch, (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
   kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode);
@@ -137,7 +130,6 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
   (void)di;
   (void)dq_accum;
   (void)tma_dq;
-  (void)sched;
   return false;
 #endif
 }
@@ -145,6 +137,6 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
 #define HK_FLASH_INSTANTIATE_SM90(T, D)                                                            \
   template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t, Sm90Forward);               \
   template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t, const float*, \
-                                                float*, bool, Sm90BackwardSched);
+                                                float*, bool);
 
 }  // namespace hk_flash
