@@ -13,7 +13,7 @@
 //   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ          wgmma, both operands in shared memory (K-major)
 //   Pᵀ = exp2(Sᵀ·scale·log2e − lse),  dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²) under softcap), masks
 //   dV += Pᵀ·dO, dK += dSᵀ·Q           wgmma, A (Pᵀ, dSᵀ) in registers, B MN-major in shared memory
-//   dSᵀ → shared memory (16-bit, 128-byte swizzle), then after one block barrier
+//   dSᵀ → shared memory (16-bit, 128-byte swizzle) as well, then after one block barrier
 //   dQ (64 queries × 64 columns) = dS·K wgmma with both operands MN-major: at head dim 128 each
 //     warpgroup takes 64 of the columns over all 128 keys; at 64, all columns over its own keys.
 // dQ leaves in f32 either by a TMA reduce-add of the tile staged in shared memory (default) or by
@@ -241,9 +241,11 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_wait<1>();  // dP done; dV may still run (P's registers stay untouched)
     fence_regs(dp);
 
-    // dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²)) → shared [key][query] as 16-bit values (128-byte rows,
-    // the swizzle TMA would write; conflict-free): the A operand of dK (K-major) and dQ (MN-major)
+    // dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²)) as 16-bit values: kept in registers as the A fragments
+    // of dK (the layout of Pᵀ's), and stored to shared [key][query] (128-byte rows, the swizzle
+    // TMA would write; conflict-free) as the MN-major A operand of dQ
     const uint32_t ds_buf = sb + Cfg::kOffDs + (it & 1) * Cfg::kDsTile;
+    uint32_t dsa[4][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const float2 dd = *reinterpret_cast<const float2*>(di_rows + 8 * j + 2 * t4);
@@ -258,27 +260,31 @@ __global__ void __launch_bounds__(256, 1)
           d0 *= c.x;
           d1 *= c.y;
         }
+        const uint32_t w = pack2<T>(d0, d1);
+        dsa[j / 2][2 * (j & 1) + r] = w;
         const int key = key_row0 + 8 * r;
         const uint32_t at = ds_buf + key * 128 + ((j ^ (key & 7)) << 4) + 4 * t4;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(pack2<T>(d0, d1)) : "memory");
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(w) : "memory");
       }
     }
+    // dK += dSᵀ·Q (A: dSᵀ from registers; B: Q MN-major), issued before the block barrier: it
+    // needs no other thread's dSᵀ, and reading A from registers spares shared-memory bandwidth,
+    // which the tile's other GEMMs and copies use up
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      wgmma_rs<D, T>(dk, dsa[kk], make_desc(q_it + kk * 16 * 128, kQBox, 1024));
+    wgmma_commit();
     fence_proxy_async();
     if (more && tid < 128) rows[(st ^ 1) * 2 * kBlockM + tid] = next_row;
 
     if (dq_mode == 2 && ltid == 0) bulk_wait_read_all();  // the last dQ part has left s_dq
     __syncthreads();  // every dSᵀ of this tile is in shared memory; next rows stored
-    // dK += dSᵀ·Q (A: this warpgroup's dSᵀ rows from shared memory, K-major; B: Q MN-major)
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_ss<D, T, 0, 1>(dk, make_desc(ds_buf + 64 * cw * 128 + kk * 32, 16, 1024),
-                           make_desc(q_it + kk * 16 * 128, kQBox, 1024), 1);
-    wgmma_commit();
 
     float dq[32];
     if (dq_mode != 0) {
       // dQ = dS·K: A = dSᵀ (MN-major, keys as K), B = K (MN-major, keys as K)
+      wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::kDqKeys / 16; ++kk) {
         const int key = dq_key0 + 16 * kk;
@@ -294,7 +300,10 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
+      for (int e = 0; e < 4; ++e) {
+        fence_regs_u32(pa[kk][e]);
+        fence_regs_u32(dsa[kk][e]);
+      }
     // this stage's Q/dO are read: thread 0 refills it with tile it + 2
     mbar_arrive(bar_empty(st));
     if (tid == 0 && it + 2 < n_iters) {
