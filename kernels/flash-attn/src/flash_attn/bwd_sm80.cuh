@@ -45,19 +45,6 @@ constexpr size_t bwd_dkdv_smem_bytes() {
   return kv + qdo + rows + ds + red;
 }
 
-// (dst 16-byte aligned)
-__device__ __forceinline__ void red_add_f32x4(float* dst, float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(a), "f"(b), "f"(c),
-               "f"(d)
-               : "memory");
-#else
-  atomicAdd(dst, a);
-  atomicAdd(dst + 1, b);
-  atomicAdd(dst + 2, c);
-  atomicAdd(dst + 3, d);
-#endif
-}
 __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");

@@ -17,7 +17,7 @@
 //   dQ (64 queries × 64 columns) = dS·K wgmma with both operands MN-major: at head dim 128 each
 //     warpgroup takes 64 of the columns over all 128 keys; at 64, all columns over its own keys.
 // dQ leaves in f32 either by a TMA reduce-add of the tile staged in shared memory (default) or by
-// red.global.add.v4 from registers (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it (the
+// red.global.add.v2 from registers (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it (the
 // sm80 dq kernel runs after). Masks, softcap, window, key_start and lse follow bwd_sm80.cuh.
 // Not here: varlen and KV-cache layouts, head dim 256 (the mma.sync backward serves them).
 #pragma once
@@ -313,23 +313,14 @@ __global__ void __launch_bounds__(256, 1)
     if (dq_mode == 0) continue;
     fence_regs(dq);
     if (dq_mode == 1) {
-      // 16-byte reduce-adds: lanes t4 and t4 ^ 1 swap halves, so each holds four adjacent columns
-      // of one row (the even lane row g, the odd lane row g + 8), half as many atomics as pairs
-      const bool odd = t4 & 1;
-      const int s_row = m0 + 16 * warp + g + 8 * (odd ? 1 : 0);
-      float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, min(s_row, seq.S - 1), h) +
-                   dq_col0 + 4 * (t4 >> 1);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        const float x0 = dq[4 * j], x1 = dq[4 * j + 1], y0 = dq[4 * j + 2], y1 = dq[4 * j + 3];
-        const float r0 = __shfl_xor_sync(0xffffffffu, odd ? x0 : y0, 1);
-        const float r1 = __shfl_xor_sync(0xffffffffu, odd ? x1 : y1, 1);
-        if (s_row < seq.S) {
-          if (odd)
-            red_add_f32x4(dst + 8 * j, r0, r1, y0, y1);
-          else
-            red_add_f32x4(dst + 8 * j, x0, x1, r0, r1);
-        }
+      for (int r = 0; r < 2; ++r) {
+        const int s_row = m0 + 16 * warp + g + 8 * r;
+        if (s_row >= seq.S) continue;
+        float* dst = dq_accum + dq_accum_offset(p, b, seq.q_row0, s_row, h) + dq_col0 + 2 * t4;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
       }
     } else {
       // stage [64 rows][64 columns] f32 as two 128-byte-swizzled [64][32] boxes, reduce-add by TMA
