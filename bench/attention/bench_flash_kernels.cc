@@ -11,7 +11,8 @@
 // Method: random inputs in [-1, 1); 2 warm-up calls; each call between two CUDA events, repeated
 // to ~150 ms (at least 5), the median reported.
 //
-// Usage: hk_bench_flash_kernels [--out FILE.json] [--quick]
+// Usage: hk_bench_flash_kernels [--out FILE.json] [--quick] [--shape N]
+//   --shape N: only the N-th shape of the list (0-based), e.g. to profile one under ncu
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -64,14 +65,18 @@ struct Shape {
 
 int main(int argc, char** argv) {
   std::string out_path;
+  int only_shape = -1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--out" && i + 1 < argc)
       out_path = argv[++i];
     else if (a == "--quick")
       g_quick = true;
+    else if (a == "--shape" && i + 1 < argc)
+      only_shape = std::stoi(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: hk_bench_flash_kernels [--out FILE.json] [--quick]\n");
+      std::fprintf(stderr,
+                   "usage: hk_bench_flash_kernels [--out FILE.json] [--quick] [--shape N]\n");
       return 1;
     }
   }
@@ -92,7 +97,11 @@ int main(int argc, char** argv) {
         "bwd sm80 | "
         "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | fwd+bwd (default) | fwd+bwd (v2) | "
         "sm90/sm80 bwd\n";
+    if (only_shape >= static_cast<int>(shapes.size()))
+      throw std::runtime_error("--shape " + std::to_string(only_shape) + ": there are " +
+                               std::to_string(shapes.size()) + " shapes (0-based)");
     for (size_t si = 0; si < shapes.size(); ++si) {
+      if (only_shape >= 0 && static_cast<int>(si) != only_shape) continue;
       const Shape& sh = shapes[si];
       Problem p{sh.b, sh.s, sh.s, sh.hq, sh.hkv, sh.d};
       Buffers bf(p);
@@ -159,7 +168,7 @@ int main(int argc, char** argv) {
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
           "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
-          si ? ", " : "", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1, t_v2,
+          json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1, t_v2,
           tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
           tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd),
           tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
