@@ -27,6 +27,22 @@ __device__ __forceinline__ uint64_t make_desc(uint32_t smem_addr, uint32_t lbo_b
   return desc;
 }
 
+// The descriptor of the tile `bytes` further on in shared memory (a multiple of 16): only the
+// start-address field changes, and it cannot carry out (shared addresses stay below 2^18), so
+// one add of a constant instead of rebuilding every field for each wgmma of an unrolled chain.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = static_cast<uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
+// The same descriptor, broadcast from lane 0 so the compiler knows it is warp-uniform: it then
+// keeps it in uniform registers and adds a chain's constant offsets there, instead of moving
+// each descriptor of the chain from ordinary registers (two R2UR per operand per wgmma).
+__device__ __forceinline__ uint64_t uniform_desc(uint64_t desc) {
+  const uint32_t lo = __shfl_sync(0xffffffffu, static_cast<uint32_t>(desc), 0);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -82,7 +82,9 @@ __global__ void __launch_bounds__(256, 1)
   auto bar_full = [&](int st) { return bar_kv + 8 * (1 + st); };
   auto bar_empty = [&](int st) { return bar_kv + 8 * (3 + st); };
 
-  const int tid = threadIdx.x, cw = tid / 128, ltid = tid % 128;
+  // cw broadcast from lane 0 so the compiler knows it is warp-uniform (the wgmma descriptors
+  // derived from it then stay in uniform registers)
+  const int tid = threadIdx.x, cw = __shfl_sync(0xffffffffu, tid / 128, 0), ltid = tid % 128;
   const int warp = ltid / 32, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int hk = blockIdx.x % p.heads_kv, b = blockIdx.x / p.heads_kv;
   const int n_block = blockIdx.y;  // heavy (early, causal) key blocks are launched first
@@ -163,14 +165,21 @@ __global__ void __launch_bounds__(256, 1)
     const uint32_t k_it = sb + Cfg::kOffK, v_it = sb + Cfg::kOffV;
     const uint32_t q_it = sb + Cfg::kOffQ + st * kQTile, do_it = sb + Cfg::kOffDo + st * kQTile;
     const uint32_t dq_it = sb + Cfg::kOffDq + cw * Cfg::kDqPart;
+    // wgmma descriptor bases, warp-uniform (each wgmma of a chain adds a constant to one)
+    const uint64_t k_kmaj = uniform_desc(make_desc(k_it + 64 * cw * 128, 16, 1024));
+    const uint64_t v_kmaj = uniform_desc(make_desc(v_it + 64 * cw * 128, 16, 1024));
+    const uint64_t q_kmaj = uniform_desc(make_desc(q_it, 16, 1024));
+    const uint64_t do_kmaj = uniform_desc(make_desc(do_it, 16, 1024));
+    const uint64_t q_mn = uniform_desc(make_desc(q_it, kQBox, 1024));
+    const uint64_t do_mn = uniform_desc(make_desc(do_it, kQBox, 1024));
     // Sᵀ = K·Qᵀ (64 keys × 64 queries), both operands K-major in shared memory
     float s[32];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = make_desc(k_it + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
-      const uint64_t db = make_desc(q_it + (kk / 4) * kQBox + within, 16, 1024);
+      const uint64_t da = desc_add(k_kmaj, (kk / 4) * kKBox + within);
+      const uint64_t db = desc_add(q_kmaj, (kk / 4) * kQBox + within);
       wgmma_ss<64, T>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
@@ -229,14 +238,13 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = make_desc(v_it + (kk / 4) * kKBox + within + 64 * cw * 128, 16, 1024);
-      const uint64_t db = make_desc(do_it + (kk / 4) * kQBox + within, 16, 1024);
+      const uint64_t da = desc_add(v_kmaj, (kk / 4) * kKBox + within);
+      const uint64_t db = desc_add(do_kmaj, (kk / 4) * kQBox + within);
       wgmma_ss<64, T>(dp, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_rs<D, T>(dv, pa[kk], make_desc(do_it + kk * 16 * 128, kQBox, 1024));
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dv, pa[kk], desc_add(do_mn, kk * 16 * 128));
     wgmma_commit();
     wgmma_wait<1>();  // dP done; dV may still run (P's registers stay untouched)
     fence_regs(dp);
@@ -245,6 +253,8 @@ __global__ void __launch_bounds__(256, 1)
     // of dK (the layout of Pᵀ's), and stored to shared [key][query] (128-byte rows, the swizzle
     // TMA would write; conflict-free) as the MN-major A operand of dQ
     const uint32_t ds_buf = sb + Cfg::kOffDs + (it & 1) * Cfg::kDsTile;
+    const uint64_t ds_mn = uniform_desc(make_desc(ds_buf, Cfg::kDsTile, 1024));
+    const uint64_t k_mn = uniform_desc(make_desc(k_it + (dq_col0 / 64) * kKBox, kKBox, 1024));
     uint32_t dsa[4][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -272,8 +282,7 @@ __global__ void __launch_bounds__(256, 1)
     // which the tile's other GEMMs and copies use up
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-      wgmma_rs<D, T>(dk, dsa[kk], make_desc(q_it + kk * 16 * 128, kQBox, 1024));
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
     wgmma_commit();
     fence_proxy_async();
     if (more && tid < 128) rows[(st ^ 1) * 2 * kBlockM + tid] = next_row;
@@ -288,8 +297,8 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int kk = 0; kk < Cfg::kDqKeys / 16; ++kk) {
         const int key = dq_key0 + 16 * kk;
-        const uint64_t da = make_desc(ds_buf + key * 128, Cfg::kDsTile, 1024);
-        const uint64_t db = make_desc(k_it + (dq_col0 / 64) * kKBox + key * 128, kKBox, 1024);
+        const uint64_t da = desc_add(ds_mn, key * 128);
+        const uint64_t db = desc_add(k_mn, key * 128);
         wgmma_ss<64, T, 1, 1>(dq, da, db, kk > 0 ? 1 : 0);
       }
       wgmma_commit();
