@@ -83,10 +83,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   auto bar_empty_v = [&](int s) { return s_bar + 8 * (1 + 3 * kStages + s); };
 
   const int tid = threadIdx.x;
-  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers. Broadcast from lane 0 so the compiler knows
-  // it is warp-uniform: what derives from it (the warpgroup's Q rows, hence its wgmma
-  // descriptors) then lives in uniform registers instead of being moved there for every wgmma.
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int h = blockIdx.y, b = blockIdx.z;
   const int hk = h / (p.heads_q / p.heads_kv);
@@ -252,33 +249,27 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
       };
 
-      // Descriptors: one base each for this warpgroup's Q rows, the K stages and the V stages;
-      // each wgmma adds a constant (rebuilding every field per wgmma was a third of the loop's
-      // instructions, and the softmax warps are issue-bound)
-      const uint64_t desc_q_tile = make_desc(s_q_tile + wg_row0 * 128, 16, 1024);
-      const uint32_t desc_q_lo = static_cast<uint32_t>(desc_q_tile),
-                     desc_q_hi = static_cast<uint32_t>(desc_q_tile >> 32);
-      const uint64_t desc_k = make_desc(s_k, 16, 1024), desc_v = make_desc(s_v, kBox, 1024);
       auto issue_s = [&](float(&s)[kNS], int stage) {
-        // (opaque: left visible, the compiler holds all eight Q descriptors in registers)
-        const uint64_t desc_q =
-            (static_cast<uint64_t>(opaque_u32(desc_q_hi)) << 32) | opaque_u32(desc_q_lo);
-        const uint64_t k_stage = uniform_desc(desc_add(desc_k, stage * kTile));
+        const uint32_t k_tile = s_k + stage * kTile;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
-          const uint32_t off = (kk / 4) * kQBox + (kk % 4) * 32;
-          const uint32_t off_k = (kk / 4) * kBox + (kk % 4) * 32;
-          wgmma_ss<kBlockN, T>(s, desc_add(desc_q, off), desc_add(k_stage, off_k), kk > 0 ? 1 : 0);
+          const uint32_t within = (kk % 4) * 32;
+          const uint64_t da =
+              make_desc(s_q_tile + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
+          const uint64_t db = make_desc(k_tile + (kk / 4) * kBox + within, 16, 1024);
+          wgmma_ss<kBlockN, T>(s, da, db, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
       };
       auto issue_pv = [&](int stage) {
-        const uint64_t v_stage = uniform_desc(desc_add(desc_v, stage * kTile));
+        const uint32_t v_tile = s_v + stage * kTile;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-          wgmma_rs<D, T>(o, pa[kk], desc_add(v_stage, kk * 16 * 128));
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+          const uint64_t db = make_desc(v_tile + kk * 16 * 128, kBox, 1024);
+          wgmma_rs<D, T>(o, pa[kk], db);
+        }
         wgmma_commit();
       };
       // Softcaps and masks S, then exponentiates it in place (the scale inside exp2: one FFMA per
