@@ -159,12 +159,15 @@ void run(const Case& c, int d, hk_flash::Dtype dt, const std::vector<Bwd>& kerne
     }
 }
 
-// The shared feature cases, and GQA 8 over several query blocks, and a long non-causal S < T.
+// The shared feature cases, and GQA 8 over several query blocks, a long non-causal S < T, and
+// scores large enough (scale 3) that a row's running max rises by more than 2^8 over many key
+// tiles, so the Hopper forward's lazy rescale (kRescaleLog2) moves its reference mid-row.
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = [] {
     std::vector<Case> c = attention_cases::feature_cases();
     c.push_back({"gqa8_m_blocks", 1, 384, 384, 16, 2});
     c.push_back({"long_noncausal_s_lt_t", 1, 130, 1030, 2, 2, false});
+    c.push_back({"large_scores", 1, 700, 1100, 2, 1, false, 0, -1, false, 3.0f});
     return c;
   }();
   return all;
@@ -198,6 +201,8 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
     run({"canary_noncausal", 2, 130, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
         kTwoWarpgroupForwards);
     run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
+        hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
+    run({"canary_large_scores", 1, 1100, 1100, 2, 1, true, 0, -1, false, 3.0f}, d,
         hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
   }
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);

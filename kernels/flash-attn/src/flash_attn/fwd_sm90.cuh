@@ -40,6 +40,10 @@ namespace hk_flash {
 // to 168, spills and serialises every wgmma (C7512). 64- and 96-key tiles (which fit v1) gave
 // wrong results on the H200 (2026-12-01) because the K stages began kKVTile after Q instead of
 // kQTile (the same size only at 128 keys; fixed since, not re-measured).
+// How far (log2) a row's running max may rise above the reference the exponentials use before the
+// reference moves and O is rescaled (a factor 256 in P, O and the row sums).
+constexpr float kRescaleLog2 = 8.0f;
+
 template <int D, bool kProducerWg = true, int kTiles = 1>
 struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
@@ -275,7 +279,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       // Softcaps and masks S, then exponentiates it in place (the scale inside exp2: one FFMA per
       // element); returns the per-row rescale factors.
       const float sl2 = smap.scale_log2;
-      auto softmax = [&](float(&s)[kNS], int n_block, float(&alpha)[2]) {
+      // returns whether any row of the warp moved its reference max (O then needs alpha)
+      auto softmax = [&](float(&s)[kNS], int n_block, float(&alpha)[2]) -> bool {
+        bool moved = false;
         const int key0 = n_block * kBlockN;
         if (smap.softcap()) {
 #pragma unroll
@@ -298,9 +304,16 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           for (int j = 0; j < kBlockN / 8; ++j)
             mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
           mx = quad_max(mx) * sl2;
-          const float m_new = fmaxf(m_row[r], mx);
+          // The reference max moves only when the tile's max passes it by more than
+          // kRescaleLog2: until then P (≤ 2^kRescaleLog2) and the sums stay well inside f32 and
+          // bf16, and O needs no rescale (alpha 1) — O's 64 multiplies a tile sat between the
+          // P·V wait and the next GEMM issue. O / l and lse use the same reference, so the
+          // result is the same up to rounding.
+          const bool move = mx > m_row[r] + kRescaleLog2;  // (-inf m_row: any finite mx)
+          const float m_new = move ? mx : m_row[r];
           const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
-          alpha[r] = fast_exp2(m_row[r] - m_ref);
+          alpha[r] = move ? fast_exp2(m_row[r] - m_ref) : 1.0f;
+          moved = moved || move;
           m_row[r] = m_new;
           float sum = 0.0f;
 #pragma unroll
@@ -311,6 +324,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           }
           l_row[r] = l_row[r] * alpha[r] + sum;
         }
+        return __any_sync(0xffffffffu, moved);
       };
       auto to_pa = [&](const float(&s)[kNS]) {
 #pragma unroll
@@ -354,18 +368,20 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           mbar_arrive(bar_empty_k(stage));
           refill_k(gi);
           float alpha[2];
-          softmax(s, n_hi - 1 - it, alpha);
+          const bool rescale = softmax(s, n_hi - 1 - it, alpha);
           wgmma_wait<0>();  // P·V done: O and the old P may be touched again
           fence_regs(o);
           fence_pa();
           mbar_arrive(bar_empty_v(prev));
           refill_v(gi - 1);
+          if (rescale) {  // warp-uniform
 #pragma unroll
-          for (int j = 0; j < D / 8; ++j) {
-            o[4 * j + 0] *= alpha[0];
-            o[4 * j + 1] *= alpha[0];
-            o[4 * j + 2] *= alpha[1];
-            o[4 * j + 3] *= alpha[1];
+            for (int j = 0; j < D / 8; ++j) {
+              o[4 * j + 0] *= alpha[0];
+              o[4 * j + 1] *= alpha[0];
+              o[4 * j + 2] *= alpha[1];
+              o[4 * j + 3] *= alpha[1];
+            }
           }
           to_pa(s);
         }
