@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -61,6 +62,15 @@ struct Shape {
   int b, hq, hkv, s, d;
 };
 
+// A non-negative decimal index, the whole string.
+bool parse_index(const char* s, int* out) {
+  char* end = nullptr;
+  const long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < 0 || v > 1000) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,8 +82,8 @@ int main(int argc, char** argv) {
       out_path = argv[++i];
     else if (a == "--quick")
       g_quick = true;
-    else if (a == "--shape" && i + 1 < argc)
-      only_shape = std::stoi(argv[++i]);
+    else if (a == "--shape" && i + 1 < argc && parse_index(argv[i + 1], &only_shape))
+      ++i;
     else {
       std::fprintf(stderr,
                    "usage: hk_bench_flash_kernels [--out FILE.json] [--quick] [--shape N]\n");
@@ -173,8 +183,8 @@ int main(int argc, char** argv) {
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
           "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
-          json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1, t_v2,
-          tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
+          json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1,
+          t_v2, tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
           tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd),
           tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
           tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));

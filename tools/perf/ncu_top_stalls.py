@@ -35,8 +35,11 @@ def main() -> int:
     body = [r for r in rows[header_at + 1 :] if len(r) == len(header)]
     src = header.index("Source")
     total_col = next((i for i, h in enumerate(header) if "Warp Stall Sampling (All" in h), None)
+    # the "(Not Issued)" columns are a subset of the same reason's samples: left out, so a
+    # reason is counted once
     reason_cols = [i for i, h in enumerate(header)
-                   if h.startswith("stall_") or "smsp__pcsamp_warps_issue_stalled" in h]
+                   if (h.startswith("stall_") or "smsp__pcsamp_warps_issue_stalled" in h)
+                   and "(Not Issued)" not in h]
     if total_col is None:
         print(f"{args[0]}: no 'Warp Stall Sampling (All Samples)' column; columns: {header}",
               file=sys.stderr)
