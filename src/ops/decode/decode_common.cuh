@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <utility>
 
 #include "core/cuda_check.h"
@@ -101,6 +102,11 @@ void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, S
   config.numAttrs = pdl_enabled() ? 1 : 0;
   HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
+
+// The shared-memory-staged gemv (gemv_bulk_sm90.cu): why it cannot serve `p` ("" when it can),
+// and its launch (p already checked by gemv_unsupported and gemv_bulk_unsupported).
+std::string gemv_bulk_unsupported(const GemvParams& p);
+void gemv_bulk(const GemvParams& p, Stream stream);
 
 // Raises a kernel's dynamic shared memory limit once (per process and kernel).
 void allow_dynamic_smem(const void* kernel, size_t bytes);

@@ -64,7 +64,13 @@ enum class GemvEpilogue {
   Store,    // each segment's out = x·Wᵀ + b
   SiluMul,  // segments[0] = gate, [1] = up (same n): segments[0].out = round(silu(gate))·up
 };
+// Which kernel serves a 16-bit gemv: Auto takes the shared-memory-staged one (sm_90, 1–8 rows,
+// staged rows within its shared-memory budget) where it serves, else the mma.sync one; the
+// environment's HK_DECODE_GEMV=mma|bulk overrides Auto. Bulk where it cannot serve throws
+// Unsupported with the reason (tests and benchmarks ask for each by name).
+enum class GemvKernel { Auto, Mma, Bulk };
 struct GemvParams {
+  GemvKernel kernel = GemvKernel::Auto;
   DType dtype = DType::BF16;  // of x, the weights, biases and outputs
   int64_t m = 0, k = 0;
   const void* x = nullptr;  // [m, k] with row stride x_stride (unused with a prologue)

@@ -13,23 +13,27 @@
 // SwiGLU epilogue (gate and up rows in the same block, out = round(silu(gate))·up as ops::act_mul).
 // f32 weights: one warp per row on CUDA cores (correct, not tuned; tests and f32 models).
 #include <algorithm>
+#include <map>
 #include <mutex>
-#include <set>
 
 #include "hk/error.h"
 #include "ops/decode/decode_common.cuh"
+#include "ops/decode/gemv_args.cuh"
 
 namespace hk::decode {
 namespace detail {
 
 void allow_dynamic_smem(const void* kernel, size_t bytes) {
+  // the limit set so far per kernel: raised again when a later launch needs more
   static std::mutex mutex;
-  static std::set<const void*> done;
+  static std::map<const void*, size_t> raised;
   if (bytes <= 48 * 1024) return;
   std::lock_guard<std::mutex> lock(mutex);
-  if (!done.insert(kernel).second) return;
+  size_t& limit = raised[kernel];
+  if (bytes <= limit) return;
+  limit = std::max<size_t>(bytes, 100 * 1024);
   HK_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(std::max<size_t>(bytes, 100 * 1024))));
+                                     static_cast<int>(limit)));
 }
 
 int device_sm_count() {
@@ -77,33 +81,6 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMmaRows = 16;  // W rows per block (one m-tile)
 constexpr int kF32Rows = kWarps;
 constexpr int kXPad = 32;  // shared x rows padded by 64 bytes: conflict-free 16-byte reads
-
-struct GemvArgs {
-  int m = 0, k = 0;
-  const void* x = nullptr;
-  int64_t x_stride = 0;
-  const void* residual = nullptr;
-  int64_t residual_stride = 0;
-  const void* delta = nullptr;
-  int64_t delta_stride = 0;
-  void* residual_out = nullptr;
-  int64_t residual_out_stride = 0;
-  const void* norm_weight = nullptr;
-  float eps = 0.0f;
-  const void* w[3] = {};
-  const void* bias[3] = {};
-  void* out[3] = {};
-  int64_t out_stride[3] = {};
-  int n[3] = {};
-  int tile_begin[4] = {};
-  int num_segments = 0;
-};
-
-__device__ __forceinline__ int segment_of(const GemvArgs& a, int tile) {
-  int s = 0;
-  while (s + 1 < a.num_segments && tile >= a.tile_begin[s + 1]) ++s;
-  return s;
-}
 
 // Prefetches `rows` rows of k elements starting at `w` into L2 (all threads of the block).
 template <class T>
@@ -407,6 +384,31 @@ void launch_mma_dispatch(const GemvArgs& a, int tiles, bool prologue, bool pair,
   }
 }
 
+// HK_DECODE_GEMV=mma|bulk: the 16-bit gemv that GemvKernel::Auto means (read once).
+GemvKernel requested_kernel() {
+  static const GemvKernel kernel = [] {
+    const char* v = std::getenv("HK_DECODE_GEMV");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "auto") return GemvKernel::Auto;
+    if (s == "mma") return GemvKernel::Mma;
+    if (s == "bulk") return GemvKernel::Bulk;
+    throw InvalidArgument("HK_DECODE_GEMV='" + s +
+                          "' is not a decode gemv kernel: use mma, bulk or auto (or unset it)");
+  }();
+  return kernel;
+}
+
+// The shared-memory-staged gemv where it serves, unless mma is asked for; asked for by name
+// (GemvParams::kernel) where it cannot serve, the reason is thrown.
+bool use_bulk(const GemvParams& p) {
+  const GemvKernel k = p.kernel == GemvKernel::Auto ? requested_kernel() : p.kernel;
+  if (k == GemvKernel::Mma) return false;
+  const std::string why = gemv_bulk_unsupported(p);
+  if (!why.empty() && p.kernel == GemvKernel::Bulk)
+    throw Unsupported("decode gemv: the shared-memory-staged kernel cannot serve this call: " + why);
+  return why.empty();
+}
+
 }  // namespace
 
 std::string gemv_unsupported(const GemvParams& p) {
@@ -449,37 +451,14 @@ std::string gemv_unsupported(const GemvParams& p) {
 void gemv(const GemvParams& p, Stream stream) {
   const std::string why = gemv_unsupported(p);
   if (!why.empty()) throw Unsupported("decode gemv: " + why);
-  GemvArgs a;
-  a.m = static_cast<int>(p.m);
-  a.k = static_cast<int>(p.k);
-  a.x = p.x;
-  a.x_stride = p.x_stride;
-  if (p.has_prologue) {
-    a.residual = p.prologue.residual;
-    a.residual_stride = p.prologue.residual_stride;
-    a.delta = p.prologue.delta;
-    a.delta_stride = p.prologue.delta_stride;
-    a.residual_out = p.prologue.residual_out;
-    a.residual_out_stride = p.prologue.residual_out_stride;
-    a.norm_weight = p.prologue.norm_weight;
-    a.eps = p.prologue.eps;
-  }
   const bool pair = p.epilogue == GemvEpilogue::SiluMul;
   const bool f32 = p.dtype == DType::F32;
-  const int rows_per_tile = f32 ? kF32Rows : kMmaRows;
-  a.num_segments = p.num_segments;
-  int tiles = 0;
-  for (int s = 0; s < p.num_segments; ++s) {
-    a.w[s] = p.segments[s].weight;
-    a.bias[s] = p.segments[s].bias;
-    a.out[s] = p.segments[s].out;
-    a.out_stride[s] = p.segments[s].out_stride;
-    a.n[s] = static_cast<int>(p.segments[s].n);
-    a.tile_begin[s] = tiles;
-    if (!pair || s == 0)
-      tiles += static_cast<int>((p.segments[s].n + rows_per_tile - 1) / rows_per_tile);
+  if (!f32 && use_bulk(p)) {
+    gemv_bulk(p, stream);
+    return;
   }
-  a.tile_begin[p.num_segments] = tiles;
+  const GemvArgs a = gemv_args(p, f32 ? kF32Rows : kMmaRows);
+  const int tiles = a.tile_begin[a.num_segments];
   if (f32) {
     if (pair)
       launch(gemv_f32_kernel<true>, dim3(tiles), dim3(kThreads), 0, stream, a);

@@ -1,0 +1,76 @@
+// Internal: the kernel-side arguments of the decode gemv (one struct passed by value), built from
+// decode::GemvParams once per launch, shared by the mma.sync gemv (gemv_cuda.cu) and the
+// shared-memory-staged one (gemv_bulk_sm90.cu). A launch walks tiles of `rows_per_tile` weight
+// rows: segment s owns tiles [tile_begin[s], tile_begin[s + 1]); the SwiGLU pair owns one tile
+// range for both of its weights. It deliberately checks nothing: gemv_unsupported does.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/decode/decode_kernels.h"
+
+namespace hk::decode::detail {
+
+struct GemvArgs {
+  int m = 0, k = 0;
+  const void* x = nullptr;
+  int64_t x_stride = 0;
+  const void* residual = nullptr;
+  int64_t residual_stride = 0;
+  const void* delta = nullptr;
+  int64_t delta_stride = 0;
+  void* residual_out = nullptr;
+  int64_t residual_out_stride = 0;
+  const void* norm_weight = nullptr;
+  float eps = 0.0f;
+  const void* w[3] = {};
+  const void* bias[3] = {};
+  void* out[3] = {};
+  int64_t out_stride[3] = {};
+  int n[3] = {};
+  int tile_begin[4] = {};
+  int num_segments = 0;
+};
+
+__device__ __forceinline__ int segment_of(const GemvArgs& a, int tile) {
+  int s = 0;
+  while (s + 1 < a.num_segments && tile >= a.tile_begin[s + 1]) ++s;
+  return s;
+}
+
+// The arguments of `p` for tiles of `rows_per_tile` weight rows; the launch's tile count is
+// a.tile_begin[a.num_segments].
+inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
+  GemvArgs a;
+  a.m = static_cast<int>(p.m);
+  a.k = static_cast<int>(p.k);
+  a.x = p.x;
+  a.x_stride = p.x_stride;
+  if (p.has_prologue) {
+    a.residual = p.prologue.residual;
+    a.residual_stride = p.prologue.residual_stride;
+    a.delta = p.prologue.delta;
+    a.delta_stride = p.prologue.delta_stride;
+    a.residual_out = p.prologue.residual_out;
+    a.residual_out_stride = p.prologue.residual_out_stride;
+    a.norm_weight = p.prologue.norm_weight;
+    a.eps = p.prologue.eps;
+  }
+  const bool pair = p.epilogue == GemvEpilogue::SiluMul;
+  a.num_segments = p.num_segments;
+  int tiles = 0;
+  for (int s = 0; s < p.num_segments; ++s) {
+    a.w[s] = p.segments[s].weight;
+    a.bias[s] = p.segments[s].bias;
+    a.out[s] = p.segments[s].out;
+    a.out_stride[s] = p.segments[s].out_stride;
+    a.n[s] = static_cast<int>(p.segments[s].n);
+    a.tile_begin[s] = tiles;
+    if (!pair || s == 0)
+      tiles += static_cast<int>((p.segments[s].n + rows_per_tile - 1) / rows_per_tile);
+  }
+  a.tile_begin[p.num_segments] = tiles;
+  return a;
+}
+
+}  // namespace hk::decode::detail

@@ -1,0 +1,266 @@
+// Decode GEMV for 1–8 rows of x whose weight rows are staged whole in shared memory before the
+// kernel waits on its predecessor: the small-batch path of decode::gemv (gemv_cuda.cu picks it).
+//
+// Why a second gemv: at batch 1 a layer's products stream 4–13 MB each, a few tens of KB an SM.
+// The mma.sync gemv holds only its first chunks in registers before the PDL wait and reads the rest
+// after it, so every launch pays memory round trips on the step's critical path, and its 16-row
+// tiles leave half the SMs idle for o_proj and down (64 tiles). Here a block owns 8 weight rows
+// (twice the tiles); one thread copies them (and the RMSNorm weight) into shared memory with 1-D
+// bulk copies on an mbarrier as the block starts, and after the wait only x is read from global
+// memory — into shared memory too, normalised there when the RMSNorm prologue is fused. The
+// products run on tensor cores with x as the 16-row operand (rows m..15 are zero) and W as the
+// 8-column one; the k order inside a 32-wide chunk is permuted identically for both (a dot product
+// does not notice), so every lane reads 16 contiguous bytes of each. Each of the 8 warps takes every
+// eighth chunk; their partial sums are added in a fixed order (deterministic). Prologue and SwiGLU
+// epilogue have the mma.sync gemv's semantics and rounding points (decode_kernels.h).
+// Not here: more than 8 rows of x, f32, a block whose staged rows pass the shared-memory budget,
+// devices before sm_90 (gemv_bulk_unsupported names which; gemv then takes the mma.sync kernel).
+#include <string>
+
+#include "hk/kernel_sdk_sm90.cuh"
+#include "ops/decode/decode_common.cuh"
+#include "ops/decode/gemv_args.cuh"
+
+namespace hk::decode::detail {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileRows = 8;         // weight rows a block (the mma's n)
+constexpr int kMaxRows = 8;          // rows of x (the mma's m is 16; rows past m are zero)
+constexpr int kRowPadBytes = 64;     // after each staged row: rows land 64 bytes apart in the banks
+constexpr int kMaxPrologueK = 2048;  // the prologue keeps a row's k/256 16-byte pieces in registers
+constexpr size_t kSmemBudget = 112 * 1024;  // two blocks an SM, beside a predecessor's
+
+// Dynamic shared memory of one block: two mbarriers, the staged weight rows (one set, or gate then
+// up), the RMSNorm weight, x (m rows), the warps' partial sums.
+struct BulkLayout {
+  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, red = 0, total = 0;
+  BulkLayout(int m, int k, bool prologue, int sets) {
+    row_bytes = uint32_t(k) * 2 + kRowPadBytes;
+    w = 128;
+    norm_w = w + uint32_t(sets) * kTileRows * row_bytes;
+    x = norm_w + (prologue ? uint32_t(k) * 2 : 0u);
+    red = x + uint32_t(m) * row_bytes;
+    total = red + uint32_t(kWarps) * sets * 64 * 4;
+  }
+};
+
+template <class T, bool kPrologue, bool kPair>
+__global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using namespace hk::sdk::cuda::sm90;
+  constexpr int kSets = kPair ? 2 : 1;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const BulkLayout lay(a.m, a.k, kPrologue, kSets);
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t bar_w = base, bar_norm = base + 8;
+  const int tile = blockIdx.x;
+  const int s = kPair ? 0 : segment_of(a, tile);
+  const int r0 = (tile - a.tile_begin[s]) * kTileRows;
+  const int k = a.k, rows_here = min(kTileRows, a.n[s] - r0);
+  const uint32_t k_bytes = uint32_t(k) * 2;
+
+  // The weights depend on no kernel: copied before the wait, so they stream while the
+  // predecessor finishes.
+  if (threadIdx.x == 0) {
+    mbar_init(bar_w, 1);
+    mbar_init(bar_norm, 1);
+    fence_barrier_init();
+    if constexpr (kPrologue) {
+      mbar_expect_tx(bar_norm, k_bytes);
+      bulk_load(base + lay.norm_w, a.norm_weight, k_bytes, bar_norm);
+    }
+    mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
+#pragma unroll
+    for (int q = 0; q < kSets; ++q) {
+      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes;
+      for (int r = 0; r < rows_here; ++r)
+        bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes, w + int64_t(r) * k_bytes,
+                  k_bytes, bar_w);
+    }
+  }
+  __syncthreads();  // the mbarriers are initialised before any thread waits on them
+  grid_wait();
+  grid_launch_dependents();
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  T* xs = reinterpret_cast<T*>(smem + lay.x);
+  const int x_stride = int(lay.row_bytes / 2);  // elements
+  if constexpr (kPrologue) {
+    // x = rms_norm(residual + delta): one warp a row, every 16-byte piece of the row loaded before
+    // any is used (one round trip), the sum rounded as ops::add and written back by block 0.
+    constexpr int kPieces = kMaxPrologueK / 256;
+    if (warp < a.m) {
+      const int row = warp;
+      const T* res = static_cast<const T*>(a.residual) + row * a.residual_stride;
+      const T* del = a.delta ? static_cast<const T*>(a.delta) + row * a.delta_stride : nullptr;
+      uint4 v[kPieces], d[kPieces];
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) {
+        const int c = lane * 8 + 256 * i;
+        v[i] = c < k ? load_ro16(res + c) : zero16();
+        d[i] = del && c < k ? load_ro16(del + c) : zero16();
+      }
+      T* out = a.residual_out && del && blockIdx.x == 0
+                   ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride
+                   : nullptr;
+      float ss = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) {
+        const int c = lane * 8 + 256 * i;
+        if (c >= k) continue;
+        if (del) {
+          uint32_t* w = reinterpret_cast<uint32_t*>(&v[i]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            w[e] = pack2<T>(lane_value<T>(v[i], 2 * e) + lane_value<T>(d[i], 2 * e),
+                            lane_value<T>(v[i], 2 * e + 1) + lane_value<T>(d[i], 2 * e + 1));
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float f = lane_value<T>(v[i], e);
+          ss += f * f;
+        }
+        if (out) *reinterpret_cast<uint4*>(out + c) = v[i];
+      }
+      ss = warp_sum(ss);
+      const float r = rsqrtf(ss / static_cast<float>(k) + a.eps);
+      mbar_wait(bar_norm, 0);
+      const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) {
+        const int c = lane * 8 + 256 * i;
+        if (c >= k) continue;
+        const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
+        uint4 o;
+        uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          ow[e] = pack2<T>(round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
+                           round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) *
+                               lane_value<T>(wv, 2 * e + 1));
+        *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
+      }
+    }
+  } else {
+    // x rows into shared memory: every thread's 16-byte pieces loaded at once
+    const int pieces = a.m * (k / 8);
+    for (int i = threadIdx.x; i < pieces; i += kThreads) {
+      const int row = i / (k / 8), c = (i % (k / 8)) * 8;
+      *reinterpret_cast<uint4*>(xs + row * x_stride + c) =
+          load_ro16(static_cast<const T*>(a.x) + row * a.x_stride + c);
+    }
+  }
+  __syncthreads();
+  mbar_wait(bar_w, 0);
+
+  // A (x): rows g and g + 8 of the 16; only g < m exist. B (W): column g = weight row g.
+  const int g = lane >> 2, t = lane & 3;
+  const bool x_ok = g < a.m;
+  const T* xr = xs + (x_ok ? g : 0) * x_stride + t * 8;
+  const unsigned char* wr = smem + lay.w + g * lay.row_bytes + t * 16;
+  float acc[kSets][4];
+#pragma unroll
+  for (int q = 0; q < kSets; ++q)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) acc[q][r] = 0.0f;
+  const int chunks = k / 32;
+#pragma unroll 4
+  for (int c = warp; c < chunks; c += kWarps) {
+    const uint4 xv = x_ok ? *reinterpret_cast<const uint4*>(xr + c * 32) : zero16();
+#pragma unroll
+    for (int q = 0; q < kSets; ++q) {
+      const uint4 wv =
+          *reinterpret_cast<const uint4*>(wr + q * kTileRows * lay.row_bytes + c * 64);
+      mma16816<T>(acc[q], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
+      mma16816<T>(acc[q], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
+    }
+  }
+
+  // acc[q][0..1] = C[x row g][weight rows 2t, 2t + 1] (acc[q][2..3]: the zero rows g + 8)
+  float* red = reinterpret_cast<float*>(smem + lay.red);
+#pragma unroll
+  for (int q = 0; q < kSets; ++q)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) red[(warp * kSets + q) * 64 + g * 8 + 2 * t + e] = acc[q][e];
+  __syncthreads();
+  if (threadIdx.x < 64) {
+    const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
+    if (row >= a.m || col >= rows_here) return;
+    float sum[kSets];
+#pragma unroll
+    for (int q = 0; q < kSets; ++q) {
+      sum[q] = 0.0f;
+      for (int w = 0; w < kWarps; ++w) sum[q] += red[(w * kSets + q) * 64 + threadIdx.x];
+    }
+    const int j = r0 + col;
+    if constexpr (!kPair) {
+      float v = sum[0];
+      if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
+      static_cast<T*>(a.out[s])[row * a.out_stride[s] + j] = from_f32<T>(v);
+    } else {
+      float gv = sum[0], uv = sum[1];
+      if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
+      if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
+      gv = round_as<T>(gv);
+      uv = round_as<T>(uv);
+      static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] = from_f32<T>(round_as<T>(silu(gv)) * uv);
+    }
+  }
+#else
+  (void)a;
+#endif
+}
+
+template <class T, bool kPrologue, bool kPair>
+void launch_bulk(const GemvArgs& a, Stream stream) {
+  const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1);
+  auto kernel = gemv_bulk_kernel<T, kPrologue, kPair>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), lay.total);
+  launch(kernel, dim3(a.tile_begin[a.num_segments]), dim3(kThreads), lay.total, stream, a);
+}
+
+template <class T>
+void launch_bulk_dispatch(const GemvArgs& a, bool prologue, bool pair, Stream stream) {
+  if (prologue)
+    pair ? launch_bulk<T, true, true>(a, stream) : launch_bulk<T, true, false>(a, stream);
+  else
+    pair ? launch_bulk<T, false, true>(a, stream) : launch_bulk<T, false, false>(a, stream);
+}
+
+bool device_has_bulk_copies() {
+  static const bool yes = [] {
+    int d = 0, major = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return yes;
+}
+
+}  // namespace
+
+std::string gemv_bulk_unsupported(const GemvParams& p) {
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16) return "it takes bf16 or f16 weights";
+  if (p.m < 1 || p.m > kMaxRows) return "it takes 1 to 8 rows of x";
+  if (p.has_prologue && p.k > kMaxPrologueK) return "its RMSNorm prologue takes k up to 2048";
+  const int sets = p.epilogue == GemvEpilogue::SiluMul ? 2 : 1;
+  const BulkLayout lay(static_cast<int>(p.m), static_cast<int>(p.k), p.has_prologue, sets);
+  if (lay.total > kSmemBudget)
+    return "a block's staged rows (" + std::to_string(lay.total) + " bytes) pass its budget";
+  if (!device_has_bulk_copies()) return "it needs sm_90 bulk copies";
+  return "";
+}
+
+void gemv_bulk(const GemvParams& p, Stream stream) {
+  const GemvArgs a = gemv_args(p, kTileRows);
+  const bool prologue = p.has_prologue, pair = p.epilogue == GemvEpilogue::SiluMul;
+  if (p.dtype == DType::BF16)
+    launch_bulk_dispatch<__nv_bfloat16>(a, prologue, pair, stream);
+  else
+    launch_bulk_dispatch<__half>(a, prologue, pair, stream);
+}
+
+}  // namespace hk::decode::detail
