@@ -43,6 +43,18 @@ double atol_mm(DType dt) {
 // ---- gemv
 // ----------------------------------------------------------------------------------------
 
+const decode::GemvKernel kGemvKernels[] = {decode::GemvKernel::Auto, decode::GemvKernel::Mma,
+                                           decode::GemvKernel::Bulk};
+const char* kernel_name(decode::GemvKernel k) {
+  return k == decode::GemvKernel::Mma ? "mma" : k == decode::GemvKernel::Bulk ? "bulk" : "auto";
+}
+// Whether the kernel `p` names serves it (the mma kernel and Auto serve every 16-bit call; f32
+// runs its own kernel under Auto only).
+bool serves(const decode::GemvParams& p) {
+  if (p.dtype == DType::F32) return p.kernel == decode::GemvKernel::Auto;
+  return decode::gemv_kernel_unsupported(p).empty();
+}
+
 struct GemvCase {
   DType dt;
   int64_t m, n, k;
@@ -57,7 +69,9 @@ TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
                      GemvCase{DType::F16, 3, 777, 2048}, GemvCase{DType::F16, 16, 64, 3072},
                      GemvCase{DType::BF16, 24, 640, 1024}, GemvCase{DType::BF16, 40, 1024, 2048},
                      GemvCase{DType::F16, 64, 300, 3072}, GemvCase{DType::BF16, 64, 2048, 1024},
-                     GemvCase{DType::F32, 1, 300, 1024}, GemvCase{DType::F32, 11, 65, 68}}) {
+                     GemvCase{DType::F32, 1, 300, 1024}, GemvCase{DType::F32, 11, 65, 68},
+                     GemvCase{DType::BF16, 8, 1024, 3072}, GemvCase{DType::F16, 1, 129, 32},
+                     GemvCase{DType::BF16, 2, 4100, 2048}}) {
     const std::string what = std::string(dtype_name(c.dt)) + " m" + std::to_string(c.m) + " n" +
                              std::to_string(c.n) + " k" + std::to_string(c.k);
     Tensor x = random_cpu({c.m, c.k}, c.dt, seed++);
@@ -94,12 +108,19 @@ TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
     }
     p.num_segments = 3;
     ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
-    decode::gemv(p, {});
-    col = 0;
-    for (int s = 0; s < 3; ++s) {
-      EXPECT_TRUE(close(out.slice(1, col, col + ns[s]), refs[s], atol_mm(c.dt), rtol_for(c.dt)))
-          << what << " weight " << s;
-      col += ns[s];
+    // each 16-bit kernel that serves the call (the staged one takes 1-8 rows), and the default
+    for (decode::GemvKernel kernel : kGemvKernels) {
+      p.kernel = kernel;
+      if (!serves(p)) continue;
+      const std::string run = what + " kernel " + kernel_name(kernel);
+      ops::fill(out, NAN);
+      decode::gemv(p, {});
+      col = 0;
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_TRUE(close(out.slice(1, col, col + ns[s]), refs[s], atol_mm(c.dt), rtol_for(c.dt)))
+            << run << " weight " << s;
+        col += ns[s];
+      }
     }
   }
 }
@@ -108,7 +129,7 @@ TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
   HK_REQUIRE_REAL_CUDA();
   uint32_t seed = 100;
   for (DType dt : {DType::BF16, DType::F16})
-    for (int64_t m : {1, 4, 13})
+    for (int64_t m : {1, 4, 8, 13})
       for (bool with_delta : {false, true}) {
         const int64_t k = 1024, n = 384;
         const std::string what =
@@ -149,24 +170,31 @@ TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
         p.num_segments = 2;
         p.epilogue = decode::GemvEpilogue::SiluMul;
         ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
-        decode::gemv(p, {});
-        // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
-        // one-ulp flip of a normalised element moves gate or up by that element's weight, and
-        // the product amplifies it where the other factor is large. So: almost every element
-        // within the elementwise tolerance, none off by more than a few percent of the scale.
-        const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
-        double scale = 0, worst = 0;
-        size_t off = 0;
-        for (double w : want) scale = std::max(scale, std::abs(w));
-        for (size_t i = 0; i < got.size(); ++i) {
-          const double diff = std::abs(got[i] - want[i]);
-          worst = std::max(worst, diff);
-          off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
+        for (decode::GemvKernel kernel : kGemvKernels) {
+          p.kernel = kernel;
+          if (!serves(p)) continue;
+          const std::string run = what + " kernel " + kernel_name(kernel);
+          ops::fill(out, NAN);
+          ops::fill(h_out, NAN);
+          decode::gemv(p, {});
+          // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
+          // one-ulp flip of a normalised element moves gate or up by that element's weight, and
+          // the product amplifies it where the other factor is large. So: almost every element
+          // within the elementwise tolerance, none off by more than a few percent of the scale.
+          const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
+          double scale = 0, worst = 0;
+          size_t off = 0;
+          for (double w : want) scale = std::max(scale, std::abs(w));
+          for (size_t i = 0; i < got.size(); ++i) {
+            const double diff = std::abs(got[i] - want[i]);
+            worst = std::max(worst, diff);
+            off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
+          }
+          EXPECT_LE(off, got.size() / 100)
+              << run << " (" << off << " elements off, worst " << worst << ")";
+          EXPECT_LE(worst, 0.03 * scale) << run << " (scale " << scale << ")";
+          if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << run << " residual";
         }
-        EXPECT_LE(off, got.size() / 100)
-            << what << " (" << off << " elements off, worst " << worst << ")";
-        EXPECT_LE(worst, 0.03 * scale) << what << " (scale " << scale << ")";
-        if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << what << " residual";
       }
 }
 
@@ -188,6 +216,17 @@ TEST(DecodeGemv, RefusesWhatItCannotServe) {
   p.dtype = DType::F32;
   p.k = 42;
   EXPECT_NE(decode::gemv_unsupported(p).find("multiple of 4"), std::string::npos);
+  // the staged kernel, asked for by name: 1-8 rows of 16-bit values, and it says so
+  p.kernel = decode::GemvKernel::Bulk;
+  p.dtype = DType::BF16;
+  p.k = 64;
+  p.m = 9;
+  EXPECT_NE(decode::gemv_kernel_unsupported(p).find("1 to 8 rows"), std::string::npos);
+  p.m = 8;
+  EXPECT_EQ(decode::gemv_kernel_unsupported(p), "");
+  p.kernel = decode::GemvKernel::Mma;
+  p.m = 16;
+  EXPECT_EQ(decode::gemv_kernel_unsupported(p), "");
 }
 
 // ---- attention ---------------------------------------------------------------------------------

@@ -92,6 +92,9 @@ constexpr int64_t kGemvPreferredMaxRows = 16;
 int64_t gemv_preferred_max_rows();
 // Why gemv cannot run `p` (a sentence), or "" when it can.
 std::string gemv_unsupported(const GemvParams& p);
+// Why the kernel p.kernel names cannot serve `p` on this device, where gemv_unsupported(p) is ""
+// ("" when it can; Auto and Mma always can).
+std::string gemv_kernel_unsupported(const GemvParams& p);
 void gemv(const GemvParams& p, Stream stream);
 
 // ---- q/k norm + rotary + cache write

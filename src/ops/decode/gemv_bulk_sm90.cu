@@ -10,10 +10,10 @@
 // memory — into shared memory too, normalised there when the RMSNorm prologue is fused. The
 // products run on tensor cores with x as the 16-row operand (rows m..15 are zero) and W as the
 // 8-column one; the k order inside a 32-wide chunk is permuted identically for both (a dot product
-// does not notice), so every lane reads 16 contiguous bytes of each. Each of the 8 warps takes every
-// eighth chunk; their partial sums are added in a fixed order (deterministic). Prologue and SwiGLU
-// epilogue have the mma.sync gemv's semantics and rounding points (decode_kernels.h).
-// Not here: more than 8 rows of x, f32, a block whose staged rows pass the shared-memory budget,
+// does not notice), so every lane reads 16 contiguous bytes of each. Each of the 8 warps takes
+// every eighth chunk; their partial sums are added in a fixed order (deterministic). Prologue and
+// SwiGLU epilogue have the mma.sync gemv's semantics and rounding points (decode_kernels.h). Not
+// here: more than 8 rows of x, f32, a block whose staged rows pass the shared-memory budget,
 // devices before sm_90 (gemv_bulk_unsupported names which; gemv then takes the mma.sync kernel).
 #include <string>
 
@@ -36,7 +36,7 @@ constexpr size_t kSmemBudget = 112 * 1024;  // two blocks an SM, beside a predec
 // up), the RMSNorm weight, x (m rows), the warps' partial sums.
 struct BulkLayout {
   uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, red = 0, total = 0;
-  BulkLayout(int m, int k, bool prologue, int sets) {
+  __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets) {
     row_bytes = uint32_t(k) * 2 + kRowPadBytes;
     w = 128;
     norm_w = w + uint32_t(sets) * kTileRows * row_bytes;
@@ -76,8 +76,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     for (int q = 0; q < kSets; ++q) {
       const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes;
       for (int r = 0; r < rows_here; ++r)
-        bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes, w + int64_t(r) * k_bytes,
-                  k_bytes, bar_w);
+        bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes,
+                  w + int64_t(r) * k_bytes, k_bytes, bar_w);
     }
   }
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
@@ -137,9 +137,9 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
         uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          ow[e] = pack2<T>(round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
-                           round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) *
-                               lane_value<T>(wv, 2 * e + 1));
+          ow[e] = pack2<T>(
+              round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
+              round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
         *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
       }
     }
@@ -171,8 +171,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     const uint4 xv = x_ok ? *reinterpret_cast<const uint4*>(xr + c * 32) : zero16();
 #pragma unroll
     for (int q = 0; q < kSets; ++q) {
-      const uint4 wv =
-          *reinterpret_cast<const uint4*>(wr + q * kTileRows * lay.row_bytes + c * 64);
+      const uint4 wv = *reinterpret_cast<const uint4*>(wr + q * kTileRows * lay.row_bytes + c * 64);
       mma16816<T>(acc[q], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
       mma16816<T>(acc[q], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
     }
@@ -205,7 +204,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
       if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
       gv = round_as<T>(gv);
       uv = round_as<T>(uv);
-      static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] = from_f32<T>(round_as<T>(silu(gv)) * uv);
+      static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] =
+          from_f32<T>(round_as<T>(silu(gv)) * uv);
     }
   }
 #else

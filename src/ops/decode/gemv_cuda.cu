@@ -405,11 +405,16 @@ bool use_bulk(const GemvParams& p) {
   if (k == GemvKernel::Mma) return false;
   const std::string why = gemv_bulk_unsupported(p);
   if (!why.empty() && p.kernel == GemvKernel::Bulk)
-    throw Unsupported("decode gemv: the shared-memory-staged kernel cannot serve this call: " + why);
+    throw Unsupported("decode gemv: the shared-memory-staged kernel cannot serve this call: " +
+                      why);
   return why.empty();
 }
 
 }  // namespace
+
+std::string gemv_kernel_unsupported(const GemvParams& p) {
+  return p.kernel == GemvKernel::Bulk ? gemv_bulk_unsupported(p) : std::string();
+}
 
 std::string gemv_unsupported(const GemvParams& p) {
   const bool f32 = p.dtype == DType::F32;

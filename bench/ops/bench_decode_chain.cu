@@ -1,0 +1,312 @@
+// hk_bench_decode_chain — what one launch of the decode step's products costs at small batch when
+// launched back to back (the way the decode step runs them: a CUDA graph of PDL launches), per
+// 16-bit gemv kernel (mma.sync, shared-memory staged) at the Qwen3-0.6B shapes.
+//
+// Method: 28 layers of distinct random bf16 weights (870 MB, far beyond L2), captured as one
+// CUDA graph per sequence and replayed (2 warm-up replays, then the median of --reps timed
+// between events). Sequences: each product alone 28 times (qkv with the RMSNorm prologue, o_proj,
+// gate/up with prologue and SwiGLU, down), the four in layer order 28 times, lm_head 4 times, and
+// a chain of empty PDL kernels (wait, trigger, exit) as the floor a dependent launch costs here.
+// Reports µs a launch and the weight bytes a launch streams over that time (GB/s).
+// Not here: attention, rotary and the greedy pick (hk_bench_generate times the whole step); it
+// checks no numbers (hk_gpu_decode_test does).
+//
+// Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "hk/device.h"
+#include "hk/error.h"
+#include "hk/stream.h"
+#include "hk/tensor.h"
+#include "ops/decode/decode_kernels.h"
+
+namespace {
+
+using hk::DType;
+using hk::Tensor;
+namespace decode = hk::decode;
+
+#define CHECK(x)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+__global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    p[i] = __float2bfloat16(((h & 0xffffu) / 65536.0f - 0.5f) * scale);
+  }
+}
+
+// The floor: a launch that waits on its predecessor, lets its successor launch and exits.
+__global__ void empty_pdl_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+Tensor random_bf16(std::vector<int64_t> shape, uint32_t seed, float scale = 0.05f) {
+  Tensor t = Tensor::empty(shape, DType::BF16, hk::Device::cuda(0));
+  const size_t n = t.numel();
+  fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(t.view().ptr()), n, seed, scale);
+  CHECK(cudaGetLastError());
+  return t;
+}
+
+struct Layer {
+  Tensor qkv, o, gate_up, down, norm1, norm2;
+};
+
+constexpr int64_t kHidden = 1024, kQkv = 4096, kQ = 2048, kInter = 3072, kVocab = 151936;
+constexpr int kLayers = 28;
+
+struct Buffers {
+  Tensor h0, h1, delta, qkv, attn, act, logits;
+};
+
+decode::GemvParams base(decode::GemvKernel kernel, int64_t m, int64_t k, const Tensor* x) {
+  decode::GemvParams p;
+  p.kernel = kernel;
+  p.dtype = DType::BF16;
+  p.m = m;
+  p.k = k;
+  if (x) {
+    p.x = x->view().ptr();
+    p.x_stride = k;
+  }
+  return p;
+}
+
+decode::GemvParams qkv_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
+  decode::GemvParams p = base(kn, m, kHidden, nullptr);
+  p.has_prologue = true;
+  p.prologue = {b.h0.view().ptr(), kHidden, b.delta.view().ptr(), kHidden,
+                b.h1.view().ptr(), kHidden, l.norm1.view().ptr(), 1e-6f};
+  p.segments[0] = {l.qkv.view().ptr(), nullptr, b.qkv.view().ptr(), kQkv, kQkv};
+  p.num_segments = 1;
+  return p;
+}
+decode::GemvParams o_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
+  decode::GemvParams p = base(kn, m, kQ, &b.attn);
+  p.segments[0] = {l.o.view().ptr(), nullptr, b.delta.view().ptr(), kHidden, kHidden};
+  p.num_segments = 1;
+  return p;
+}
+decode::GemvParams gate_up_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
+  decode::GemvParams p = base(kn, m, kHidden, nullptr);
+  p.has_prologue = true;
+  p.prologue = {b.h1.view().ptr(), kHidden, b.delta.view().ptr(), kHidden,
+                b.h0.view().ptr(), kHidden, l.norm2.view().ptr(), 1e-6f};
+  const char* w = static_cast<const char*>(l.gate_up.view().ptr());
+  p.segments[0] = {w, nullptr, b.act.view().ptr(), kInter, kInter};
+  p.segments[1] = {w + kInter * kHidden * 2, nullptr, b.act.view().ptr(), kInter, kInter};
+  p.num_segments = 2;
+  p.epilogue = decode::GemvEpilogue::SiluMul;
+  return p;
+}
+decode::GemvParams down_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
+  decode::GemvParams p = base(kn, m, kInter, &b.act);
+  p.segments[0] = {l.down.view().ptr(), nullptr, b.delta.view().ptr(), kHidden, kHidden};
+  p.num_segments = 1;
+  return p;
+}
+
+// Median µs of one replay of the graph `record` captures.
+template <class F>
+double time_graph(cudaStream_t s, int reps, F record) {
+  cudaGraph_t graph;
+  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  record();
+  CHECK(cudaStreamEndCapture(s, &graph));
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  for (int i = 0; i < 2; ++i) CHECK(cudaGraphLaunch(exec, s));
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(a, s));
+    CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(b, s));
+    CHECK(cudaEventSynchronize(b));
+    float t = 0;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return ms[ms.size() / 2] * 1000.0;
+}
+
+std::vector<int64_t> parse_rows(const std::string& s) {
+  std::vector<int64_t> r;
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t comma = s.find(',', at);
+    const std::string item =
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 64)
+      throw hk::InvalidArgument("--rows takes a comma-separated list of 1..64, not '" + s + "'");
+    r.push_back(v);
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string out = "decode-chain.json";
+  int reps = 20;
+  std::vector<int64_t> rows = {1, 8};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw hk::InvalidArgument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--out")
+      out = value();
+    else if (a == "--reps")
+      reps = std::max(3, std::atoi(value().c_str()));
+    else if (a == "--rows")
+      rows = parse_rows(value());
+    else
+      throw hk::InvalidArgument(
+          "usage: hk_bench_decode_chain [--out FILE.json] [--reps N] "
+          "[--rows 1,8] (unknown argument '" +
+          a + "')");
+  }
+  cudaStream_t cs;
+  CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  const hk::Stream stream{cs};
+  std::vector<Layer> layers(kLayers);
+  uint32_t seed = 1;
+  for (Layer& l : layers) {
+    l.qkv = random_bf16({kQkv, kHidden}, seed++);
+    l.o = random_bf16({kHidden, kQ}, seed++);
+    l.gate_up = random_bf16({2 * kInter, kHidden}, seed++);
+    l.down = random_bf16({kHidden, kInter}, seed++);
+    l.norm1 = random_bf16({kHidden}, seed++, 1.0f);
+    l.norm2 = random_bf16({kHidden}, seed++, 1.0f);
+  }
+  Tensor lm_head = random_bf16({kVocab, kHidden}, seed++);
+  Buffers b;
+  const int64_t mmax = *std::max_element(rows.begin(), rows.end());
+  b.h0 = random_bf16({mmax, kHidden}, seed++, 1.0f);
+  b.h1 = random_bf16({mmax, kHidden}, seed++, 1.0f);
+  b.delta = random_bf16({mmax, kHidden}, seed++, 1.0f);
+  b.qkv = random_bf16({mmax, kQkv}, seed++);
+  b.attn = random_bf16({mmax, kQ}, seed++, 1.0f);
+  b.act = random_bf16({mmax, kInter}, seed++, 1.0f);
+  b.logits = random_bf16({mmax, kVocab}, seed++);
+  CHECK(cudaDeviceSynchronize());
+
+  nlohmann::json results = nlohmann::json::array();
+  auto report = [&](const std::string& kernel, int64_t m, const std::string& seq, int launches,
+                    double bytes, double us) {
+    const double per = us / launches;
+    const double gbs = bytes > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0;
+    std::printf("%-5s m=%-2lld %-22s %4d launches %9.1f us  %6.2f us/launch  %7.0f GB/s\n",
+                kernel.c_str(), static_cast<long long>(m), seq.c_str(), launches, us, per, gbs);
+    results.push_back({{"kernel", kernel},
+                       {"rows", m},
+                       {"sequence", seq},
+                       {"launches", launches},
+                       {"us", us},
+                       {"us_per_launch", per},
+                       {"weight_gb_per_s", gbs}});
+  };
+
+  // the floor: empty PDL kernels, 132 blocks of 256 threads
+  {
+    const int n = 168;
+    const double us = time_graph(cs, reps, [&] {
+      for (int i = 0; i < n; ++i) {
+        cudaLaunchConfig_t c{};
+        c.gridDim = dim3(132);
+        c.blockDim = dim3(256);
+        c.stream = cs;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        c.attrs = at;
+        c.numAttrs = 1;
+        CHECK(cudaLaunchKernelEx(&c, empty_pdl_kernel));
+      }
+    });
+    report("none", 0, "empty PDL kernel", n, 0, us);
+  }
+
+  const double qkv_bytes = kQkv * kHidden * 2.0, o_bytes = kHidden * kQ * 2.0,
+               gu_bytes = 2.0 * kInter * kHidden * 2.0, down_bytes = kHidden * kInter * 2.0;
+  for (int64_t m : rows)
+    for (decode::GemvKernel kn : {decode::GemvKernel::Mma, decode::GemvKernel::Bulk}) {
+      const std::string name = kn == decode::GemvKernel::Mma ? "mma" : "bulk";
+      decode::GemvParams probe = qkv_product(kn, m, layers[0], b);
+      if (!decode::gemv_kernel_unsupported(probe).empty()) continue;
+      using Make = decode::GemvParams (*)(decode::GemvKernel, int64_t, const Layer&, Buffers&);
+      struct One {
+        const char* name;
+        Make make;
+        double bytes;
+      };
+      for (One one : {One{"qkv + norm", qkv_product, qkv_bytes}, One{"o_proj", o_product, o_bytes},
+                      One{"gate_up + norm + swiglu", gate_up_product, gu_bytes},
+                      One{"down", down_product, down_bytes}}) {
+        const double us = time_graph(cs, reps, [&] {
+          for (const Layer& l : layers) decode::gemv(one.make(kn, m, l, b), stream);
+        });
+        report(name, m, one.name, kLayers, one.bytes * kLayers, us);
+      }
+      const double us = time_graph(cs, reps, [&] {
+        for (const Layer& l : layers) {
+          decode::gemv(qkv_product(kn, m, l, b), stream);
+          decode::gemv(o_product(kn, m, l, b), stream);
+          decode::gemv(gate_up_product(kn, m, l, b), stream);
+          decode::gemv(down_product(kn, m, l, b), stream);
+        }
+      });
+      report(name, m, "layers (4 products)", 4 * kLayers,
+             (qkv_bytes + o_bytes + gu_bytes + down_bytes) * kLayers, us);
+      const double lm_us = time_graph(cs, reps, [&] {
+        for (int i = 0; i < 4; ++i) {
+          decode::GemvParams p = base(kn, m, kHidden, &b.h0);
+          p.segments[0] = {lm_head.view().ptr(), nullptr, b.logits.view().ptr(), kVocab, kVocab};
+          p.num_segments = 1;
+          decode::gemv(p, stream);
+        }
+      });
+      report(name, m, "lm_head", 4, 4.0 * kVocab * kHidden * 2.0, lm_us);
+    }
+  CHECK(cudaDeviceSynchronize());
+  std::ofstream f(out);
+  f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"results", results}}.dump(1) << "\n";
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "hk_bench_decode_chain: %s\n", e.what());
+  return 1;
+}
