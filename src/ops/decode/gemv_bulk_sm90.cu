@@ -3,18 +3,22 @@
 //
 // Why a second gemv: at batch 1 a layer's products stream 4–13 MB each, a few tens of KB an SM.
 // The mma.sync gemv holds only its first chunks in registers before the PDL wait and reads the rest
-// after it, so every launch pays memory round trips on the step's critical path, and its 16-row
-// tiles leave half the SMs idle for o_proj and down (64 tiles). Here a block owns 8 weight rows
-// (twice the tiles); one thread copies them (and the RMSNorm weight) into shared memory with 1-D
-// bulk copies on an mbarrier as the block starts, and after the wait only x is read from global
-// memory — into shared memory too, normalised there when the RMSNorm prologue is fused. The
-// products run on tensor cores with x as the 16-row operand (rows m..15 are zero) and W as the
-// 8-column one; the k order inside a 32-wide chunk is permuted identically for both (a dot product
-// does not notice), so every lane reads 16 contiguous bytes of each. Each of the 8 warps takes
-// every eighth chunk; their partial sums are added in a fixed order (deterministic). Prologue and
-// SwiGLU epilogue have the mma.sync gemv's semantics and rounding points (decode_kernels.h). Not
-// here: more than 8 rows of x, f32, a block whose staged rows pass the shared-memory budget,
-// devices before sm_90 (gemv_bulk_unsupported names which; gemv then takes the mma.sync kernel).
+// after it, so every launch pays memory round trips on the step's critical path; its 16-row tiles
+// leave half the SMs idle for o_proj and down (64 tiles), and its 2–4 blocks an SM leave no room
+// for the next launch's blocks to start early. Here a block owns 8–32 weight rows — as few blocks
+// as cover the SMs once, so the next launch's block fits beside this one and stages its own
+// weights while this one computes. One thread copies the block's rows (and the RMSNorm weight)
+// into shared memory with 1-D bulk copies on an mbarrier as the block starts; after the wait only
+// x is read from global memory, into shared memory too (normalised there when the RMSNorm prologue
+// is fused). The products run on tensor cores with x as the 16-row operand (rows m..15 are zero)
+// and each 8-row group of W as the 8-column one; the k order inside a 32-wide chunk is permuted
+// identically for both (a dot product does not notice), so every lane reads 16 contiguous bytes of
+// each. Each of the 8 warps takes every eighth chunk; their partial sums are added in a fixed order
+// (deterministic). Prologue and SwiGLU epilogue have the mma.sync gemv's semantics and rounding
+// points (decode_kernels.h). Not here: more than 8 rows of x, f32, launches whose weights do not
+// fit in shared memory across the SMs in one pass (lm_head), devices before sm_90
+// (gemv_bulk_unsupported names which; gemv then takes the mma.sync kernel).
+#include <algorithm>
 #include <string>
 
 #include "hk/kernel_sdk_sm90.cuh"
@@ -26,33 +30,39 @@ namespace {
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kTileRows = 8;         // weight rows a block (the mma's n)
+constexpr int kGroupRows = 8;        // weight rows of one n-tile of the mma
+constexpr int kMaxGroups = 4;        // n-tiles a block (up to 32 weight rows)
 constexpr int kMaxRows = 8;          // rows of x (the mma's m is 16; rows past m are zero)
 constexpr int kRowPadBytes = 64;     // after each staged row: rows land 64 bytes apart in the banks
 constexpr int kMaxPrologueK = 2048;  // the prologue keeps a row's k/256 16-byte pieces in registers
-constexpr size_t kSmemBudget = 112 * 1024;  // two blocks an SM, beside a predecessor's
+// A block's shared memory: with the next kernel's block beside it (PDL), both stay resident.
+constexpr size_t kSmemBudget = 128 * 1024;
 
 // Dynamic shared memory of one block: two mbarriers, the staged weight rows (one set, or gate then
-// up), the RMSNorm weight, x (m rows), the warps' partial sums.
+// up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x.
 struct BulkLayout {
-  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, red = 0, total = 0;
-  __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets) {
+  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, total = 0;
+  __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets, int groups) {
     row_bytes = uint32_t(k) * 2 + kRowPadBytes;
     w = 128;
-    norm_w = w + uint32_t(sets) * kTileRows * row_bytes;
+    const uint32_t staged = uint32_t(sets * groups * kGroupRows) * row_bytes;
+    const uint32_t partials = uint32_t(kWarps * sets * groups) * 64 * 4;
+    norm_w = w + (staged > partials ? staged : partials);
     x = norm_w + (prologue ? uint32_t(k) * 2 : 0u);
-    red = x + uint32_t(m) * row_bytes;
-    total = red + uint32_t(kWarps) * sets * 64 * 4;
+    total = x + uint32_t(m) * row_bytes;
   }
 };
 
-template <class T, bool kPrologue, bool kPair>
+// kGroups: n-tiles of 8 weight rows a block (host: as few blocks as cover the SMs once, so the
+// next launch's blocks fit beside them and stage their weights while this one computes).
+template <class T, bool kPrologue, bool kPair, int kGroups>
 __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace hk::sdk::cuda::sm90;
   constexpr int kSets = kPair ? 2 : 1;
+  constexpr int kTileRows = kGroups * kGroupRows;
   extern __shared__ __align__(128) unsigned char smem[];
-  const BulkLayout lay(a.m, a.k, kPrologue, kSets);
+  const BulkLayout lay(a.m, a.k, kPrologue, kSets, kGroups);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t bar_w = base, bar_norm = base + 8;
   const int tile = blockIdx.x;
@@ -155,43 +165,55 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   __syncthreads();
   mbar_wait(bar_w, 0);
 
-  // A (x): rows g and g + 8 of the 16; only g < m exist. B (W): column g = weight row g.
+  // A (x): rows g and g + 8 of the 16; only g < m exist. B (W): column g = weight row g of each
+  // 8-row group; one x fragment serves every group and set.
   const int g = lane >> 2, t = lane & 3;
   const bool x_ok = g < a.m;
   const T* xr = xs + (x_ok ? g : 0) * x_stride + t * 8;
   const unsigned char* wr = smem + lay.w + g * lay.row_bytes + t * 16;
-  float acc[kSets][4];
+  float acc[kSets][kGroups][4];
 #pragma unroll
   for (int q = 0; q < kSets; ++q)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) acc[q][r] = 0.0f;
+    for (int gi = 0; gi < kGroups; ++gi)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[q][gi][r] = 0.0f;
   const int chunks = k / 32;
-#pragma unroll 4
+#pragma unroll 2
   for (int c = warp; c < chunks; c += kWarps) {
     const uint4 xv = x_ok ? *reinterpret_cast<const uint4*>(xr + c * 32) : zero16();
 #pragma unroll
-    for (int q = 0; q < kSets; ++q) {
-      const uint4 wv = *reinterpret_cast<const uint4*>(wr + q * kTileRows * lay.row_bytes + c * 64);
-      mma16816<T>(acc[q], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
-      mma16816<T>(acc[q], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
-    }
+    for (int q = 0; q < kSets; ++q)
+#pragma unroll
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const uint4 wv = *reinterpret_cast<const uint4*>(
+            wr + (q * kTileRows + gi * kGroupRows) * lay.row_bytes + c * 64);
+        mma16816<T>(acc[q][gi], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
+        mma16816<T>(acc[q][gi], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
+      }
   }
 
-  // acc[q][0..1] = C[x row g][weight rows 2t, 2t + 1] (acc[q][2..3]: the zero rows g + 8)
-  float* red = reinterpret_cast<float*>(smem + lay.red);
+  // acc[q][gi][0..1] = C[x row g][weight rows 8gi + 2t, + 1] (acc[..][2..3]: the zero rows g + 8),
+  // summed over the warps in a fixed order through the staging area the products are done with
+  __syncthreads();
+  float* red = reinterpret_cast<float*>(smem + lay.w);
+  constexpr int kPartials = kSets * kGroups * 64;
 #pragma unroll
   for (int q = 0; q < kSets; ++q)
 #pragma unroll
-    for (int e = 0; e < 2; ++e) red[(warp * kSets + q) * 64 + g * 8 + 2 * t + e] = acc[q][e];
+    for (int gi = 0; gi < kGroups; ++gi)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        red[warp * kPartials + (q * kGroups + gi) * 64 + g * 8 + 2 * t + e] = acc[q][gi][e];
   __syncthreads();
-  if (threadIdx.x < 64) {
-    const int row = threadIdx.x >> 3, col = threadIdx.x & 7;
-    if (row >= a.m || col >= rows_here) return;
+  for (int i = threadIdx.x; i < kGroups * 64; i += kThreads) {
+    const int gi = i >> 6, row = (i >> 3) & 7, col = gi * kGroupRows + (i & 7);
+    if (row >= a.m || col >= rows_here) continue;
     float sum[kSets];
 #pragma unroll
     for (int q = 0; q < kSets; ++q) {
       sum[q] = 0.0f;
-      for (int w = 0; w < kWarps; ++w) sum[q] += red[(w * kSets + q) * 64 + threadIdx.x];
+      for (int w = 0; w < kWarps; ++w) sum[q] += red[w * kPartials + q * kGroups * 64 + i];
     }
     const int j = r0 + col;
     if constexpr (!kPair) {
@@ -213,20 +235,36 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #endif
 }
 
-template <class T, bool kPrologue, bool kPair>
+template <class T, bool kPrologue, bool kPair, int kGroups>
 void launch_bulk(const GemvArgs& a, Stream stream) {
-  const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1);
-  auto kernel = gemv_bulk_kernel<T, kPrologue, kPair>;
+  const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1, kGroups);
+  auto kernel = gemv_bulk_kernel<T, kPrologue, kPair, kGroups>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), lay.total);
   launch(kernel, dim3(a.tile_begin[a.num_segments]), dim3(kThreads), lay.total, stream, a);
 }
 
+template <class T, bool kPrologue, bool kPair>
+void launch_bulk_groups(const GemvArgs& a, int groups, Stream stream) {
+  switch (groups) {
+    case 1:
+      return launch_bulk<T, kPrologue, kPair, 1>(a, stream);
+    case 2:
+      return launch_bulk<T, kPrologue, kPair, 2>(a, stream);
+    case 3:
+      return launch_bulk<T, kPrologue, kPair, 3>(a, stream);
+    default:
+      return launch_bulk<T, kPrologue, kPair, 4>(a, stream);
+  }
+}
+
 template <class T>
-void launch_bulk_dispatch(const GemvArgs& a, bool prologue, bool pair, Stream stream) {
+void launch_bulk_dispatch(const GemvArgs& a, bool prologue, bool pair, int groups, Stream stream) {
   if (prologue)
-    pair ? launch_bulk<T, true, true>(a, stream) : launch_bulk<T, true, false>(a, stream);
+    pair ? launch_bulk_groups<T, true, true>(a, groups, stream)
+         : launch_bulk_groups<T, true, false>(a, groups, stream);
   else
-    pair ? launch_bulk<T, false, true>(a, stream) : launch_bulk<T, false, false>(a, stream);
+    pair ? launch_bulk_groups<T, false, true>(a, groups, stream)
+         : launch_bulk_groups<T, false, false>(a, groups, stream);
 }
 
 bool device_has_bulk_copies() {
@@ -240,27 +278,51 @@ bool device_has_bulk_copies() {
   return yes;
 }
 
+// 8-row groups a block: as few blocks as cover the SMs once (within the shared-memory budget).
+// Returns 0 when even one group a block needs more than two blocks an SM: such a launch (lm_head)
+// cannot stage its weights in one pass and streams better through the mma.sync gemv.
+int bulk_groups(const GemvParams& p) {
+  const int sets = p.epilogue == GemvEpilogue::SiluMul ? 2 : 1;
+  int64_t groups8 = 0;
+  for (int s = 0; s < (sets == 2 ? 1 : p.num_segments); ++s)
+    groups8 += (p.segments[s].n + kGroupRows - 1) / kGroupRows;
+  const int64_t sms = device_sm_count();
+  int groups = static_cast<int>(std::min<int64_t>(kMaxGroups, (groups8 + sms - 1) / sms));
+  groups = std::max(groups, 1);
+  auto fits = [&](int gr) {
+    return BulkLayout(static_cast<int>(p.m), static_cast<int>(p.k), p.has_prologue, sets, gr)
+               .total <= kSmemBudget;
+  };
+  while (groups > 1 && !fits(groups)) --groups;
+  if (!fits(groups)) return 0;
+  int64_t blocks = 0;
+  for (int s = 0; s < (sets == 2 ? 1 : p.num_segments); ++s)
+    blocks += (p.segments[s].n + groups * kGroupRows - 1) / (groups * kGroupRows);
+  return blocks <= 2 * sms ? groups : 0;
+}
+
 }  // namespace
 
 std::string gemv_bulk_unsupported(const GemvParams& p) {
   if (p.dtype != DType::BF16 && p.dtype != DType::F16) return "it takes bf16 or f16 weights";
   if (p.m < 1 || p.m > kMaxRows) return "it takes 1 to 8 rows of x";
   if (p.has_prologue && p.k > kMaxPrologueK) return "its RMSNorm prologue takes k up to 2048";
-  const int sets = p.epilogue == GemvEpilogue::SiluMul ? 2 : 1;
-  const BulkLayout lay(static_cast<int>(p.m), static_cast<int>(p.k), p.has_prologue, sets);
-  if (lay.total > kSmemBudget)
-    return "a block's staged rows (" + std::to_string(lay.total) + " bytes) pass its budget";
   if (!device_has_bulk_copies()) return "it needs sm_90 bulk copies";
+  if (bulk_groups(p) == 0)
+    return "the weights do not fit in shared memory across the SMs in one pass (at most " +
+           std::to_string(kMaxGroups * kGroupRows) + " rows a block, " +
+           std::to_string(kSmemBudget / 1024) + " KB)";
   return "";
 }
 
 void gemv_bulk(const GemvParams& p, Stream stream) {
-  const GemvArgs a = gemv_args(p, kTileRows);
+  const int groups = bulk_groups(p);
+  const GemvArgs a = gemv_args(p, groups * kGroupRows);
   const bool prologue = p.has_prologue, pair = p.epilogue == GemvEpilogue::SiluMul;
   if (p.dtype == DType::BF16)
-    launch_bulk_dispatch<__nv_bfloat16>(a, prologue, pair, stream);
+    launch_bulk_dispatch<__nv_bfloat16>(a, prologue, pair, groups, stream);
   else
-    launch_bulk_dispatch<__half>(a, prologue, pair, stream);
+    launch_bulk_dispatch<__half>(a, prologue, pair, groups, stream);
 }
 
 }  // namespace hk::decode::detail
