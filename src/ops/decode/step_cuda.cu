@@ -48,12 +48,22 @@ __global__ void qk_rope_cache_kernel(const RopeArgs a) {
   const int head = blockIdx.x + a.head_offset, b = blockIdx.y;
   const int D = a.head_dim, half = D / 2, j = threadIdx.x;
   const bool on = j < half;
+  const int kind = head < a.heads_q ? 0 : head < a.heads_q + a.heads_kv ? 1 : 2;  // q, k, v
+  const void* norm = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
+  // Weights and the frequency depend on no kernel: read before the wait. Everything the step's
+  // kernels write (q/k/v, positions, cache rows) is read after it, in one round trip.
+  float w1 = 1.0f, w2 = 1.0f, freq = 0.0f;
+  if (on && norm) {
+    w1 = to_f32(static_cast<const T*>(norm)[j]);
+    w2 = to_f32(static_cast<const T*>(norm)[j + half]);
+  }
+  if (on && kind != 2 && a.rotate) freq = inverse_frequency(a.inv_freq, a.theta, j, D);
   grid_wait();
   grid_launch_dependents();
   T* src = static_cast<T*>(a.qkv) + int64_t(b) * a.qkv_stride + int64_t(head) * D;
-  const int kind = head < a.heads_q ? 0 : head < a.heads_q + a.heads_kv ? 1 : 2;  // q, k, v
   float x1 = on ? to_f32(src[j]) : 0.0f, x2 = on ? to_f32(src[j + half]) : 0.0f;
-  const void* norm = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
+  const int32_t position = kind != 2 && a.rotate ? a.positions[b] : 0;
+  const int64_t cache_row = kind != 0 ? a.cache_index[b] : 0;
   if (norm) {  // block-uniform
     float ss = warp_sum(x1 * x1 + x2 * x2);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -63,15 +73,13 @@ __global__ void qk_rope_cache_kernel(const RopeArgs a) {
     for (int w = 0; w < warps; ++w) ss += partial[w];
     const float r = rsqrtf(ss / static_cast<float>(D) + a.eps);
     if (on) {
-      const T* w = static_cast<const T*>(norm);
-      x1 = round_as<T>(round_as<T>(x1 * r) * to_f32(w[j]));
-      x2 = round_as<T>(round_as<T>(x2 * r) * to_f32(w[j + half]));
+      x1 = round_as<T>(round_as<T>(x1 * r) * w1);
+      x2 = round_as<T>(round_as<T>(x2 * r) * w2);
     }
   }
   if (!on) return;
   if (kind != 2 && a.rotate) {
-    const float angle =
-        static_cast<float>(a.positions[b]) * inverse_frequency(a.inv_freq, a.theta, j, D);
+    const float angle = static_cast<float>(position) * freq;
     const float c = cosf(angle) * a.scaling, s = sinf(angle) * a.scaling;
     const float y1 = x1 * c - x2 * s;
     const float y2 = x2 * c + x1 * s;
@@ -80,11 +88,10 @@ __global__ void qk_rope_cache_kernel(const RopeArgs a) {
   }
   T* dst = src;
   if (kind != 0) {
-    const int64_t row = a.cache_index[b];
-    if (row < 0 || row >= a.capacity) return;  // the host sizes the cache; never writes outside
+    if (cache_row < 0 || cache_row >= a.capacity) return;  // the host sizes the cache
     T* cache = static_cast<T*>(kind == 1 ? a.k_cache : a.v_cache);
     const int kv_head = head - a.heads_q - (kind == 2 ? a.heads_kv : 0);
-    dst = cache + int64_t(b) * a.c_bs + row * a.c_rs + int64_t(kv_head) * D;
+    dst = cache + int64_t(b) * a.c_bs + cache_row * a.c_rs + int64_t(kv_head) * D;
   }
   dst[j] = from_f32<T>(x1);
   dst[j + half] = from_f32<T>(x2);

@@ -91,6 +91,13 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   const int rw = warp % Cfg::kRowWarps, kw = warp / Cfg::kRowWarps;
   const int b = blockIdx.z;
   const int group = p.heads_q / p.heads_kv;
+  // Decode runs behind the kernel that wrote q, the new cache row or the cache lengths (PDL,
+  // launch_sm80.cuh): wait for it before the first load; the next kernel (the combine, or the
+  // decode step's next product) may be scheduled now — it waits for this grid's completion.
+  if constexpr (Cfg::kDecode) {
+    grid_wait();
+    grid_launch_dependents();
+  }
   const SeqInfo seq = seq_info(p, b);
 
   // Rows of this block: prefill = query rows of head h; decode = packed (query, head) pairs.
@@ -116,9 +123,6 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   };
   const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
   const ScoreMap smap = score_map(p, scale);
-  // the combine kernel may be scheduled now: it waits for this grid's completion anyway
-  if constexpr (Cfg::kDecode)
-    if (p.workspace != nullptr) grid_launch_dependents();
 
   const KeyRange first = key_range(p, seq, row_query(0).x);
   const KeyRange last = key_range(p, seq, row_query(kBlockM - 1).x);

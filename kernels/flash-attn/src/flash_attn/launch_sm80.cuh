@@ -11,6 +11,17 @@
 
 namespace hk_flash {
 
+// The split-KV decode launches with programmatic dependent launch on sm_90+ (the kernel waits for
+// its predecessor before its first load, then lets its successor launch): in a decode step of PDL
+// kernels its launch overlaps the rotary kernel's tail, and the next product stages its weights
+// while the attention runs. Fills `attr` and returns 1, or 0 before sm_90.
+inline int decode_pdl_attribute(cudaLaunchAttribute& attr) {
+  if (device_capability() < 90) return 0;
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  return 1;
+}
+
 // Split-KV decode: clusters of up to `splits` blocks (more than 8 needs the non-portable size).
 // The cluster size is the largest at most `splits` for which every cluster of the grid can be
 // resident at once (cudaOccupancyMaxActiveClusters, per kernel and size, asked once): a cluster
@@ -62,13 +73,18 @@ void launch_decode_cluster(const Params& p, cudaStream_t stream, int splits) {
   config.blockDim = dim3(Cfg::kThreads);
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = splits;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attr[2];
+  int n_attr = 0;
+  if (splits > 1) {
+    attr[n_attr].id = cudaLaunchAttributeClusterDimension;
+    attr[n_attr].val.clusterDim.x = splits;
+    attr[n_attr].val.clusterDim.y = 1;
+    attr[n_attr].val.clusterDim.z = 1;
+    ++n_attr;
+  }
+  n_attr += decode_pdl_attribute(attr[n_attr]);
   config.attrs = attr;
-  config.numAttrs = splits > 1 ? 1 : 0;
+  config.numAttrs = n_attr;
   Params pc = p;
   pc.workspace = nullptr;  // the kernel's switch between the two combines
   check_cuda(cudaLaunchKernelEx(&config, kernel, pc), "flash split-kv decode (sm80) launch");
@@ -91,9 +107,15 @@ void launch_decode_workspace(const Params& p, cudaStream_t stream, int splits) {
                  "%d independent splits a row tile (%d row tiles), combined by a second kernel\n",
                  Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits,
                  tiles * p.heads_kv * p.batch);
-  const dim3 grid(splits, tiles * p.heads_kv, p.batch);
-  kernel<<<grid, Cfg::kThreads, smem, stream>>>(p);
-  check_cuda(cudaGetLastError(), "flash split-kv decode (sm80) launch");
+  cudaLaunchConfig_t split_config = {};
+  split_config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
+  split_config.blockDim = dim3(Cfg::kThreads);
+  split_config.dynamicSmemBytes = smem;
+  split_config.stream = stream;
+  cudaLaunchAttribute split_attr[1];
+  split_config.attrs = split_attr;
+  split_config.numAttrs = decode_pdl_attribute(split_attr[0]);
+  check_cuda(cudaLaunchKernelEx(&split_config, kernel, p), "flash split-kv decode (sm80) launch");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(Cfg::kBlockM, tiles * p.heads_kv, p.batch);
   config.blockDim = dim3(D);
