@@ -92,11 +92,14 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   const int b = blockIdx.z;
   const int group = p.heads_q / p.heads_kv;
   // Decode runs behind the kernel that wrote q, the new cache row or the cache lengths (PDL,
-  // launch_sm80.cuh): wait for it before the first load; the next kernel (the combine, or the
-  // decode step's next product) may be scheduled now — it waits for this grid's completion.
+  // launch_sm80.cuh): wait for it before the first load. The workspace form's combine kernel may
+  // be scheduled now (it is small and waits for this grid anyway); the cluster form lets its
+  // successor (the decode step's next product) launch only once its keys are read, since that
+  // kernel's blocks, resident early, would take the shared memory this grid's blocks still need
+  // (measured on the H200: an early trigger cost batch 8 at 2048+128 tokens 9 %).
   if constexpr (Cfg::kDecode) {
     grid_wait();
-    grid_launch_dependents();
+    if (p.workspace != nullptr) grid_launch_dependents();
   }
   const SeqInfo seq = seq_info(p, b);
 
@@ -293,7 +296,8 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
     }
   } else {
     // ---- combine: warps, then the cluster ----
-    constexpr int kSlot = decode_slot_floats(D);  // floats: O [16][D], m [16], l [16]
+    if (p.workspace == nullptr) grid_launch_dependents();  // the keys are read
+    constexpr int kSlot = decode_slot_floats(D);           // floats: O [16][D], m [16], l [16]
     float* slots = reinterpret_cast<float*>(smem + kBlockM * kRowBytes);
     __syncthreads();  // every warp is done with the K/V tiles this area overlays
     {
