@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include "flash_attn/bwd_sm80.cuh"
@@ -15,7 +17,10 @@ namespace hk_flash {
 // its predecessor before its first load, then lets its successor launch): in a decode step of PDL
 // kernels its launch overlaps the rotary kernel's tail, and the next product stages its weights
 // while the attention runs. Fills `attr` and returns 1, or 0 before sm_90.
+// HK_FLASH_DECODE_PDL=0 launches it without (then it runs after its predecessor has finished).
 inline int decode_pdl_attribute(cudaLaunchAttribute& attr) {
+  const char* off = std::getenv("HK_FLASH_DECODE_PDL");
+  if (off != nullptr && (std::strcmp(off, "0") == 0 || std::strcmp(off, "off") == 0)) return 0;
   if (device_capability() < 90) return 0;
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
