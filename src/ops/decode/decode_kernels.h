@@ -5,9 +5,10 @@
 //
 //   gemv           y = x·Wᵀ (+ b) for M ≤ 64 rows of x: bf16/f16 weights through mma.sync with the
 //                  weight streamed once (prefetched into L2 and its first chunks loaded before
-//                  the kernel waits on its predecessor), f32 (M ≤ 16) on CUDA cores. Up to three
-//                  weights sharing x in one launch (q,
-//                  k and v), an optional RMSNorm prologue (x = rms_norm(residual + delta), the
+//                  the kernel waits on its predecessor), or for M ≤ 8 on sm_90 with each block's
+//                  weight rows staged whole in shared memory before that wait (gemv_bulk_sm90.cu),
+//                  f32 (M ≤ 16) on CUDA cores. Up to three weights sharing x in one launch
+//                  (q, k and v), an optional RMSNorm prologue (x = rms_norm(residual + delta), the
 //                  residual written back), an optional SwiGLU epilogue (gate and up in one block).
 //   qk_rope_cache  q/k RMSNorm (Qwen3), rotary from device positions and the k/v write into the
 //                  cache at each row's device length, in one launch.
