@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_check.h"
 #include "hk/device.h"
 #include "hk/error.h"
 #include "hk/stream.h"
@@ -34,15 +35,6 @@ namespace {
 using hk::DType;
 using hk::Tensor;
 namespace decode = hk::decode;
-
-#define CHECK(x)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
 
 __global__ void fill_kernel(__nv_bfloat16* p, size_t n, uint32_t seed, float scale) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
@@ -65,7 +57,7 @@ Tensor random_bf16(std::vector<int64_t> shape, uint32_t seed, float scale = 0.05
   Tensor t = Tensor::empty(shape, DType::BF16, hk::Device::cuda(0));
   const size_t n = t.numel();
   fill_kernel<<<1024, 256>>>(static_cast<__nv_bfloat16*>(t.view().ptr()), n, seed, scale);
-  CHECK(cudaGetLastError());
+  CK(cudaGetLastError());
   return t;
 }
 
@@ -131,30 +123,30 @@ decode::GemvParams down_product(decode::GemvKernel kn, int64_t m, const Layer& l
 template <class F>
 double time_graph(cudaStream_t s, int reps, F record) {
   cudaGraph_t graph;
-  CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   record();
-  CHECK(cudaStreamEndCapture(s, &graph));
+  CK(cudaStreamEndCapture(s, &graph));
   cudaGraphExec_t exec;
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CK(cudaGraphInstantiate(&exec, graph, 0));
   cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  for (int i = 0; i < 2; ++i) CHECK(cudaGraphLaunch(exec, s));
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < 2; ++i) CK(cudaGraphLaunch(exec, s));
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventRecord(a, s));
-    CHECK(cudaGraphLaunch(exec, s));
-    CHECK(cudaEventRecord(b, s));
-    CHECK(cudaEventSynchronize(b));
+    CK(cudaEventRecord(a, s));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
     float t = 0;
-    CHECK(cudaEventElapsedTime(&t, a, b));
+    CK(cudaEventElapsedTime(&t, a, b));
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
+  CK(cudaGraphExecDestroy(exec));
+  CK(cudaGraphDestroy(graph));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
   return ms[ms.size() / 2] * 1000.0;
 }
 
@@ -201,7 +193,7 @@ int main(int argc, char** argv) try {
           a + "')");
   }
   cudaStream_t cs;
-  CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
   const hk::Stream stream{cs};
   std::vector<Layer> layers(kLayers);
   uint32_t seed = 1;
@@ -223,7 +215,7 @@ int main(int argc, char** argv) try {
   b.attn = random_bf16({mmax, kQ}, seed++, 1.0f);
   b.act = random_bf16({mmax, kInter}, seed++, 1.0f);
   b.logits = random_bf16({mmax, kVocab}, seed++);
-  CHECK(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
 
   nlohmann::json results = nlohmann::json::array();
   auto report = [&](const std::string& kernel, int64_t m, const std::string& seq, int launches,
@@ -255,7 +247,7 @@ int main(int argc, char** argv) try {
         at[0].val.programmaticStreamSerializationAllowed = 1;
         c.attrs = at;
         c.numAttrs = 1;
-        CHECK(cudaLaunchKernelEx(&c, empty_pdl_kernel));
+        CK(cudaLaunchKernelEx(&c, empty_pdl_kernel));
       }
     });
     report("none", 0, "empty PDL kernel", n, 0, us);
@@ -304,7 +296,7 @@ int main(int argc, char** argv) try {
       });
       report(name, m, named ? "lm_head" : "lm_head (auto)", 4, 4.0 * kVocab * kHidden * 2.0, lm_us);
     }
-  CHECK(cudaDeviceSynchronize());
+  CK(cudaDeviceSynchronize());
   std::ofstream f(out);
   f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"results", results}}.dump(1) << "\n";
   return 0;
