@@ -5,11 +5,13 @@
 // Method: 28 layers of distinct random bf16 weights (870 MB, far beyond L2), captured as one
 // CUDA graph per sequence and replayed (2 warm-up replays, then the median of --reps timed
 // between events). Sequences: each product alone 28 times (qkv with the RMSNorm prologue, o_proj,
-// gate/up with prologue and SwiGLU, down), the four in layer order 28 times, lm_head 4 times, and
-// a chain of empty PDL kernels (wait, trigger, exit) as the floor a dependent launch costs here.
+// gate/up with prologue and SwiGLU, down), the four in layer order 28 times, lm_head 4 times, the
+// q/k norm + rotary + cache kernel and the flash split-KV decode (81 keys of a 256-row cache, as
+// at 16+128 tokens) 28 times each, the whole layer (those six kernels) 28 times, and a chain of
+// empty PDL kernels (wait, trigger, exit) as the floor a dependent launch costs here.
 // Reports µs a launch and the weight bytes a launch streams over that time (GB/s).
-// Not here: attention, rotary and the greedy pick (hk_bench_generate times the whole step); it
-// checks no numbers (hk_gpu_decode_test does).
+// Not here: embedding, final norm and the greedy pick (hk_bench_generate times the whole step);
+// it checks no numbers (hk_gpu_decode_test does).
 //
 // Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8]
 #include <cuda_bf16.h>
@@ -24,6 +26,8 @@
 #include <vector>
 
 #include "../cuda_check.h"
+#include "flash_attn/flash.h"
+#include "flash_attn/from_views.h"
 #include "hk/device.h"
 #include "hk/error.h"
 #include "hk/stream.h"
@@ -62,14 +66,17 @@ Tensor random_bf16(std::vector<int64_t> shape, uint32_t seed, float scale = 0.05
 }
 
 struct Layer {
-  Tensor qkv, o, gate_up, down, norm1, norm2;
+  Tensor qkv, o, gate_up, down, norm1, norm2, q_norm, k_norm, k_cache, v_cache;
 };
 
 constexpr int64_t kHidden = 1024, kQkv = 4096, kQ = 2048, kInter = 3072, kVocab = 151936;
+constexpr int64_t kHeadsQ = 16, kHeadsKv = 8, kHeadDim = 128;
+constexpr int64_t kCacheCapacity = 256, kCacheLength = 80;  // the 16+128 decode's bucket, mid-way
 constexpr int kLayers = 28;
 
 struct Buffers {
   Tensor h0, h1, delta, qkv, attn, act, logits;
+  Tensor positions, lengths, key_start;  // i32 [rows]: kCacheLength, kCacheLength, 0
 };
 
 decode::GemvParams base(decode::GemvKernel kernel, int64_t m, int64_t k, const Tensor* x) {
@@ -117,6 +124,48 @@ decode::GemvParams down_product(decode::GemvKernel kn, int64_t m, const Layer& l
   p.segments[0] = {l.down.view().ptr(), nullptr, b.delta.view().ptr(), kHidden, kHidden};
   p.num_segments = 1;
   return p;
+}
+
+// q/k norm + rotary of the q/k/v row, k and v into the layer's cache at row kCacheLength.
+void rope(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  decode::QkRopeCacheParams r;
+  r.dtype = DType::BF16;
+  r.batch = m;
+  r.heads_q = kHeadsQ;
+  r.heads_kv = kHeadsKv;
+  r.head_dim = kHeadDim;
+  r.qkv = b.qkv.view().ptr();
+  r.qkv_stride = kQkv;
+  r.q_norm_weight = l.q_norm.view().ptr();
+  r.k_norm_weight = l.k_norm.view().ptr();
+  r.positions = b.positions.data_as<int32_t>();
+  r.rope_theta = 1e6f;
+  r.cache_index = b.lengths.data_as<int32_t>();
+  r.k_cache = l.k_cache.view().ptr();
+  r.v_cache = l.v_cache.view().ptr();
+  r.cache_batch_stride = kCacheCapacity * kHeadsKv * kHeadDim;
+  r.cache_row_stride = kHeadsKv * kHeadDim;
+  r.capacity = kCacheCapacity;
+  decode::qk_rope_cache(r, stream);
+}
+
+// The flash split-KV decode over the layer's cache, as the decode step calls it (no workspace:
+// the cluster form).
+void flash_decode(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  const Tensor qkv = b.qkv.slice(0, 0, m).reshape({m, 1, kQkv});
+  const Tensor q = qkv.slice(2, 0, kHeadsQ * kHeadDim).reshape({m, 1, kHeadsQ, kHeadDim});
+  const Tensor out = b.attn.slice(0, 0, m).reshape({m, 1, kHeadsQ, kHeadDim});
+  const Tensor ks = b.key_start.slice(0, 0, m);
+  hk_flash::CallOptions o;
+  o.scale = 1.0f / 11.3137085f;
+  o.causal = true;
+  o.key_start = &ks.view();
+  hk_flash::Params fp =
+      hk_flash::forward_params(q.view(), l.k_cache.slice(0, 0, m).view(),
+                               l.v_cache.slice(0, 0, m).view(), out.view(), nullptr, o);
+  fp.seqlens_k = b.lengths.data_as<int32_t>();
+  fp.seqlens_k_add = 1;
+  hk_flash::forward(fp, static_cast<hk_flash::Stream>(stream.handle));
 }
 
 // Median µs of one replay of the graph `record` captures.
@@ -204,6 +253,8 @@ int main(int argc, char** argv) try {
     l.down = random_bf16({kHidden, kInter}, seed++);
     l.norm1 = random_bf16({kHidden}, seed++, 1.0f);
     l.norm2 = random_bf16({kHidden}, seed++, 1.0f);
+    l.q_norm = random_bf16({kHeadDim}, seed++, 1.0f);
+    l.k_norm = random_bf16({kHeadDim}, seed++, 1.0f);
   }
   Tensor lm_head = random_bf16({kVocab, kHidden}, seed++);
   Buffers b;
@@ -215,6 +266,21 @@ int main(int argc, char** argv) try {
   b.attn = random_bf16({mmax, kQ}, seed++, 1.0f);
   b.act = random_bf16({mmax, kInter}, seed++, 1.0f);
   b.logits = random_bf16({mmax, kVocab}, seed++);
+  for (Layer& l : layers) {
+    l.k_cache = random_bf16({mmax, kCacheCapacity, kHeadsKv, kHeadDim}, seed++, 1.0f);
+    l.v_cache = random_bf16({mmax, kCacheCapacity, kHeadsKv, kHeadDim}, seed++, 1.0f);
+  }
+  {
+    const hk::Device gpu = hk::Device::cuda(0);
+    std::vector<int32_t> len(static_cast<size_t>(mmax), int32_t(kCacheLength));
+    std::vector<int32_t> zero(static_cast<size_t>(mmax), 0);
+    b.positions = Tensor::empty({mmax}, DType::I32, gpu);
+    b.lengths = Tensor::empty({mmax}, DType::I32, gpu);
+    b.key_start = Tensor::empty({mmax}, DType::I32, gpu);
+    CK(cudaMemcpy(b.positions.view().ptr(), len.data(), len.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.lengths.view().ptr(), len.data(), len.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(b.key_start.view().ptr(), zero.data(), zero.size() * 4, cudaMemcpyHostToDevice));
+  }
   CK(cudaDeviceSynchronize());
 
   nlohmann::json results = nlohmann::json::array();
@@ -295,6 +361,28 @@ int main(int argc, char** argv) try {
         for (int i = 0; i < 4; ++i) decode::gemv(head, stream);
       });
       report(name, m, named ? "lm_head" : "lm_head (auto)", 4, 4.0 * kVocab * kHidden * 2.0, lm_us);
+      // the step's other two kernels a layer, alone and in the whole layer sequence
+      const double kv_bytes = 2.0 * m * (kCacheLength + 1) * kHeadsKv * kHeadDim * 2.0;
+      const double rope_us = time_graph(cs, reps, [&] {
+        for (const Layer& l : layers) rope(m, l, b, stream);
+      });
+      report(name, m, "q/k norm + rope + cache", kLayers, 0, rope_us);
+      const double attn_us = time_graph(cs, reps, [&] {
+        for (const Layer& l : layers) flash_decode(m, l, b, stream);
+      });
+      report(name, m, "flash decode (81 keys)", kLayers, kv_bytes * kLayers, attn_us);
+      const double step_us = time_graph(cs, reps, [&] {
+        for (const Layer& l : layers) {
+          decode::gemv(qkv_product(kn, m, l, b), stream);
+          rope(m, l, b, stream);
+          flash_decode(m, l, b, stream);
+          decode::gemv(o_product(kn, m, l, b), stream);
+          decode::gemv(gate_up_product(kn, m, l, b), stream);
+          decode::gemv(down_product(kn, m, l, b), stream);
+        }
+      });
+      report(name, m, "layers (6 kernels)", 6 * kLayers,
+             (qkv_bytes + o_bytes + gu_bytes + down_bytes + kv_bytes) * kLayers, step_us);
     }
   CK(cudaDeviceSynchronize());
   std::ofstream f(out);
