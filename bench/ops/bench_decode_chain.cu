@@ -165,6 +165,7 @@ void flash_decode(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
                                l.v_cache.slice(0, 0, m).view(), out.view(), nullptr, o);
   fp.seqlens_k = b.lengths.data_as<int32_t>();
   fp.seqlens_k_add = 1;
+  fp.cache_settled = true;  // as the decode step sets it
   hk_flash::forward(fp, static_cast<hk_flash::Stream>(stream.handle));
 }
 

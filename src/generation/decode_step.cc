@@ -169,6 +169,9 @@ struct DecodeStep::Plan {
         hk_flash::forward_params(q, cache->keys(i), cache->values(i), out, nullptr, o);
     fp.seqlens_k = st.lengths.data_as<int32_t>();
     fp.seqlens_k_add = 1;
+    // the lengths advance in the previous step's greedy kernel and the old rows were written by
+    // earlier steps; the kernel ahead of the attention (q/k norm + rotary) writes q and the new row
+    fp.cache_settled = true;
     return fp;
   }
 #endif

@@ -33,6 +33,7 @@ using hk::sdk::cuda::sm80::grid_wait;
 using hk::sdk::cuda::sm80::ldmatrix_x4;
 using hk::sdk::cuda::sm80::ldmatrix_x4_trans;
 using hk::sdk::cuda::sm80::mma16816;
+using hk::sdk::cuda::sm80::prefetch_l2;
 
 template <class T>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi);

@@ -79,6 +79,11 @@ struct Params {
   // (null) is fine for the forward, which then combines split-KV partials inside a cluster.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // Split-KV decode behind PDL only: true when seqlens_k, key_start and the cache rows before the
+  // new ones were all written before the kernel launched just ahead of this one (hk's decode step:
+  // that kernel writes q and the new row). The decode then reads the lengths and prefetches its
+  // blocks' cache rows into L2 before it waits for that kernel.
+  bool cache_settled = false;
 };
 
 struct BackwardParams : Params {

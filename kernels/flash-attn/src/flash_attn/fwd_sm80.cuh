@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
   // kernel's blocks, resident early, would take the shared memory this grid's blocks still need
   // (measured on the H200: an early trigger cost batch 8 at 2048+128 tokens 9 %).
   if constexpr (Cfg::kDecode) {
-    grid_wait();
+    if (!p.cache_settled) grid_wait();  // settled: after the prefetch below
     if (p.workspace != nullptr) grid_launch_dependents();
   }
   const SeqInfo seq = seq_info(p, b);
@@ -142,6 +142,20 @@ __global__ void __launch_bounds__(Cfg::kThreads) flash_fwd_sm80_kernel(const Par
 
   const T* k_base = static_cast<const T*>(p.k) + row_offset(p.k_strides, b, seq.k_row0, 0, hk);
   const T* v_base = static_cast<const T*>(p.v) + row_offset(p.v_strides, b, seq.k_row0, 0, hk);
+  if constexpr (Cfg::kDecode) {
+    if (p.cache_settled) {
+      // this block's K and V rows into L2 while the predecessor finishes (the new row, which it
+      // writes, is read again after the wait: L2 holds the written line, not a stale one)
+      constexpr int kLines = kRowBytes / 128;
+      const int key_lo = n_lo * kBlockN, key_hi = min(n_hi * kBlockN, seq.T);
+      for (int i = tid; i < (key_hi - key_lo) * kLines; i += Cfg::kThreads) {
+        const int key = key_lo + i / kLines, line = (i % kLines) * 64;
+        prefetch_l2(k_base + int64_t(key) * p.k_strides.row + line);
+        prefetch_l2(v_base + int64_t(key) * p.v_strides.row + line);
+      }
+      grid_wait();
+    }
+  }
   auto load_kv = [&](int n_block, int stage) {
     const int key0 = n_block * kBlockN;
     const int valid = min(kBlockN, seq.T - key0);

@@ -90,11 +90,13 @@ void launch_decode_cluster(const Params& p, cudaStream_t stream, int splits) {
     ++n_attr;
   }
   const int keys_per_block = (p.seqlen_k + splits - 1) / splits;
-  n_attr += decode_pdl_attribute(attr[n_attr], keys_per_block <= 512);
+  const int pdl = decode_pdl_attribute(attr[n_attr], keys_per_block <= 512);
+  n_attr += pdl;
   config.attrs = attr;
   config.numAttrs = n_attr;
   Params pc = p;
-  pc.workspace = nullptr;  // the kernel's switch between the two combines
+  pc.cache_settled = p.cache_settled && pdl;  // the prefetch pays only ahead of a PDL wait
+  pc.workspace = nullptr;                     // the kernel's switch between the two combines
   check_cuda(cudaLaunchKernelEx(&config, kernel, pc), "flash split-kv decode (sm80) launch");
 }
 
@@ -123,7 +125,9 @@ void launch_decode_workspace(const Params& p, cudaStream_t stream, int splits) {
   cudaLaunchAttribute split_attr[1];
   split_config.attrs = split_attr;
   split_config.numAttrs = decode_pdl_attribute(split_attr[0]);
-  check_cuda(cudaLaunchKernelEx(&split_config, kernel, p), "flash split-kv decode (sm80) launch");
+  Params ps = p;
+  ps.cache_settled = p.cache_settled && split_config.numAttrs == 1;
+  check_cuda(cudaLaunchKernelEx(&split_config, kernel, ps), "flash split-kv decode (sm80) launch");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(Cfg::kBlockM, tiles * p.heads_kv, p.batch);
   config.blockDim = dim3(D);
