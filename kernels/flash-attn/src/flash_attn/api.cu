@@ -155,8 +155,11 @@ DecodeSplit decode_split(const Params& p, int sms, bool with_workspace) {
     }
   }
   const int64_t key_tiles = (p.seqlen_k + 127) / 128;
-  const int64_t splits =
+  int64_t splits =
       std::min<int64_t>({blocks >= sms ? 1 : sms / blocks, 16, std::max<int64_t>(key_tiles, 1)});
+  // HK_FLASH_DECODE_SPLITS=N caps the cluster form's splits (to measure the cluster combine)
+  const int cap = env_int("HK_FLASH_DECODE_SPLITS", 0);
+  if (cap > 0) splits = std::min<int64_t>(splits, cap);
   return {static_cast<int>(std::max<int64_t>(splits, 1)), false, false};
 }
 
