@@ -103,13 +103,16 @@ void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, S
   HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
-// The shared-memory-staged gemv (gemv_bulk_sm90.cu): why it cannot serve `p` ("" when it can),
-// and its launch (p already checked by gemv_unsupported and gemv_bulk_unsupported).
-std::string gemv_bulk_unsupported(const GemvParams& p);
-void gemv_bulk(const GemvParams& p, Stream stream);
+// The shared-memory-staged gemv (gemv_bulk_sm90.cu): its 8-row groups a block for `p` (0 when it
+// cannot serve it, the reason in *why when asked), and its launch with them (p already checked
+// by gemv_unsupported).
+int bulk_groups(const GemvParams& p, std::string* why);
+void gemv_bulk(const GemvParams& p, int groups, Stream stream);
 
-// Raises a kernel's dynamic shared memory limit once (per process and kernel).
+// Raises a kernel's dynamic shared memory limit as launches need more (per process and kernel).
 void allow_dynamic_smem(const void* kernel, size_t bytes);
 int device_sm_count();
+// The current device is sm_90 or later (PDL, bulk copies); asked once a process.
+bool device_is_sm90_or_later();
 
 }  // namespace hk::decode::detail

@@ -17,7 +17,7 @@
 // (deterministic). Prologue and SwiGLU epilogue have the mma.sync gemv's semantics and rounding
 // points (decode_kernels.h). Not here: more than 8 rows of x, f32, launches whose weights do not
 // fit in shared memory across the SMs in one pass (lm_head), devices before sm_90
-// (gemv_bulk_unsupported names which; gemv then takes the mma.sync kernel).
+// (bulk_groups names which; gemv then takes the mma.sync kernel).
 #include <algorithm>
 #include <string>
 
@@ -267,56 +267,49 @@ void launch_bulk_dispatch(const GemvArgs& a, bool prologue, bool pair, int group
          : launch_bulk_groups<T, false, false>(a, groups, stream);
 }
 
-bool device_has_bulk_copies() {
-  static const bool yes = [] {
-    int d = 0, major = 0;
-    if (cudaGetDevice(&d) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess)
-      return false;
-    return major >= 9;
-  }();
-  return yes;
-}
+}  // namespace
 
 // 8-row groups a block: as few blocks as cover the SMs once (within the shared-memory budget).
-// Returns 0 when even one group a block needs more than two blocks an SM: such a launch (lm_head)
-// cannot stage its weights in one pass and streams better through the mma.sync gemv.
-int bulk_groups(const GemvParams& p) {
+// 0 when the kernel cannot serve `p`, with the reason in *why (when asked): among them a launch
+// whose weights do not fit on chip in one pass even at one group a block (lm_head), which
+// streams better through the mma.sync gemv.
+int bulk_groups(const GemvParams& p, std::string* why) {
+  auto refuse = [&](const char* reason) {
+    if (why) *why = reason;
+    return 0;
+  };
+  if (p.dtype != DType::BF16 && p.dtype != DType::F16)
+    return refuse("it takes bf16 or f16 weights");
+  if (p.m < 1 || p.m > kMaxRows) return refuse("it takes 1 to 8 rows of x");
+  if (p.has_prologue && p.k > kMaxPrologueK)
+    return refuse("its RMSNorm prologue takes k up to 2048");
+  if (!device_is_sm90_or_later()) return refuse("it needs sm_90 bulk copies");
   const int sets = p.epilogue == GemvEpilogue::SiluMul ? 2 : 1;
-  int64_t groups8 = 0;
-  for (int s = 0; s < (sets == 2 ? 1 : p.num_segments); ++s)
-    groups8 += (p.segments[s].n + kGroupRows - 1) / kGroupRows;
+  const int segments = sets == 2 ? 1 : p.num_segments;
+  auto blocks_of = [&](int rows) {
+    int64_t blocks = 0;
+    for (int s = 0; s < segments; ++s) blocks += (p.segments[s].n + rows - 1) / rows;
+    return blocks;
+  };
   const int64_t sms = device_sm_count();
-  int groups = static_cast<int>(std::min<int64_t>(kMaxGroups, (groups8 + sms - 1) / sms));
-  groups = std::max(groups, 1);
+  int groups =
+      static_cast<int>(std::clamp<int64_t>((blocks_of(kGroupRows) + sms - 1) / sms, 1, kMaxGroups));
   auto fits = [&](int gr) {
     return BulkLayout(static_cast<int>(p.m), static_cast<int>(p.k), p.has_prologue, sets, gr)
                .total <= kSmemBudget;
   };
   while (groups > 1 && !fits(groups)) --groups;
-  if (!fits(groups)) return 0;
-  int64_t blocks = 0;
-  for (int s = 0; s < (sets == 2 ? 1 : p.num_segments); ++s)
-    blocks += (p.segments[s].n + groups * kGroupRows - 1) / (groups * kGroupRows);
-  return blocks <= 2 * sms ? groups : 0;
+  if (!fits(groups) || blocks_of(groups * kGroupRows) > 2 * sms) {
+    if (why)
+      *why = "the weights do not fit in shared memory across the SMs in one pass (at most " +
+             std::to_string(kMaxGroups * kGroupRows) + " rows a block, " +
+             std::to_string(kSmemBudget / 1024) + " KB)";
+    return 0;
+  }
+  return groups;
 }
 
-}  // namespace
-
-std::string gemv_bulk_unsupported(const GemvParams& p) {
-  if (p.dtype != DType::BF16 && p.dtype != DType::F16) return "it takes bf16 or f16 weights";
-  if (p.m < 1 || p.m > kMaxRows) return "it takes 1 to 8 rows of x";
-  if (p.has_prologue && p.k > kMaxPrologueK) return "its RMSNorm prologue takes k up to 2048";
-  if (!device_has_bulk_copies()) return "it needs sm_90 bulk copies";
-  if (bulk_groups(p) == 0)
-    return "the weights do not fit in shared memory across the SMs in one pass (at most " +
-           std::to_string(kMaxGroups * kGroupRows) + " rows a block, " +
-           std::to_string(kSmemBudget / 1024) + " KB)";
-  return "";
-}
-
-void gemv_bulk(const GemvParams& p, Stream stream) {
-  const int groups = bulk_groups(p);
+void gemv_bulk(const GemvParams& p, int groups, Stream stream) {
   const GemvArgs a = gemv_args(p, groups * kGroupRows);
   const bool prologue = p.has_prologue, pair = p.epilogue == GemvEpilogue::SiluMul;
   if (p.dtype == DType::BF16)

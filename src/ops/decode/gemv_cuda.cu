@@ -49,6 +49,17 @@ int device_sm_count() {
   return cached[d];
 }
 
+bool device_is_sm90_or_later() {
+  static const bool yes = [] {
+    int d = 0, major = 0;
+    if (cudaGetDevice(&d) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess)
+      return false;
+    return major >= 9;
+  }();
+  return yes;
+}
+
 }  // namespace detail
 
 int64_t gemv_preferred_max_rows() {
@@ -64,11 +75,7 @@ bool pdl_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("HK_DECODE_PDL");
     if (v && (std::string(v) == "0" || std::string(v) == "off")) return false;
-    int d = 0, major = 0;
-    if (cudaGetDevice(&d) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d) != cudaSuccess)
-      return false;
-    return major >= 9;
+    return detail::device_is_sm90_or_later();
   }();
   return on;
 }
@@ -398,22 +405,27 @@ GemvKernel requested_kernel() {
   return kernel;
 }
 
-// The shared-memory-staged gemv where it serves, unless mma is asked for; asked for by name
-// (GemvParams::kernel) where it cannot serve, the reason is thrown.
-bool use_bulk(const GemvParams& p) {
+// The staged gemv's groups a block where it serves (0: the mma.sync gemv), unless mma is asked
+// for; asked for by name (GemvParams::kernel) where it cannot serve, the reason is thrown. The
+// reason is a string made only then, not on every launch.
+int bulk_groups_to_use(const GemvParams& p) {
   const GemvKernel k = p.kernel == GemvKernel::Auto ? requested_kernel() : p.kernel;
-  if (k == GemvKernel::Mma) return false;
-  const std::string why = gemv_bulk_unsupported(p);
-  if (!why.empty() && p.kernel == GemvKernel::Bulk)
+  if (k == GemvKernel::Mma) return 0;
+  if (p.kernel != GemvKernel::Bulk) return bulk_groups(p, nullptr);
+  std::string why;
+  const int groups = bulk_groups(p, &why);
+  if (groups == 0)
     throw Unsupported("decode gemv: the shared-memory-staged kernel cannot serve this call: " +
                       why);
-  return why.empty();
+  return groups;
 }
 
 }  // namespace
 
 std::string gemv_kernel_unsupported(const GemvParams& p) {
-  return p.kernel == GemvKernel::Bulk ? gemv_bulk_unsupported(p) : std::string();
+  std::string why;
+  if (p.kernel == GemvKernel::Bulk) bulk_groups(p, &why);
+  return why;
 }
 
 std::string gemv_unsupported(const GemvParams& p) {
@@ -458,8 +470,8 @@ void gemv(const GemvParams& p, Stream stream) {
   if (!why.empty()) throw Unsupported("decode gemv: " + why);
   const bool pair = p.epilogue == GemvEpilogue::SiluMul;
   const bool f32 = p.dtype == DType::F32;
-  if (!f32 && use_bulk(p)) {
-    gemv_bulk(p, stream);
+  if (const int groups = f32 ? 0 : bulk_groups_to_use(p); groups > 0) {
+    gemv_bulk(p, groups, stream);
     return;
   }
   const GemvArgs a = gemv_args(p, f32 ? kF32Rows : kMmaRows);

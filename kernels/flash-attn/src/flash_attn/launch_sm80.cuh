@@ -29,6 +29,25 @@ inline int decode_pdl_attribute(cudaLaunchAttribute& attr, bool asked = true) {
   return 1;
 }
 
+// The launch of the split-KV decode's `splits` blocks a row tile (the attributes are the caller's).
+template <class Cfg>
+cudaLaunchConfig_t decode_split_config(const Params& p, int splits, int tiles, size_t smem,
+                                       cudaStream_t stream) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
+  config.blockDim = dim3(Cfg::kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  return config;
+}
+
+// Whether the split kernel prefetches a settled cache before its PDL wait (Params::cache_settled):
+// only ahead of such a wait, and for short blocks — H200, Qwen3-0.6B, batch 1: 128 keys a block
+// (16+128 tokens) 1,297 -> 1,326 tok/s, 256 (2048+128) 1,079 -> 1,062.
+inline bool prefetch_settled_cache(const Params& p, bool pdl, int keys_per_block) {
+  return p.cache_settled && pdl && keys_per_block <= 128;
+}
+
 // Split-KV decode: clusters of up to `splits` blocks (more than 8 needs the non-portable size).
 // The cluster size is the largest at most `splits` for which every cluster of the grid can be
 // resident at once (cudaOccupancyMaxActiveClusters, per kernel and size, asked once): a cluster
@@ -75,11 +94,7 @@ void launch_decode_cluster(const Params& p, cudaStream_t stream, int splits) {
                  "clusters of %d (asked %d; %d clusters, %d of that size resident at once)\n",
                  Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits, asked, clusters,
                  splits > 1 ? resident_clusters(splits) : 0);
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
-  config.blockDim = dim3(Cfg::kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
+  cudaLaunchConfig_t config = decode_split_config<Cfg>(p, splits, tiles, smem, stream);
   cudaLaunchAttribute attr[2];
   int n_attr = 0;
   if (splits > 1) {
@@ -95,9 +110,7 @@ void launch_decode_cluster(const Params& p, cudaStream_t stream, int splits) {
   config.attrs = attr;
   config.numAttrs = n_attr;
   Params pc = p;
-  // The prefetch pays only ahead of a PDL wait, and for short blocks: H200, Qwen3-0.6B, batch 1,
-  // 128 keys a block (16+128 tokens) 1,297 -> 1,326 tok/s, 256 (2048+128) 1,079 -> 1,062.
-  pc.cache_settled = p.cache_settled && pdl && keys_per_block <= 128;
+  pc.cache_settled = prefetch_settled_cache(p, pdl, keys_per_block);
   pc.workspace = nullptr;  // the kernel's switch between the two combines
   check_cuda(cudaLaunchKernelEx(&config, kernel, pc), "flash split-kv decode (sm80) launch");
 }
@@ -119,16 +132,13 @@ void launch_decode_workspace(const Params& p, cudaStream_t stream, int splits) {
                  "%d independent splits a row tile (%d row tiles), combined by a second kernel\n",
                  Cfg::kWarps, Cfg::kBlockN, Cfg::kStages, smem, splits,
                  tiles * p.heads_kv * p.batch);
-  cudaLaunchConfig_t split_config = {};
-  split_config.gridDim = dim3(splits, tiles * p.heads_kv, p.batch);
-  split_config.blockDim = dim3(Cfg::kThreads);
-  split_config.dynamicSmemBytes = smem;
-  split_config.stream = stream;
+  cudaLaunchConfig_t split_config = decode_split_config<Cfg>(p, splits, tiles, smem, stream);
   cudaLaunchAttribute split_attr[1];
   split_config.attrs = split_attr;
   split_config.numAttrs = decode_pdl_attribute(split_attr[0]);
   Params ps = p;
-  ps.cache_settled = p.cache_settled && split_config.numAttrs == 1;
+  ps.cache_settled =
+      prefetch_settled_cache(p, split_config.numAttrs == 1, (p.seqlen_k + splits - 1) / splits);
   check_cuda(cudaLaunchKernelEx(&split_config, kernel, ps), "flash split-kv decode (sm80) launch");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(Cfg::kBlockM, tiles * p.heads_kv, p.batch);
