@@ -15,14 +15,7 @@ struct GemvArgs {
   int m = 0, k = 0;
   const void* x = nullptr;
   int64_t x_stride = 0;
-  const void* residual = nullptr;
-  int64_t residual_stride = 0;
-  const void* delta = nullptr;
-  int64_t delta_stride = 0;
-  void* residual_out = nullptr;
-  int64_t residual_out_stride = 0;
-  const void* norm_weight = nullptr;
-  float eps = 0.0f;
+  GemvPrologue prologue;  // as given (read only by the prologue instances)
   const void* w[3] = {};
   const void* bias[3] = {};
   void* out[3] = {};
@@ -46,16 +39,7 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
   a.k = static_cast<int>(p.k);
   a.x = p.x;
   a.x_stride = p.x_stride;
-  if (p.has_prologue) {
-    a.residual = p.prologue.residual;
-    a.residual_stride = p.prologue.residual_stride;
-    a.delta = p.prologue.delta;
-    a.delta_stride = p.prologue.delta_stride;
-    a.residual_out = p.prologue.residual_out;
-    a.residual_out_stride = p.prologue.residual_out_stride;
-    a.norm_weight = p.prologue.norm_weight;
-    a.eps = p.prologue.eps;
-  }
+  if (p.has_prologue) a.prologue = p.prologue;
   const bool pair = p.epilogue == GemvEpilogue::SiluMul;
   a.num_segments = p.num_segments;
   int tiles = 0;

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     fence_barrier_init();
     if constexpr (kPrologue) {
       mbar_expect_tx(bar_norm, k_bytes);
-      bulk_load(base + lay.norm_w, a.norm_weight, k_bytes, bar_norm);
+      bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
     }
     mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
 #pragma unroll
@@ -103,8 +103,10 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     constexpr int kPieces = kMaxPrologueK / 256;
     if (warp < a.m) {
       const int row = warp;
-      const T* res = static_cast<const T*>(a.residual) + row * a.residual_stride;
-      const T* del = a.delta ? static_cast<const T*>(a.delta) + row * a.delta_stride : nullptr;
+      const T* res = static_cast<const T*>(a.prologue.residual) + row * a.prologue.residual_stride;
+      const T* del = a.prologue.delta
+                         ? static_cast<const T*>(a.prologue.delta) + row * a.prologue.delta_stride
+                         : nullptr;
       uint4 v[kPieces], d[kPieces];
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) {
@@ -112,8 +114,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
         v[i] = c < k ? load_ro16(res + c) : zero16();
         d[i] = del && c < k ? load_ro16(del + c) : zero16();
       }
-      T* out = a.residual_out && del && blockIdx.x == 0
-                   ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride
+      T* out = a.prologue.residual_out && del && blockIdx.x == 0
+                   ? static_cast<T*>(a.prologue.residual_out) + row * a.prologue.residual_out_stride
                    : nullptr;
       float ss = 0.0f;
 #pragma unroll
@@ -135,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
         if (out) *reinterpret_cast<uint4*>(out + c) = v[i];
       }
       ss = warp_sum(ss);
-      const float r = rsqrtf(ss / static_cast<float>(k) + a.eps);
+      const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
       mbar_wait(bar_norm, 0);
       const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
 #pragma unroll

@@ -104,10 +104,12 @@ __device__ void norm_prologue(const GemvArgs& a, T* xs) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int stride = a.k + kXPad;
   for (int row = warp; row < a.m; row += kWarps) {
-    const T* res = static_cast<const T*>(a.residual) + row * a.residual_stride;
-    const T* del = a.delta ? static_cast<const T*>(a.delta) + row * a.delta_stride : nullptr;
-    T* out = a.residual_out && a.delta && blockIdx.x == 0
-                 ? static_cast<T*>(a.residual_out) + row * a.residual_out_stride
+    const T* res = static_cast<const T*>(a.prologue.residual) + row * a.prologue.residual_stride;
+    const T* del = a.prologue.delta
+                       ? static_cast<const T*>(a.prologue.delta) + row * a.prologue.delta_stride
+                       : nullptr;
+    T* out = a.prologue.residual_out && a.prologue.delta && blockIdx.x == 0
+                 ? static_cast<T*>(a.prologue.residual_out) + row * a.prologue.residual_out_stride
                  : nullptr;
     T* xr = xs + row * stride;
     float ss = 0.0f;
@@ -133,8 +135,8 @@ __device__ void norm_prologue(const GemvArgs& a, T* xs) {
       if (out) *reinterpret_cast<uint4*>(out + i) = v;
     }
     ss = warp_sum(ss);
-    const float r = rsqrtf(ss / static_cast<float>(a.k) + a.eps);
-    const T* w = static_cast<const T*>(a.norm_weight);
+    const float r = rsqrtf(ss / static_cast<float>(a.k) + a.prologue.eps);
+    const T* w = static_cast<const T*>(a.prologue.norm_weight);
     for (int i = lane * 8; i < a.k; i += 256) {
       const uint4 v = *reinterpret_cast<const uint4*>(xr + i);
       const uint4 wv = load_ro16(w + i);
