@@ -1,19 +1,23 @@
 // hk_bench_decode_chain — what one launch of the decode step's products costs at small batch when
 // launched back to back (the way the decode step runs them: a CUDA graph of PDL launches), per
-// 16-bit gemv kernel (mma.sync, shared-memory staged) at the Qwen3-0.6B shapes.
+// 16-bit gemv kernel (mma.sync, shared-memory staged) at the Qwen3-0.6B shapes, and at 9+ rows
+// beside the layers' own products (cuBLASLt through ops::linear, ops::act_mul), which the step ran
+// there before the staged gemv's wide form.
 //
 // Method: 28 layers of distinct random bf16 weights (870 MB, far beyond L2), captured as one
-// CUDA graph per sequence and replayed (2 warm-up replays, then the median of --reps timed
-// between events). Sequences: each product alone 28 times (qkv with the RMSNorm prologue, o_proj,
-// gate/up with prologue and SwiGLU, down), the four in layer order 28 times, lm_head 4 times, the
-// q/k norm + rotary + cache kernel and the flash split-KV decode (81 keys of a 256-row cache, as
-// at 16+128 tokens) 28 times each, the whole layer (those six kernels) 28 times, and a chain of
-// empty PDL kernels (wait, trigger, exit) as the floor a dependent launch costs here.
-// Reports µs a launch and the weight bytes a launch streams over that time (GB/s).
+// CUDA graph per sequence and replayed (one eager pass first, 2 warm-up replays, then the median
+// of --reps timed between events). Sequences: each product alone 28 times (qkv — with the
+// RMSNorm prologue at 1-8 rows —, o_proj, gate/up with SwiGLU, down), the four in layer order 28
+// times (at 9+ rows with the step's two add+RMSNorm kernels), lm_head 4 times, the q/k norm +
+// rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
+// tokens: the flash split-KV decode, hk's own kernel at 32+ rows) 28 times each, the whole layer
+// 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as the floor a dependent
+// launch costs here. Reports µs a launch and the weight bytes a launch streams over that time
+// (GB/s).
 // Not here: embedding, final norm and the greedy pick (hk_bench_generate times the whole step);
 // it checks no numbers (hk_gpu_decode_test does).
 //
-// Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8]
+// Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64]
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,6 +34,7 @@
 #include "flash_attn/from_views.h"
 #include "hk/device.h"
 #include "hk/error.h"
+#include "hk/ops.h"
 #include "hk/stream.h"
 #include "hk/tensor.h"
 #include "ops/decode/decode_kernels.h"
@@ -75,8 +80,9 @@ constexpr int64_t kCacheCapacity = 256, kCacheLength = 80;  // the 16+128 decode
 constexpr int kLayers = 28;
 
 struct Buffers {
-  Tensor h0, h1, delta, qkv, attn, act, logits;
+  Tensor h0, h1, delta, normed, qkv, attn, act, gate_up, logits;
   Tensor positions, lengths, key_start;  // i32 [rows]: kCacheLength, kCacheLength, 0
+  Tensor attn_workspace, attn_counters;  // hk's decode attention with key splits
 };
 
 decode::GemvParams base(decode::GemvKernel kernel, int64_t m, int64_t k, const Tensor* x) {
@@ -92,11 +98,18 @@ decode::GemvParams base(decode::GemvKernel kernel, int64_t m, int64_t k, const T
   return p;
 }
 
+// The staged gemv fuses the RMSNorm only at 1-8 rows; past that the step runs the norm as its
+// own kernel (add_norm) and the product reads the normalised rows (b.normed).
+bool fused_norm(int64_t m) {
+  return m <= 8;
+}
+
 decode::GemvParams qkv_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
-  decode::GemvParams p = base(kn, m, kHidden, nullptr);
-  p.has_prologue = true;
-  p.prologue = {b.h0.view().ptr(), kHidden, b.delta.view().ptr(), kHidden,
-                b.h1.view().ptr(), kHidden, l.norm1.view().ptr(), 1e-6f};
+  decode::GemvParams p = base(kn, m, kHidden, fused_norm(m) ? nullptr : &b.normed);
+  p.has_prologue = fused_norm(m);
+  if (p.has_prologue)
+    p.prologue = {b.h0.view().ptr(), kHidden, b.delta.view().ptr(), kHidden,
+                  b.h1.view().ptr(), kHidden, l.norm1.view().ptr(), 1e-6f};
   p.segments[0] = {l.qkv.view().ptr(), nullptr, b.qkv.view().ptr(), kQkv, kQkv};
   p.num_segments = 1;
   return p;
@@ -108,10 +121,11 @@ decode::GemvParams o_product(decode::GemvKernel kn, int64_t m, const Layer& l, B
   return p;
 }
 decode::GemvParams gate_up_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
-  decode::GemvParams p = base(kn, m, kHidden, nullptr);
-  p.has_prologue = true;
-  p.prologue = {b.h1.view().ptr(), kHidden, b.delta.view().ptr(), kHidden,
-                b.h0.view().ptr(), kHidden, l.norm2.view().ptr(), 1e-6f};
+  decode::GemvParams p = base(kn, m, kHidden, fused_norm(m) ? nullptr : &b.normed);
+  p.has_prologue = fused_norm(m);
+  if (p.has_prologue)
+    p.prologue = {b.h1.view().ptr(), kHidden, b.delta.view().ptr(), kHidden,
+                  b.h0.view().ptr(), kHidden, l.norm2.view().ptr(), 1e-6f};
   const char* w = static_cast<const char*>(l.gate_up.view().ptr());
   p.segments[0] = {w, nullptr, b.act.view().ptr(), kInter, kInter};
   p.segments[1] = {w + kInter * kHidden * 2, nullptr, b.act.view().ptr(), kInter, kInter};
@@ -124,6 +138,34 @@ decode::GemvParams down_product(decode::GemvKernel kn, int64_t m, const Layer& l
   p.segments[0] = {l.down.view().ptr(), nullptr, b.delta.view().ptr(), kHidden, kHidden};
   p.num_segments = 1;
   return p;
+}
+
+// The unfused residual step of 9+ rows: normed = rms_norm(h += delta), as the decode step's
+// ops::add_rms_norm.
+void add_norm(int64_t m, const Tensor& norm_w, Buffers& b, hk::Stream stream) {
+  hk::ops::add_rms_norm(b.h0.slice(0, 0, m).view(), b.delta.slice(0, 0, m).view(), norm_w.view(),
+                        1e-6f, b.normed.slice(0, 0, m).view(), stream);
+}
+
+// The layers' own products at 9+ rows (what the step ran before the staged gemv's wide form):
+// cuBLASLt through ops::linear over the adjacent q/k/v and gate/up weights, and ops::act_mul.
+void cublaslt_qkv(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  hk::ops::linear(b.normed.slice(0, 0, m).view(), l.qkv.view(), nullptr,
+                  b.qkv.slice(0, 0, m).view(), stream);
+}
+void cublaslt_o(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  hk::ops::linear(b.attn.slice(0, 0, m).view(), l.o.view(), nullptr, b.delta.slice(0, 0, m).view(),
+                  stream);
+}
+void cublaslt_gate_up(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  const Tensor gu = b.gate_up.slice(0, 0, m);
+  hk::ops::linear(b.normed.slice(0, 0, m).view(), l.gate_up.view(), nullptr, gu.view(), stream);
+  hk::ops::act_mul(hk::ops::Activation::SiLU, gu.slice(1, 0, kInter).view(),
+                   gu.slice(1, kInter, 2 * kInter).view(), b.act.slice(0, 0, m).view(), stream);
+}
+void cublaslt_down(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  hk::ops::linear(b.act.slice(0, 0, m).view(), l.down.view(), nullptr,
+                  b.delta.slice(0, 0, m).view(), stream);
 }
 
 // q/k norm + rotary of the q/k/v row, k and v into the layer's cache at row kCacheLength.
@@ -169,9 +211,39 @@ void flash_decode(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
   hk_flash::forward(fp, static_cast<hk_flash::Stream>(stream.handle));
 }
 
+// hk's decode attention over the layer's cache (the step's kernel for 32+ rows over short caches).
+void hk_decode_attention(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+  decode::DecodeAttentionParams ap;
+  ap.dtype = DType::BF16;
+  ap.batch = m;
+  ap.heads_q = kHeadsQ;
+  ap.heads_kv = kHeadsKv;
+  ap.head_dim = kHeadDim;
+  ap.q = b.qkv.view().ptr();
+  ap.q_batch_stride = kQkv;
+  ap.k_cache = l.k_cache.view().ptr();
+  ap.v_cache = l.v_cache.view().ptr();
+  ap.cache_batch_stride = kCacheCapacity * kHeadsKv * kHeadDim;
+  ap.cache_row_stride = kHeadsKv * kHeadDim;
+  ap.lengths = b.lengths.data_as<int32_t>();
+  ap.length_add = 1;
+  ap.key_start = b.key_start.data_as<int32_t>();
+  ap.out = b.attn.view().ptr();
+  ap.out_batch_stride = kQ;
+  ap.scale = 1.0f / 11.3137085f;
+  ap.splits = decode::attention_splits(m, kHeadsKv, kCacheCapacity);  // as the step's plan
+  if (ap.splits > 1) {
+    ap.workspace = b.attn_workspace.data_as<float>();
+    ap.counters = b.attn_counters.data_as<int32_t>();
+  }
+  decode::attention(ap, stream);
+}
+
 // Median µs of one replay of the graph `record` captures.
 template <class F>
 double time_graph(cudaStream_t s, int reps, F record) {
+  record();  // once eagerly: what the launches allocate (cuBLASLt's workspace) comes from the cache
+  CK(cudaStreamSynchronize(s));
   cudaGraph_t graph;
   CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   record();
@@ -223,7 +295,7 @@ std::vector<int64_t> parse_rows(const std::string& s) {
 int main(int argc, char** argv) try {
   std::string out = "decode-chain.json";
   int reps = 20;
-  std::vector<int64_t> rows = {1, 8};
+  std::vector<int64_t> rows = {1, 8, 64};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -239,7 +311,7 @@ int main(int argc, char** argv) try {
     else
       throw hk::InvalidArgument(
           "usage: hk_bench_decode_chain [--out FILE.json] [--reps N] "
-          "[--rows 1,8] (unknown argument '" +
+          "[--rows 1,8,64] (unknown argument '" +
           a + "')");
   }
   cudaStream_t cs;
@@ -266,6 +338,12 @@ int main(int argc, char** argv) try {
   b.qkv = random_bf16({mmax, kQkv}, seed++);
   b.attn = random_bf16({mmax, kQ}, seed++, 1.0f);
   b.act = random_bf16({mmax, kInter}, seed++, 1.0f);
+  b.normed = random_bf16({mmax, kHidden}, seed++, 1.0f);
+  b.gate_up = random_bf16({mmax, 2 * kInter}, seed++, 1.0f);
+  b.attn_workspace = Tensor::empty(
+      {static_cast<int64_t>(decode::attention_workspace_floats(mmax, kHeadsQ, kHeadDim, 64))},
+      DType::F32, hk::Device::cuda(0));
+  b.attn_counters = Tensor::zeros({mmax * kHeadsKv}, DType::I32, hk::Device::cuda(0));
   b.logits = random_bf16({mmax, kVocab}, seed++);
   for (Layer& l : layers) {
     l.k_cache = random_bf16({mmax, kCacheCapacity, kHeadsKv, kHeadDim}, seed++, 1.0f);
@@ -322,69 +400,107 @@ int main(int argc, char** argv) try {
 
   const double qkv_bytes = kQkv * kHidden * 2.0, o_bytes = kHidden * kQ * 2.0,
                gu_bytes = 2.0 * kInter * kHidden * 2.0, down_bytes = kHidden * kInter * 2.0;
-  for (int64_t m : rows)
-    for (decode::GemvKernel kn : {decode::GemvKernel::Mma, decode::GemvKernel::Bulk}) {
-      const std::string name = kn == decode::GemvKernel::Mma ? "mma" : "bulk";
-      decode::GemvParams probe = qkv_product(kn, m, layers[0], b);
-      if (!decode::gemv_kernel_unsupported(probe).empty()) continue;
-      using Make = decode::GemvParams (*)(decode::GemvKernel, int64_t, const Layer&, Buffers&);
-      struct One {
-        const char* name;
-        Make make;
-        double bytes;
+  const double layer_bytes = qkv_bytes + o_bytes + gu_bytes + down_bytes;
+  using Make = decode::GemvParams (*)(decode::GemvKernel, int64_t, const Layer&, Buffers&);
+  using Run = void (*)(int64_t, const Layer&, Buffers&, hk::Stream);
+  struct Product {
+    const char* name;
+    Make make;     // the decode gemv's parameters
+    Run cublaslt;  // the layers' own product (9+ rows)
+    double bytes;
+  };
+  const Product products[] = {{"qkv", qkv_product, cublaslt_qkv, qkv_bytes},
+                              {"o_proj", o_product, cublaslt_o, o_bytes},
+                              {"gate_up + swiglu", gate_up_product, cublaslt_gate_up, gu_bytes},
+                              {"down", down_product, cublaslt_down, down_bytes}};
+  for (int64_t m : rows) {
+    const bool norm_kernels = !fused_norm(m);
+    const std::string norm = norm_kernels ? " + 2 norms" : " (norms fused)";
+    // the step's attention at this batch: hk's decode kernel for 32+ rows over short caches, else
+    // the flash split-KV decode (decode_step.cc's choice)
+    const bool hk_attention = m >= 32;
+    for (const char* name : {"mma", "bulk", "cublaslt"}) {
+      const bool lt = std::string(name) == "cublaslt";
+      if (lt && !norm_kernels) continue;  // the step hands 1-8 rows to the gemv only
+      const decode::GemvKernel kn =
+          std::string(name) == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
+      if (!lt && !decode::gemv_kernel_unsupported(qkv_product(kn, m, layers[0], b)).empty())
+        continue;
+      auto product = [&](const Product& pr, const Layer& l) {
+        if (lt)
+          pr.cublaslt(m, l, b, stream);
+        else
+          decode::gemv(pr.make(kn, m, l, b), stream);
       };
-      for (One one : {One{"qkv + norm", qkv_product, qkv_bytes}, One{"o_proj", o_product, o_bytes},
-                      One{"gate_up + norm + swiglu", gate_up_product, gu_bytes},
-                      One{"down", down_product, down_bytes}}) {
+      for (const Product& pr : products) {
         const double us = time_graph(cs, reps, [&] {
-          for (const Layer& l : layers) decode::gemv(one.make(kn, m, l, b), stream);
+          for (const Layer& l : layers) product(pr, l);
         });
-        report(name, m, one.name, kLayers, one.bytes * kLayers, us);
+        report(name, m, pr.name, kLayers, pr.bytes * kLayers, us);
       }
+      const int per_layer = 4 + (norm_kernels ? 2 : 0) + (lt ? 1 : 0);  // + act_mul
       const double us = time_graph(cs, reps, [&] {
         for (const Layer& l : layers) {
-          decode::gemv(qkv_product(kn, m, l, b), stream);
-          decode::gemv(o_product(kn, m, l, b), stream);
-          decode::gemv(gate_up_product(kn, m, l, b), stream);
-          decode::gemv(down_product(kn, m, l, b), stream);
+          if (norm_kernels) add_norm(m, l.norm1, b, stream);
+          product(products[0], l);
+          product(products[1], l);
+          if (norm_kernels) add_norm(m, l.norm2, b, stream);
+          product(products[2], l);
+          product(products[3], l);
         }
       });
-      report(name, m, "layers (4 products)", 4 * kLayers,
-             (qkv_bytes + o_bytes + gu_bytes + down_bytes) * kLayers, us);
-      // lm_head: the named kernel where it serves (the staged one does not: its weights do not
-      // fit on chip in one pass), else what Auto picks
-      decode::GemvParams head = base(kn, m, kHidden, &b.h0);
-      head.segments[0] = {lm_head.view().ptr(), nullptr, b.logits.view().ptr(), kVocab, kVocab};
-      head.num_segments = 1;
-      const bool named = decode::gemv_kernel_unsupported(head).empty();
-      if (!named) head.kernel = decode::GemvKernel::Auto;
-      const double lm_us = time_graph(cs, reps, [&] {
-        for (int i = 0; i < 4; ++i) decode::gemv(head, stream);
-      });
-      report(name, m, named ? "lm_head" : "lm_head (auto)", 4, 4.0 * kVocab * kHidden * 2.0, lm_us);
+      report(name, m, "layers (products" + norm + ")", per_layer * kLayers, layer_bytes * kLayers,
+             us);
+      if (!lt) {
+        // lm_head: the named kernel where it serves (the staged one does not: its weights do
+        // not fit on chip in one pass), else what Auto picks
+        decode::GemvParams head = base(kn, m, kHidden, &b.h0);
+        head.segments[0] = {lm_head.view().ptr(), nullptr, b.logits.view().ptr(), kVocab, kVocab};
+        head.num_segments = 1;
+        const bool named = decode::gemv_kernel_unsupported(head).empty();
+        if (!named) head.kernel = decode::GemvKernel::Auto;
+        const double lm_us = time_graph(cs, reps, [&] {
+          for (int i = 0; i < 4; ++i) decode::gemv(head, stream);
+        });
+        report(name, m, named ? "lm_head" : "lm_head (auto)", 4, 4.0 * kVocab * kHidden * 2.0,
+               lm_us);
+      }
       // the step's other two kernels a layer, alone and in the whole layer sequence
       const double kv_bytes = 2.0 * m * (kCacheLength + 1) * kHeadsKv * kHeadDim * 2.0;
-      const double rope_us = time_graph(cs, reps, [&] {
-        for (const Layer& l : layers) rope(m, l, b, stream);
-      });
-      report(name, m, "q/k norm + rope + cache", kLayers, 0, rope_us);
-      const double attn_us = time_graph(cs, reps, [&] {
-        for (const Layer& l : layers) flash_decode(m, l, b, stream);
-      });
-      report(name, m, "flash decode (81 keys)", kLayers, kv_bytes * kLayers, attn_us);
+      auto attention = [&](const Layer& l) {
+        if (hk_attention)
+          hk_decode_attention(m, l, b, stream);
+        else
+          flash_decode(m, l, b, stream);
+      };
+      const std::string attn_name =
+          std::string(hk_attention ? "hk decode attention" : "flash decode") + " (81 keys)";
+      if (std::string(name) == "mma") {  // the same kernels whatever the gemv: timed once
+        const double rope_us = time_graph(cs, reps, [&] {
+          for (const Layer& l : layers) rope(m, l, b, stream);
+        });
+        report("-", m, "q/k norm + rope + cache", kLayers, 0, rope_us);
+        const double attn_us = time_graph(cs, reps, [&] {
+          for (const Layer& l : layers) attention(l);
+        });
+        report("-", m, attn_name, kLayers, kv_bytes * kLayers, attn_us);
+      }
       const double step_us = time_graph(cs, reps, [&] {
         for (const Layer& l : layers) {
-          decode::gemv(qkv_product(kn, m, l, b), stream);
+          if (norm_kernels) add_norm(m, l.norm1, b, stream);
+          product(products[0], l);
           rope(m, l, b, stream);
-          flash_decode(m, l, b, stream);
-          decode::gemv(o_product(kn, m, l, b), stream);
-          decode::gemv(gate_up_product(kn, m, l, b), stream);
-          decode::gemv(down_product(kn, m, l, b), stream);
+          attention(l);
+          product(products[1], l);
+          if (norm_kernels) add_norm(m, l.norm2, b, stream);
+          product(products[2], l);
+          product(products[3], l);
         }
       });
-      report(name, m, "layers (6 kernels)", 6 * kLayers,
-             (qkv_bytes + o_bytes + gu_bytes + down_bytes + kv_bytes) * kLayers, step_us);
+      report(name, m, "layers (all kernels)", (per_layer + 2) * kLayers,
+             (layer_bytes + kv_bytes) * kLayers, step_us);
     }
+  }
   CK(cudaDeviceSynchronize());
   std::ofstream f(out);
   f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"results", results}}.dump(1) << "\n";
