@@ -106,22 +106,23 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   const uint32_t k_bytes = uint32_t(k) * 2;
 
   // The weights depend on no kernel: copied before the wait, so they stream while the
-  // predecessor finishes.
-  if (threadIdx.x == 0) {
-    mbar_init(bar_w, 1);
-    mbar_init(bar_norm, 1);
-    fence_barrier_init();
-    if constexpr (kPrologue) {
-      mbar_expect_tx(bar_norm, k_bytes);
-      bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
+  // predecessor finishes; the copies are issued by the 32 lanes of warp 0 (as the wide form).
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      mbar_init(bar_w, 1);
+      mbar_init(bar_norm, 1);
+      fence_barrier_init();
+      if constexpr (kPrologue) {
+        mbar_expect_tx(bar_norm, k_bytes);
+        bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
+      }
+      mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
     }
-    mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
-#pragma unroll
-    for (int q = 0; q < kSets; ++q) {
-      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes;
-      for (int r = 0; r < rows_here; ++r)
-        bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes,
-                  w + int64_t(r) * k_bytes, k_bytes, bar_w);
+    __syncwarp();
+    for (int i = threadIdx.x; i < kSets * rows_here; i += 32) {
+      const int q = i / rows_here, r = i % rows_here;
+      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0 + r) * k_bytes;
+      bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes, w, k_bytes, bar_w);
     }
   }
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
@@ -336,18 +337,21 @@ __global__ void __launch_bounds__(kThreads, 2) gemv_wide_kernel(const GemvArgs a
   const int k0 = part * klen;
   const uint32_t k_bytes = uint32_t(a.k) * 2, slice_bytes = uint32_t(klen) * 2;
 
-  // The weights depend on no kernel: copied before the wait.
-  if (threadIdx.x == 0) {
-    mbar_init(bar_w, 1);
-    fence_barrier_init();
-    mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * slice_bytes);
-#pragma unroll
-    for (int q = 0; q < kSets; ++q) {
-      const char* w =
-          static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes + int64_t(k0) * 2;
-      for (int r = 0; r < rows_here; ++r)
-        bulk_load(base + lay.w + uint32_t(q * kSetRows + r) * lay.row_bytes,
-                  w + int64_t(r) * k_bytes, slice_bytes, bar_w);
+  // The weights depend on no kernel: copied before the wait, one row slice a copy, the copies
+  // issued by the 32 lanes of warp 0 (one thread issuing 64 of them kept the block at its first
+  // barrier for microseconds: ncu, H200).
+  if (threadIdx.x < 32) {
+    if (threadIdx.x == 0) {
+      mbar_init(bar_w, 1);
+      fence_barrier_init();
+      mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * slice_bytes);
+    }
+    __syncwarp();
+    for (int i = threadIdx.x; i < kSets * rows_here; i += 32) {
+      const int q = i / rows_here, r = i % rows_here;
+      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0 + r) * k_bytes +
+                      int64_t(k0) * 2;
+      bulk_load(base + lay.w + uint32_t(q * kSetRows + r) * lay.row_bytes, w, slice_bytes, bar_w);
     }
   }
   __syncthreads();  // the mbarrier is initialised before any thread waits on it
