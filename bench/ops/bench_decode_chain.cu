@@ -1,8 +1,8 @@
 // hk_bench_decode_chain — what one launch of the decode step's products costs at small batch when
 // launched back to back (the way the decode step runs them: a CUDA graph of PDL launches), per
 // 16-bit gemv kernel (mma.sync, shared-memory staged) at the Qwen3-0.6B shapes, and at 9+ rows
-// beside the layers' own products (cuBLASLt through ops::linear, ops::act_mul), which the step ran
-// there before the staged gemv's wide form.
+// beside the layers' own products (cuBLASLt through ops::linear, ops::act_mul), which the step
+// runs from 17 rows on.
 //
 // Method: 28 layers of distinct random bf16 weights (870 MB, far beyond L2), captured as one
 // CUDA graph per sequence and replayed (one eager pass first, 2 warm-up replays, then the median
@@ -147,8 +147,8 @@ void add_norm(int64_t m, const Tensor& norm_w, Buffers& b, hk::Stream stream) {
                         1e-6f, b.normed.slice(0, 0, m).view(), stream);
 }
 
-// The layers' own products at 9+ rows (what the step ran before the staged gemv's wide form):
-// cuBLASLt through ops::linear over the adjacent q/k/v and gate/up weights, and ops::act_mul.
+// The layers' own products at 9+ rows (what the step runs from 17 rows on): cuBLASLt through
+// ops::linear over the adjacent q/k/v and gate/up weights, and ops::act_mul.
 void cublaslt_qkv(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
   hk::ops::linear(b.normed.slice(0, 0, m).view(), l.qkv.view(), nullptr,
                   b.qkv.slice(0, 0, m).view(), stream);

@@ -201,11 +201,8 @@ DecodeStep::~DecodeStep() = default;
 
 namespace {
 
-// The decode gemv takes a product at the batches it is preferred at, and at larger ones where its
-// staged kernel serves it (9–64 rows without the norm prologue, which then runs as its own kernel).
 bool gemv_ok(const decode::GemvParams& p) {
-  if (!decode::gemv_unsupported(p).empty()) return false;
-  return p.m <= decode::gemv_preferred_max_rows() || decode::gemv_takes_staged(p);
+  return p.m <= decode::gemv_preferred_max_rows() && decode::gemv_unsupported(p).empty();
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -362,8 +359,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   }
 
   // Per-layer choices. Fused products need the built-in implementations of every layer they
-  // replace and shapes the gemv serves (gemv_ok: 16-bit or f32 weights, aligned rows, M ≤ 16 or
-  // the staged kernel).
+  // replace and shapes the gemv serves (16-bit or f32 weights, M ≤ 16, aligned rows).
   int fused_norms = 0, fused_qkv = 0, fused_rope = 0, fused_o = 0, fused_mlp = 0;
   for (const auto& layer : lm.model->layers) {
     LayerPlan lp;

@@ -149,30 +149,48 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
         for (int e = 0; e < EPL; ++e) kv[u][e] = vv[u][e] = 0.0f;
       }
     }
+    // The chunk's scores as independent dot products, their warp sums interleaved level by level,
+    // then one online-softmax step for the whole chunk (one rescale of acc, not one a key): the
+    // per-key form was a dependent chain of shuffles and exponentials through m, l and acc.
+    const int valid = min(U, (k1 - base + kAttnWarps - 1) / kAttnWarps);  // warp-uniform, ≥ 1
+    float s[U][MAXG];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (base + u * kAttnWarps >= k1) break;  // warp-uniform
-      float s[MAXG];
-#pragma unroll
-      for (int g = 0; g < MAXG; ++g) {
-        s[g] = 0.0f;
-        if (g < G) {
-#pragma unroll
-          for (int e = 0; e < EPL; ++e) s[g] += q[g][e] * kv[u][e];
-          s[g] = warp_sum(s[g]);
-        }
-      }
+    for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int g = 0; g < MAXG; ++g) {
-        if (g >= G) break;
-        const float mn = fmaxf(m[g], s[g]);
-        const float corr = expf(m[g] - mn);
-        const float p = expf(s[g] - mn);
-        l[g] = l[g] * corr + p;
+        s[u][g] = 0.0f;
+        if (g < G)
 #pragma unroll
-        for (int e = 0; e < EPL; ++e) acc[g][e] = acc[g][e] * corr + p * vv[u][e];
-        m[g] = mn;
+          for (int e = 0; e < EPL; ++e) s[u][g] += q[g][e] * kv[u][e];
       }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+#pragma unroll
+        for (int g = 0; g < MAXG; ++g)
+          if (g < G) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      if (g >= G) break;
+      float mn = m[g];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (u < valid) mn = fmaxf(mn, s[u][g]);
+      const float corr = expf(m[g] - mn);
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) acc[g][e] *= corr;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        if (u >= valid) break;
+        const float p = expf(s[u][g] - mn);
+        sum += p;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] += p * vv[u][e];
+      }
+      l[g] = l[g] * corr + sum;
+      m[g] = mn;
     }
   }
 

@@ -86,51 +86,28 @@ inline cudaStream_t native(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
 }
 
-// Launches `kernel` with the PDL attribute when pdl_enabled(), in thread-block clusters of
-// `cluster` blocks along x when that is more than 1 (the grid a multiple of it).
+// Launches `kernel` with the PDL attribute when pdl_enabled().
 template <class... KernelArgs, class... Args>
-void launch_clustered(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
-                      int cluster, Stream stream, Args&&... args) {
+void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
+            Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = native(stream);
-  cudaLaunchAttribute attribute[2];
-  unsigned n = 0;
-  if (pdl_enabled()) {
-    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[n].val.programmaticStreamSerializationAllowed = 1;
-    ++n;
-  }
-  if (cluster > 1) {
-    attribute[n].id = cudaLaunchAttributeClusterDimension;
-    attribute[n].val.clusterDim.x = static_cast<unsigned>(cluster);
-    attribute[n].val.clusterDim.y = 1;
-    attribute[n].val.clusterDim.z = 1;
-    ++n;
-  }
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attribute;
-  config.numAttrs = n;
+  config.numAttrs = pdl_enabled() ? 1 : 0;
   HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
-template <class... KernelArgs, class... Args>
-void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
-            Args&&... args) {
-  launch_clustered(kernel, grid, block, smem, 1, stream, std::forward<Args>(args)...);
-}
 
-// The shared-memory-staged gemv (gemv_bulk_sm90.cu): how it would serve `p` (groups 0 when it
-// cannot, the reason in *why when asked), and its launch with that plan (p already checked by
-// gemv_unsupported). 1-8 rows: `groups` 8-row groups a block, x in shared memory; 9-64 rows: 64
-// weight rows a block (32 gate + 32 up rows for SwiGLU), k split over `splits` blocks of a
-// cluster.
-struct BulkPlan {
-  int groups = 0;
-  int splits = 1;
-};
-BulkPlan bulk_plan(const GemvParams& p, std::string* why);
-void gemv_bulk(const GemvParams& p, const BulkPlan& plan, Stream stream);
+// The shared-memory-staged gemv (gemv_bulk_sm90.cu): its 8-row groups a block for `p` (0 when it
+// cannot serve it, the reason in *why when asked), and its launch with them (p already checked
+// by gemv_unsupported).
+int bulk_groups(const GemvParams& p, std::string* why);
+void gemv_bulk(const GemvParams& p, int groups, Stream stream);
 
 // Raises a kernel's dynamic shared memory limit as launches need more (per process and kernel).
 void allow_dynamic_smem(const void* kernel, size_t bytes);

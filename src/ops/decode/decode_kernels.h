@@ -5,13 +5,11 @@
 //
 //   gemv           y = x·Wᵀ (+ b) for M ≤ 64 rows of x: bf16/f16 weights through mma.sync with the
 //                  weight streamed once (prefetched into L2 and its first chunks loaded before
-//                  the kernel waits on its predecessor), or on sm_90 with each block's weight
-//                  rows staged whole in shared memory before that wait (gemv_bulk_sm90.cu: 1–8
-//                  rows, and 9–64 rows without the prologue, k split over a cluster where the
-//                  weights have few rows), f32 (M ≤ 16) on CUDA cores. Up to three weights sharing
-//                  x in one launch (q, k and v), an optional RMSNorm prologue (x =
-//                  rms_norm(residual + delta), the residual written back), an optional SwiGLU
-//                  epilogue (gate and up in one block).
+//                  the kernel waits on its predecessor), or for M ≤ 8 on sm_90 with each block's
+//                  weight rows staged whole in shared memory before that wait (gemv_bulk_sm90.cu),
+//                  f32 (M ≤ 16) on CUDA cores. Up to three weights sharing x in one launch
+//                  (q, k and v), an optional RMSNorm prologue (x = rms_norm(residual + delta), the
+//                  residual written back), an optional SwiGLU epilogue (gate and up in one block).
 //   qk_rope_cache  q/k RMSNorm (Qwen3), rotary from device positions and the k/v write into the
 //                  cache at each row's device length, in one launch.
 //   attention      one query per row over its cache [key_start, length + add), split over blocks
@@ -67,9 +65,8 @@ enum class GemvEpilogue {
   Store,    // each segment's out = x·Wᵀ + b
   SiluMul,  // segments[0] = gate, [1] = up (same n): segments[0].out = round(silu(gate))·up
 };
-// Which kernel serves a 16-bit gemv: Auto takes the shared-memory-staged one (sm_90, 1–64 rows,
-// the prologue only at 1–8, staged rows within its shared-memory budget) where it serves, else
-// the mma.sync one; the
+// Which kernel serves a 16-bit gemv: Auto takes the shared-memory-staged one (sm_90, 1–8 rows,
+// staged rows within its shared-memory budget) where it serves, else the mma.sync one; the
 // environment's HK_DECODE_GEMV=mma|bulk overrides Auto. Bulk where it cannot serve throws
 // Unsupported with the reason (tests and benchmarks ask for each by name).
 enum class GemvKernel { Auto, Mma, Bulk };
@@ -87,16 +84,13 @@ struct GemvParams {
 };
 constexpr int64_t kGemvMaxRows = 64;     // 16-bit weights (tensor cores, 8 x rows per n-tile)
 constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
-// Batches the decode step hands to the mma.sync gemv (larger ones go to the staged gemv where
-// gemv_takes_staged, else through the layers' own products, cuBLASLt for the built-in Linear,
-// one product per set of sibling weights the loader stored adjacently): 16, measured on the H200
-// (2026-12-01: at batch 32 and 64 the mma.sync gemv reached 15.3k / 19.1k tok/s, cuBLASLt 18.1k /
-// 28.3k); HK_DECODE_GEMV_MAX_ROWS overrides.
+// Batches the decode step hands to the gemv (larger ones go through the layers' own products,
+// cuBLASLt for the built-in Linear, one product per set of sibling weights the loader stored
+// adjacently): 16, measured on the H200 (2026-12-01: at batch 32 and 64 the gemv reached 15.3k /
+// 19.1k tok/s, cuBLASLt 18.1k / 28.3k; a 17–64-row gemv that staged x in shared memory lost too,
+// 18.3k against 30.2k at 64); HK_DECODE_GEMV_MAX_ROWS overrides.
 constexpr int64_t kGemvPreferredMaxRows = 16;
 int64_t gemv_preferred_max_rows();
-// True when gemv serves `p` and GemvKernel::Auto would run it on the shared-memory-staged kernel
-// (HK_DECODE_GEMV=mma makes it false).
-bool gemv_takes_staged(const GemvParams& p);
 // Why gemv cannot run `p` (a sentence), or "" when it can.
 std::string gemv_unsupported(const GemvParams& p);
 // Why the kernel p.kernel names cannot serve `p` on this device, where gemv_unsupported(p) is ""

@@ -1,39 +1,24 @@
-// Decode GEMV whose weight rows are staged whole in shared memory before the kernel waits on its
-// predecessor: the small-batch path of decode::gemv (gemv_cuda.cu picks it), in two forms.
+// Decode GEMV for 1–8 rows of x whose weight rows are staged whole in shared memory before the
+// kernel waits on its predecessor: the small-batch path of decode::gemv (gemv_cuda.cu picks it).
 //
 // Why a second gemv: at batch 1 a layer's products stream 4–13 MB each, a few tens of KB an SM.
 // The mma.sync gemv holds only its first chunks in registers before the PDL wait and reads the rest
 // after it, so every launch pays memory round trips on the step's critical path; its 16-row tiles
 // leave half the SMs idle for o_proj and down (64 tiles), and its 2–4 blocks an SM leave no room
-// for the next launch's blocks to start early.
-//
-// 1–8 rows of x: a block owns 8–32 weight rows — as few blocks as cover the SMs once, so the next
-// launch's block fits beside this one and stages its own weights while this one computes. One
-// thread copies the block's rows (and the RMSNorm weight) into shared memory with 1-D bulk copies
-// on an mbarrier as the block starts; after the wait only x is read from global memory, into
-// shared memory too (normalised there when the RMSNorm prologue is fused). The products run on
-// tensor cores with x as the 16-row operand (rows m..15 are zero) and each 8-row group of W as the
-// 8-column one; the k order inside a 32-wide chunk is permuted identically for both (a dot product
-// does not notice), so every lane reads 16 contiguous bytes of each. Each of the 8 warps takes
-// every eighth chunk; their partial sums are added in a fixed order (deterministic).
-//
-// 9–64 rows ("wide"): x is re-read by every block, so a block owns 64 weight rows (x is then read
-// no more often than the weights) and, where that leaves too few blocks (o_proj, down), a slice
-// of k: the `splits` blocks of one row tile form a thread-block cluster and add their partial sums
-// through distributed shared memory in rank order (deterministic). Each warp feeds two 16-row
-// tiles of x straight from global memory (L2) into mma.sync registers, one chunk ahead, over every
-// fourth or eighth chunk of the block's k slice; the staged weights come from shared memory. No
-// RMSNorm prologue here (x would have to be normalised in every block: the decode step runs the
-// norm as its own kernel at these batches).
-//
-// Prologue and SwiGLU epilogue have the mma.sync gemv's semantics and rounding points
-// (decode_kernels.h). Not here: more than 64 rows of x, f32, launches whose weights do not fit in
-// shared memory across the SMs in one pass (lm_head), devices before sm_90 (bulk_plan names
-// which; gemv then takes the mma.sync kernel).
-#include <cooperative_groups.h>
-
+// for the next launch's blocks to start early. Here a block owns 8–32 weight rows — as few blocks
+// as cover the SMs once, so the next launch's block fits beside this one and stages its own
+// weights while this one computes. One thread copies the block's rows (and the RMSNorm weight)
+// into shared memory with 1-D bulk copies on an mbarrier as the block starts; after the wait only
+// x is read from global memory, into shared memory too (normalised there when the RMSNorm prologue
+// is fused). The products run on tensor cores with x as the 16-row operand (rows m..15 are zero)
+// and each 8-row group of W as the 8-column one; the k order inside a 32-wide chunk is permuted
+// identically for both (a dot product does not notice), so every lane reads 16 contiguous bytes of
+// each. Each of the 8 warps takes every eighth chunk; their partial sums are added in a fixed order
+// (deterministic). Prologue and SwiGLU epilogue have the mma.sync gemv's semantics and rounding
+// points (decode_kernels.h). Not here: more than 8 rows of x, f32, launches whose weights do not
+// fit in shared memory across the SMs in one pass (lm_head), devices before sm_90
+// (bulk_groups names which; gemv then takes the mma.sync kernel).
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "hk/kernel_sdk_sm90.cuh"
@@ -52,25 +37,6 @@ constexpr int kRowPadBytes = 64;     // after each staged row: rows land 64 byte
 constexpr int kMaxPrologueK = 2048;  // the prologue keeps a row's k/256 16-byte pieces in registers
 // A block's shared memory: with the next kernel's block beside it (PDL), both stay resident.
 constexpr size_t kSmemBudget = 128 * 1024;
-
-// Output (row, j) of segment s from its f32 sums: + bias, rounded; SwiGLU: gate and up each
-// rounded, silu(gate) rounded, times up (the mma.sync gemv's rounding points).
-template <class T, bool kPair>
-__device__ __forceinline__ void store_output(const GemvArgs& a, int s, int row, int j,
-                                             const float (&sum)[kPair ? 2 : 1]) {
-  if constexpr (!kPair) {
-    float v = sum[0];
-    if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
-    static_cast<T*>(a.out[s])[row * a.out_stride[s] + j] = from_f32<T>(v);
-  } else {
-    float gv = sum[0], uv = sum[1];
-    if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
-    if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
-    gv = round_as<T>(gv);
-    uv = round_as<T>(uv);
-    static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] = from_f32<T>(round_as<T>(silu(gv)) * uv);
-  }
-}
 
 // Dynamic shared memory of one block: two mbarriers, the staged weight rows (one set, or gate then
 // up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x.
@@ -106,23 +72,22 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   const uint32_t k_bytes = uint32_t(k) * 2;
 
   // The weights depend on no kernel: copied before the wait, so they stream while the
-  // predecessor finishes; the copies are issued by the 32 lanes of warp 0 (as the wide form).
-  if (threadIdx.x < 32) {
-    if (threadIdx.x == 0) {
-      mbar_init(bar_w, 1);
-      mbar_init(bar_norm, 1);
-      fence_barrier_init();
-      if constexpr (kPrologue) {
-        mbar_expect_tx(bar_norm, k_bytes);
-        bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
-      }
-      mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
+  // predecessor finishes.
+  if (threadIdx.x == 0) {
+    mbar_init(bar_w, 1);
+    mbar_init(bar_norm, 1);
+    fence_barrier_init();
+    if constexpr (kPrologue) {
+      mbar_expect_tx(bar_norm, k_bytes);
+      bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
     }
-    __syncwarp();
-    for (int i = threadIdx.x; i < kSets * rows_here; i += 32) {
-      const int q = i / rows_here, r = i % rows_here;
-      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0 + r) * k_bytes;
-      bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes, w, k_bytes, bar_w);
+    mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
+#pragma unroll
+    for (int q = 0; q < kSets; ++q) {
+      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes;
+      for (int r = 0; r < rows_here; ++r)
+        bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes,
+                  w + int64_t(r) * k_bytes, k_bytes, bar_w);
     }
   }
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
@@ -252,7 +217,20 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
       sum[q] = 0.0f;
       for (int w = 0; w < kWarps; ++w) sum[q] += red[w * kPartials + q * kGroups * 64 + i];
     }
-    store_output<T, kPair>(a, s, row, r0 + col, sum);
+    const int j = r0 + col;
+    if constexpr (!kPair) {
+      float v = sum[0];
+      if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
+      static_cast<T*>(a.out[s])[row * a.out_stride[s] + j] = from_f32<T>(v);
+    } else {
+      float gv = sum[0], uv = sum[1];
+      if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
+      if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
+      gv = round_as<T>(gv);
+      uv = round_as<T>(uv);
+      static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] =
+          from_f32<T>(round_as<T>(silu(gv)) * uv);
+    }
   }
 #else
   (void)a;
@@ -291,265 +269,23 @@ void launch_bulk_dispatch(const GemvArgs& a, bool prologue, bool pair, int group
          : launch_bulk_groups<T, false, false>(a, groups, stream);
 }
 
-// ---- 9–64 rows ----------------------------------------------------------------------------------
-
-constexpr int kWideMaxRows = 64;
-constexpr int kWideRows = 64;      // weight rows a block (SwiGLU: 32 gate + 32 up)
-constexpr int kWideMaxSplits = 8;  // blocks of a cluster over k (portable cluster size)
-// Up to 160 KB a block: the step's largest (gate/up, 135 KB at k 1024) still leaves room for the
-// next product's block (down, 80 KB) to stage beside it.
-constexpr size_t kWideSmemBudget = 160 * 1024;
-
-// Dynamic shared memory of one wide block: the mbarrier, the staged weight rows of its k slice
-// (the warps' partial tiles reuse them once the products are done), and with splits the block's
-// sums for the cluster to read.
-struct WideLayout {
-  uint32_t row_bytes = 0, w = 0, mine = 0, total = 0;
-  __host__ __device__ WideLayout(int klen, int splits) {
-    row_bytes = uint32_t(klen) * 2 + kRowPadBytes;
-    w = 128;
-    const uint32_t staged = uint32_t(kWideRows) * row_bytes;
-    const uint32_t partials = uint32_t(kWarps) * 32 * kWideRows * 4;  // 32 x rows a warp
-    mine = w + (staged > partials ? staged : partials);
-    total = mine + (splits > 1 ? uint32_t(kWideMaxRows) * kWideRows * 4 : 0u);
-  }
-};
-
-// A block: tile blockIdx.x / splits (64 weight rows of one segment, or 32 of gate and up), k slice
-// = its rank in the cluster. Warps: `slots` (1 for m ≤ 32, else 2) sets of 32 x rows × `slices`
-// (8 / slots) interleaved chunk ranges; a warp's partial tile is [32 x rows][64 weight rows].
-template <class T, bool kPair>
-__global__ void __launch_bounds__(kThreads, 2) gemv_wide_kernel(const GemvArgs a, int splits) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  using namespace hk::sdk::cuda::sm90;
-  constexpr int kSets = kPair ? 2 : 1;
-  constexpr int kSetRows = kWideRows / kSets;  // weight rows of one set a block
-  constexpr int kGroups = kSetRows / kGroupRows;
-  extern __shared__ __align__(128) unsigned char smem[];
-  const int klen = a.k / splits;
-  const WideLayout lay(klen, splits);
-  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t bar_w = base;
-  const int tile = blockIdx.x / splits, part = blockIdx.x % splits;  // part: the cluster rank
-  const int s = kPair ? 0 : segment_of(a, tile);
-  const int r0 = (tile - a.tile_begin[s]) * kSetRows;
-  const int rows_here = min(kSetRows, a.n[s] - r0);
-  const int k0 = part * klen;
-  const uint32_t k_bytes = uint32_t(a.k) * 2, slice_bytes = uint32_t(klen) * 2;
-
-  // The weights depend on no kernel: copied before the wait, one row slice a copy, the copies
-  // issued by the 32 lanes of warp 0 (one thread issuing 64 of them kept the block at its first
-  // barrier for microseconds: ncu, H200).
-  if (threadIdx.x < 32) {
-    if (threadIdx.x == 0) {
-      mbar_init(bar_w, 1);
-      fence_barrier_init();
-      mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * slice_bytes);
-    }
-    __syncwarp();
-    for (int i = threadIdx.x; i < kSets * rows_here; i += 32) {
-      const int q = i / rows_here, r = i % rows_here;
-      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0 + r) * k_bytes +
-                      int64_t(k0) * 2;
-      bulk_load(base + lay.w + uint32_t(q * kSetRows + r) * lay.row_bytes, w, slice_bytes, bar_w);
-    }
-  }
-  __syncthreads();  // the mbarrier is initialised before any thread waits on it
-  grid_wait();
-  grid_launch_dependents();
-
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int g = lane >> 2, t = lane & 3;
-  const int slots = a.m > 32 ? 2 : 1, slices = kWarps / slots;
-  const int slot = warp / slices, slice = warp % slices;
-  // x rows this lane feeds: 32·slot + 8i + g (i = 0..3: tile 0 rows g and g+8, tile 1 likewise);
-  // rows ≥ m are zero and never loaded.
-  const T* xp[4];
-  bool x_ok[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int row = 32 * slot + 8 * i + g;
-    x_ok[i] = row < a.m;
-    xp[i] = static_cast<const T*>(a.x) + int64_t(x_ok[i] ? row : 0) * a.x_stride + k0 + t * 8;
-  }
-  const int chunks = klen / 32;
-  uint4 xv[4];
-  auto load_x = [&](int c) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) xv[i] = x_ok[i] ? load_ro16(xp[i] + c * 32) : zero16();
-  };
-  if (slice < chunks) load_x(slice);
-
-  float acc[kSets][kGroups][2][4];
-#pragma unroll
-  for (int q = 0; q < kSets; ++q)
-#pragma unroll
-    for (int gi = 0; gi < kGroups; ++gi)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) acc[q][gi][j][r] = 0.0f;
-  const unsigned char* wr = smem + lay.w + g * lay.row_bytes + t * 16;
-  mbar_wait(bar_w, 0);
-  for (int c = slice; c < chunks; c += slices) {
-    uint4 cur[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) cur[i] = xv[i];
-    if (c + slices < chunks) load_x(c + slices);
-#pragma unroll
-    for (int q = 0; q < kSets; ++q)
-#pragma unroll
-      for (int gi = 0; gi < kGroups; ++gi) {
-        const uint4 wv = *reinterpret_cast<const uint4*>(
-            wr + (q * kSetRows + gi * kGroupRows) * lay.row_bytes + c * 64);
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const uint4& lo = cur[2 * j];
-          const uint4& hi = cur[2 * j + 1];
-          mma16816<T>(acc[q][gi][j], lo.x, hi.x, lo.y, hi.y, wv.x, wv.y);
-          mma16816<T>(acc[q][gi][j], lo.z, hi.z, lo.w, hi.w, wv.z, wv.w);
-        }
-      }
-  }
-
-  // Partial tiles through the staging area: warp w's tile at red + w·kTile, as 8×8 pieces
-  // (piece (j, h, q, gi): x rows 16j + 8h + 0..7 of the slot × weight rows 8gi + 0..7 of set q),
-  // so a lane's two accumulators land in adjacent words and a warp's stores hit distinct banks.
-  constexpr int kPieces = 2 * 2 * kSets * kGroups;
-  constexpr int kTile = kPieces * 64;
-  __syncthreads();
-  float* red = reinterpret_cast<float*>(smem + lay.w);
-#pragma unroll
-  for (int j = 0; j < 2; ++j)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int q = 0; q < kSets; ++q)
-#pragma unroll
-        for (int gi = 0; gi < kGroups; ++gi) {
-          const int piece = ((j * 2 + h) * kSets + q) * kGroups + gi;
-          *reinterpret_cast<float2*>(red + warp * kTile + piece * 64 + g * 8 + 2 * t) =
-              make_float2(acc[q][gi][j][2 * h], acc[q][gi][j][2 * h + 1]);
-        }
-  __syncthreads();
-
-  // The block's sums, per (x row, weight row of a set): the slices added in order. Without
-  // splits they are the outputs; with splits they go to `mine` for the cluster.
-  float* mine = reinterpret_cast<float*>(smem + lay.mine);
-  constexpr int kPerSet = 2 * 2 * kGroups * 64;  // one set's positions in a slot
-  for (int i = threadIdx.x; i < slots * kPerSet; i += kThreads) {
-    const int sl = i / kPerSet, pos = i % kPerSet;
-    const int jh = pos / (kGroups * 64), gi = (pos / 64) % kGroups, e = pos % 64;
-    const int row = 32 * sl + 8 * jh + (e >> 3), col = gi * kGroupRows + (e & 7);
-    if (row >= a.m || col >= rows_here) continue;
-    float sum[kSets];
-#pragma unroll
-    for (int q = 0; q < kSets; ++q) {
-      const int at = ((jh * kSets + q) * kGroups + gi) * 64 + e;
-      sum[q] = 0.0f;
-      for (int w = 0; w < slices; ++w) sum[q] += red[(sl * slices + w) * kTile + at];
-    }
-    if (splits == 1) {
-      store_output<T, kPair>(a, s, row, r0 + col, sum);
-    } else {
-#pragma unroll
-      for (int q = 0; q < kSets; ++q) mine[(q * kWideMaxRows + row) * kSetRows + col] = sum[q];
-    }
-  }
-  if (splits == 1) return;
-
-  // Splits: rank p finishes every splits-th output, adding the ranks' sums in rank order.
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  for (int o = part * kThreads + threadIdx.x; o < a.m * kSetRows; o += splits * kThreads) {
-    const int row = o / kSetRows, col = o % kSetRows;
-    if (col >= rows_here) continue;
-    float sum[kSets];
-#pragma unroll
-    for (int q = 0; q < kSets; ++q) sum[q] = 0.0f;
-    for (int r = 0; r < splits; ++r) {
-      const float* theirs = cluster.map_shared_rank(mine, r);
-#pragma unroll
-      for (int q = 0; q < kSets; ++q) sum[q] += theirs[(q * kWideMaxRows + row) * kSetRows + col];
-    }
-    store_output<T, kPair>(a, s, row, r0 + col, sum);
-  }
-  cluster.sync();  // no block leaves while its sums may still be read
-#else
-  (void)a;
-  (void)splits;
-#endif
-}
-
-template <class T, bool kPair>
-void launch_wide(const GemvArgs& a, int splits, Stream stream) {
-  const WideLayout lay(a.k / splits, splits);
-  auto kernel = gemv_wide_kernel<T, kPair>;
-  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), lay.total);
-  launch_clustered(kernel, dim3(a.tile_begin[a.num_segments] * splits), dim3(kThreads), lay.total,
-                   splits, stream, a, splits);
-}
-
-// HK_DECODE_WIDE_SPLITS=1|2|4|8: the wide form's k splits wherever they divide k (a measurement
-// switch; unset, bulk_plan chooses).
-int requested_wide_splits() {
-  static const int splits = [] {
-    const char* v = std::getenv("HK_DECODE_WIDE_SPLITS");
-    const int n = v ? std::atoi(v) : 0;
-    return n == 1 || n == 2 || n == 4 || n == 8 ? n : 0;
-  }();
-  return splits;
-}
-
-// The wide form's plan: 64 weight rows a block, and the fewest k splits (dividing k into whole
-// 32-element chunks) that give at least 70 % of the SMs a block within the shared-memory budget.
-BulkPlan wide_plan(const GemvParams& p, std::string* why) {
-  const bool pair = p.epilogue == GemvEpilogue::SiluMul;
-  const int rows = kWideRows / (pair ? 2 : 1);
-  int64_t tiles = 0;
-  for (int s = 0; s < (pair ? 1 : p.num_segments); ++s)
-    tiles += (p.segments[s].n + rows - 1) / rows;
-  const int64_t sms = device_sm_count();
-  auto fits = [&](int splits) {
-    return p.k % (32 * splits) == 0 &&
-           WideLayout(static_cast<int>(p.k / splits), splits).total <= kWideSmemBudget;
-  };
-  int splits = 0;
-  if (const int asked = requested_wide_splits(); asked > 0 && fits(asked)) splits = asked;
-  for (int sp = 1; splits == 0 && sp <= kWideMaxSplits; sp *= 2)
-    if (fits(sp) && (10 * tiles * sp >= 7 * sms || sp == kWideMaxSplits || !fits(2 * sp)))
-      splits = sp;
-  if (splits == 0 || tiles * splits > 2 * sms) {
-    if (why)
-      *why =
-          "the weights do not fit in shared memory across the SMs in one pass (64 rows a "
-          "block, k split over at most 8 blocks, " +
-          std::to_string(kWideSmemBudget / 1024) + " KB)";
-    return {};
-  }
-  return {pair ? kWideRows / 2 / kGroupRows : kWideRows / kGroupRows, splits};
-}
-
 }  // namespace
 
-// 1–8 rows: 8-row groups a block, as few blocks as cover the SMs once (within the shared-memory
-// budget); 9–64 rows: wide_plan. groups 0 when the kernel cannot serve `p`, with the reason in *why
-// (when asked): among them a launch whose weights do not fit on chip in one pass (lm_head), which
+// 8-row groups a block: as few blocks as cover the SMs once (within the shared-memory budget).
+// 0 when the kernel cannot serve `p`, with the reason in *why (when asked): among them a launch
+// whose weights do not fit on chip in one pass even at one group a block (lm_head), which
 // streams better through the mma.sync gemv.
-BulkPlan bulk_plan(const GemvParams& p, std::string* why) {
+int bulk_groups(const GemvParams& p, std::string* why) {
   auto refuse = [&](const char* reason) {
     if (why) *why = reason;
-    return BulkPlan{};
+    return 0;
   };
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
     return refuse("it takes bf16 or f16 weights");
-  if (p.m < 1 || p.m > kWideMaxRows) return refuse("it takes 1 to 64 rows of x");
-  if (p.has_prologue && p.m > kMaxRows) return refuse("its RMSNorm prologue takes 1 to 8 rows");
+  if (p.m < 1 || p.m > kMaxRows) return refuse("it takes 1 to 8 rows of x");
   if (p.has_prologue && p.k > kMaxPrologueK)
     return refuse("its RMSNorm prologue takes k up to 2048");
   if (!device_is_sm90_or_later()) return refuse("it needs sm_90 bulk copies");
-  if (p.m > kMaxRows) return wide_plan(p, why);
   const int sets = p.epilogue == GemvEpilogue::SiluMul ? 2 : 1;
   const int segments = sets == 2 ? 1 : p.num_segments;
   auto blocks_of = [&](int rows) {
@@ -570,29 +306,18 @@ BulkPlan bulk_plan(const GemvParams& p, std::string* why) {
       *why = "the weights do not fit in shared memory across the SMs in one pass (at most " +
              std::to_string(kMaxGroups * kGroupRows) + " rows a block, " +
              std::to_string(kSmemBudget / 1024) + " KB)";
-    return {};
+    return 0;
   }
-  return {groups, 1};
+  return groups;
 }
 
-void gemv_bulk(const GemvParams& p, const BulkPlan& plan, Stream stream) {
+void gemv_bulk(const GemvParams& p, int groups, Stream stream) {
+  const GemvArgs a = gemv_args(p, groups * kGroupRows);
   const bool prologue = p.has_prologue, pair = p.epilogue == GemvEpilogue::SiluMul;
-  const bool bf16 = p.dtype == DType::BF16;
-  if (p.m > kMaxRows) {
-    const GemvArgs a = gemv_args(p, kWideRows / (pair ? 2 : 1));
-    if (bf16)
-      pair ? launch_wide<__nv_bfloat16, true>(a, plan.splits, stream)
-           : launch_wide<__nv_bfloat16, false>(a, plan.splits, stream);
-    else
-      pair ? launch_wide<__half, true>(a, plan.splits, stream)
-           : launch_wide<__half, false>(a, plan.splits, stream);
-    return;
-  }
-  const GemvArgs a = gemv_args(p, plan.groups * kGroupRows);
-  if (bf16)
-    launch_bulk_dispatch<__nv_bfloat16>(a, prologue, pair, plan.groups, stream);
+  if (p.dtype == DType::BF16)
+    launch_bulk_dispatch<__nv_bfloat16>(a, prologue, pair, groups, stream);
   else
-    launch_bulk_dispatch<__half>(a, prologue, pair, plan.groups, stream);
+    launch_bulk_dispatch<__half>(a, prologue, pair, groups, stream);
 }
 
 }  // namespace hk::decode::detail

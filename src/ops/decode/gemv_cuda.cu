@@ -407,34 +407,27 @@ GemvKernel requested_kernel() {
   return kernel;
 }
 
-// The staged gemv's plan where it serves (groups 0: the mma.sync gemv), unless mma is asked for;
-// asked for by name (GemvParams::kernel) where it cannot serve, the reason is thrown. The reason
-// is a string made only then, not on every launch.
-BulkPlan bulk_plan_to_use(const GemvParams& p) {
+// The staged gemv's groups a block where it serves (0: the mma.sync gemv), unless mma is asked
+// for; asked for by name (GemvParams::kernel) where it cannot serve, the reason is thrown. The
+// reason is a string made only then, not on every launch.
+int bulk_groups_to_use(const GemvParams& p) {
   const GemvKernel k = p.kernel == GemvKernel::Auto ? requested_kernel() : p.kernel;
-  if (k == GemvKernel::Mma) return {};
-  if (p.kernel != GemvKernel::Bulk) return bulk_plan(p, nullptr);
+  if (k == GemvKernel::Mma) return 0;
+  if (p.kernel != GemvKernel::Bulk) return bulk_groups(p, nullptr);
   std::string why;
-  const BulkPlan plan = bulk_plan(p, &why);
-  if (plan.groups == 0)
+  const int groups = bulk_groups(p, &why);
+  if (groups == 0)
     throw Unsupported("decode gemv: the shared-memory-staged kernel cannot serve this call: " +
                       why);
-  return plan;
+  return groups;
 }
 
 }  // namespace
 
 std::string gemv_kernel_unsupported(const GemvParams& p) {
   std::string why;
-  if (p.kernel == GemvKernel::Bulk) bulk_plan(p, &why);
+  if (p.kernel == GemvKernel::Bulk) bulk_groups(p, &why);
   return why;
-}
-
-bool gemv_takes_staged(const GemvParams& p) {
-  if (p.dtype == DType::F32 || !gemv_unsupported(p).empty()) return false;
-  GemvParams auto_p = p;
-  auto_p.kernel = GemvKernel::Auto;
-  return bulk_plan_to_use(auto_p).groups > 0;
 }
 
 std::string gemv_unsupported(const GemvParams& p) {
@@ -479,8 +472,8 @@ void gemv(const GemvParams& p, Stream stream) {
   if (!why.empty()) throw Unsupported("decode gemv: " + why);
   const bool pair = p.epilogue == GemvEpilogue::SiluMul;
   const bool f32 = p.dtype == DType::F32;
-  if (const BulkPlan plan = f32 ? BulkPlan{} : bulk_plan_to_use(p); plan.groups > 0) {
-    gemv_bulk(p, plan, stream);
+  if (const int groups = f32 ? 0 : bulk_groups_to_use(p); groups > 0) {
+    gemv_bulk(p, groups, stream);
     return;
   }
   const GemvArgs a = gemv_args(p, f32 ? kF32Rows : kMmaRows);
