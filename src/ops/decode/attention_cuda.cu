@@ -13,6 +13,7 @@
 // "eager" attention implementation): two passes over the keys, no splits.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "hk/error.h"
 #include "ops/decode/decode_common.cuh"
@@ -40,7 +41,15 @@ struct AttnArgs {
   int splits = 1;
   float* ws = nullptr;
   int32_t* counters = nullptr;
+  // measurement switches (HK_DECODE_ATTN_PREFETCH=0, HK_DECODE_ATTN_HEAD_MAJOR=1)
+  int prefetch = 1;    // old cache rows into L2 before the PDL wait
+  int head_major = 0;  // consecutive blocks take one kv head of consecutive rows
 };
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
 
 template <class T, int EPL>
 struct Pack {
@@ -105,7 +114,9 @@ __device__ __forceinline__ void load_scaled_q(const AttnArgs& a, int b, int hk, 
 template <class T, int EPL, int MAXG>
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const AttnArgs a) {
   extern __shared__ float sm[];
-  const int bh = blockIdx.x, b = bh / a.heads_kv, hk = bh % a.heads_kv, split = blockIdx.y;
+  const int bh = blockIdx.x, split = blockIdx.y, rows = gridDim.x / a.heads_kv;
+  const int b = a.head_major ? bh % rows : bh / a.heads_kv;
+  const int hk = a.head_major ? bh / rows : bh % a.heads_kv;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int D = a.head_dim, G = a.group;
   const bool lane_on = lane * EPL < D;
@@ -120,7 +131,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   const int total = max(0, len - ks);
   const int per = (total + a.splits - 1) / a.splits;
   const int k0 = ks + split * per, k1 = min(len, k0 + per);
-  prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
+  if (a.prefetch) prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
   grid_wait();
   grid_launch_dependents();
 
@@ -443,6 +454,9 @@ void dispatch_epl(const AttnArgs& args, int64_t batch, bool eager, Stream stream
 }  // namespace
 
 int attention_splits(int64_t batch, int64_t heads_kv, int64_t max_keys) {
+  // HK_DECODE_ATTN_SPLITS=N: a measurement switch (the workspace is sized from this answer)
+  if (const int asked = env_int("HK_DECODE_ATTN_SPLITS", 0); asked > 0)
+    return std::min<int>(asked, static_cast<int>(std::max<int64_t>(1, max_keys / 32)));
   const int64_t blocks = std::max<int64_t>(1, batch * heads_kv);
   const int64_t target = 2 * int64_t(detail::device_sm_count());
   int64_t splits = (target + blocks - 1) / blocks;
@@ -498,6 +512,10 @@ void attention(const DecodeAttentionParams& p, Stream stream) {
   a.out = p.out;
   a.o_bs = p.out_batch_stride;
   a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  static const int prefetch = env_int("HK_DECODE_ATTN_PREFETCH", 1);
+  static const int head_major = env_int("HK_DECODE_ATTN_HEAD_MAJOR", 0);
+  a.prefetch = prefetch;
+  a.head_major = head_major;
   a.splits = p.eager ? 1 : std::max(1, p.splits);
   a.ws = p.workspace;
   a.counters = p.counters;
