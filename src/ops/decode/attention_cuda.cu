@@ -2,10 +2,8 @@
 // keys [key_start[b], lengths[b] + length_add) read from device memory, so one launch serves every
 // step of a captured graph.
 //
-// 16-bit caches with head dim 64/128/256 take the whole-row kernel (below: a block reads every kv
-// head of its row, one contiguous sweep a key). Otherwise (f32, other head dims, eager) a block
-// serves one (row, kv head) and all the q heads of its GQA group, so each cached key and value is
-// read once per group; its 4 warps take interleaved keys, each lane EPL elements of the
+// A block serves one (row, kv head) and all the q heads of its GQA group, so each cached key and
+// value is read once per group; its 4 warps take interleaved keys, each lane EPL elements of the
 // head dim, with an online softmax in f32 (scores = scale·q·k, flash semantics: probabilities are
 // not rounded before P·V). When (rows × kv heads) cannot fill the device, the keys are split over
 // `splits` blocks whose partial (max, sum, accumulator) land in a workspace; the last block of a
@@ -15,7 +13,6 @@
 // "eager" attention implementation): two passes over the keys, no splits.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "hk/error.h"
 #include "ops/decode/decode_common.cuh"
@@ -43,15 +40,7 @@ struct AttnArgs {
   int splits = 1;
   float* ws = nullptr;
   int32_t* counters = nullptr;
-  // measurement switches (HK_DECODE_ATTN_PREFETCH=0, HK_DECODE_ATTN_HEAD_MAJOR=1)
-  int prefetch = 1;    // old cache rows into L2 before the PDL wait
-  int head_major = 0;  // consecutive blocks take one kv head of consecutive rows
 };
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) : fallback;
-}
 
 template <class T, int EPL>
 struct Pack {
@@ -116,9 +105,7 @@ __device__ __forceinline__ void load_scaled_q(const AttnArgs& a, int b, int hk, 
 template <class T, int EPL, int MAXG>
 __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const AttnArgs a) {
   extern __shared__ float sm[];
-  const int bh = blockIdx.x, split = blockIdx.y, rows = gridDim.x / a.heads_kv;
-  const int b = a.head_major ? bh % rows : bh / a.heads_kv;
-  const int hk = a.head_major ? bh / rows : bh % a.heads_kv;
+  const int bh = blockIdx.x, b = bh / a.heads_kv, hk = bh % a.heads_kv, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int D = a.head_dim, G = a.group;
   const bool lane_on = lane * EPL < D;
@@ -133,7 +120,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   const int total = max(0, len - ks);
   const int per = (total + a.splits - 1) / a.splits;
   const int k0 = ks + split * per, k1 = min(len, k0 + per);
-  if (a.prefetch) prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
+  prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
   grid_wait();
   grid_launch_dependents();
 
@@ -162,48 +149,30 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
         for (int e = 0; e < EPL; ++e) kv[u][e] = vv[u][e] = 0.0f;
       }
     }
-    // The chunk's scores as independent dot products, their warp sums interleaved level by level,
-    // then one online-softmax step for the whole chunk (one rescale of acc, not one a key): the
-    // per-key form was a dependent chain of shuffles and exponentials through m, l and acc.
-    const int valid = min(U, (k1 - base + kAttnWarps - 1) / kAttnWarps);  // warp-uniform, ≥ 1
-    float s[U][MAXG];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int u = 0; u < U; ++u) {
+      if (base + u * kAttnWarps >= k1) break;  // warp-uniform
+      float s[MAXG];
 #pragma unroll
       for (int g = 0; g < MAXG; ++g) {
-        s[u][g] = 0.0f;
-        if (g < G)
+        s[g] = 0.0f;
+        if (g < G) {
 #pragma unroll
-          for (int e = 0; e < EPL; ++e) s[u][g] += q[g][e] * kv[u][e];
+          for (int e = 0; e < EPL; ++e) s[g] += q[g][e] * kv[u][e];
+          s[g] = warp_sum(s[g]);
+        }
       }
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
+      for (int g = 0; g < MAXG; ++g) {
+        if (g >= G) break;
+        const float mn = fmaxf(m[g], s[g]);
+        const float corr = expf(m[g] - mn);
+        const float p = expf(s[g] - mn);
+        l[g] = l[g] * corr + p;
 #pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int g = 0; g < MAXG; ++g)
-          if (g < G) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
-#pragma unroll
-    for (int g = 0; g < MAXG; ++g) {
-      if (g >= G) break;
-      float mn = m[g];
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (u < valid) mn = fmaxf(mn, s[u][g]);
-      const float corr = expf(m[g] - mn);
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (u >= valid) break;
-        const float p = expf(s[u][g] - mn);
-        sum += p;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) acc[g][e] += p * vv[u][e];
+        for (int e = 0; e < EPL; ++e) acc[g][e] = acc[g][e] * corr + p * vv[u][e];
+        m[g] = mn;
       }
-      l[g] = l[g] * corr + sum;
-      m[g] = mn;
     }
   }
 
@@ -412,211 +381,6 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_eager_kernel(co
   }
 }
 
-// ---- whole rows
-// ---------------------------------------------------------------------------------- One block a
-// (row, key range) over every kv head of that row (16-bit caches, head dim 64, 128 or 256, at most
-// 256 lanes a row): lane l of the block owns 8 dims of one kv head, so for each key the block reads
-// the row's whole [heads_kv, D] slice of the cache (2 KB at the Qwen3-0.6B shape) in one contiguous
-// sweep, instead of 256-byte pieces of it from heads_kv blocks. Measured on the H200 (batch 64, 81
-// keys): the (row, kv head) blocks read their 21.7 MB at 725 GB/s, the warps waiting on loads.
-// Scores are reduced over the head's lanes; the online softmax takes a chunk of 2-8 keys a step;
-// splits combine in split order through the workspace (the last block of a row, by an atomic
-// counter, as the (row, kv head) kernel does).
-constexpr int kRowMaxThreads = 256;
-
-template <class T, int G>
-__global__ void __launch_bounds__(kRowMaxThreads) decode_attention_rows_kernel(const AttnArgs a) {
-  constexpr int EPL = 8;
-  constexpr int kRowKeys = G <= 2 ? 8 : G == 4 ? 4 : 2;  // keys a step: registers for k, v, scores
-  const int b = blockIdx.x, split = blockIdx.y;
-  const int lane = threadIdx.x & 31;
-  const int D = a.head_dim, lph = D / EPL;  // lanes a head: 8, 16 or 32
-  const int hk = threadIdx.x / lph, dl = (threadIdx.x % lph) * EPL;
-  const bool on = hk < a.heads_kv;
-  const int64_t row_elems = int64_t(a.heads_kv) * D;
-  const T* kb = static_cast<const T*>(a.k) + int64_t(b) * a.c_bs;
-  const T* vb = static_cast<const T*>(a.v) + int64_t(b) * a.c_bs;
-
-  const int len = a.lengths[b] + a.length_add;
-  const int ks = a.key_start ? max(0, a.key_start[b]) : 0;
-  const int total = max(0, len - ks);
-  const int per = (total + a.splits - 1) / a.splits;
-  const int k0 = ks + split * per, k1 = min(len, k0 + per);
-  if (a.prefetch) {
-    // the old rows of the block's keys into L2 (the key this step appends is not written yet)
-    const int lines = int((row_elems * int64_t(sizeof(T)) + 127) / 128);
-    for (int i = threadIdx.x; i < (k1 - a.length_add - k0) * lines; i += blockDim.x) {
-      const int64_t key = k0 + i / lines, off = int64_t(i % lines) * 128;
-      prefetch_l2(reinterpret_cast<const char*>(kb + key * a.c_rs) + off);
-      prefetch_l2(reinterpret_cast<const char*>(vb + key * a.c_rs) + off);
-    }
-  }
-  grid_wait();
-  grid_launch_dependents();
-
-  float q[G][EPL];
-  const T* qb = static_cast<const T*>(a.q) + int64_t(b) * a.q_bs + (int64_t(hk) * G) * D + dl;
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    if (on) {
-      load_pack<T, EPL>(qb + g * D, q[g]);
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) q[g][e] *= a.scale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) q[g][e] = 0.0f;
-    }
-  }
-  float m[G], l[G], acc[G][EPL];
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
-  }
-  const T* kp = kb + int64_t(hk) * D + dl;
-  const T* vp = vb + int64_t(hk) * D + dl;
-  for (int base = k0; base < k1; base += kRowKeys) {
-    const int valid = min(kRowKeys, k1 - base);  // block-uniform, ≥ 1
-    uint4 kr[kRowKeys], vr[kRowKeys];
-#pragma unroll
-    for (int u = 0; u < kRowKeys; ++u) {
-      if (u < valid && on) {
-        kr[u] = load_ro16(kp + int64_t(base + u) * a.c_rs);
-        vr[u] = load_ro16(vp + int64_t(base + u) * a.c_rs);
-      } else {
-        kr[u] = vr[u] = zero16();
-      }
-    }
-    float s[kRowKeys][G];
-#pragma unroll
-    for (int u = 0; u < kRowKeys; ++u)
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        s[u][g] = 0.0f;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) s[u][g] += q[g][e] * lane_value<T>(kr[u], e);
-      }
-    // sums over the head's lanes (aligned groups of lph lanes), level by level
-    for (int o = lph / 2; o > 0; o >>= 1)
-#pragma unroll
-      for (int u = 0; u < kRowKeys; ++u)
-#pragma unroll
-        for (int g = 0; g < G; ++g) s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float mn = m[g];
-#pragma unroll
-      for (int u = 0; u < kRowKeys; ++u)
-        if (u < valid) mn = fmaxf(mn, s[u][g]);
-      const float corr = expf(m[g] - mn);
-      float sum = 0.0f;
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) acc[g][e] *= corr;
-#pragma unroll
-      for (int u = 0; u < kRowKeys; ++u) {
-        if (u >= valid) break;
-        const float p = expf(s[u][g] - mn);
-        sum += p;
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) acc[g][e] += p * lane_value<T>(vr[u], e);
-      }
-      l[g] = l[g] * corr + sum;
-      m[g] = mn;
-    }
-  }
-  (void)lane;
-
-  T* out = static_cast<T*>(a.out) + int64_t(b) * a.o_bs;
-  if (a.splits == 1) {
-    if (on)
-#pragma unroll
-      for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int e = 0; e < EPL; ++e)
-          out[(int64_t(hk) * G + g) * D + dl + e] =
-              from_f32<T>(l[g] > 0.0f ? acc[g][e] / l[g] : 0.0f);
-    return;
-  }
-  const int rows = gridDim.x;
-  float* ws_m = a.ws;
-  float* ws_l = a.ws + int64_t(rows) * a.heads_q * a.splits;
-  float* ws_acc = ws_l + int64_t(rows) * a.heads_q * a.splits;
-  if (on)
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      const int64_t slot = (int64_t(b) * a.heads_q + hk * G + g) * a.splits + split;
-      if (dl == 0) {
-        ws_m[slot] = m[g];
-        ws_l[slot] = l[g];
-      }
-#pragma unroll
-      for (int e = 0; e < EPL; ++e) ws_acc[slot * D + dl + e] = acc[g][e];
-    }
-  __shared__ int is_last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(&a.counters[b], 1) == a.splits - 1;
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
-  for (int i = threadIdx.x; i < a.heads_q * D; i += blockDim.x) {
-    const int hq = i / D, d = i % D;
-    const int64_t first = (int64_t(b) * a.heads_q + hq) * a.splits;
-    float M = -INFINITY;
-    for (int sp = 0; sp < a.splits; ++sp) M = fmaxf(M, __ldcg(ws_m + first + sp));
-    float L = 0.0f, A = 0.0f;
-    if (M != -INFINITY)
-      for (int sp = 0; sp < a.splits; ++sp) {
-        const float ms = __ldcg(ws_m + first + sp);
-        if (ms == -INFINITY) continue;
-        const float f = expf(ms - M);
-        L += __ldcg(ws_l + first + sp) * f;
-        A += __ldcg(ws_acc + (first + sp) * D + d) * f;
-      }
-    out[int64_t(hq) * D + d] = from_f32<T>(L > 0.0f ? A / L : 0.0f);
-  }
-  if (threadIdx.x == 0) a.counters[b] = 0;
-}
-
-// The whole-row kernel serves 16-bit caches with head dim 64, 128 or 256, groups of at most 8 q
-// heads and rows of at most 256 lanes (heads_kv · D / 8); HK_DECODE_ATTN_ROWS=0 turns it off.
-bool rows_kernel_serves(const DecodeAttentionParams& p) {
-  static const bool on = env_int("HK_DECODE_ATTN_ROWS", 1) != 0;
-  const int64_t group = p.heads_q / p.heads_kv;
-  return on && !p.eager && (p.dtype == DType::BF16 || p.dtype == DType::F16) &&
-         (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && group <= 8 &&
-         (group & (group - 1)) == 0 && p.heads_kv * p.head_dim / 8 <= kRowMaxThreads &&
-         p.q_batch_stride % 8 == 0 && p.cache_row_stride % 8 == 0 &&
-         p.cache_batch_stride % 8 == 0 && reinterpret_cast<uintptr_t>(p.q) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(p.k_cache) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(p.v_cache) % 16 == 0;
-}
-
-template <class T, int G>
-void launch_rows_group(const AttnArgs& a, int64_t batch, Stream stream) {
-  const int lanes = a.heads_kv * a.head_dim / 8;
-  const int threads = (lanes + 31) / 32 * 32;
-  launch(decode_attention_rows_kernel<T, G>,
-         dim3(static_cast<unsigned>(batch), static_cast<unsigned>(a.splits)),
-         dim3(static_cast<unsigned>(threads)), 0, stream, a);
-}
-
-template <class T>
-void launch_rows(const AttnArgs& a, int64_t batch, Stream stream) {
-  switch (a.group) {
-    case 1:
-      return launch_rows_group<T, 1>(a, batch, stream);
-    case 2:
-      return launch_rows_group<T, 2>(a, batch, stream);
-    case 4:
-      return launch_rows_group<T, 4>(a, batch, stream);
-    default:
-      return launch_rows_group<T, 8>(a, batch, stream);
-  }
-}
-
 int elements_per_lane(int64_t d) {
   return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : 8;
 }
@@ -661,13 +425,7 @@ void dispatch_epl(const AttnArgs& args, int64_t batch, bool eager, Stream stream
 }  // namespace
 
 int attention_splits(int64_t batch, int64_t heads_kv, int64_t max_keys) {
-  // HK_DECODE_ATTN_SPLITS=N: a measurement switch (the workspace is sized from this answer)
-  if (const int asked = env_int("HK_DECODE_ATTN_SPLITS", 0); asked > 0)
-    return std::min<int>(asked, static_cast<int>(std::max<int64_t>(1, max_keys / 32)));
-  // Blocks of whole rows (the whole-row kernel, what 16-bit caches get): `batch` of them a split;
-  // the (row, kv head) kernel takes the same splits (more blocks than it needs, still correct).
-  (void)heads_kv;
-  const int64_t blocks = std::max<int64_t>(1, batch);
+  const int64_t blocks = std::max<int64_t>(1, batch * heads_kv);
   const int64_t target = 2 * int64_t(detail::device_sm_count());
   int64_t splits = (target + blocks - 1) / blocks;
   splits = std::min<int64_t>({splits, std::max<int64_t>(1, max_keys / 32), 64});
@@ -722,20 +480,9 @@ void attention(const DecodeAttentionParams& p, Stream stream) {
   a.out = p.out;
   a.o_bs = p.out_batch_stride;
   a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
-  static const int prefetch = env_int("HK_DECODE_ATTN_PREFETCH", 1);
-  static const int head_major = env_int("HK_DECODE_ATTN_HEAD_MAJOR", 0);
-  a.prefetch = prefetch;
-  a.head_major = head_major;
   a.splits = p.eager ? 1 : std::max(1, p.splits);
   a.ws = p.workspace;
   a.counters = p.counters;
-  if (rows_kernel_serves(p)) {
-    if (p.dtype == DType::BF16)
-      launch_rows<__nv_bfloat16>(a, p.batch, stream);
-    else
-      launch_rows<__half>(a, p.batch, stream);
-    return;
-  }
   switch (p.dtype) {
     case DType::BF16:
       return dispatch_epl<__nv_bfloat16>(a, p.batch, p.eager, stream);

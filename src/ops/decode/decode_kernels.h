@@ -13,8 +13,7 @@
 //   qk_rope_cache  q/k RMSNorm (Qwen3), rotary from device positions and the k/v write into the
 //                  cache at each row's device length, in one launch.
 //   attention      one query per row over its cache [key_start, length + add), split over blocks
-//                  when there are few rows, splits combined by the last block (16-bit caches: a
-//                  block reads every kv head of its row; else one block a (row, kv head)); or
+//                  when there are few (row, kv head) pairs, splits combined by the last block; or
 //                  with eager semantics (probabilities rounded before P·V, no splits).
 //   greedy         argmax per row (first index on ties, as torch.argmax) plus the generation
 //                  bookkeeping: finished rows get the pad id, eos marks a row finished, positions
@@ -150,8 +149,8 @@ struct DecodeAttentionParams {
   float* workspace = nullptr;   // attention_workspace_floats
   int32_t* counters = nullptr;  // [B·Hkv] zeros (left zero after each call)
 };
-// Key splits over at most `max_keys` keys: enough blocks of whole rows (batch · splits) for the
-// device (heads_kv is not used: the 16-bit kernel takes every kv head of a row in one block).
+// Key splits for (batch, kv heads) pairs over at most `max_keys` keys: enough blocks for the
+// device.
 int attention_splits(int64_t batch, int64_t heads_kv, int64_t max_keys);
 size_t attention_workspace_floats(int64_t batch, int64_t heads_q, int64_t head_dim, int splits);
 std::string attention_unsupported(const DecodeAttentionParams& p);
