@@ -155,7 +155,13 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
     for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
   }
 
-  constexpr int U = EPL >= 8 ? 4 : 8;
+  // keys a warp loads per step: 128 raw bytes a lane for each of k and v (16 keys at bf16, head
+  // dim 128: the block's 64 keys a step cover a short cache in two), as before for groups of 8+
+  constexpr int kRawKeys = 128 / int(sizeof(T) * EPL);
+  constexpr int U = MAXG >= 8 ? (EPL >= 8 ? 4 : 8)
+                              : (kRawKeys < 4    ? 4
+                                 : kRawKeys > 16 ? 16
+                                                 : kRawKeys);
   for (int base = k0 + warp; base < k1; base += kAttnWarps * U) {
     Pack<T, EPL> kraw[U], vraw[U];
 #pragma unroll
