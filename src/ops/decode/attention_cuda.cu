@@ -69,25 +69,10 @@ __device__ __forceinline__ void load_raw(const T* p, Pack<T, EPL>& raw) {
 
 template <class T, int EPL>
 __device__ __forceinline__ void load_pack(const T* p, float (&out)[EPL]) {
-  if constexpr (sizeof(T) * EPL >= 16) {
+  Pack<T, EPL> raw;
+  load_raw<T, EPL>(p, raw);
 #pragma unroll
-    for (int c = 0; c < int(sizeof(T) * EPL / 16); ++c) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(p) + 16 * c);
-      const T* e = reinterpret_cast<const T*>(&raw);
-#pragma unroll
-      for (int i = 0; i < int(16 / sizeof(T)); ++i) out[c * (16 / sizeof(T)) + i] = to_f32(e[i]);
-    }
-  } else {
-    Pack<T, EPL> raw;
-    if constexpr (sizeof(T) * EPL == 8)
-      *reinterpret_cast<uint2*>(&raw) = *reinterpret_cast<const uint2*>(p);
-    else if constexpr (sizeof(T) * EPL == 4)
-      *reinterpret_cast<uint32_t*>(&raw) = *reinterpret_cast<const uint32_t*>(p);
-    else
-      raw.v[0] = p[0];
-#pragma unroll
-    for (int i = 0; i < EPL; ++i) out[i] = to_f32(raw.v[i]);
-  }
+  for (int i = 0; i < EPL; ++i) out[i] = to_f32(raw.v[i]);
 }
 
 // Prefetches the cached key and value rows [k0, k1) of one kv head into L2 (the block's threads).
