@@ -1,14 +1,14 @@
 // hk_bench_decode_chain — what one launch of the decode step's products costs at small batch when
 // launched back to back (the way the decode step runs them: a CUDA graph of PDL launches), per
-// 16-bit gemv kernel (mma.sync, shared-memory staged) at the Qwen3-0.6B shapes, and at 9+ rows
+// 16-bit gemv kernel (mma.sync, shared-memory staged) at the Qwen3-0.6B shapes, and past 16 rows
 // beside the layers' own products (cuBLASLt through ops::linear, ops::act_mul), which the step
 // runs from 17 rows on.
 //
 // Method: 28 layers of distinct random bf16 weights (870 MB, far beyond L2), captured as one
 // CUDA graph per sequence and replayed (one eager pass first, 2 warm-up replays, then the median
 // of --reps timed between events). Sequences: each product alone 28 times (qkv — with the
-// RMSNorm prologue at 1-8 rows —, o_proj, gate/up with SwiGLU, down), the four in layer order 28
-// times (at 9+ rows with the step's two add+RMSNorm kernels), lm_head 4 times, the q/k norm +
+// RMSNorm prologue up to 16 rows —, o_proj, gate/up with SwiGLU, down), the four in layer order 28
+// times (past 16 rows with the step's two add+RMSNorm kernels), lm_head 4 times, the q/k norm +
 // rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
 // tokens: the flash split-KV decode, hk's own kernel at 32+ rows) 28 times each, the whole layer
 // 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as the floor a dependent
@@ -98,10 +98,11 @@ decode::GemvParams base(decode::GemvKernel kernel, int64_t m, int64_t k, const T
   return p;
 }
 
-// The staged gemv fuses the RMSNorm only at 1-8 rows; past that the step runs the norm as its
-// own kernel (add_norm) and the product reads the normalised rows (b.normed).
+// The step fuses the RMSNorm into the gemv at the batches it hands to the gemv (up to 16 rows);
+// past that it runs the norm as its own kernel (add_norm) and the products read the normalised
+// rows (b.normed).
 bool fused_norm(int64_t m) {
-  return m <= 8;
+  return m <= decode::kGemvPreferredMaxRows;
 }
 
 decode::GemvParams qkv_product(decode::GemvKernel kn, int64_t m, const Layer& l, Buffers& b) {
@@ -140,14 +141,14 @@ decode::GemvParams down_product(decode::GemvKernel kn, int64_t m, const Layer& l
   return p;
 }
 
-// The unfused residual step of 9+ rows: normed = rms_norm(h += delta), as the decode step's
+// The unfused residual step past 16 rows: normed = rms_norm(h += delta), as the decode step's
 // ops::add_rms_norm.
 void add_norm(int64_t m, const Tensor& norm_w, Buffers& b, hk::Stream stream) {
   hk::ops::add_rms_norm(b.h0.slice(0, 0, m).view(), b.delta.slice(0, 0, m).view(), norm_w.view(),
                         1e-6f, b.normed.slice(0, 0, m).view(), stream);
 }
 
-// The layers' own products at 9+ rows (what the step runs from 17 rows on): cuBLASLt through
+// The layers' own products past 16 rows (what the step runs there): cuBLASLt through
 // ops::linear over the adjacent q/k/v and gate/up weights, and ops::act_mul.
 void cublaslt_qkv(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
   hk::ops::linear(b.normed.slice(0, 0, m).view(), l.qkv.view(), nullptr,
@@ -406,7 +407,7 @@ int main(int argc, char** argv) try {
   struct Product {
     const char* name;
     Make make;     // the decode gemv's parameters
-    Run cublaslt;  // the layers' own product (9+ rows)
+    Run cublaslt;  // the layers' own product (past 16 rows)
     double bytes;
   };
   const Product products[] = {{"qkv", qkv_product, cublaslt_qkv, qkv_bytes},
@@ -421,7 +422,7 @@ int main(int argc, char** argv) try {
     const bool hk_attention = m >= 32;
     for (const char* name : {"mma", "bulk", "cublaslt"}) {
       const bool lt = std::string(name) == "cublaslt";
-      if (lt && !norm_kernels) continue;  // the step hands 1-8 rows to the gemv only
+      if (lt && !norm_kernels) continue;  // the step hands these rows to the gemv
       const decode::GemvKernel kn =
           std::string(name) == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
       if (!lt && !decode::gemv_kernel_unsupported(qkv_product(kn, m, layers[0], b)).empty())
