@@ -420,11 +420,11 @@ int main(int argc, char** argv) try {
     // the step's attention at this batch: hk's decode kernel for 32+ rows over short caches, else
     // the flash split-KV decode (decode_step.cc's choice)
     const bool hk_attention = m >= 32;
-    for (const char* name : {"mma", "bulk", "cublaslt"}) {
-      const bool lt = std::string(name) == "cublaslt";
+    for (const std::string name : {"mma", "bulk", "cublaslt"}) {
+      const bool lt = name == "cublaslt";
       if (lt && !norm_kernels) continue;  // the step hands these rows to the gemv
       const decode::GemvKernel kn =
-          std::string(name) == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
+          name == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
       if (!lt && !decode::gemv_kernel_unsupported(qkv_product(kn, m, layers[0], b)).empty())
         continue;
       auto product = [&](const Product& pr, const Layer& l) {
@@ -439,16 +439,28 @@ int main(int argc, char** argv) try {
         });
         report(name, m, pr.name, kLayers, pr.bytes * kLayers, us);
       }
+      auto attention = [&](const Layer& l) {
+        if (hk_attention)
+          hk_decode_attention(m, l, b, stream);
+        else
+          flash_decode(m, l, b, stream);
+      };
+      // one layer in the step's order; with_attention adds rotary + cache write and attention
+      auto layer = [&](const Layer& l, bool with_attention) {
+        if (norm_kernels) add_norm(m, l.norm1, b, stream);
+        product(products[0], l);
+        if (with_attention) {
+          rope(m, l, b, stream);
+          attention(l);
+        }
+        product(products[1], l);
+        if (norm_kernels) add_norm(m, l.norm2, b, stream);
+        product(products[2], l);
+        product(products[3], l);
+      };
       const int per_layer = 4 + (norm_kernels ? 2 : 0) + (lt ? 1 : 0);  // + act_mul
       const double us = time_graph(cs, reps, [&] {
-        for (const Layer& l : layers) {
-          if (norm_kernels) add_norm(m, l.norm1, b, stream);
-          product(products[0], l);
-          product(products[1], l);
-          if (norm_kernels) add_norm(m, l.norm2, b, stream);
-          product(products[2], l);
-          product(products[3], l);
-        }
+        for (const Layer& l : layers) layer(l, false);
       });
       report(name, m, "layers (products" + norm + ")", per_layer * kLayers, layer_bytes * kLayers,
              us);
@@ -468,15 +480,9 @@ int main(int argc, char** argv) try {
       }
       // the step's other two kernels a layer, alone and in the whole layer sequence
       const double kv_bytes = 2.0 * m * (kCacheLength + 1) * kHeadsKv * kHeadDim * 2.0;
-      auto attention = [&](const Layer& l) {
-        if (hk_attention)
-          hk_decode_attention(m, l, b, stream);
-        else
-          flash_decode(m, l, b, stream);
-      };
       const std::string attn_name =
           std::string(hk_attention ? "hk decode attention" : "flash decode") + " (81 keys)";
-      if (std::string(name) == "mma") {  // the same kernels whatever the gemv: timed once
+      if (name == "mma") {  // the same kernels whatever the gemv: timed once
         const double rope_us = time_graph(cs, reps, [&] {
           for (const Layer& l : layers) rope(m, l, b, stream);
         });
@@ -487,16 +493,7 @@ int main(int argc, char** argv) try {
         report("-", m, attn_name, kLayers, kv_bytes * kLayers, attn_us);
       }
       const double step_us = time_graph(cs, reps, [&] {
-        for (const Layer& l : layers) {
-          if (norm_kernels) add_norm(m, l.norm1, b, stream);
-          product(products[0], l);
-          rope(m, l, b, stream);
-          attention(l);
-          product(products[1], l);
-          if (norm_kernels) add_norm(m, l.norm2, b, stream);
-          product(products[2], l);
-          product(products[3], l);
-        }
+        for (const Layer& l : layers) layer(l, true);
       });
       report(name, m, "layers (all kernels)", (per_layer + 2) * kLayers,
              (layer_bytes + kv_bytes) * kLayers, step_us);

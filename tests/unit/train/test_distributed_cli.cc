@@ -115,9 +115,9 @@ TEST(DistributedCli, TwoRanksEqualOneRankWithTheGlobalBatchAndZeroOneEqualsDdp) 
             << ", max |ZeRO-1 − ZeRO-0| = " << zero_vs_ddp << "\n";
   // AdamW divides each gradient by its running RMS, so an element whose gradient is near the f32
   // rounding of the sums moves by a visible fraction of the learning rate (1e-3) when the sums
-  // are taken in another order: 1 % of it a step bounds that (measured: < 1e-5 on most CPUs,
-  // 1.08e-5 on an AVX-512/AMX Xeon where OpenBLAS 0.3.21 takes other kernels), far below what a
-  // wrong reduction moves (every weight, by about the learning rate).
+  // are taken in another order: 1 % of it a step bounds that (measured: < 1e-5 on the CPUs of
+  // earlier CI runs, 1.08e-5 on an AVX-512/AMX Xeon where OpenBLAS 0.3.21 takes other kernels), far
+  // below what a wrong reduction moves (every weight, by about the learning rate).
   EXPECT_LT(ddp_vs_one, 0.01 * 1e-3 * 5);
   EXPECT_LT(zero_vs_ddp, 1e-6);
   // Only rank 0 wrote the output directory's files.
