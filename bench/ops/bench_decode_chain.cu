@@ -18,10 +18,14 @@
 // it checks no numbers (hk_gpu_decode_test does).
 //
 // Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64]
+//                              [--attention auto|hk|flash] [--attention-splits N]
+// (--attention picks the layers' attention kernel instead of the step's choice; --attention-splits
+// the key splits of hk's, 0 = attention_splits as the step plans them.)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -212,8 +216,9 @@ void flash_decode(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
   hk_flash::forward(fp, static_cast<hk_flash::Stream>(stream.handle));
 }
 
-// hk's decode attention over the layer's cache (the step's kernel for 32+ rows over short caches).
-void hk_decode_attention(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
+// hk's decode attention over the layer's cache (the step's kernel for 32+ rows over short caches),
+// with `splits` key splits (0: the step plan's attention_splits).
+void hk_decode_attention(int64_t m, const Layer& l, Buffers& b, int splits, hk::Stream stream) {
   decode::DecodeAttentionParams ap;
   ap.dtype = DType::BF16;
   ap.batch = m;
@@ -232,7 +237,7 @@ void hk_decode_attention(int64_t m, const Layer& l, Buffers& b, hk::Stream strea
   ap.out = b.attn.view().ptr();
   ap.out_batch_stride = kQ;
   ap.scale = 1.0f / 11.3137085f;
-  ap.splits = decode::attention_splits(m, kHeadsKv, kCacheCapacity);  // as the step's plan
+  ap.splits = splits > 0 ? splits : decode::attention_splits(m, kHeadsKv, kCacheCapacity);
   if (ap.splits > 1) {
     ap.workspace = b.attn_workspace.data_as<float>();
     ap.counters = b.attn_counters.data_as<int32_t>();
@@ -240,9 +245,16 @@ void hk_decode_attention(int64_t m, const Layer& l, Buffers& b, hk::Stream strea
   decode::attention(ap, stream);
 }
 
-// Median µs of one replay of the graph `record` captures.
+// Replays queued back to back (no sync between them): the GPU's µs per replay and the host's µs
+// per cudaGraphLaunch call. When the two are equal the replays are bound by the launch calls.
+struct BackToBack {
+  double gpu_us = 0.0, host_us = 0.0;
+};
+
+// Median µs of one replay of the graph `record` captures; with `queued`, also `reps` replays
+// back to back.
 template <class F>
-double time_graph(cudaStream_t s, int reps, F record) {
+double time_graph(cudaStream_t s, int reps, F record, BackToBack* queued = nullptr) {
   record();  // once eagerly: what the launches allocate (cuBLASLt's workspace) comes from the cache
   CK(cudaStreamSynchronize(s));
   cudaGraph_t graph;
@@ -266,6 +278,18 @@ double time_graph(cudaStream_t s, int reps, F record) {
     ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
+  if (queued) {
+    CK(cudaEventRecord(a, s));
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, s));
+    const auto t1 = std::chrono::steady_clock::now();
+    CK(cudaEventRecord(b, s));
+    CK(cudaEventSynchronize(b));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, a, b));
+    queued->gpu_us = t * 1000.0 / reps;
+    queued->host_us = std::chrono::duration<double, std::micro>(t1 - t0).count() / reps;
+  }
   CK(cudaGraphExecDestroy(exec));
   CK(cudaGraphDestroy(graph));
   CK(cudaEventDestroy(a));
@@ -297,6 +321,8 @@ int main(int argc, char** argv) try {
   std::string out = "decode-chain.json";
   int reps = 20;
   std::vector<int64_t> rows = {1, 8, 64};
+  std::string attention_kind = "auto";  // auto: the step's choice (hk at 32+ rows, else flash)
+  int attention_splits = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -309,10 +335,23 @@ int main(int argc, char** argv) try {
       reps = std::max(3, std::atoi(value().c_str()));
     else if (a == "--rows")
       rows = parse_rows(value());
-    else
+    else if (a == "--attention") {
+      attention_kind = value();
+      if (attention_kind != "auto" && attention_kind != "hk" && attention_kind != "flash")
+        throw hk::InvalidArgument("--attention takes auto, hk or flash, not '" + attention_kind +
+                                  "'");
+    } else if (a == "--attention-splits") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < 0 || n > 64)
+        throw hk::InvalidArgument("--attention-splits takes 0..64 (0: the step's choice), not '" +
+                                  v + "'");
+      attention_splits = static_cast<int>(n);
+    } else
       throw hk::InvalidArgument(
-          "usage: hk_bench_decode_chain [--out FILE.json] [--reps N] "
-          "[--rows 1,8,64] (unknown argument '" +
+          "usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64] "
+          "[--attention auto|hk|flash] [--attention-splits N] (unknown argument '" +
           a + "')");
   }
   cudaStream_t cs;
@@ -419,7 +458,7 @@ int main(int argc, char** argv) try {
     const std::string norm = norm_kernels ? " + 2 norms" : " (norms fused)";
     // the step's attention at this batch: hk's decode kernel for 32+ rows over short caches, else
     // the flash split-KV decode (decode_step.cc's choice)
-    const bool hk_attention = m >= 32;
+    const bool hk_attention = attention_kind == "auto" ? m >= 32 : attention_kind == "hk";
     for (const std::string name : {"mma", "bulk", "cublaslt"}) {
       const bool lt = name == "cublaslt";
       if (lt && !norm_kernels) continue;  // the step hands these rows to the gemv
@@ -441,7 +480,7 @@ int main(int argc, char** argv) try {
       }
       auto attention = [&](const Layer& l) {
         if (hk_attention)
-          hk_decode_attention(m, l, b, stream);
+          hk_decode_attention(m, l, b, attention_splits, stream);
         else
           flash_decode(m, l, b, stream);
       };
@@ -492,11 +531,19 @@ int main(int argc, char** argv) try {
         });
         report("-", m, attn_name, kLayers, kv_bytes * kLayers, attn_us);
       }
-      const double step_us = time_graph(cs, reps, [&] {
-        for (const Layer& l : layers) layer(l, true);
-      });
+      BackToBack queued;
+      const double step_us = time_graph(
+          cs, reps,
+          [&] {
+            for (const Layer& l : layers) layer(l, true);
+          },
+          &queued);
       report(name, m, "layers (all kernels)", (per_layer + 2) * kLayers,
              (layer_bytes + kv_bytes) * kLayers, step_us);
+      std::printf(
+          "%-5s m=%-2d layers (all kernels) back to back: %.1f us a replay, host %.1f us "
+          "a cudaGraphLaunch\n",
+          name.c_str(), m, queued.gpu_us, queued.host_us);
     }
   }
   CK(cudaDeviceSynchronize());

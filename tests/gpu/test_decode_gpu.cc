@@ -242,7 +242,8 @@ TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
   for (AttnCase c :
        {AttnCase{DType::BF16, 1, 16, 8, 128, 2304}, AttnCase{DType::BF16, 3, 4, 2, 16, 256},
         AttnCase{DType::F16, 2, 8, 1, 64, 300}, AttnCase{DType::F32, 4, 6, 3, 32, 129},
-        AttnCase{DType::BF16, 64, 16, 8, 128, 256}, AttnCase{DType::F32, 1, 2, 2, 256, 64}})
+        AttnCase{DType::BF16, 64, 16, 8, 128, 256}, AttnCase{DType::F32, 1, 2, 2, 256, 64},
+        AttnCase{DType::BF16, 5, 32, 8, 128, 200}, AttnCase{DType::F16, 3, 48, 3, 128, 77}})
     for (int splits : {1, 0, -1}) {  // 0: attention_splits' choice; -1: eager semantics
       const std::string what = std::string(dtype_name(c.dt)) + " b" + std::to_string(c.b) + " hq" +
                                std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " d" +

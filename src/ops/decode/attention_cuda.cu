@@ -5,14 +5,17 @@
 // A block serves one (row, kv head) and all the q heads of its GQA group, so each cached key and
 // value is read once per group; its 4 warps take interleaved keys, each lane EPL elements of the
 // head dim, with an online softmax in f32 (scores = scale·q·k, flash semantics: probabilities are
-// not rounded before P·V). When (rows × kv heads) cannot fill the device, the keys are split over
-// `splits` blocks whose partial (max, sum, accumulator) land in a workspace; the last block of a
-// (row, kv head) to finish (an atomic counter, reset by it) combines them in split order, so the
-// result does not depend on scheduling. Old cache rows are prefetched into L2 before the PDL wait.
-// With `eager` the probabilities are rounded to the dtype before P·V, as the eager op does (the
-// "eager" attention implementation): two passes over the keys, no splits.
+// not rounded before P·V), one step per 32 (key, head) scores where the registers allow
+// (lane_scores_loop), else one per key. When (rows × kv heads) cannot fill the device, the keys are
+// split over `splits` blocks whose partial (max, sum, accumulator) land in a workspace; the last
+// block of a (row, kv head) to finish (an atomic counter, reset by it) combines them in split
+// order, so the result does not depend on scheduling. Old cache rows are prefetched into L2 before
+// the PDL wait. With `eager` the probabilities are rounded to the dtype before P·V, as the eager op
+// does (the "eager" attention implementation): two passes over the keys, no splits.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "hk/error.h"
 #include "ops/decode/decode_common.cuh"
@@ -107,39 +110,14 @@ __device__ __forceinline__ void load_scaled_q(const AttnArgs& a, int b, int hk, 
   }
 }
 
+// One online-softmax step per key: each (key, head) score is a warp sum. For the shapes whose
+// step does not fit lane_scores' registers (f32 or head dim 256 with small groups).
 template <class T, int EPL, int MAXG>
-__global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const AttnArgs a) {
-  extern __shared__ float sm[];
-  const int bh = blockIdx.x, b = bh / a.heads_kv, hk = bh % a.heads_kv, split = blockIdx.y;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int D = a.head_dim, G = a.group;
-  const bool lane_on = lane * EPL < D;
-  const T* kb = static_cast<const T*>(a.k) + int64_t(b) * a.c_bs + int64_t(hk) * D;
-  const T* vb = static_cast<const T*>(a.v) + int64_t(b) * a.c_bs + int64_t(hk) * D;
-
-  // Lengths come from an earlier step (the host, or the previous step's last kernel), which has
-  // completed before this step's first (non-PDL) kernel ran: safe to read before the wait. Only the
-  // key this step appends is written by the predecessor.
-  const int len = a.lengths[b] + a.length_add;
-  const int ks = a.key_start ? max(0, a.key_start[b]) : 0;
-  const int total = max(0, len - ks);
-  const int per = (total + a.splits - 1) / a.splits;
-  const int k0 = ks + split * per, k1 = min(len, k0 + per);
-  prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
-  grid_wait();
-  grid_launch_dependents();
-
-  float q[MAXG][EPL];
-  load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
-  float m[MAXG], l[MAXG], acc[MAXG][EPL];
-#pragma unroll
-  for (int g = 0; g < MAXG; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
-  }
-
+__device__ __forceinline__ void per_key_loop(const AttnArgs& a, const T* kb, const T* vb, int k0,
+                                             int k1, int lane, int warp, bool lane_on,
+                                             const float (&q)[MAXG][EPL], float (&m)[MAXG],
+                                             float (&l)[MAXG], float (&acc)[MAXG][EPL]) {
+  const int G = a.group;
   // keys a warp loads per step: 128 raw bytes a lane for each of k and v (16 keys at bf16, head
   // dim 128: the block's 64 keys a step cover a short cache in two), as before for groups of 8+
   constexpr int kRawKeys = 128 / int(sizeof(T) * EPL);
@@ -191,6 +169,148 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
         m[g] = mn;
       }
     }
+  }
+}
+
+// Halving butterfly over a warp: at width H a lane keeps the half of `part` its bit H selects and
+// adds its partner's copy of that half, so after H = 16..1 lane j holds part[j] summed over the
+// warp. A template per width so that every index is a constant (with a loop over the widths, nvcc
+// kept the array in local memory).
+template <int H>
+__device__ __forceinline__ void halving_butterfly(float (&part)[32], int lane) {
+  const bool upper = (lane & H) != 0;
+#pragma unroll
+  for (int i = 0; i < H; ++i) {
+    const float lo = part[i], hi = part[i + H];
+    part[i] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, upper ? lo : hi, H);
+  }
+  if constexpr (H > 1) halving_butterfly<H / 2>(part, lane);
+}
+
+// Whether lane_scores_loop serves this shape: its step holds 32 / MAXG keys' raw k and v, at
+// most 128 bytes of each a lane (bf16/f16 up to head dim 128; f32 with groups of 3+).
+template <class T, int EPL, int MAXG>
+constexpr bool lane_scores() {
+  return MAXG <= 32 && int(sizeof(T)) * EPL * (32 / MAXG) <= 128;
+}
+
+// One online-softmax step per 32 (key, head) scores: a warp takes U = 32 / MAXG keys, each lane
+// forms its partial dot products for all U·MAXG pairs, and a transposing butterfly (31 shuffles,
+// where a warp sum per pair takes 5·32) leaves pair j's score on lane j. The exponentials are then
+// one per lane, the max and sum are shuffles among the lanes of one head, and P·V fetches each
+// pair's probability by shuffle. Per-warp m and l of head g live on the lanes with lane % MAXG ==
+// g; the caller's m[g], l[g] get them at the end (ncu on the H200, batch 64 over 81 keys: the
+// per-key form was bound by its shuffles and its serial exp chain, not by memory).
+template <class T, int EPL, int MAXG>
+__device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb, const T* vb,
+                                                 int k0, int k1, int lane, int warp, bool lane_on,
+                                                 const float (&q)[MAXG][EPL], float (&m)[MAXG],
+                                                 float (&l)[MAXG], float (&acc)[MAXG][EPL]) {
+  constexpr int U = 32 / MAXG;
+  const int G = a.group, my_g = lane % MAXG;
+  float my_m = -INFINITY, my_l = 0.0f;
+  for (int base = k0 + warp; base < k1; base += kAttnWarps * U) {
+    Pack<T, EPL> kraw[U], vraw[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int key = base + u * kAttnWarps;
+      if (key < k1 && lane_on) {
+        load_raw<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kraw[u]);
+        load_raw<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vraw[u]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) kraw[u].v[e] = vraw[u].v[e] = from_f32<T>(0.0f);
+      }
+    }
+    float part[32];  // pair j = u·MAXG + g
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) sum += q[g][e] * to_f32(kraw[u].v[e]);
+        part[u * MAXG + g] = sum;
+      }
+    halving_butterfly<16>(part, lane);
+    const int my_key = base + (lane / MAXG) * kAttnWarps;
+    const float s = my_key < k1 && my_g < G ? part[0] : -INFINITY;
+    float chunk_max = s;
+#pragma unroll
+    for (int o = MAXG; o < 32; o <<= 1)
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xffffffffu, chunk_max, o));
+    const float mn = fmaxf(my_m, chunk_max);
+    const float corr = mn == -INFINITY ? 1.0f : expf(my_m - mn);
+    const float p = s == -INFINITY ? 0.0f : expf(s - mn);
+    float p_sum = p;
+#pragma unroll
+    for (int o = MAXG; o < 32; o <<= 1) p_sum += __shfl_xor_sync(0xffffffffu, p_sum, o);
+    my_l = my_l * corr + p_sum;
+    my_m = mn;
+#pragma unroll
+    for (int g = 0; g < MAXG; ++g) {
+      const float c = __shfl_sync(0xffffffffu, corr, g);
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) acc[g][e] *= c;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (base + u * kAttnWarps >= k1) break;  // warp-uniform
+      float vv[EPL];
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) vv[e] = to_f32(vraw[u].v[e]);
+#pragma unroll
+      for (int g = 0; g < MAXG; ++g) {
+        const float pg = __shfl_sync(0xffffffffu, p, u * MAXG + g);
+#pragma unroll
+        for (int e = 0; e < EPL; ++e) acc[g][e] += pg * vv[e];
+      }
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    m[g] = __shfl_sync(0xffffffffu, my_m, g);
+    l[g] = __shfl_sync(0xffffffffu, my_l, g);
+  }
+}
+
+template <class T, int EPL, int MAXG, bool kLaneScores>
+__global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const AttnArgs a) {
+  extern __shared__ float sm[];
+  const int bh = blockIdx.x, b = bh / a.heads_kv, hk = bh % a.heads_kv, split = blockIdx.y;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int D = a.head_dim, G = a.group;
+  const bool lane_on = lane * EPL < D;
+  const T* kb = static_cast<const T*>(a.k) + int64_t(b) * a.c_bs + int64_t(hk) * D;
+  const T* vb = static_cast<const T*>(a.v) + int64_t(b) * a.c_bs + int64_t(hk) * D;
+
+  // Lengths come from an earlier step (the host, or the previous step's last kernel), which has
+  // completed before this step's first (non-PDL) kernel ran: safe to read before the wait. Only the
+  // key this step appends is written by the predecessor.
+  const int len = a.lengths[b] + a.length_add;
+  const int ks = a.key_start ? max(0, a.key_start[b]) : 0;
+  const int total = max(0, len - ks);
+  const int per = (total + a.splits - 1) / a.splits;
+  const int k0 = ks + split * per, k1 = min(len, k0 + per);
+  prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
+  grid_wait();
+  grid_launch_dependents();
+
+  float q[MAXG][EPL];
+  load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
+  float m[MAXG], l[MAXG], acc[MAXG][EPL];
+#pragma unroll
+  for (int g = 0; g < MAXG; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < EPL; ++e) acc[g][e] = 0.0f;
+  }
+
+  if constexpr (kLaneScores) {
+    lane_scores_loop<T, EPL, MAXG>(a, kb, vb, k0, k1, lane, warp, lane_on, q, m, l, acc);
+  } else {
+    per_key_loop<T, EPL, MAXG>(a, kb, vb, k0, k1, lane, warp, lane_on, q, m, l, acc);
   }
 
   // Combine the warps: sm = acc [warps][MAXG][D], then m, l [warps][MAXG].
@@ -398,6 +518,16 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_eager_kernel(co
   }
 }
 
+// HK_DECODE_ATTENTION_STEP=per-key: one online-softmax step per key wherever lane_scores_loop
+// would serve (an A/B switch for benchmarks; the results agree within rounding).
+bool per_key_steps_forced() {
+  static const bool forced = [] {
+    const char* v = std::getenv("HK_DECODE_ATTENTION_STEP");
+    return v && std::string(v) == "per-key";
+  }();
+  return forced;
+}
+
 int elements_per_lane(int64_t d) {
   return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : 8;
 }
@@ -406,8 +536,10 @@ template <class T, int EPL, int MAXG>
 void launch_attention(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
   const size_t smem =
       sizeof(float) * (size_t(kAttnWarps) * MAXG * args.head_dim + 2 * kAttnWarps * MAXG);
-  auto kernel =
-      eager ? decode_attention_eager_kernel<T, EPL, MAXG> : decode_attention_kernel<T, EPL, MAXG>;
+  auto kernel = eager ? decode_attention_eager_kernel<T, EPL, MAXG>
+                : lane_scores<T, EPL, MAXG>() && !per_key_steps_forced()
+                    ? decode_attention_kernel<T, EPL, MAXG, lane_scores<T, EPL, MAXG>()>
+                    : decode_attention_kernel<T, EPL, MAXG, false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   launch(kernel, dim3(static_cast<unsigned>(batch * args.heads_kv), eager ? 1 : args.splits),
          dim3(kAttnThreads), smem, stream, args);
