@@ -10,17 +10,16 @@
 // RMSNorm prologue up to 16 rows —, o_proj, gate/up with SwiGLU, down), the four in layer order 28
 // times (past 16 rows with the step's two add+RMSNorm kernels), lm_head 4 times, the q/k norm +
 // rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
-// tokens: the flash split-KV decode, hk's own kernel at 32+ rows) 28 times each, the whole layer
-// 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as the floor a dependent
-// launch costs here. Reports µs a launch and the weight bytes a launch streams over that time
-// (GB/s).
-// Not here: embedding, final norm and the greedy pick (hk_bench_generate times the whole step);
-// it checks no numbers (hk_gpu_decode_test does).
+// tokens: hk's own kernel unsplit, as the step runs it over a short cache, or --attention's) 28
+// times each, the whole layer 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as
+// the floor a dependent launch costs here. Reports µs a launch and the weight bytes a launch
+// streams over that time (GB/s). Not here: embedding, final norm and the greedy pick
+// (hk_bench_generate times the whole step); it checks no numbers (hk_gpu_decode_test does).
 //
 // Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64]
 //                              [--attention auto|hk|flash] [--attention-splits N]
 // (--attention picks the layers' attention kernel instead of the step's choice; --attention-splits
-// the key splits of hk's, 0 = attention_splits as the step plans them.)
+// the key splits of hk's: 1 as the step runs it over this short cache, 0 = attention_splits().)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -216,8 +215,8 @@ void flash_decode(int64_t m, const Layer& l, Buffers& b, hk::Stream stream) {
   hk_flash::forward(fp, static_cast<hk_flash::Stream>(stream.handle));
 }
 
-// hk's decode attention over the layer's cache (the step's kernel for 32+ rows over short caches),
-// with `splits` key splits (0: the step plan's attention_splits).
+// hk's decode attention over the layer's cache (the step's kernel over short caches),
+// with `splits` key splits (0: attention_splits(), the step's choice over long caches).
 void hk_decode_attention(int64_t m, const Layer& l, Buffers& b, int splits, hk::Stream stream) {
   decode::DecodeAttentionParams ap;
   ap.dtype = DType::BF16;
@@ -321,8 +320,8 @@ int main(int argc, char** argv) try {
   std::string out = "decode-chain.json";
   int reps = 20;
   std::vector<int64_t> rows = {1, 8, 64};
-  std::string attention_kind = "auto";  // auto: the step's choice (hk at 32+ rows, else flash)
-  int attention_splits = 0;
+  std::string attention_kind = "auto";  // auto: the step's choice (hk's over this short cache)
+  int attention_splits = 1;             // as the step over a short cache
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -345,7 +344,7 @@ int main(int argc, char** argv) try {
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
       if (v.empty() || *end != '\0' || n < 0 || n > 64)
-        throw hk::InvalidArgument("--attention-splits takes 0..64 (0: the step's choice), not '" +
+        throw hk::InvalidArgument("--attention-splits takes 0..64 (0: attention_splits()), not '" +
                                   v + "'");
       attention_splits = static_cast<int>(n);
     } else
@@ -456,9 +455,8 @@ int main(int argc, char** argv) try {
   for (int64_t m : rows) {
     const bool norm_kernels = !fused_norm(m);
     const std::string norm = norm_kernels ? " + 2 norms" : " (norms fused)";
-    // the step's attention at this batch: hk's decode kernel for 32+ rows over short caches, else
-    // the flash split-KV decode (decode_step.cc's choice)
-    const bool hk_attention = attention_kind == "auto" ? m >= 32 : attention_kind == "hk";
+    // the step's attention over this short cache: hk's decode kernel (decode_step.cc's choice)
+    const bool hk_attention = attention_kind != "flash";
     for (const std::string name : {"mma", "bulk", "cublaslt"}) {
       const bool lt = name == "cublaslt";
       if (lt && !norm_kernels) continue;  // the step hands these rows to the gemv

@@ -323,6 +323,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     why = "decode attention: " + w;
     return nullptr;
   }
+  bool short_cache_unsplit = false;  // hk's kernel chosen over flash for a short cache
 #ifdef HK_HAVE_FLASH_ATTN
   // flash semantics: for sdpa only ("eager" rounds the probabilities, which flash does not)
   const bool all_sdpa = std::all_of(p.attention_names.begin(), p.attention_names.end(),
@@ -334,15 +335,21 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     } catch (const std::exception&) {
       p.flash_attention = false;
     }
-    // Many rows over short caches: hk's decode kernel (one block per row and kv head) beats the
-    // flash kernel's unsplit form, which at that batch has no split-KV to spread it. Measured on
-    // the H200 at batch 64, 16+128: 8.9 µs against 17.7 µs a layer (32.2k against 30.4k tok/s);
-    // at 2048+128 flash stays far ahead (72.6% against 27.9% of the limit).
-    if (p.flash_attention && b >= 32 && cache.max_length() <= 512 && attention_request != "flash")
+    // Short caches: hk's decode kernel unsplit (one block per row and kv head, its online softmax
+    // a step per 32 scores) beats the flash split-KV decode at every batch measured on the H200
+    // over 81 keys of a 256-row cache (hk_bench_decode_chain, µs a layer: batch 1 4.3 against
+    // 5.7, batch 8 5.1 against 6.4, batch 32 7.9 against 10.3; batch 64 10.4 against 17.7 measured
+    // before), and key splits only cost there (batch 1: 6.9 µs at 2 splits, 9.2 at 8; batch 32: 9.9
+    // at 2). Up to 512 rows with 32+ rows, where a block's keys stay few against the blocks in
+    // flight; at 2048+128 flash stays far ahead (72.6% against 27.9% of the limit at batch 64).
+    if (p.flash_attention && attention_request != "flash" &&
+        cache.max_length() <= (b >= 32 ? 512 : 256)) {
       p.flash_attention = false;
+      short_cache_unsplit = true;
+    }
   }
 #endif
-  p.attn_splits = decode::attention_splits(b, p.hkv, cache.max_length());
+  p.attn_splits = short_cache_unsplit ? 1 : decode::attention_splits(b, p.hkv, cache.max_length());
   if (p.attn_splits > 1) {
     p.attn_workspace = Tensor::empty(
         {static_cast<int64_t>(decode::attention_workspace_floats(b, p.hq, p.d, p.attn_splits))},
