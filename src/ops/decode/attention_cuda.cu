@@ -3,15 +3,16 @@
 // step of a captured graph.
 //
 // A block serves one (row, kv head) and all the q heads of its GQA group, so each cached key and
-// value is read once per group; its 4 warps take interleaved keys, each lane EPL elements of the
-// head dim, with an online softmax in f32 (scores = scale·q·k, flash semantics: probabilities are
-// not rounded before P·V), one step per 32 (key, head) scores where the registers allow
-// (lane_scores_loop), else one per key. When (rows × kv heads) cannot fill the device, the keys are
-// split over `splits` blocks whose partial (max, sum, accumulator) land in a workspace; the last
-// block of a (row, kv head) to finish (an atomic counter, reset by it) combines them in split
-// order, so the result does not depend on scheduling. Old cache rows are prefetched into L2 before
-// the PDL wait. With `eager` the probabilities are rounded to the dtype before P·V, as the eager op
-// does (the "eager" attention implementation): two passes over the keys, no splits.
+// value is read once per group; its 4 warps (8 for grids that leave SMs idle) take interleaved
+// keys, each lane EPL elements of the head dim, with an online softmax in f32 (scores = scale·q·k,
+// flash semantics: probabilities are not rounded before P·V), one step per 32 (key, head) scores
+// where the registers allow (lane_scores_loop), else one per key. When (rows × kv heads) cannot
+// fill the device, the keys are split over `splits` blocks whose partial (max, sum, accumulator)
+// land in a workspace; the last block of a (row, kv head) to finish (an atomic counter, reset by
+// it) combines them in split order, so the result does not depend on scheduling. Old cache rows are
+// prefetched into L2 before the PDL wait. With `eager` the probabilities are rounded to the dtype
+// before P·V, as the eager op does (the "eager" attention implementation): two passes over the
+// keys, no splits.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -83,7 +84,7 @@ template <class T>
 __device__ __forceinline__ void prefetch_cached_rows(const T* kb, const T* vb, int k0, int k1,
                                                      int d, int64_t row_stride) {
   const int row_bytes = d * int(sizeof(T));
-  for (int key = k0 + threadIdx.x; key < k1; key += kAttnThreads)
+  for (int key = k0 + threadIdx.x; key < k1; key += int(blockDim.x))
     for (int off = 0; off < row_bytes; off += 128) {
       prefetch_l2(reinterpret_cast<const char*>(kb + int64_t(key) * row_stride) + off);
       prefetch_l2(reinterpret_cast<const char*>(vb + int64_t(key) * row_stride) + off);
@@ -112,7 +113,7 @@ __device__ __forceinline__ void load_scaled_q(const AttnArgs& a, int b, int hk, 
 
 // One online-softmax step per key: each (key, head) score is a warp sum. For the shapes whose
 // step does not fit lane_scores' registers (f32 or head dim 256 with small groups).
-template <class T, int EPL, int MAXG>
+template <class T, int EPL, int MAXG, int W>
 __device__ __forceinline__ void per_key_loop(const AttnArgs& a, const T* kb, const T* vb, int k0,
                                              int k1, int lane, int warp, bool lane_on,
                                              const float (&q)[MAXG][EPL], float (&m)[MAXG],
@@ -125,11 +126,11 @@ __device__ __forceinline__ void per_key_loop(const AttnArgs& a, const T* kb, con
                               : (kRawKeys < 4    ? 4
                                  : kRawKeys > 16 ? 16
                                                  : kRawKeys);
-  for (int base = k0 + warp; base < k1; base += kAttnWarps * U) {
+  for (int base = k0 + warp; base < k1; base += W * U) {
     Pack<T, EPL> kraw[U], vraw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int key = base + u * kAttnWarps;
+      const int key = base + u * W;
       if (key < k1 && lane_on) {
         load_raw<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kraw[u]);
         load_raw<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vraw[u]);
@@ -140,7 +141,7 @@ __device__ __forceinline__ void per_key_loop(const AttnArgs& a, const T* kb, con
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (base + u * kAttnWarps >= k1) break;  // warp-uniform
+      if (base + u * W >= k1) break;  // warp-uniform
       float kv[EPL], vv[EPL];
 #pragma unroll
       for (int e = 0; e < EPL; ++e) {
@@ -201,7 +202,7 @@ constexpr bool lane_scores() {
 // pair's probability by shuffle. Per-warp m and l of head g live on the lanes with lane % MAXG ==
 // g; the caller's m[g], l[g] get them at the end (ncu on the H200, batch 64 over 81 keys: the
 // per-key form was bound by its shuffles and its serial exp chain, not by memory).
-template <class T, int EPL, int MAXG>
+template <class T, int EPL, int MAXG, int W>
 __device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb, const T* vb,
                                                  int k0, int k1, int lane, int warp, bool lane_on,
                                                  const float (&q)[MAXG][EPL], float (&m)[MAXG],
@@ -209,11 +210,11 @@ __device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb,
   constexpr int U = 32 / MAXG;
   const int G = a.group, my_g = lane % MAXG;
   float my_m = -INFINITY, my_l = 0.0f;
-  for (int base = k0 + warp; base < k1; base += kAttnWarps * U) {
+  for (int base = k0 + warp; base < k1; base += W * U) {
     Pack<T, EPL> kraw[U], vraw[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int key = base + u * kAttnWarps;
+      const int key = base + u * W;
       if (key < k1 && lane_on) {
         load_raw<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kraw[u]);
         load_raw<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vraw[u]);
@@ -233,7 +234,7 @@ __device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb,
         part[u * MAXG + g] = sum;
       }
     halving_butterfly<16>(part, lane);
-    const int my_key = base + (lane / MAXG) * kAttnWarps;
+    const int my_key = base + (lane / MAXG) * W;
     const float s = my_key < k1 && my_g < G ? part[0] : -INFINITY;
     float chunk_max = s;
 #pragma unroll
@@ -255,7 +256,7 @@ __device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb,
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (base + u * kAttnWarps >= k1) break;  // warp-uniform
+      if (base + u * W >= k1) break;  // warp-uniform
       float vv[EPL];
 #pragma unroll
       for (int e = 0; e < EPL; ++e) vv[e] = to_f32(vraw[u].v[e]);
@@ -274,8 +275,8 @@ __device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb,
   }
 }
 
-template <class T, int EPL, int MAXG, bool kLaneScores>
-__global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const AttnArgs a) {
+template <class T, int EPL, int MAXG, bool kLaneScores, int W>
+__global__ void __launch_bounds__(W * 32) decode_attention_kernel(const AttnArgs a) {
   extern __shared__ float sm[];
   const int bh = blockIdx.x, b = bh / a.heads_kv, hk = bh % a.heads_kv, split = blockIdx.y;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -308,15 +309,15 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   }
 
   if constexpr (kLaneScores) {
-    lane_scores_loop<T, EPL, MAXG>(a, kb, vb, k0, k1, lane, warp, lane_on, q, m, l, acc);
+    lane_scores_loop<T, EPL, MAXG, W>(a, kb, vb, k0, k1, lane, warp, lane_on, q, m, l, acc);
   } else {
-    per_key_loop<T, EPL, MAXG>(a, kb, vb, k0, k1, lane, warp, lane_on, q, m, l, acc);
+    per_key_loop<T, EPL, MAXG, W>(a, kb, vb, k0, k1, lane, warp, lane_on, q, m, l, acc);
   }
 
   // Combine the warps: sm = acc [warps][MAXG][D], then m, l [warps][MAXG].
   float* s_acc = sm;
-  float* s_m = sm + kAttnWarps * MAXG * D;
-  float* s_l = s_m + kAttnWarps * MAXG;
+  float* s_m = sm + W * MAXG * D;
+  float* s_l = s_m + W * MAXG;
 #pragma unroll
   for (int g = 0; g < MAXG; ++g) {
     if (g >= G) break;
@@ -333,13 +334,13 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   float* ws_m = a.ws;
   float* ws_l = a.ws ? a.ws + int64_t(gridDim.x / a.heads_kv) * a.heads_q * a.splits : nullptr;
   float* ws_acc = a.ws ? ws_l + int64_t(gridDim.x / a.heads_kv) * a.heads_q * a.splits : nullptr;
-  for (int i = threadIdx.x; i < G * D; i += kAttnThreads) {
+  for (int i = threadIdx.x; i < G * D; i += W * 32) {
     const int g = i / D, d = i % D;
     float M = -INFINITY;
-    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, s_m[w * MAXG + g]);
+    for (int w = 0; w < W; ++w) M = fmaxf(M, s_m[w * MAXG + g]);
     float L = 0.0f, A = 0.0f;
     if (M != -INFINITY)
-      for (int w = 0; w < kAttnWarps; ++w) {
+      for (int w = 0; w < W; ++w) {
         const float mw = s_m[w * MAXG + g];
         if (mw == -INFINITY) continue;
         const float f = expf(mw - M);
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_kernel(const At
   __syncthreads();
   if (!is_last) return;
   __threadfence();
-  for (int i = threadIdx.x; i < G * D; i += kAttnThreads) {
+  for (int i = threadIdx.x; i < G * D; i += W * 32) {
     const int g = i / D, d = i % D;
     const int64_t first = (int64_t(b) * a.heads_q + hq0 + g) * a.splits;
     float M = -INFINITY;
@@ -532,17 +533,31 @@ int elements_per_lane(int64_t d) {
   return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : 8;
 }
 
-template <class T, int EPL, int MAXG>
-void launch_attention(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
-  const size_t smem =
-      sizeof(float) * (size_t(kAttnWarps) * MAXG * args.head_dim + 2 * kAttnWarps * MAXG);
+template <class T, int EPL, int MAXG, int W>
+void launch_with_warps(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
+  const size_t smem = sizeof(float) * (size_t(W) * MAXG * args.head_dim + 2 * W * MAXG);
   auto kernel = eager ? decode_attention_eager_kernel<T, EPL, MAXG>
                 : lane_scores<T, EPL, MAXG>() && !per_key_steps_forced()
-                    ? decode_attention_kernel<T, EPL, MAXG, lane_scores<T, EPL, MAXG>()>
-                    : decode_attention_kernel<T, EPL, MAXG, false>;
+                    ? decode_attention_kernel<T, EPL, MAXG, lane_scores<T, EPL, MAXG>(), W>
+                    : decode_attention_kernel<T, EPL, MAXG, false, W>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   launch(kernel, dim3(static_cast<unsigned>(batch * args.heads_kv), eager ? 1 : args.splits),
-         dim3(kAttnThreads), smem, stream, args);
+         dim3(W * 32), smem, stream, args);
+}
+
+// Warps a block: 8 when the grid leaves most SMs idle (a block's keys then take half the steps:
+// 81 keys are one step of 8 warps × 16), else 4, so that 4 blocks of 124 registers a thread fit
+// an SM at batch 64. The eager kernel keeps 4.
+template <class T, int EPL, int MAXG>
+void launch_attention(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
+  static const bool four_only = [] {  // HK_DECODE_ATTENTION_WARPS=4: the A/B switch
+    const char* v = std::getenv("HK_DECODE_ATTENTION_WARPS");
+    return v && std::string(v) == "4";
+  }();
+  if (!eager && !four_only && batch * args.heads_kv * args.splits <= detail::device_sm_count())
+    launch_with_warps<T, EPL, MAXG, 8>(args, batch, eager, stream);
+  else
+    launch_with_warps<T, EPL, MAXG, kAttnWarps>(args, batch, eager, stream);
 }
 
 template <class T, int EPL>
