@@ -82,7 +82,6 @@ struct DecodeStep::Plan {
   Tensor gate_up;  // [b, 1, 2·inter]: gate then up, for one product over adjacent weights
   Tensor attn_workspace, attn_counters, greedy_values, greedy_indices, greedy_counters;
   int attn_splits = 1, greedy_blocks = 1;
-  bool attention_rope = false;  // hk's attention does q/k norm + rotary + cache write itself
   bool flash_attention = false;  // kernels/flash-attn's decode kernel serves the attention
   float rope_theta = 0.0f;
   std::vector<LayerPlan> layers;
@@ -411,28 +410,6 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     fused_mlp += lp.mlp_fused;
     p.layers.push_back(lp);
   }
-  // Small batches over short caches: the rotary kernel folded into hk's attention (one launch
-  // fewer a layer). Not at 32+ rows: fused there (the seventh session, batch 64) it lost to the
-  // separate kernel, whose blocks spread over the whole device. HK_DECODE_FUSED_ROPE=0: apart.
-  if (const char* fuse = std::getenv("HK_DECODE_FUSED_ROPE");
-      short_cache_unsplit && b <= 16 && !(fuse && std::string(fuse) == "0")) {
-    decode::QkRopeCacheParams r;  // the shapes and buffers enqueue passes
-    r.dtype = dt;
-    r.batch = b;
-    r.heads_q = p.hq;
-    r.heads_kv = p.hkv;
-    r.head_dim = p.d;
-    r.qkv = const_cast<void*>(ap.q);
-    r.qkv_stride = ap.q_batch_stride;
-    r.k_cache = const_cast<void*>(ap.k_cache);
-    r.v_cache = const_cast<void*>(ap.v_cache);
-    r.cache_batch_stride = ap.cache_batch_stride;
-    r.cache_row_stride = ap.cache_row_stride;
-    decode::DecodeAttentionParams fused = ap;
-    fused.splits = p.attn_splits;
-    fused.rope = &r;
-    p.attention_rope = decode::attention_rope_unsupported(fused).empty();
-  }
   {
     decode::GemvParams g = p.head_product();
     p.head_gemv = lm.lm_head->uses_builtin() && gemv_ok(g);
@@ -450,8 +427,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
                    (p.flash_attention ? ", attention flash-attn decode"
                     : p.layers[0].eager_attention
                         ? ", attention hk decode (eager)"
-                        : ", attention hk decode, splits " + std::to_string(p.attn_splits) +
-                              (p.attention_rope ? ", rotary inside it" : "")) +
+                        : ", attention hk decode, splits " + std::to_string(p.attn_splits)) +
                    (decode::pdl_enabled() ? ", PDL" : ", no PDL");
   step->capture_refusal_ = join(refusals);
   return step;
@@ -576,8 +552,7 @@ void DecodeStep::enqueue(Stream stream) const {
       r.process_q = false;
       r.rotate = false;
     }
-    const bool rope_in_attention = p.attention_rope && lp.rope_fused && !p.flash_attention;
-    if (!rope_in_attention) decode::qk_rope_cache(r, stream);
+    decode::qk_rope_cache(r, stream);
 
     // attention over the cache
     decode::DecodeAttentionParams ap;
@@ -604,7 +579,6 @@ void DecodeStep::enqueue(Stream stream) const {
       ap.workspace = p.attn_workspace.data_as<float>();
       ap.counters = p.attn_counters.data_as<int32_t>();
     }
-    if (rope_in_attention) ap.rope = &r;
 #ifdef HK_HAVE_FLASH_ATTN
     if (p.flash_attention)
       hk_flash::forward(p.flash_params(static_cast<int64_t>(i), st),

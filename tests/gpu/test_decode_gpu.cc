@@ -3,8 +3,7 @@
 //  * the decode kernels against the built-in ops: gemv (1–16 rows, three weights in one launch,
 //    the RMSNorm prologue with the residual add, the SwiGLU epilogue, bf16/f16/f32, odd shapes)
 //    against ops::linear / add_rms_norm / act_mul; decode attention (GQA, left padding, per-row
-//    lengths, split keys) against the eager op on the CPU, and with the rotary folded in against
-//    qk_rope_cache then the attention; the greedy pick (first index on ties,
+//    lengths, split keys) against the eager op on the CPU; the greedy pick (first index on ties,
 //    finished rows get the pad id, eos marks rows finished, positions and lengths advance);
 //  * the graph pool: a capture pass is served from its warm-up's blocks and a new size throws;
 //  * end to end on the model fixtures (and on HK_DECODE_TEST_MODEL, e.g. the Qwen3-0.6B-shaped
@@ -306,113 +305,6 @@ TEST(DecodeAttention, MatchesEagerAttentionPerRow) {
       const double atol = c.dt == DType::F32 ? 1e-5 : p.eager ? 4e-3 : 2e-2;
       EXPECT_TRUE(close(out, ref, atol, rtol_for(c.dt))) << what;
     }
-}
-
-// The rotary folded into the attention (DecodeAttentionParams::rope) against qk_rope_cache then
-// the attention: the same q heads, cache rows and outputs. The two reduce the norm's sum of
-// squares in different orders (a block against a warp), so a rounding may differ by one step of
-// the dtype.
-TEST(DecodeAttention, FusedRotaryMatchesTheSeparateKernels) {
-  HK_REQUIRE_REAL_CUDA();
-  uint32_t seed = 101;
-  struct Case {
-    DType dt;
-    int64_t b, hq, hkv, d, t;
-    bool norms;
-  };
-  for (Case c :
-       {Case{DType::BF16, 1, 16, 8, 128, 256, true}, Case{DType::BF16, 5, 12, 2, 64, 40, true},
-        Case{DType::F16, 3, 4, 4, 256, 33, false}, Case{DType::F32, 2, 8, 2, 32, 17, true}}) {
-    const std::string what = std::string(dtype_name(c.dt)) + " b" + std::to_string(c.b) + " hq" +
-                             std::to_string(c.hq) + "/" + std::to_string(c.hkv) + " d" +
-                             std::to_string(c.d) + (c.norms ? " with q/k norms" : "");
-    const int64_t width = (c.hq + 2 * c.hkv) * c.d;
-    Tensor qkv = random_cpu({c.b, width}, c.dt, seed++);
-    Tensor kc = random_cpu({c.b, c.t, c.hkv, c.d}, c.dt, seed++);
-    Tensor vc = random_cpu({c.b, c.t, c.hkv, c.d}, c.dt, seed++);
-    Tensor qn = random_cpu({c.d}, c.dt, seed++), kn = random_cpu({c.d}, c.dt, seed++);
-    std::mt19937 rng(seed++);
-    std::vector<int64_t> lengths(c.b), starts(c.b), positions(c.b);
-    for (int64_t r = 0; r < c.b; ++r) {
-      lengths[r] = std::uniform_int_distribution<int64_t>(0, c.t - 1)(rng);  // the new key's row
-      starts[r] = r % 2 == 1 ? std::min<int64_t>(lengths[r], 3) : 0;
-      positions[r] = lengths[r] - starts[r] + 7;
-    }
-    Tensor glen = to_gpu(Tensor::from_ints(lengths, {c.b}, DType::I32));
-    Tensor gstart = to_gpu(Tensor::from_ints(starts, {c.b}, DType::I32));
-    Tensor gpos = to_gpu(Tensor::from_ints(positions, {c.b}, DType::I32));
-    Tensor gqn = to_gpu(qn), gkn = to_gpu(kn);
-    Tensor out[2], q_after[2], k_after[2], v_after[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      Tensor gqkv = to_gpu(qkv), gk = to_gpu(kc), gv = to_gpu(vc);
-      decode::QkRopeCacheParams r;
-      r.dtype = c.dt;
-      r.batch = c.b;
-      r.heads_q = c.hq;
-      r.heads_kv = c.hkv;
-      r.head_dim = c.d;
-      r.qkv = gqkv.view().ptr();
-      r.qkv_stride = width;
-      if (c.norms) {
-        r.q_norm_weight = gqn.view().ptr();
-        r.k_norm_weight = gkn.view().ptr();
-      }
-      r.positions = gpos.data_as<int32_t>();
-      r.rope_theta = 10000.0f;
-      r.cache_index = glen.data_as<int32_t>();
-      r.k_cache = gk.view().ptr();
-      r.v_cache = gv.view().ptr();
-      r.cache_batch_stride = c.t * c.hkv * c.d;
-      r.cache_row_stride = c.hkv * c.d;
-      r.capacity = c.t;
-      out[fused] = gpu_output({c.b, 1, c.hq, c.d}, c.dt);
-      decode::DecodeAttentionParams p;
-      p.dtype = c.dt;
-      p.batch = c.b;
-      p.heads_q = c.hq;
-      p.heads_kv = c.hkv;
-      p.head_dim = c.d;
-      p.q = gqkv.view().ptr();
-      p.q_batch_stride = width;
-      p.k_cache = gk.view().ptr();
-      p.v_cache = gv.view().ptr();
-      p.cache_batch_stride = r.cache_batch_stride;
-      p.cache_row_stride = r.cache_row_stride;
-      p.lengths = glen.data_as<int32_t>();
-      p.length_add = 1;
-      p.key_start = gstart.data_as<int32_t>();
-      p.out = out[fused].view().ptr();
-      p.out_batch_stride = c.hq * c.d;
-      if (fused) {
-        p.rope = &r;
-        ASSERT_EQ(decode::attention_rope_unsupported(p), "") << what;
-      } else {
-        decode::qk_rope_cache(r, {});
-      }
-      decode::attention(p, {});
-      q_after[fused] = gqkv.slice(1, 0, c.hq * c.d);
-      k_after[fused] = gk;
-      v_after[fused] = gv;
-    }
-    const double tol = c.dt == DType::F32 ? 1e-5 : 2e-2;
-    EXPECT_TRUE(close(q_after[1], to_cpu(q_after[0]), tol, rtol_for(c.dt))) << what << ": q heads";
-    EXPECT_TRUE(close(k_after[1], to_cpu(k_after[0]), tol, rtol_for(c.dt))) << what << ": k cache";
-    EXPECT_TRUE(close(v_after[1], to_cpu(v_after[0]), 0.0, 0.0)) << what << ": v cache";
-    EXPECT_TRUE(close(out[1], to_cpu(out[0]), tol, rtol_for(c.dt))) << what << ": output";
-  }
-  // what it refuses
-  decode::QkRopeCacheParams r;
-  decode::DecodeAttentionParams p;
-  p.heads_q = 16;
-  p.heads_kv = 2;
-  p.head_dim = 128;
-  r.heads_q = 16;
-  r.heads_kv = 2;
-  r.head_dim = 128;
-  p.rope = &r;
-  EXPECT_NE(decode::attention_rope_unsupported(p).find("6 q heads"), std::string::npos);
-  p.splits = 2;
-  EXPECT_EQ(decode::attention_rope_unsupported(p), "key splits");
 }
 
 // ---- greedy -----------------------------------------------------------------------------------

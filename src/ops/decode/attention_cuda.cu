@@ -10,10 +10,9 @@
 // fill the device, the keys are split over `splits` blocks whose partial (max, sum, accumulator)
 // land in a workspace; the last block of a (row, kv head) to finish (an atomic counter, reset by
 // it) combines them in split order, so the result does not depend on scheduling. Old cache rows are
-// prefetched into L2 before the PDL wait. With `rope`, a block first does qk_rope_cache's work
-// for its own heads (rope_head.cuh), so the step needs no separate rotary launch. With `eager` the
-// probabilities are rounded to the dtype before P·V, as the eager op does (the "eager" attention
-// implementation): two passes over the keys, no splits.
+// prefetched into L2 before the PDL wait. With `eager` the probabilities are rounded to the dtype
+// before P·V, as the eager op does (the "eager" attention implementation): two passes over the
+// keys, no splits.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -21,7 +20,6 @@
 
 #include "hk/error.h"
 #include "ops/decode/decode_common.cuh"
-#include "ops/decode/rope_head.cuh"
 
 namespace hk::decode {
 namespace {
@@ -46,8 +44,6 @@ struct AttnArgs {
   int splits = 1;
   float* ws = nullptr;
   int32_t* counters = nullptr;
-  bool fused_rope = false;  // qk_rope_cache's work for the block's heads first (rope_head.cuh)
-  RopeArgs rope;
 };
 
 template <class T, int EPL>
@@ -297,18 +293,9 @@ __global__ void __launch_bounds__(W * 32) decode_attention_kernel(const AttnArgs
   const int total = max(0, len - ks);
   const int per = (total + a.splits - 1) / a.splits;
   const int k0 = ks + split * per, k1 = min(len, k0 + per);
-  // Fused rotary: warp w < G takes q head hk·G + w, warp G the k head, warp G + 1 the v head.
-  RopeWarpHead rope_head;
-  if (a.fused_rope && warp < G + 2)
-    rope_head = rope_warp_prepare<T>(
-        a.rope, warp < G ? hk * G + warp : a.heads_q + (warp == G ? 0 : a.heads_kv) + hk, lane);
   prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
   grid_wait();
   grid_launch_dependents();
-  if (a.fused_rope) {  // block-uniform
-    if (warp < G + 2) rope_warp_apply<T>(a.rope, rope_head, b, lane);
-    __syncthreads();  // the block's q heads and its new key and value, written above, read below
-  }
 
   float q[MAXG][EPL];
   load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
@@ -559,17 +546,15 @@ void launch_with_warps(const AttnArgs& args, int64_t batch, bool eager, Stream s
 }
 
 // Warps a block: 8 when the grid leaves most SMs idle (a block's keys then take half the steps:
-// 81 keys are one step of 8 warps × 16) or with the fused rotary (a warp per head of the group,
-// k and v), else 4, so that 4 blocks of 124 registers a thread fit an SM at batch 64. The eager
-// kernel keeps 4.
+// 81 keys are one step of 8 warps × 16), else 4, so that 4 blocks of 124 registers a thread fit
+// an SM at batch 64. The eager kernel keeps 4.
 template <class T, int EPL, int MAXG>
 void launch_attention(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
   static const bool four_only = [] {  // HK_DECODE_ATTENTION_WARPS=4: the A/B switch
     const char* v = std::getenv("HK_DECODE_ATTENTION_WARPS");
     return v && std::string(v) == "4";
   }();
-  if (!eager && (args.fused_rope ||
-                 (!four_only && batch * args.heads_kv * args.splits <= detail::device_sm_count())))
+  if (!eager && !four_only && batch * args.heads_kv * args.splits <= detail::device_sm_count())
     launch_with_warps<T, EPL, MAXG, 8>(args, batch, eager, stream);
   else
     launch_with_warps<T, EPL, MAXG, kAttnWarps>(args, batch, eager, stream);
@@ -639,33 +624,9 @@ std::string attention_unsupported(const DecodeAttentionParams& p) {
   return "";
 }
 
-std::string attention_rope_unsupported(const DecodeAttentionParams& p) {
-  if (!p.rope) return "no rope parameters";
-  const QkRopeCacheParams& r = *p.rope;
-  if (p.eager) return "eager semantics";
-  if (p.splits > 1) return "key splits";
-  if (!r.process_q) return "q rotated elsewhere";
-  if (r.dtype != p.dtype || r.batch != p.batch || r.heads_q != p.heads_q ||
-      r.heads_kv != p.heads_kv || r.head_dim != p.head_dim)
-    return "rope and attention shapes differ";
-  if (r.qkv != p.q || r.qkv_stride != p.q_batch_stride) return "q is not rope's q/k/v row";
-  if (r.k_cache != p.k_cache || r.v_cache != p.v_cache ||
-      r.cache_batch_stride != p.cache_batch_stride || r.cache_row_stride != p.cache_row_stride)
-    return "rope writes another cache";
-  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0 || p.heads_q / p.heads_kv + 2 > 8)
-    return "more than 6 q heads per kv head";
-  if (p.head_dim % 2 != 0 || p.head_dim > 2 * 32 * detail::kRopeWarpPairs)
-    return "head_dim " + std::to_string(p.head_dim);
-  return "";
-}
-
 void attention(const DecodeAttentionParams& p, Stream stream) {
   const std::string why = attention_unsupported(p);
   if (!why.empty()) throw Unsupported("decode attention: " + why);
-  if (p.rope) {
-    const std::string no_rope = attention_rope_unsupported(p);
-    if (!no_rope.empty()) throw Unsupported("decode attention with fused rotary: " + no_rope);
-  }
   AttnArgs a;
   a.heads_q = static_cast<int>(p.heads_q);
   a.heads_kv = static_cast<int>(p.heads_kv);
@@ -686,10 +647,6 @@ void attention(const DecodeAttentionParams& p, Stream stream) {
   a.splits = p.eager ? 1 : std::max(1, p.splits);
   a.ws = p.workspace;
   a.counters = p.counters;
-  if (p.rope) {
-    a.fused_rope = true;
-    a.rope = rope_args(*p.rope);
-  }
   switch (p.dtype) {
     case DType::BF16:
       return dispatch_epl<__nv_bfloat16>(a, p.batch, p.eager, stream);

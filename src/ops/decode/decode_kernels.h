@@ -148,20 +148,12 @@ struct DecodeAttentionParams {
   int splits = 1;  // from attention_splits (ignored with eager); > 1 needs workspace and counters
   float* workspace = nullptr;   // attention_workspace_floats
   int32_t* counters = nullptr;  // [B·Hkv] zeros (left zero after each call)
-  // Set: each block first does qk_rope_cache's work for its own q heads and kv head (q/k norm +
-  // rotary in place in the fused q/k/v row that `q` points into, k and v to their cache row),
-  // then attends, one launch instead of two (attention_rope_unsupported says when it cannot).
-  const QkRopeCacheParams* rope = nullptr;
 };
 // Key splits for (batch, kv heads) pairs over at most `max_keys` keys: enough blocks for the
 // device.
 int attention_splits(int64_t batch, int64_t heads_kv, int64_t max_keys);
 size_t attention_workspace_floats(int64_t batch, int64_t heads_q, int64_t head_dim, int splits);
 std::string attention_unsupported(const DecodeAttentionParams& p);
-// Why `rope` cannot be fused into this call ("" when it can): it needs the flash semantics
-// without key splits, q pointing at the q heads of rope's q/k/v rows, groups of at most 6 q heads
-// (a warp per head of the block's group, k and v) and head dims up to 256.
-std::string attention_rope_unsupported(const DecodeAttentionParams& p);
 void attention(const DecodeAttentionParams& p, Stream stream);
 
 // ---- greedy pick + bookkeeping ---------------------------------------------------------------

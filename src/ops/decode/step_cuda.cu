@@ -3,7 +3,9 @@
 // bookkeeping, and the position advance of host-sampled steps.
 //
 // qk_rope_cache: one block per (head, row) over the q, k and v heads of the fused q/k/v output;
-// thread j owns the rotary pair (j, j + D/2); the math and its rounding are rope_head.cuh's.
+// thread j owns the rotary pair (j, j + D/2). Rounding as the unfused layers: the norm output is
+// rounded to the dtype (ops::rms_norm), the rotation is computed in f32 from it and rounded once
+// (ops::rotary_embedding), with cos/sin = cos/sin(position·inv_freq) in f32 as ops::rotary_tables.
 // greedy: blocks scan slices of a row and the last block of the row (atomic counter, reset by it)
 // reduces the slices' bests; the order is (value, then lowest index), so ties go to the lowest
 // index (torch.argmax) whatever the schedule.
@@ -12,11 +14,33 @@
 
 #include "hk/error.h"
 #include "ops/decode/decode_common.cuh"
-#include "ops/decode/rope_head.cuh"
 
 namespace hk::decode {
 namespace {
 using namespace detail;
+
+struct RopeArgs {
+  int heads_q = 0, heads_kv = 0, head_dim = 0;
+  void* qkv = nullptr;
+  int64_t qkv_stride = 0;
+  int head_offset = 0;  // first head handled (heads_q when q is left alone)
+  const void* q_norm = nullptr;
+  const void* k_norm = nullptr;
+  float eps = 0.0f;
+  bool rotate = true;
+  const int32_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  float theta = 0.0f, scaling = 1.0f;
+  const int32_t* cache_index = nullptr;
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t c_bs = 0, c_rs = 0, capacity = 0;
+};
+
+__device__ __forceinline__ float inverse_frequency(const float* table, float theta, int j, int d) {
+  return theta > 0.0f ? 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(d))
+                      : table[j];
+}
 
 template <class T>
 __global__ void qk_rope_cache_kernel(const RopeArgs a) {
@@ -24,24 +48,22 @@ __global__ void qk_rope_cache_kernel(const RopeArgs a) {
   const int head = blockIdx.x + a.head_offset, b = blockIdx.y;
   const int D = a.head_dim, half = D / 2, j = threadIdx.x;
   const bool on = j < half;
-  const int kind = rope_kind(a, head);
-  const T* norm = static_cast<const T*>(rope_norm(a, kind));
+  const int kind = head < a.heads_q ? 0 : head < a.heads_q + a.heads_kv ? 1 : 2;  // q, k, v
+  const void* norm = kind == 0 ? a.q_norm : kind == 1 ? a.k_norm : nullptr;
   // Weights and the frequency depend on no kernel: read before the wait. Everything the step's
   // kernels write (q/k/v, positions, cache rows) is read after it, in one round trip.
   float w1 = 1.0f, w2 = 1.0f, freq = 0.0f;
   if (on && norm) {
-    w1 = to_f32(norm[j]);
-    w2 = to_f32(norm[j + half]);
+    w1 = to_f32(static_cast<const T*>(norm)[j]);
+    w2 = to_f32(static_cast<const T*>(norm)[j + half]);
   }
-  const bool rotate = kind != 2 && a.rotate;
-  if (on && rotate) freq = inverse_frequency(a.inv_freq, a.theta, j, D);
+  if (on && kind != 2 && a.rotate) freq = inverse_frequency(a.inv_freq, a.theta, j, D);
   grid_wait();
   grid_launch_dependents();
-  const T* src = static_cast<const T*>(a.qkv) + int64_t(b) * a.qkv_stride + int64_t(head) * D;
+  T* src = static_cast<T*>(a.qkv) + int64_t(b) * a.qkv_stride + int64_t(head) * D;
   float x1 = on ? to_f32(src[j]) : 0.0f, x2 = on ? to_f32(src[j + half]) : 0.0f;
-  const int32_t position = rotate ? a.positions[b] : 0;
+  const int32_t position = kind != 2 && a.rotate ? a.positions[b] : 0;
   const int64_t cache_row = kind != 0 ? a.cache_index[b] : 0;
-  float r = 1.0f;
   if (norm) {  // block-uniform
     float ss = warp_sum(x1 * x1 + x2 * x2);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
@@ -49,12 +71,28 @@ __global__ void qk_rope_cache_kernel(const RopeArgs a) {
     __syncthreads();
     ss = 0.0f;
     for (int w = 0; w < warps; ++w) ss += partial[w];
-    r = rsqrtf(ss / static_cast<float>(D) + a.eps);
+    const float r = rsqrtf(ss / static_cast<float>(D) + a.eps);
+    if (on) {
+      x1 = round_as<T>(round_as<T>(x1 * r) * w1);
+      x2 = round_as<T>(round_as<T>(x2 * r) * w2);
+    }
   }
   if (!on) return;
-  rope_pair<T>(x1, x2, norm != nullptr, r, w1, w2, rotate, position, freq, a.scaling);
-  T* dst = rope_destination<T>(a, kind, head, b, cache_row);
-  if (!dst) return;
+  if (kind != 2 && a.rotate) {
+    const float angle = static_cast<float>(position) * freq;
+    const float c = cosf(angle) * a.scaling, s = sinf(angle) * a.scaling;
+    const float y1 = x1 * c - x2 * s;
+    const float y2 = x2 * c + x1 * s;
+    x1 = y1;
+    x2 = y2;
+  }
+  T* dst = src;
+  if (kind != 0) {
+    if (cache_row < 0 || cache_row >= a.capacity) return;  // the host sizes the cache
+    T* cache = static_cast<T*>(kind == 1 ? a.k_cache : a.v_cache);
+    const int kv_head = head - a.heads_q - (kind == 2 ? a.heads_kv : 0);
+    dst = cache + int64_t(b) * a.c_bs + cache_row * a.c_rs + int64_t(kv_head) * D;
+  }
   dst[j] = from_f32<T>(x1);
   dst[j + half] = from_f32<T>(x2);
 }
@@ -197,7 +235,27 @@ void qk_rope_cache(const QkRopeCacheParams& p, Stream stream) {
     throw Unsupported("decode qk_rope_cache: head_dim " + std::to_string(p.head_dim));
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && p.dtype != DType::F32)
     throw Unsupported(std::string("decode qk_rope_cache: dtype ") + dtype_name(p.dtype));
-  const RopeArgs a = rope_args(p);
+  RopeArgs a;
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.head_dim = static_cast<int>(p.head_dim);
+  a.qkv = p.qkv;
+  a.qkv_stride = p.qkv_stride;
+  a.head_offset = p.process_q ? 0 : a.heads_q;
+  a.q_norm = p.q_norm_weight;
+  a.k_norm = p.k_norm_weight;
+  a.eps = p.eps;
+  a.rotate = p.rotate;
+  a.positions = p.positions;
+  a.inv_freq = p.inv_freq;
+  a.theta = p.rope_theta;
+  a.scaling = p.attention_scaling;
+  a.cache_index = p.cache_index;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.c_bs = p.cache_batch_stride;
+  a.c_rs = p.cache_row_stride;
+  a.capacity = p.capacity;
   const int heads = a.heads_q + 2 * a.heads_kv - a.head_offset;
   const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(p.batch));
   const dim3 block(static_cast<unsigned>(block_for_half(p.head_dim)));
