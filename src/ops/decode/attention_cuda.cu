@@ -111,6 +111,25 @@ __device__ __forceinline__ void load_scaled_q(const AttnArgs& a, int b, int hk, 
   }
 }
 
+// A warp's keys of one step, base + u·W for u < U, as loaded (zeros past k1 and past the head
+// dim), every load issued before any is used.
+template <class T, int EPL, int U, int W>
+__device__ __forceinline__ void load_step_keys(const AttnArgs& a, const T* kb, const T* vb,
+                                               int base, int k1, int lane, bool lane_on,
+                                               Pack<T, EPL> (&kraw)[U], Pack<T, EPL> (&vraw)[U]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int key = base + u * W;
+    if (key < k1 && lane_on) {
+      load_raw<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kraw[u]);
+      load_raw<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vraw[u]);
+    } else {
+#pragma unroll
+      for (int e = 0; e < EPL; ++e) kraw[u].v[e] = vraw[u].v[e] = from_f32<T>(0.0f);
+    }
+  }
+}
+
 // One online-softmax step per key: each (key, head) score is a warp sum. For the shapes whose
 // step does not fit lane_scores' registers (f32 or head dim 256 with small groups).
 template <class T, int EPL, int MAXG, int W>
@@ -128,17 +147,7 @@ __device__ __forceinline__ void per_key_loop(const AttnArgs& a, const T* kb, con
                                                  : kRawKeys);
   for (int base = k0 + warp; base < k1; base += W * U) {
     Pack<T, EPL> kraw[U], vraw[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + u * W;
-      if (key < k1 && lane_on) {
-        load_raw<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kraw[u]);
-        load_raw<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vraw[u]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) kraw[u].v[e] = vraw[u].v[e] = from_f32<T>(0.0f);
-      }
-    }
+    load_step_keys<T, EPL, U, W>(a, kb, vb, base, k1, lane, lane_on, kraw, vraw);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       if (base + u * W >= k1) break;  // warp-uniform
@@ -212,17 +221,7 @@ __device__ __forceinline__ void lane_scores_loop(const AttnArgs& a, const T* kb,
   float my_m = -INFINITY, my_l = 0.0f;
   for (int base = k0 + warp; base < k1; base += W * U) {
     Pack<T, EPL> kraw[U], vraw[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + u * W;
-      if (key < k1 && lane_on) {
-        load_raw<T, EPL>(kb + int64_t(key) * a.c_rs + lane * EPL, kraw[u]);
-        load_raw<T, EPL>(vb + int64_t(key) * a.c_rs + lane * EPL, vraw[u]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < EPL; ++e) kraw[u].v[e] = vraw[u].v[e] = from_f32<T>(0.0f);
-      }
-    }
+    load_step_keys<T, EPL, U, W>(a, kb, vb, base, k1, lane, lane_on, kraw, vraw);
     float part[32];  // pair j = u·MAXG + g
 #pragma unroll
     for (int u = 0; u < U; ++u)
