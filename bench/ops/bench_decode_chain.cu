@@ -296,16 +296,21 @@ double time_graph(cudaStream_t s, int reps, F record, BackToBack* queued = nullp
   return ms[ms.size() / 2] * 1000.0;
 }
 
+// `item` as an integer in [lo, hi]; -1 when it is not one.
+long parse_in_range(const std::string& item, long lo, long hi) {
+  char* end = nullptr;
+  const long v = std::strtol(item.c_str(), &end, 10);
+  return item.empty() || *end != '\0' || v < lo || v > hi ? -1 : v;
+}
+
 std::vector<int64_t> parse_rows(const std::string& s) {
   std::vector<int64_t> r;
   size_t at = 0;
   while (at < s.size()) {
     const size_t comma = s.find(',', at);
-    const std::string item =
-        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 64)
+    const long v = parse_in_range(
+        s.substr(at, comma == std::string::npos ? std::string::npos : comma - at), 1, 64);
+    if (v < 0)
       throw hk::InvalidArgument("--rows takes a comma-separated list of 1..64, not '" + s + "'");
     r.push_back(v);
     if (comma == std::string::npos) break;
@@ -341,9 +346,8 @@ int main(int argc, char** argv) try {
                                   "'");
     } else if (a == "--attention-splits") {
       const std::string v = value();
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || n < 0 || n > 64)
+      const long n = parse_in_range(v, 0, 64);
+      if (n < 0)
         throw hk::InvalidArgument("--attention-splits takes 0..64 (0: attention_splits()), not '" +
                                   v + "'");
       attention_splits = static_cast<int>(n);

@@ -518,45 +518,52 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_eager_kernel(co
   }
 }
 
-// HK_DECODE_ATTENTION_STEP=per-key: one online-softmax step per key wherever lane_scores_loop
-// would serve (an A/B switch for benchmarks; the results agree within rounding).
-bool per_key_steps_forced() {
-  static const bool forced = [] {
-    const char* v = std::getenv("HK_DECODE_ATTENTION_STEP");
-    return v && std::string(v) == "per-key";
-  }();
-  return forced;
+// Whether environment variable `name` is set to `value` (the A/B switches below, read once each).
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
 }
 
 int elements_per_lane(int64_t d) {
   return d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : 8;
 }
 
-template <class T, int EPL, int MAXG, int W>
-void launch_with_warps(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
-  const size_t smem = sizeof(float) * (size_t(W) * MAXG * args.head_dim + 2 * W * MAXG);
-  auto kernel = eager ? decode_attention_eager_kernel<T, EPL, MAXG>
-                : lane_scores<T, EPL, MAXG>() && !per_key_steps_forced()
-                    ? decode_attention_kernel<T, EPL, MAXG, lane_scores<T, EPL, MAXG>(), W>
-                    : decode_attention_kernel<T, EPL, MAXG, false, W>;
+// A grid of (rows × kv heads, splits) blocks of `warps` warps, with the shared memory the warps'
+// combine needs.
+template <class Kernel>
+void launch_blocks(Kernel kernel, int warps, int maxg, const AttnArgs& args, int64_t batch,
+                   int splits, Stream stream) {
+  const size_t smem = sizeof(float) * (size_t(warps) * maxg * args.head_dim + 2 * warps * maxg);
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-  launch(kernel, dim3(static_cast<unsigned>(batch * args.heads_kv), eager ? 1 : args.splits),
-         dim3(W * 32), smem, stream, args);
+  launch(kernel, dim3(static_cast<unsigned>(batch * args.heads_kv), splits),
+         dim3(static_cast<unsigned>(warps * 32)), smem, stream, args);
+}
+
+// The flash-form kernel with W warps: a step per 32 scores where lane_scores serves the shape,
+// unless HK_DECODE_ATTENTION_STEP=per-key (the A/B switch; the results agree within rounding).
+template <class T, int EPL, int MAXG, int W>
+void launch_flash_form(const AttnArgs& args, int64_t batch, Stream stream) {
+  static const bool per_key = env_is("HK_DECODE_ATTENTION_STEP", "per-key");
+  constexpr bool kLaneScores = lane_scores<T, EPL, MAXG>();
+  launch_blocks(kLaneScores && !per_key ? decode_attention_kernel<T, EPL, MAXG, kLaneScores, W>
+                                        : decode_attention_kernel<T, EPL, MAXG, false, W>,
+                W, MAXG, args, batch, args.splits, stream);
 }
 
 // Warps a block: 8 when the grid leaves most SMs idle (a block's keys then take half the steps:
 // 81 keys are one step of 8 warps × 16), else 4, so that 4 blocks of 124 registers a thread fit
-// an SM at batch 64. The eager kernel keeps 4.
+// an SM at batch 64 (HK_DECODE_ATTENTION_WARPS=4 keeps 4, the A/B switch). The eager kernel keeps
+// 4 and has no splits.
 template <class T, int EPL, int MAXG>
 void launch_attention(const AttnArgs& args, int64_t batch, bool eager, Stream stream) {
-  static const bool four_only = [] {  // HK_DECODE_ATTENTION_WARPS=4: the A/B switch
-    const char* v = std::getenv("HK_DECODE_ATTENTION_WARPS");
-    return v && std::string(v) == "4";
-  }();
-  if (!eager && !four_only && batch * args.heads_kv * args.splits <= detail::device_sm_count())
-    launch_with_warps<T, EPL, MAXG, 8>(args, batch, eager, stream);
+  static const bool four_only = env_is("HK_DECODE_ATTENTION_WARPS", "4");
+  if (eager)
+    launch_blocks(decode_attention_eager_kernel<T, EPL, MAXG>, kAttnWarps, MAXG, args, batch, 1,
+                  stream);
+  else if (!four_only && batch * args.heads_kv * args.splits <= detail::device_sm_count())
+    launch_flash_form<T, EPL, MAXG, 8>(args, batch, stream);
   else
-    launch_with_warps<T, EPL, MAXG, kAttnWarps>(args, batch, eager, stream);
+    launch_flash_form<T, EPL, MAXG, kAttnWarps>(args, batch, stream);
 }
 
 template <class T, int EPL>

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "ops/decode/decode_common.cuh"
 #include "ops/decode/decode_kernels.h"
 
 namespace hk::decode::detail {
@@ -29,6 +30,26 @@ __device__ __forceinline__ int segment_of(const GemvArgs& a, int tile) {
   int s = 0;
   while (s + 1 < a.num_segments && tile >= a.tile_begin[s + 1]) ++s;
   return s;
+}
+
+// Output (x row `row`, weight row j) of segment s from its f32 sums: + bias, rounded; SwiGLU
+// (kPair): gate and up each rounded, silu(gate) rounded, times up — the rounding points both gemv
+// kernels share (decode_kernels.h).
+template <class T, bool kPair>
+__device__ __forceinline__ void store_output(const GemvArgs& a, int s, int row, int j,
+                                             const float (&sum)[kPair ? 2 : 1]) {
+  if constexpr (!kPair) {
+    float v = sum[0];
+    if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
+    static_cast<T*>(a.out[s])[row * a.out_stride[s] + j] = from_f32<T>(v);
+  } else {
+    float gv = sum[0], uv = sum[1];
+    if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
+    if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
+    gv = round_as<T>(gv);
+    uv = round_as<T>(uv);
+    static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] = from_f32<T>(round_as<T>(silu(gv)) * uv);
+  }
 }
 
 // The arguments of `p` for tiles of `rows_per_tile` weight rows; the launch's tile count is

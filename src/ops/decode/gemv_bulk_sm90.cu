@@ -217,20 +217,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
       sum[q] = 0.0f;
       for (int w = 0; w < kWarps; ++w) sum[q] += red[w * kPartials + q * kGroups * 64 + i];
     }
-    const int j = r0 + col;
-    if constexpr (!kPair) {
-      float v = sum[0];
-      if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
-      static_cast<T*>(a.out[s])[row * a.out_stride[s] + j] = from_f32<T>(v);
-    } else {
-      float gv = sum[0], uv = sum[1];
-      if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
-      if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
-      gv = round_as<T>(gv);
-      uv = round_as<T>(uv);
-      static_cast<T*>(a.out[0])[row * a.out_stride[0] + j] =
-          from_f32<T>(round_as<T>(silu(gv)) * uv);
-    }
+    store_output<T, kPair>(a, s, row, r0 + col, sum);
   }
 #else
   (void)a;

@@ -277,19 +277,7 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
     const int col = nt * 8 + (l & 3) * 2 + (r & 1);
     const int j = r0 + row;
     if (col >= a.m || row >= rows_here) continue;
-    if constexpr (!kPair) {
-      float v = sum[0];
-      if (a.bias[s]) v += to_f32(static_cast<const T*>(a.bias[s])[j]);
-      static_cast<T*>(a.out[s])[col * a.out_stride[s] + j] = from_f32<T>(v);
-    } else {
-      float gv = sum[0], uv = sum[kSets - 1];
-      if (a.bias[0]) gv += to_f32(static_cast<const T*>(a.bias[0])[j]);
-      if (a.bias[1]) uv += to_f32(static_cast<const T*>(a.bias[1])[j]);
-      gv = round_as<T>(gv);
-      uv = round_as<T>(uv);
-      static_cast<T*>(a.out[0])[col * a.out_stride[0] + j] =
-          from_f32<T>(round_as<T>(silu(gv)) * uv);
-    }
+    store_output<T, kPair>(a, s, col, j, sum);
   }
 }
 
