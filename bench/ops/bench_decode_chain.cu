@@ -12,9 +12,11 @@
 // rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
 // tokens: hk's own kernel unsplit, as the step runs it over a short cache, or --attention's) 28
 // times each, the whole layer 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as
-// the floor a dependent launch costs here. Reports µs a launch and the weight bytes a launch
-// streams over that time (GB/s). Not here: embedding, final norm and the greedy pick
-// (hk_bench_generate times the whole step); it checks no numbers (hk_gpu_decode_test does).
+// the floor a dependent launch costs here. Each gemv prefetches into L2 the weights of the launch
+// HK_DECODE_L2_AHEAD (default 2) launches on in its sequence, as the decode step does. Reports µs a
+// launch and the weight bytes a launch streams over that time (GB/s). Not here: embedding, final
+// norm and the greedy pick (hk_bench_generate times the whole step); it checks no numbers
+// (hk_gpu_decode_test does).
 //
 // Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64]
 //                              [--attention auto|hk|flash] [--attention-splits N]
@@ -444,6 +446,8 @@ int main(int argc, char** argv) try {
   const double qkv_bytes = kQkv * kHidden * 2.0, o_bytes = kHidden * kQ * 2.0,
                gu_bytes = 2.0 * kInter * kHidden * 2.0, down_bytes = kHidden * kInter * 2.0;
   const double layer_bytes = qkv_bytes + o_bytes + gu_bytes + down_bytes;
+  const int ahead = decode::gemv_l2_ahead();
+  std::printf("gemv L2 prefetch: %d products ahead (HK_DECODE_L2_AHEAD)\n", ahead);
   using Make = decode::GemvParams (*)(decode::GemvKernel, int64_t, const Layer&, Buffers&);
   using Run = void (*)(int64_t, const Layer&, Buffers&, hk::Stream);
   struct Product {
@@ -468,15 +472,23 @@ int main(int argc, char** argv) try {
           name == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
       if (!lt && !decode::gemv_kernel_unsupported(qkv_product(kn, m, layers[0], b)).empty())
         continue;
-      auto product = [&](const Product& pr, const Layer& l) {
-        if (lt)
-          pr.cublaslt(m, l, b, stream);
-        else
-          decode::gemv(pr.make(kn, m, l, b), stream);
+      // product j of layer li; a gemv prefetches into L2 the weights of the launch `ahead`
+      // launches on in its sequence (product `later_j` of layer `later_li`), as the step does
+      auto product = [&](int j, size_t li, int later_j, size_t later_li) {
+        const Product& pr = products[j];
+        if (lt) {
+          pr.cublaslt(m, layers[li], b, stream);
+          return;
+        }
+        decode::GemvParams g = pr.make(kn, m, layers[li], b);
+        if (ahead > 0 && later_li < layers.size())
+          decode::prefetch_weights_of(g, products[later_j].make(kn, m, layers[later_li], b));
+        decode::gemv(g, stream);
       };
-      for (const Product& pr : products) {
+      for (int j = 0; j < 4; ++j) {
+        const Product& pr = products[j];
         const double us = time_graph(cs, reps, [&] {
-          for (const Layer& l : layers) product(pr, l);
+          for (size_t li = 0; li < layers.size(); ++li) product(j, li, j, li + ahead);
         });
         report(name, m, pr.name, kLayers, pr.bytes * kLayers, us);
       }
@@ -487,21 +499,26 @@ int main(int argc, char** argv) try {
           flash_decode(m, l, b, stream);
       };
       // one layer in the step's order; with_attention adds rotary + cache write and attention
-      auto layer = [&](const Layer& l, bool with_attention) {
+      auto layer = [&](size_t li, bool with_attention) {
+        const Layer& l = layers[li];
+        auto layer_product = [&](int j) {
+          const size_t later = li * 4 + j + ahead;
+          product(j, li, int(later % 4), later / 4);
+        };
         if (norm_kernels) add_norm(m, l.norm1, b, stream);
-        product(products[0], l);
+        layer_product(0);
         if (with_attention) {
           rope(m, l, b, stream);
           attention(l);
         }
-        product(products[1], l);
+        layer_product(1);
         if (norm_kernels) add_norm(m, l.norm2, b, stream);
-        product(products[2], l);
-        product(products[3], l);
+        layer_product(2);
+        layer_product(3);
       };
       const int per_layer = 4 + (norm_kernels ? 2 : 0) + (lt ? 1 : 0);  // + act_mul
       const double us = time_graph(cs, reps, [&] {
-        for (const Layer& l : layers) layer(l, false);
+        for (size_t li = 0; li < layers.size(); ++li) layer(li, false);
       });
       report(name, m, "layers (products" + norm + ")", per_layer * kLayers, layer_bytes * kLayers,
              us);
@@ -537,7 +554,7 @@ int main(int argc, char** argv) try {
       const double step_us = time_graph(
           cs, reps,
           [&] {
-            for (const Layer& l : layers) layer(l, true);
+            for (size_t li = 0; li < layers.size(); ++li) layer(li, true);
           },
           &queued);
       report(name, m, "layers (all kernels)", (per_layer + 2) * kLayers,
@@ -550,7 +567,9 @@ int main(int argc, char** argv) try {
   }
   CK(cudaDeviceSynchronize());
   std::ofstream f(out);
-  f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"results", results}}.dump(1) << "\n";
+  f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"l2_ahead", ahead}, {"results", results}}
+           .dump(1)
+    << "\n";
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "hk_bench_decode_chain: %s\n", e.what());

@@ -2,7 +2,8 @@
 // decode::GemvParams once per launch, shared by the mma.sync gemv (gemv_cuda.cu) and the
 // shared-memory-staged one (gemv_bulk_sm90.cu). A launch walks tiles of `rows_per_tile` weight
 // rows: segment s owns tiles [tile_begin[s], tile_begin[s + 1]); the SwiGLU pair owns one tile
-// range for both of its weights. It deliberately checks nothing: gemv_unsupported does.
+// range for both of its weights; a launch may also prefetch a later launch's weights into L2. It
+// deliberately checks nothing: gemv_unsupported does.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,24 @@ struct GemvArgs {
   int n[3] = {};
   int tile_begin[4] = {};
   int num_segments = 0;
+  GemvL2Range l2_prefetch[3];
 };
+
+// One thread of each block asks L2 for the block's share of the later launch's weights
+// (GemvParams::l2_prefetch): issued before the wait, it keeps the weight stream going while the
+// chain of dependent launches waits, and costs this launch a few instructions.
+__device__ __forceinline__ void prefetch_later_weights(const GemvArgs& a) {
+  constexpr int64_t kPiece = 64 * 1024;  // one bulk prefetch at most (a hint of bounded size)
+  for (const GemvL2Range& r : a.l2_prefetch) {
+    if (r.bytes < 16) continue;
+    const int64_t share = ((r.bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const int64_t begin = int64_t(blockIdx.x) * share;
+    const int64_t end = min(r.bytes, begin + share) / 16 * 16;
+    for (int64_t off = begin; off < end; off += kPiece)
+      bulk_prefetch_l2(static_cast<const char*>(r.ptr) + off,
+                       static_cast<uint32_t>(min(kPiece, end - off)));
+  }
+}
 
 __device__ __forceinline__ int segment_of(const GemvArgs& a, int tile) {
   int s = 0;
@@ -75,6 +93,7 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
       tiles += static_cast<int>((p.segments[s].n + rows_per_tile - 1) / rows_per_tile);
   }
   a.tile_begin[p.num_segments] = tiles;
+  for (int i = 0; i < 3; ++i) a.l2_prefetch[i] = p.l2_prefetch[i];
   return a;
 }
 

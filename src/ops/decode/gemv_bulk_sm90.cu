@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
                   w + int64_t(r) * k_bytes, k_bytes, bar_w);
     }
   }
+  if (threadIdx.x == 32) prefetch_later_weights(a);  // beside thread 0's copies
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
   grid_wait();
   grid_launch_dependents();
