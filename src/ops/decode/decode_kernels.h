@@ -99,8 +99,8 @@ constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
 // 18.3k against 30.2k at 64); HK_DECODE_GEMV_MAX_ROWS overrides.
 constexpr int64_t kGemvPreferredMaxRows = 16;
 int64_t gemv_preferred_max_rows();
-// Products ahead whose weights a decode-step gemv prefetches into L2 (0: none): 2, or
-// HK_DECODE_L2_AHEAD (0–4).
+// Products ahead whose weights a decode-step gemv prefetches into L2 (0: none): 0 (measured
+// slower at 1–4 on the H200), or HK_DECODE_L2_AHEAD (0–4).
 int gemv_l2_ahead();
 // p.l2_prefetch = the weights `later` reads (one range per segment).
 void prefetch_weights_of(GemvParams& p, const GemvParams& later);

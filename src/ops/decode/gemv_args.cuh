@@ -26,6 +26,7 @@ struct GemvArgs {
   int tile_begin[4] = {};
   int num_segments = 0;
   GemvL2Range l2_prefetch[3];
+  bool early_trigger = false;  // wait_then_release(early)
 };
 
 // One thread of each block asks L2 for the block's share of the later launch's weights
@@ -94,6 +95,7 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
   }
   a.tile_begin[p.num_segments] = tiles;
   for (int i = 0; i < 3; ++i) a.l2_prefetch[i] = p.l2_prefetch[i];
+  a.early_trigger = early_trigger();
   return a;
 }
 

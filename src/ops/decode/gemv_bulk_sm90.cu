@@ -92,8 +92,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   }
   if (threadIdx.x == 32) prefetch_later_weights(a);  // beside thread 0's copies
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
-  grid_wait();
-  grid_launch_dependents();
+  wait_then_release(a.early_trigger);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T* xs = reinterpret_cast<T*>(smem + lay.x);

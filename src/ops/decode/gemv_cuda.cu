@@ -74,7 +74,7 @@ int64_t gemv_preferred_max_rows() {
 int gemv_l2_ahead() {
   static const int ahead = [] {
     const char* v = std::getenv("HK_DECODE_L2_AHEAD");
-    if (!v || !*v) return 2;
+    if (!v || !*v) return 0;
     const std::string s = v;
     if (s.size() != 1 || s[0] < '0' || s[0] > '4')
       throw InvalidArgument("HK_DECODE_L2_AHEAD='" + s +
@@ -90,6 +90,18 @@ void prefetch_weights_of(GemvParams& p, const GemvParams& later) {
     p.l2_prefetch[s] = s < later.num_segments ? GemvL2Range{later.segments[s].weight,
                                                             later.segments[s].n * later.k * elt}
                                               : GemvL2Range{};
+}
+
+bool detail::early_trigger() {
+  static const bool early = [] {
+    const char* v = std::getenv("HK_DECODE_TRIGGER");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "after-wait") return false;
+    if (s == "early") return true;
+    throw InvalidArgument("HK_DECODE_TRIGGER='" + s +
+                          "' is not a trigger point: use early or after-wait (or unset it)");
+  }();
+  return early;
 }
 
 bool pdl_enabled() {
@@ -218,8 +230,7 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
   };
   // The weights depend on no kernel: the first chunks are in flight before the wait.
   load_weights(warp);
-  grid_wait();
-  grid_launch_dependents();
+  wait_then_release(a.early_trigger);
 
   T* xs = reinterpret_cast<T*>(smem);
   const size_t xs_bytes = kPrologue ? (size_t(a.m) * (k + kXPad) * sizeof(T) + 15) / 16 * 16 : 0;
