@@ -8,7 +8,8 @@
 // CUDA graph per sequence and replayed (one eager pass first, 2 warm-up replays, then the median
 // of --reps timed between events). Sequences: each product alone 28 times (qkv — with the
 // RMSNorm prologue up to 16 rows —, o_proj, gate/up with SwiGLU, down), the four in layer order 28
-// times (past 16 rows with the step's two add+RMSNorm kernels), lm_head 4 times, the q/k norm +
+// times (past 16 rows with the step's two add+RMSNorm kernels), each gemv 28 times over one
+// layer's weights (L2-resident), lm_head 4 times, the q/k norm +
 // rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
 // tokens: hk's own kernel unsplit, as the step runs it over a short cache, or --attention's) 28
 // times each, the whole layer 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as
@@ -491,6 +492,15 @@ int main(int argc, char** argv) try {
           for (size_t li = 0; li < layers.size(); ++li) product(j, li, j, li + ahead);
         });
         report(name, m, pr.name, kLayers, pr.bytes * kLayers, us);
+      }
+      // the same launches over one layer's weights, which stay in L2: what a launch costs when
+      // its weights need not come from HBM (the most an L2 prefetch could give)
+      for (int j = 0; !lt && j < 4; ++j) {
+        const double us = time_graph(cs, reps, [&] {
+          for (size_t li = 0; li < layers.size(); ++li) product(j, 0, j, layers.size());
+        });
+        report(name, m, std::string(products[j].name) + " (L2-resident)", kLayers,
+               products[j].bytes * kLayers, us);
       }
       auto attention = [&](const Layer& l) {
         if (hk_attention)

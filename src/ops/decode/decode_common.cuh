@@ -133,6 +133,9 @@ void allow_dynamic_smem(const void* kernel, size_t bytes);
 int device_sm_count();
 // HK_DECODE_TRIGGER=early: the decode kernels let their successor launch before they wait.
 bool early_trigger();
+// HK_DECODE_L2_FORM=lines: the gemv's L2 prefetch of later weights by 128-byte lines from every
+// thread instead of bulk prefetches from one.
+bool l2_prefetch_by_lines();
 // The current device is sm_90 or later (PDL, bulk copies); asked once a process.
 bool device_is_sm90_or_later();
 

@@ -27,21 +27,29 @@ struct GemvArgs {
   int num_segments = 0;
   GemvL2Range l2_prefetch[3];
   bool early_trigger = false;  // wait_then_release(early)
+  bool l2_lines = false;       // prefetch_later_weights by lines (HK_DECODE_L2_FORM=lines)
 };
 
-// One thread of each block asks L2 for the block's share of the later launch's weights
-// (GemvParams::l2_prefetch): issued before the wait, it keeps the weight stream going while the
-// chain of dependent launches waits, and costs this launch a few instructions.
-__device__ __forceinline__ void prefetch_later_weights(const GemvArgs& a) {
+// The block asks L2 for its share of the later launch's weights (GemvParams::l2_prefetch) before
+// the wait, so the weight stream runs while the chain of dependent launches waits: with
+// `l2_lines` every thread prefetches 128-byte lines (the load/store path), else thread `issuer`
+// issues bulk prefetches (the copy engine the staged gemv also stages its weights with).
+__device__ __forceinline__ void prefetch_later_weights(const GemvArgs& a, int issuer) {
   constexpr int64_t kPiece = 64 * 1024;  // one bulk prefetch at most (a hint of bounded size)
   for (const GemvL2Range& r : a.l2_prefetch) {
     if (r.bytes < 16) continue;
-    const int64_t share = ((r.bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const int64_t share = ((r.bytes + gridDim.x - 1) / gridDim.x + 127) / 128 * 128;
     const int64_t begin = int64_t(blockIdx.x) * share;
     const int64_t end = min(r.bytes, begin + share) / 16 * 16;
-    for (int64_t off = begin; off < end; off += kPiece)
-      bulk_prefetch_l2(static_cast<const char*>(r.ptr) + off,
-                       static_cast<uint32_t>(min(kPiece, end - off)));
+    const char* base = static_cast<const char*>(r.ptr);
+    if (a.l2_lines) {
+      for (int64_t off = begin + int64_t(threadIdx.x) * 128; off < end;
+           off += int64_t(blockDim.x) * 128)
+        prefetch_l2(base + off);
+    } else if (int(threadIdx.x) == issuer) {
+      for (int64_t off = begin; off < end; off += kPiece)
+        bulk_prefetch_l2(base + off, static_cast<uint32_t>(min(kPiece, end - off)));
+    }
   }
 }
 
@@ -96,6 +104,7 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
   a.tile_begin[p.num_segments] = tiles;
   for (int i = 0; i < 3; ++i) a.l2_prefetch[i] = p.l2_prefetch[i];
   a.early_trigger = early_trigger();
+  a.l2_lines = l2_prefetch_by_lines();
   return a;
 }
 

@@ -90,8 +90,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
                   w + int64_t(r) * k_bytes, k_bytes, bar_w);
     }
   }
-  if (threadIdx.x == 32) prefetch_later_weights(a);  // beside thread 0's copies
-  __syncthreads();  // the mbarriers are initialised before any thread waits on them
+  prefetch_later_weights(a, 32);  // (bulk form: beside thread 0's copies)
+  __syncthreads();                // the mbarriers are initialised before any thread waits on them
   wait_then_release(a.early_trigger);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -104,6 +104,18 @@ bool detail::early_trigger() {
   return early;
 }
 
+bool detail::l2_prefetch_by_lines() {
+  static const bool lines = [] {
+    const char* v = std::getenv("HK_DECODE_L2_FORM");
+    const std::string s = v ? v : "";
+    if (s.empty() || s == "bulk") return false;
+    if (s == "lines") return true;
+    throw InvalidArgument("HK_DECODE_L2_FORM='" + s +
+                          "' is not a prefetch form: use bulk or lines");
+  }();
+  return lines;
+}
+
 bool pdl_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("HK_DECODE_PDL");
@@ -203,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
   const int rows_here = min(kMmaRows, n - r0);
   prefetch_rows(w0, rows_here, k);
   if constexpr (kPair) prefetch_rows(w1, rows_here, k);
-  if (threadIdx.x == 0) prefetch_later_weights(a);
+  prefetch_later_weights(a, 0);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
