@@ -44,7 +44,6 @@ struct AttnArgs {
   int splits = 1;
   float* ws = nullptr;
   int32_t* counters = nullptr;
-  bool early_trigger = false;
 };
 
 template <class T, int EPL>
@@ -294,7 +293,8 @@ __global__ void __launch_bounds__(W * 32) decode_attention_kernel(const AttnArgs
   const int per = (total + a.splits - 1) / a.splits;
   const int k0 = ks + split * per, k1 = min(len, k0 + per);
   prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
-  wait_then_release(a.early_trigger);
+  grid_wait();
+  grid_launch_dependents();
 
   float q[MAXG][EPL];
   load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
@@ -404,7 +404,8 @@ __global__ void __launch_bounds__(kAttnThreads) decode_attention_eager_kernel(co
   const int len = a.lengths[b] + a.length_add;
   const int k0 = a.key_start ? max(0, a.key_start[b]) : 0, k1 = len;
   prefetch_cached_rows(kb, vb, k0, k1 - a.length_add, D, a.c_rs);
-  wait_then_release(a.early_trigger);
+  grid_wait();
+  grid_launch_dependents();
 
   float q[MAXG][EPL];
   load_scaled_q<T, EPL, MAXG>(a, b, hk, lane, q);
@@ -633,7 +634,6 @@ void attention(const DecodeAttentionParams& p, Stream stream) {
   const std::string why = attention_unsupported(p);
   if (!why.empty()) throw Unsupported("decode attention: " + why);
   AttnArgs a;
-  a.early_trigger = early_trigger();
   a.heads_q = static_cast<int>(p.heads_q);
   a.heads_kv = static_cast<int>(p.heads_kv);
   a.head_dim = static_cast<int>(p.head_dim);

@@ -41,15 +41,6 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes
   (void)bytes;
 #endif
 }
-// The PDL protocol's wait and trigger. `early` (HK_DECODE_TRIGGER=early, early_trigger()) lets
-// the successor launch before this kernel waits: its blocks then stage their own weights while
-// this one still waits, so the launches run ahead as far as the SMs' resources hold them rather
-// than one launch. Either way the successor's wait returns only once this kernel completed.
-__device__ __forceinline__ void wait_then_release(bool early) {
-  if (early) grid_launch_dependents();
-  grid_wait();
-  if (!early) grid_launch_dependents();
-}
 // 16 bytes that are read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
   uint4 r;
@@ -131,8 +122,6 @@ void gemv_bulk(const GemvParams& p, int groups, Stream stream);
 // Raises a kernel's dynamic shared memory limit as launches need more (per process and kernel).
 void allow_dynamic_smem(const void* kernel, size_t bytes);
 int device_sm_count();
-// HK_DECODE_TRIGGER=early: the decode kernels let their successor launch before they wait.
-bool early_trigger();
 // HK_DECODE_L2_FORM=lines: the gemv's L2 prefetch of later weights by 128-byte lines from every
 // thread instead of bulk prefetches from one.
 bool l2_prefetch_by_lines();

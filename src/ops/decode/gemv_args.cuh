@@ -26,8 +26,7 @@ struct GemvArgs {
   int tile_begin[4] = {};
   int num_segments = 0;
   GemvL2Range l2_prefetch[3];
-  bool early_trigger = false;  // wait_then_release(early)
-  bool l2_lines = false;       // prefetch_later_weights by lines (HK_DECODE_L2_FORM=lines)
+  bool l2_lines = false;  // prefetch_later_weights by lines (HK_DECODE_L2_FORM=lines)
 };
 
 // The block asks L2 for its share of the later launch's weights (GemvParams::l2_prefetch) before
@@ -103,7 +102,6 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
   }
   a.tile_begin[p.num_segments] = tiles;
   for (int i = 0; i < 3; ++i) a.l2_prefetch[i] = p.l2_prefetch[i];
-  a.early_trigger = early_trigger();
   a.l2_lines = l2_prefetch_by_lines();
   return a;
 }

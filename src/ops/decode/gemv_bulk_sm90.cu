@@ -92,7 +92,8 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   }
   prefetch_later_weights(a, 32);  // (bulk form: beside thread 0's copies)
   __syncthreads();                // the mbarriers are initialised before any thread waits on them
-  wait_then_release(a.early_trigger);
+  grid_wait();
+  grid_launch_dependents();
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T* xs = reinterpret_cast<T*>(smem + lay.x);

@@ -92,18 +92,6 @@ void prefetch_weights_of(GemvParams& p, const GemvParams& later) {
                                               : GemvL2Range{};
 }
 
-bool detail::early_trigger() {
-  static const bool early = [] {
-    const char* v = std::getenv("HK_DECODE_TRIGGER");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "after-wait") return false;
-    if (s == "early") return true;
-    throw InvalidArgument("HK_DECODE_TRIGGER='" + s +
-                          "' is not a trigger point: use early or after-wait (or unset it)");
-  }();
-  return early;
-}
-
 bool detail::l2_prefetch_by_lines() {
   static const bool lines = [] {
     const char* v = std::getenv("HK_DECODE_L2_FORM");
@@ -242,7 +230,8 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
   };
   // The weights depend on no kernel: the first chunks are in flight before the wait.
   load_weights(warp);
-  wait_then_release(a.early_trigger);
+  grid_wait();
+  grid_launch_dependents();
 
   T* xs = reinterpret_cast<T*>(smem);
   const size_t xs_bytes = kPrologue ? (size_t(a.m) * (k + kXPad) * sizeof(T) + 15) / 16 * 16 : 0;

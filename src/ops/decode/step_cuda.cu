@@ -31,7 +31,6 @@ struct RopeArgs {
   const int32_t* positions = nullptr;
   const float* inv_freq = nullptr;
   float theta = 0.0f, scaling = 1.0f;
-  bool early_trigger = false;
   const int32_t* cache_index = nullptr;
   void* k_cache = nullptr;
   void* v_cache = nullptr;
@@ -59,7 +58,8 @@ __global__ void qk_rope_cache_kernel(const RopeArgs a) {
     w2 = to_f32(static_cast<const T*>(norm)[j + half]);
   }
   if (on && kind != 2 && a.rotate) freq = inverse_frequency(a.inv_freq, a.theta, j, D);
-  wait_then_release(a.early_trigger);
+  grid_wait();
+  grid_launch_dependents();
   T* src = static_cast<T*>(a.qkv) + int64_t(b) * a.qkv_stride + int64_t(head) * D;
   float x1 = on ? to_f32(src[j]) : 0.0f, x2 = on ? to_f32(src[j + half]) : 0.0f;
   const int32_t position = kind != 2 && a.rotate ? a.positions[b] : 0;
@@ -236,7 +236,6 @@ void qk_rope_cache(const QkRopeCacheParams& p, Stream stream) {
   if (p.dtype != DType::BF16 && p.dtype != DType::F16 && p.dtype != DType::F32)
     throw Unsupported(std::string("decode qk_rope_cache: dtype ") + dtype_name(p.dtype));
   RopeArgs a;
-  a.early_trigger = early_trigger();
   a.heads_q = static_cast<int>(p.heads_q);
   a.heads_kv = static_cast<int>(p.heads_kv);
   a.head_dim = static_cast<int>(p.head_dim);
