@@ -13,16 +13,19 @@
 // rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
 // tokens: hk's own kernel unsplit, as the step runs it over a short cache, or --attention's) 28
 // times each, the whole layer 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as
-// the floor a dependent launch costs here. Each gemv prefetches into L2 the weights of the launch
-// HK_DECODE_L2_AHEAD (default 2) launches on in its sequence, as the decode step does. Reports µs a
+// the floor a dependent launch costs here. Reports µs a
 // launch and the weight bytes a launch streams over that time (GB/s). Not here: embedding, final
 // norm and the greedy pick (hk_bench_generate times the whole step); it checks no numbers
 // (hk_gpu_decode_test does).
 //
-// Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64]
+// Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64] [--trace]
 //                              [--attention auto|hk|flash] [--attention-splits N]
 // (--attention picks the layers' attention kernel instead of the step's choice; --attention-splits
-// the key splits of hk's: 1 as the step runs it over this short cache, 0 = attention_splits().)
+// the key splits of hk's: 1 as the step runs it over this short cache, 0 = attention_splits().
+// --trace first times the phases of the staged gemv's launches inside chains — each block's
+// %globaltimer as it starts, has issued its copies, returns from the PDL wait, has x, has its
+// weights, has its products, has stored — per product (over 28 layers, and over one layer's
+// L2-resident weights) and over the layers' four products.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -330,6 +333,7 @@ int main(int argc, char** argv) try {
   std::vector<int64_t> rows = {1, 8, 64};
   std::string attention_kind = "auto";  // auto: the step's choice (hk's over this short cache)
   int attention_splits = 1;             // as the step over a short cache
+  bool trace = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -354,10 +358,12 @@ int main(int argc, char** argv) try {
         throw hk::InvalidArgument("--attention-splits takes 0..64 (0: attention_splits()), not '" +
                                   v + "'");
       attention_splits = static_cast<int>(n);
-    } else
+    } else if (a == "--trace")
+      trace = true;
+    else
       throw hk::InvalidArgument(
           "usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64] "
-          "[--attention auto|hk|flash] [--attention-splits N] (unknown argument '" +
+          "[--attention auto|hk|flash] [--attention-splits N] [--trace] (unknown argument '" +
           a + "')");
   }
   cudaStream_t cs;
@@ -447,8 +453,6 @@ int main(int argc, char** argv) try {
   const double qkv_bytes = kQkv * kHidden * 2.0, o_bytes = kHidden * kQ * 2.0,
                gu_bytes = 2.0 * kInter * kHidden * 2.0, down_bytes = kHidden * kInter * 2.0;
   const double layer_bytes = qkv_bytes + o_bytes + gu_bytes + down_bytes;
-  const int ahead = decode::gemv_l2_ahead();
-  std::printf("gemv L2 prefetch: %d products ahead (HK_DECODE_L2_AHEAD)\n", ahead);
   using Make = decode::GemvParams (*)(decode::GemvKernel, int64_t, const Layer&, Buffers&);
   using Run = void (*)(int64_t, const Layer&, Buffers&, hk::Stream);
   struct Product {
@@ -461,6 +465,98 @@ int main(int argc, char** argv) try {
                               {"o_proj", o_product, cublaslt_o, o_bytes},
                               {"gate_up + swiglu", gate_up_product, cublaslt_gate_up, gu_bytes},
                               {"down", down_product, cublaslt_down, down_bytes}};
+  if (trace) {
+    // Where a staged gemv launch's time goes inside a chain (--trace): every block's %globaltimer
+    // at the kernel's phases, from the last of a few graph replays, over launches 1..n-2
+    constexpr int kMaxBlocks = 1024, P = decode::kGemvTracePoints;
+    for (int64_t m : rows) {
+      auto traced = [&](const std::string& what, const std::vector<std::pair<int, size_t>>& seq) {
+        const size_t n = seq.size();
+        Tensor buf = Tensor::zeros({static_cast<int64_t>(n * kMaxBlocks * P)}, DType::I64,
+                                   hk::Device::cuda(0));
+        uint64_t* t = static_cast<uint64_t*>(buf.view().ptr());
+        time_graph(cs, 3, [&] {
+          for (size_t i = 0; i < n; ++i) {
+            decode::GemvParams g =
+                products[seq[i].first].make(decode::GemvKernel::Bulk, m, layers[seq[i].second], b);
+            g.trace = t + i * kMaxBlocks * P;
+            decode::gemv(g, stream);
+          }
+        });
+        CK(cudaDeviceSynchronize());
+        std::vector<uint64_t> h(n * kMaxBlocks * P);
+        CK(cudaMemcpy(h.data(), t, h.size() * 8, cudaMemcpyDeviceToHost));
+        // per launch: first/last start, wait return, end; mean phase lengths over blocks
+        struct Launch {
+          double start_min = 1e300, wait_min = 1e300, wait_max = 0, end_max = 0, blocks = 0;
+          double phase[P - 1] = {};
+        };
+        std::vector<Launch> L(n);
+        for (size_t i = 0; i < n; ++i)
+          for (int blk = 0; blk < kMaxBlocks; ++blk) {
+            const uint64_t* q = &h[(i * kMaxBlocks + blk) * P];
+            if (q[0] == 0) continue;
+            Launch& l = L[i];
+            l.blocks += 1;
+            l.start_min = std::min(l.start_min, double(q[0]));
+            l.wait_min = std::min(l.wait_min, double(q[2]));
+            l.wait_max = std::max(l.wait_max, double(q[2]));
+            l.end_max = std::max(l.end_max, double(q[6]));
+            for (int p = 0; p + 1 < P; ++p) l.phase[p] += double(q[p + 1]) - double(q[p]);
+          }
+        double period = 0, gap = 0, lead = 0, spread = 0, body = 0, phase[P - 1] = {};
+        int count = 0;
+        for (size_t i = 1; i + 1 < n; ++i) {
+          const Launch& l = L[i];
+          if (l.blocks == 0) continue;
+          ++count;
+          period += L[i + 1].wait_min - l.wait_min;
+          gap += L[i + 1].wait_min - l.end_max;
+          lead += l.wait_min - l.start_min;
+          spread += l.wait_max - l.wait_min;
+          body += l.end_max - l.wait_min;
+          for (int p = 0; p + 1 < P; ++p) phase[p] += l.phase[p] / l.blocks;
+        }
+        if (count == 0) return;
+        auto us = [&](double ns) { return ns / count / 1000.0; };
+        std::printf(
+            "trace bulk m=%-2lld %-30s %3.0f blocks: period %.2f us (wait-to-wait); last store to "
+            "next wait %.2f; first start before wait %.2f; wait spread %.2f; wait to last store "
+            "%.2f | per block: issue copies %.2f, to wait return %.2f, x %.2f, weights %.2f, "
+            "products %.2f, sum + store %.2f\n",
+            static_cast<long long>(m), what.c_str(), L[1].blocks, us(period), us(gap), us(lead),
+            us(spread), us(body), us(phase[0]), us(phase[1]), us(phase[2]), us(phase[3]),
+            us(phase[4]), us(phase[5]));
+        results.push_back({{"kernel", "bulk"},
+                           {"rows", m},
+                           {"trace", what},
+                           {"period_us", us(period)},
+                           {"store_to_next_wait_us", us(gap)},
+                           {"start_before_wait_us", us(lead)},
+                           {"wait_spread_us", us(spread)},
+                           {"wait_to_last_store_us", us(body)},
+                           {"phase_us",
+                            {us(phase[0]), us(phase[1]), us(phase[2]), us(phase[3]), us(phase[4]),
+                             us(phase[5])}}});
+      };
+      if (!decode::gemv_kernel_unsupported(o_product(decode::GemvKernel::Bulk, m, layers[0], b))
+               .empty())
+        continue;
+      for (int j = 0; j < 4; ++j) {
+        std::vector<std::pair<int, size_t>> hbm, l2;
+        for (size_t li = 0; li < layers.size(); ++li) {
+          hbm.push_back({j, li});
+          l2.push_back({j, 0});
+        }
+        traced(products[j].name, hbm);
+        traced(std::string(products[j].name) + " (L2-resident)", l2);
+      }
+      std::vector<std::pair<int, size_t>> seq;
+      for (size_t li = 0; li < layers.size(); ++li)
+        for (int j = 0; j < 4; ++j) seq.push_back({j, li});
+      traced("layers (products)", seq);
+    }
+  }
   for (int64_t m : rows) {
     const bool norm_kernels = !fused_norm(m);
     const std::string norm = norm_kernels ? " + 2 norms" : " (norms fused)";
@@ -473,23 +569,16 @@ int main(int argc, char** argv) try {
           name == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
       if (!lt && !decode::gemv_kernel_unsupported(qkv_product(kn, m, layers[0], b)).empty())
         continue;
-      // product j of layer li; a gemv prefetches into L2 the weights of the launch `ahead`
-      // launches on in its sequence (product `later_j` of layer `later_li`), as the step does
-      auto product = [&](int j, size_t li, int later_j, size_t later_li) {
-        const Product& pr = products[j];
-        if (lt) {
-          pr.cublaslt(m, layers[li], b, stream);
-          return;
-        }
-        decode::GemvParams g = pr.make(kn, m, layers[li], b);
-        if (ahead > 0 && later_li < layers.size())
-          decode::prefetch_weights_of(g, products[later_j].make(kn, m, layers[later_li], b));
-        decode::gemv(g, stream);
+      auto product = [&](int j, size_t li) {
+        if (lt)
+          products[j].cublaslt(m, layers[li], b, stream);
+        else
+          decode::gemv(products[j].make(kn, m, layers[li], b), stream);
       };
       for (int j = 0; j < 4; ++j) {
         const Product& pr = products[j];
         const double us = time_graph(cs, reps, [&] {
-          for (size_t li = 0; li < layers.size(); ++li) product(j, li, j, li + ahead);
+          for (size_t li = 0; li < layers.size(); ++li) product(j, li);
         });
         report(name, m, pr.name, kLayers, pr.bytes * kLayers, us);
       }
@@ -497,7 +586,7 @@ int main(int argc, char** argv) try {
       // its weights need not come from HBM (the most an L2 prefetch could give)
       for (int j = 0; !lt && j < 4; ++j) {
         const double us = time_graph(cs, reps, [&] {
-          for (size_t li = 0; li < layers.size(); ++li) product(j, 0, j, layers.size());
+          for (size_t li = 0; li < layers.size(); ++li) product(j, 0);
         });
         report(name, m, std::string(products[j].name) + " (L2-resident)", kLayers,
                products[j].bytes * kLayers, us);
@@ -511,10 +600,7 @@ int main(int argc, char** argv) try {
       // one layer in the step's order; with_attention adds rotary + cache write and attention
       auto layer = [&](size_t li, bool with_attention) {
         const Layer& l = layers[li];
-        auto layer_product = [&](int j) {
-          const size_t later = li * 4 + j + ahead;
-          product(j, li, int(later % 4), later / 4);
-        };
+        auto layer_product = [&](int j) { product(j, li); };
         if (norm_kernels) add_norm(m, l.norm1, b, stream);
         layer_product(0);
         if (with_attention) {
@@ -577,9 +663,7 @@ int main(int argc, char** argv) try {
   }
   CK(cudaDeviceSynchronize());
   std::ofstream f(out);
-  f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"l2_ahead", ahead}, {"results", results}}
-           .dump(1)
-    << "\n";
+  f << nlohmann::json{{"bench", "hk_bench_decode_chain"}, {"results", results}}.dump(1) << "\n";
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "hk_bench_decode_chain: %s\n", e.what());

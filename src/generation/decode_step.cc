@@ -145,33 +145,6 @@ struct DecodeStep::Plan {
     g.num_segments = 1;
     return g;
   }
-  // The layers' products in launch order: index 4·layer + 0 q/k/v, 1 o_proj, 2 gate/up, 3 down.
-  enum Product { kQkv, kO, kGateUp, kDown };
-  // g (the gemv of product `index`) prefetches into L2 the weights of the product
-  // decode::gemv_l2_ahead() launches on, where that one is a gemv too (none past the last layer:
-  // lm_head's gemv prefetches its own rows).
-  void prefetch_ahead(decode::GemvParams& g, size_t layer, Product product) const {
-    const int ahead = decode::gemv_l2_ahead();
-    if (ahead <= 0) return;
-    const size_t index = layer * 4 + static_cast<size_t>(product) + static_cast<size_t>(ahead);
-    if (index / 4 >= layers.size()) return;
-    const LayerPlan& lp = layers[index / 4];
-    const DecoderLayer& later = *lp.layer;
-    switch (static_cast<Product>(index % 4)) {
-      case kQkv:
-        if (lp.qkv_gemv) decode::prefetch_weights_of(g, qkv_product(*later.self_attn));
-        break;
-      case kO:
-        if (lp.o_gemv) decode::prefetch_weights_of(g, o_product(*later.self_attn));
-        break;
-      case kGateUp:
-        if (lp.mlp_fused) decode::prefetch_weights_of(g, gate_up_product(*later.mlp));
-        break;
-      case kDown:
-        if (lp.mlp_fused) decode::prefetch_weights_of(g, down_product(*later.mlp));
-        break;
-    }
-  }
   void add_prologue(decode::GemvParams& p, const nn::RMSNorm& norm, int cur, bool pending) const {
     p.has_prologue = true;
     p.prologue.residual = h[cur].view().ptr();
@@ -455,8 +428,7 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
                     : p.layers[0].eager_attention
                         ? ", attention hk decode (eager)"
                         : ", attention hk decode, splits " + std::to_string(p.attn_splits)) +
-                   (decode::pdl_enabled() ? ", PDL" : ", no PDL") + ", L2 prefetch " +
-                   std::to_string(decode::gemv_l2_ahead()) + " products ahead";
+                   (decode::pdl_enabled() ? ", PDL" : ", no PDL");
   step->capture_refusal_ = join(refusals);
   return step;
 }
@@ -504,7 +476,6 @@ void DecodeStep::enqueue(Stream stream) const {
       } else {
         p.residual_norm(*layer.input_layernorm, cur, pending, stream);
       }
-      p.prefetch_ahead(g, i, Plan::kQkv);
       decode::gemv(g, stream);
     } else {
       p.residual_norm(*layer.input_layernorm, cur, pending, stream);
@@ -621,7 +592,6 @@ void DecodeStep::enqueue(Stream stream) const {
     // o_proj → delta
     if (lp.o_gemv) {
       decode::GemvParams g = p.o_product(at);
-      p.prefetch_ahead(g, i, Plan::kO);
       decode::gemv(g, stream);
     } else {
       at.o_proj->forward(p.attn, p.delta, stream);
@@ -639,10 +609,8 @@ void DecodeStep::enqueue(Stream stream) const {
       } else {
         p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);
       }
-      p.prefetch_ahead(g, i, Plan::kGateUp);
       decode::gemv(g, stream);
       decode::GemvParams down = p.down_product(mlp);
-      p.prefetch_ahead(down, i, Plan::kDown);
       decode::gemv(down, stream);
     } else {
       p.residual_norm(*layer.post_attention_layernorm, cur, pending, stream);

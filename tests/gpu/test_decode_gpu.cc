@@ -109,30 +109,19 @@ TEST(DecodeGemv, MatchesLinearForOneToThreeWeights) {
     p.num_segments = 3;
     ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
     // each 16-bit kernel that serves the call (the staged one takes 1-8 rows), and the default
-    // each also asking L2 for a later launch's weights (a hint: the same numbers), ranges of
-    // sizes that do not split evenly over the blocks
-    decode::GemvParams later = p;
-    later.segments[0].n = 3;
-    for (decode::GemvKernel kernel : kGemvKernels)
-      for (bool prefetch : {false, true}) {
-        p.kernel = kernel;
-        if (prefetch)
-          decode::prefetch_weights_of(p, later);
-        else
-          p.l2_prefetch[0] = p.l2_prefetch[1] = p.l2_prefetch[2] = {};
-        if (!serves(p)) continue;
-        ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
-        const std::string run =
-            what + " kernel " + kernel_name(kernel) + (prefetch ? " with L2 prefetch" : "");
-        ops::fill(out, NAN);
-        decode::gemv(p, {});
-        col = 0;
-        for (int s = 0; s < 3; ++s) {
-          EXPECT_TRUE(close(out.slice(1, col, col + ns[s]), refs[s], atol_mm(c.dt), rtol_for(c.dt)))
-              << run << " weight " << s;
-          col += ns[s];
-        }
+    for (decode::GemvKernel kernel : kGemvKernels) {
+      p.kernel = kernel;
+      if (!serves(p)) continue;
+      const std::string run = what + " kernel " + kernel_name(kernel);
+      ops::fill(out, NAN);
+      decode::gemv(p, {});
+      col = 0;
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_TRUE(close(out.slice(1, col, col + ns[s]), refs[s], atol_mm(c.dt), rtol_for(c.dt)))
+            << run << " weight " << s;
+        col += ns[s];
       }
+    }
   }
 }
 
@@ -235,17 +224,6 @@ TEST(DecodeGemv, RefusesWhatItCannotServe) {
   EXPECT_NE(decode::gemv_kernel_unsupported(p).find("1 to 8 rows"), std::string::npos);
   p.m = 8;
   EXPECT_EQ(decode::gemv_kernel_unsupported(p), "");
-  {  // an L2 prefetch range must be 16-byte aligned like the weights
-    decode::GemvParams q = p;
-    alignas(16) static char bytes[64] = {};
-    q.segments[0] = {bytes, nullptr, bytes, 1, 1};
-    q.num_segments = 1;
-    q.x = bytes;
-    q.x_stride = 64;
-    ASSERT_EQ(decode::gemv_unsupported(q), "");
-    q.l2_prefetch[1] = {bytes + 8, 32};
-    EXPECT_NE(decode::gemv_unsupported(q).find("L2 prefetch range"), std::string::npos);
-  }
   p.kernel = decode::GemvKernel::Mma;
   p.m = 16;
   EXPECT_EQ(decode::gemv_kernel_unsupported(p), "");

@@ -1,6 +1,6 @@
 // Internal: device helpers of the decode kernels — programmatic dependent launch (PDL), L2
-// prefetch (of lines and of bulk ranges), streaming 16-byte loads, bf16/f16 tensor-core products,
-// and the launch helper that adds the PDL attribute. Only included by src/ops/decode/*_cuda.cu.
+// prefetch, streaming 16-byte loads, bf16/f16 tensor-core products, and the launch helper that
+// adds the PDL attribute. Only included by src/ops/decode/*_cuda.cu.
 //
 // PDL protocol of every decode kernel: prefetch what no predecessor writes (weights, old cache
 // rows), then `grid_wait()` (returns once the preceding kernel finished and its writes are
@@ -31,16 +31,6 @@ using hk::sdk::cuda::to_f32;
 using hk::sdk::cuda::sm80::grid_launch_dependents;
 using hk::sdk::cuda::sm80::grid_wait;
 using hk::sdk::cuda::sm80::prefetch_l2;
-// Asks L2 to fetch a global range (address and size multiples of 16 bytes; sm_90) without waiting
-// for it or writing anywhere: a hint the memory system may drop.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-#else
-  (void)src;
-  (void)bytes;
-#endif
-}
 // 16 bytes that are read once: not kept in L1.
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
   uint4 r;
@@ -122,9 +112,6 @@ void gemv_bulk(const GemvParams& p, int groups, Stream stream);
 // Raises a kernel's dynamic shared memory limit as launches need more (per process and kernel).
 void allow_dynamic_smem(const void* kernel, size_t bytes);
 int device_sm_count();
-// HK_DECODE_L2_FORM=lines: the gemv's L2 prefetch of later weights by 128-byte lines from every
-// thread instead of bulk prefetches from one.
-bool l2_prefetch_by_lines();
 // The current device is sm_90 or later (PDL, bulk copies); asked once a process.
 bool device_is_sm90_or_later();
 

@@ -70,13 +70,6 @@ enum class GemvEpilogue {
 // environment's HK_DECODE_GEMV=mma|bulk overrides Auto. Bulk where it cannot serve throws
 // Unsupported with the reason (tests and benchmarks ask for each by name).
 enum class GemvKernel { Auto, Mma, Bulk };
-// A global range (16-byte aligned) the launch asks L2 to fetch before it waits on its predecessor:
-// the weights of a later launch (decode_step.cc: the product gemv_l2_ahead() products on), so the
-// weight stream runs ahead of the one launch PDL overlaps. A hint only: results never depend on it.
-struct GemvL2Range {
-  const void* ptr = nullptr;
-  int64_t bytes = 0;
-};
 struct GemvParams {
   GemvKernel kernel = GemvKernel::Auto;
   DType dtype = DType::BF16;  // of x, the weights, biases and outputs
@@ -88,8 +81,12 @@ struct GemvParams {
   GemvSegment segments[3];
   int num_segments = 0;
   GemvEpilogue epilogue = GemvEpilogue::Store;
-  GemvL2Range l2_prefetch[3];  // spread over the launch's blocks; empty ranges are skipped
+  // Timing (hk_bench_decode_chain --trace): the staged kernel's thread 0 of block i writes
+  // %globaltimer at its kGemvTracePoints phases to trace[i * kGemvTracePoints + p]; null: none.
+  uint64_t* trace = nullptr;
 };
+// start, copies issued, wait returned, x in shared memory, weights landed, products done, stored
+constexpr int kGemvTracePoints = 7;
 constexpr int64_t kGemvMaxRows = 64;     // 16-bit weights (tensor cores, 8 x rows per n-tile)
 constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
 // Batches the decode step hands to the gemv (larger ones go through the layers' own products,
@@ -99,11 +96,6 @@ constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
 // 18.3k against 30.2k at 64); HK_DECODE_GEMV_MAX_ROWS overrides.
 constexpr int64_t kGemvPreferredMaxRows = 16;
 int64_t gemv_preferred_max_rows();
-// Products ahead whose weights a decode-step gemv prefetches into L2 (0: none): 0 (measured
-// slower at 1–4 on the H200), or HK_DECODE_L2_AHEAD (0–4).
-int gemv_l2_ahead();
-// p.l2_prefetch = the weights `later` reads (one range per segment).
-void prefetch_weights_of(GemvParams& p, const GemvParams& later);
 // Why gemv cannot run `p` (a sentence), or "" when it can.
 std::string gemv_unsupported(const GemvParams& p);
 // Why the kernel p.kernel names cannot serve `p` on this device, where gemv_unsupported(p) is ""

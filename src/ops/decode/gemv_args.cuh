@@ -2,8 +2,7 @@
 // decode::GemvParams once per launch, shared by the mma.sync gemv (gemv_cuda.cu) and the
 // shared-memory-staged one (gemv_bulk_sm90.cu). A launch walks tiles of `rows_per_tile` weight
 // rows: segment s owns tiles [tile_begin[s], tile_begin[s + 1]); the SwiGLU pair owns one tile
-// range for both of its weights; a launch may also prefetch a later launch's weights into L2. It
-// deliberately checks nothing: gemv_unsupported does.
+// range for both of its weights. It deliberately checks nothing: gemv_unsupported does.
 #pragma once
 
 #include <cstdint>
@@ -25,30 +24,15 @@ struct GemvArgs {
   int n[3] = {};
   int tile_begin[4] = {};
   int num_segments = 0;
-  GemvL2Range l2_prefetch[3];
-  bool l2_lines = false;  // prefetch_later_weights by lines (HK_DECODE_L2_FORM=lines)
+  uint64_t* trace = nullptr;  // GemvParams::trace
 };
 
-// The block asks L2 for its share of the later launch's weights (GemvParams::l2_prefetch) before
-// the wait, so the weight stream runs while the chain of dependent launches waits: with
-// `l2_lines` every thread prefetches 128-byte lines (the load/store path), else thread `issuer`
-// issues bulk prefetches (the copy engine the staged gemv also stages its weights with).
-__device__ __forceinline__ void prefetch_later_weights(const GemvArgs& a, int issuer) {
-  constexpr int64_t kPiece = 64 * 1024;  // one bulk prefetch at most (a hint of bounded size)
-  for (const GemvL2Range& r : a.l2_prefetch) {
-    if (r.bytes < 16) continue;
-    const int64_t share = ((r.bytes + gridDim.x - 1) / gridDim.x + 127) / 128 * 128;
-    const int64_t begin = int64_t(blockIdx.x) * share;
-    const int64_t end = min(r.bytes, begin + share) / 16 * 16;
-    const char* base = static_cast<const char*>(r.ptr);
-    if (a.l2_lines) {
-      for (int64_t off = begin + int64_t(threadIdx.x) * 128; off < end;
-           off += int64_t(blockDim.x) * 128)
-        prefetch_l2(base + off);
-    } else if (int(threadIdx.x) == issuer) {
-      for (int64_t off = begin; off < end; off += kPiece)
-        bulk_prefetch_l2(base + off, static_cast<uint32_t>(min(kPiece, end - off)));
-    }
+// Thread 0's %globaltimer at phase `point` of a traced launch (GemvParams::trace).
+__device__ __forceinline__ void trace_point(const GemvArgs& a, int point) {
+  if (a.trace && threadIdx.x == 0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    a.trace[blockIdx.x * kGemvTracePoints + point] = t;
   }
 }
 
@@ -101,8 +85,7 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
       tiles += static_cast<int>((p.segments[s].n + rows_per_tile - 1) / rows_per_tile);
   }
   a.tile_begin[p.num_segments] = tiles;
-  for (int i = 0; i < 3; ++i) a.l2_prefetch[i] = p.l2_prefetch[i];
-  a.l2_lines = l2_prefetch_by_lines();
+  a.trace = p.trace;
   return a;
 }
 

@@ -71,6 +71,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   const int k = a.k, rows_here = min(kTileRows, a.n[s] - r0);
   const uint32_t k_bytes = uint32_t(k) * 2;
 
+  trace_point(a, 0);
   // The weights depend on no kernel: copied before the wait, so they stream while the
   // predecessor finishes.
   if (threadIdx.x == 0) {
@@ -90,10 +91,11 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
                   w + int64_t(r) * k_bytes, k_bytes, bar_w);
     }
   }
-  prefetch_later_weights(a, 32);  // (bulk form: beside thread 0's copies)
-  __syncthreads();                // the mbarriers are initialised before any thread waits on them
+  trace_point(a, 1);
+  __syncthreads();  // the mbarriers are initialised before any thread waits on them
   grid_wait();
   grid_launch_dependents();
+  trace_point(a, 2);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T* xs = reinterpret_cast<T*>(smem + lay.x);
@@ -166,7 +168,9 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     }
   }
   __syncthreads();
+  trace_point(a, 3);
   mbar_wait(bar_w, 0);
+  trace_point(a, 4);
 
   // A (x): rows g and g + 8 of the 16; only g < m exist. B (W): column g = weight row g of each
   // 8-row group; one x fragment serves every group and set.
@@ -198,6 +202,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 
   // acc[q][gi][0..1] = C[x row g][weight rows 8gi + 2t, + 1] (acc[..][2..3]: the zero rows g + 8),
   // summed over the warps in a fixed order through the staging area the products are done with
+  trace_point(a, 5);
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem + lay.w);
   constexpr int kPartials = kSets * kGroups * 64;
@@ -220,6 +225,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     }
     store_output<T, kPair>(a, s, row, r0 + col, sum);
   }
+  trace_point(a, 6);
 #else
   (void)a;
 #endif

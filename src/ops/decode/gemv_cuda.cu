@@ -71,39 +71,6 @@ int64_t gemv_preferred_max_rows() {
   return rows;
 }
 
-int gemv_l2_ahead() {
-  static const int ahead = [] {
-    const char* v = std::getenv("HK_DECODE_L2_AHEAD");
-    if (!v || !*v) return 0;
-    const std::string s = v;
-    if (s.size() != 1 || s[0] < '0' || s[0] > '4')
-      throw InvalidArgument("HK_DECODE_L2_AHEAD='" + s +
-                            "' is not a number of products from 0 to 4 (0: no L2 prefetch)");
-    return s[0] - '0';
-  }();
-  return ahead;
-}
-
-void prefetch_weights_of(GemvParams& p, const GemvParams& later) {
-  const int64_t elt = later.dtype == DType::F32 ? 4 : 2;
-  for (int s = 0; s < 3; ++s)
-    p.l2_prefetch[s] = s < later.num_segments ? GemvL2Range{later.segments[s].weight,
-                                                            later.segments[s].n * later.k * elt}
-                                              : GemvL2Range{};
-}
-
-bool detail::l2_prefetch_by_lines() {
-  static const bool lines = [] {
-    const char* v = std::getenv("HK_DECODE_L2_FORM");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "bulk") return false;
-    if (s == "lines") return true;
-    throw InvalidArgument("HK_DECODE_L2_FORM='" + s +
-                          "' is not a prefetch form: use bulk or lines");
-  }();
-  return lines;
-}
-
 bool pdl_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("HK_DECODE_PDL");
@@ -203,7 +170,6 @@ __global__ void __launch_bounds__(kThreads) gemv_mma_kernel(const GemvArgs a) {
   const int rows_here = min(kMmaRows, n - r0);
   prefetch_rows(w0, rows_here, k);
   if constexpr (kPair) prefetch_rows(w1, rows_here, k);
-  prefetch_later_weights(a, 0);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int g = lane >> 2, t = lane & 3;
@@ -474,9 +440,6 @@ std::string gemv_unsupported(const GemvParams& p) {
     if (g.n <= 0 || g.n > (int64_t(1) << 30) || !g.weight || !g.out) return "empty weight";
     if (!aligned16(g.weight)) return "weight not 16-byte aligned";
   }
-  for (const GemvL2Range& r : p.l2_prefetch)
-    if (r.bytes < 0 || (r.bytes > 0 && (!r.ptr || !aligned16(r.ptr))))
-      return "an L2 prefetch range that is not 16-byte aligned";
   if (p.has_prologue) {
     if (f32) return "the fused RMSNorm prologue takes 16-bit dtypes";
     const GemvPrologue& q = p.prologue;
