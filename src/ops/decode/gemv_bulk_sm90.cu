@@ -34,17 +34,14 @@ constexpr int kGroupRows = 8;        // weight rows of one n-tile of the mma
 constexpr int kMaxGroups = 4;        // n-tiles a block (up to 32 weight rows)
 constexpr int kMaxRows = 8;          // rows of x (the mma's m is 16; rows past m are zero)
 constexpr int kRowPadBytes = 64;     // after each staged row: rows land 64 bytes apart in the banks
-constexpr int kMaxPrologueK = 2048;  // the prologue keeps a thread's pieces of x in registers
-// the prologue's sums of squares (a warp's 32 pieces each) and the rows' 1/rms, after x
-constexpr int kPrologueFloats = kMaxRows * kMaxPrologueK / 256 + kMaxRows;
+constexpr int kMaxPrologueK = 2048;  // the prologue keeps a row's k/256 16-byte pieces in registers
 // A block's shared memory: with the next kernel's block beside it (PDL), both stay resident.
 constexpr size_t kSmemBudget = 128 * 1024;
 
 // Dynamic shared memory of one block: two mbarriers, the staged weight rows (one set, or gate then
-// up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x, the
-// prologue's sums of squares.
+// up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x.
 struct BulkLayout {
-  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, ss = 0, total = 0;
+  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, total = 0;
   __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets, int groups) {
     row_bytes = uint32_t(k) * 2 + kRowPadBytes;
     w = 128;
@@ -52,8 +49,7 @@ struct BulkLayout {
     const uint32_t partials = uint32_t(kWarps * sets * groups) * 64 * 4;
     norm_w = w + (staged > partials ? staged : partials);
     x = norm_w + (prologue ? uint32_t(k) * 2 : 0u);
-    ss = x + uint32_t(m) * row_bytes;
-    total = ss + (prologue ? kPrologueFloats * 4u : 0u);
+    total = x + uint32_t(m) * row_bytes;
   }
 };
 
@@ -104,94 +100,71 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   T* xs = reinterpret_cast<T*>(smem + lay.x);
   const int x_stride = int(lay.row_bytes / 2);  // elements
-  // x rows into shared memory, spread over every thread at any m; each thread's 16-byte pieces
-  // are all loaded before any is used, so x costs one round trip after the wait (the launch's
-  // critical path: hk_bench_decode_chain --trace).
-  const int row_pieces = k / 8, pieces = a.m * row_pieces;
   if constexpr (kPrologue) {
-    // x = rms_norm(residual + delta): the sum rounded as ops::add (written back by block 0); each
-    // warp's 32 pieces lie in one row (k a multiple of 256), their sum of squares is one partial,
-    // and a row's partials are added in index order (deterministic).
-    constexpr int kPieces = kMaxRows * kMaxPrologueK / 8 / kThreads;
-    const T* res = static_cast<const T*>(a.prologue.residual);
-    const T* del = static_cast<const T*>(a.prologue.delta);
-    uint4 v[kPieces], d[kPieces];
+    // x = rms_norm(residual + delta): one warp a row, every 16-byte piece of the row loaded before
+    // any is used (one round trip), the sum rounded as ops::add and written back by block 0.
+    constexpr int kPieces = kMaxPrologueK / 256;
+    if (warp < a.m) {
+      const int row = warp;
+      const T* res = static_cast<const T*>(a.prologue.residual) + row * a.prologue.residual_stride;
+      const T* del = a.prologue.delta
+                         ? static_cast<const T*>(a.prologue.delta) + row * a.prologue.delta_stride
+                         : nullptr;
+      uint4 v[kPieces], d[kPieces];
 #pragma unroll
-    for (int j = 0; j < kPieces; ++j) {
-      const int i = threadIdx.x + j * kThreads, row = i / row_pieces, c = (i % row_pieces) * 8;
-      v[j] = i < pieces ? load_ro16(res + row * a.prologue.residual_stride + c) : zero16();
-      d[j] = del && i < pieces ? load_ro16(del + row * a.prologue.delta_stride + c) : zero16();
-    }
-    T* out = a.prologue.residual_out && del && blockIdx.x == 0
-                 ? static_cast<T*>(a.prologue.residual_out)
-                 : nullptr;
-    float* partial = reinterpret_cast<float*>(smem + lay.ss);  // [kPieces * kWarps]
-    float* inv_rms = partial + kPieces * kWarps;               // [kMaxRows]
+      for (int i = 0; i < kPieces; ++i) {
+        const int c = lane * 8 + 256 * i;
+        v[i] = c < k ? load_ro16(res + c) : zero16();
+        d[i] = del && c < k ? load_ro16(del + c) : zero16();
+      }
+      T* out = a.prologue.residual_out && del && blockIdx.x == 0
+                   ? static_cast<T*>(a.prologue.residual_out) + row * a.prologue.residual_out_stride
+                   : nullptr;
+      float ss = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kPieces; ++j) {
-      if (j * kThreads >= pieces) break;  // uniform over the block
-      const int i = threadIdx.x + j * kThreads, row = i / row_pieces, c = (i % row_pieces) * 8;
-      if (del) {
-        uint32_t* w = reinterpret_cast<uint32_t*>(&v[j]);
+      for (int i = 0; i < kPieces; ++i) {
+        const int c = lane * 8 + 256 * i;
+        if (c >= k) continue;
+        if (del) {
+          uint32_t* w = reinterpret_cast<uint32_t*>(&v[i]);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            w[e] = pack2<T>(lane_value<T>(v[i], 2 * e) + lane_value<T>(d[i], 2 * e),
+                            lane_value<T>(v[i], 2 * e + 1) + lane_value<T>(d[i], 2 * e + 1));
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float f = lane_value<T>(v[i], e);
+          ss += f * f;
+        }
+        if (out) *reinterpret_cast<uint4*>(out + c) = v[i];
+      }
+      ss = warp_sum(ss);
+      const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
+      mbar_wait(bar_norm, 0);
+      const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
+#pragma unroll
+      for (int i = 0; i < kPieces; ++i) {
+        const int c = lane * 8 + 256 * i;
+        if (c >= k) continue;
+        const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
+        uint4 o;
+        uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          w[e] = pack2<T>(lane_value<T>(v[j], 2 * e) + lane_value<T>(d[j], 2 * e),
-                          lane_value<T>(v[j], 2 * e + 1) + lane_value<T>(d[j], 2 * e + 1));
+          ow[e] = pack2<T>(
+              round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
+              round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
+        *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
       }
-      float ss = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float f = lane_value<T>(v[j], e);
-        ss += f * f;
-      }
-      if (out && i < pieces)
-        *reinterpret_cast<uint4*>(out + row * a.prologue.residual_out_stride + c) = v[j];
-      ss = warp_sum(ss);
-      if (lane == 0) partial[j * kWarps + warp] = ss;
-    }
-    __syncthreads();
-    if (int(threadIdx.x) < a.m) {
-      const int groups = row_pieces / 32, first = threadIdx.x * groups;
-      float ss = 0.0f;
-      for (int g = first; g < first + groups; ++g) ss += partial[g];
-      inv_rms[threadIdx.x] = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
-    }
-    mbar_wait(bar_norm, 0);
-    __syncthreads();
-    const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
-#pragma unroll
-    for (int j = 0; j < kPieces; ++j) {
-      if (j * kThreads >= pieces) break;
-      const int i = threadIdx.x + j * kThreads, row = i / row_pieces, c = (i % row_pieces) * 8;
-      if (i >= pieces) continue;
-      const float r = inv_rms[row];
-      const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
-      uint4 o;
-      uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        ow[e] = pack2<T>(
-            round_as<T>(lane_value<T>(v[j], 2 * e) * r) * lane_value<T>(wv, 2 * e),
-            round_as<T>(lane_value<T>(v[j], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
-      *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
     }
   } else {
-    constexpr int kBatch = 8;  // pieces a thread has in flight
-    const T* x = static_cast<const T*>(a.x);
-    for (int base = 0; base < pieces; base += kBatch * kThreads) {
-      uint4 v[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = base + threadIdx.x + j * kThreads;
-        v[j] = i < pieces ? load_ro16(x + (i / row_pieces) * a.x_stride + (i % row_pieces) * 8)
-                          : zero16();
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = base + threadIdx.x + j * kThreads;
-        if (i < pieces)
-          *reinterpret_cast<uint4*>(xs + (i / row_pieces) * x_stride + (i % row_pieces) * 8) = v[j];
-      }
+    // x rows into shared memory: every thread's 16-byte pieces loaded at once
+    const int pieces = a.m * (k / 8);
+    for (int i = threadIdx.x; i < pieces; i += kThreads) {
+      const int row = i / (k / 8), c = (i % (k / 8)) * 8;
+      *reinterpret_cast<uint4*>(xs + row * x_stride + c) =
+          load_ro16(static_cast<const T*>(a.x) + row * a.x_stride + c);
     }
   }
   __syncthreads();
@@ -304,8 +277,8 @@ int bulk_groups(const GemvParams& p, std::string* why) {
   if (p.dtype != DType::BF16 && p.dtype != DType::F16)
     return refuse("it takes bf16 or f16 weights");
   if (p.m < 1 || p.m > kMaxRows) return refuse("it takes 1 to 8 rows of x");
-  if (p.has_prologue && (p.k > kMaxPrologueK || p.k % 256 != 0))
-    return refuse("its RMSNorm prologue takes k a multiple of 256 up to 2048");
+  if (p.has_prologue && p.k > kMaxPrologueK)
+    return refuse("its RMSNorm prologue takes k up to 2048");
   if (!device_is_sm90_or_later()) return refuse("it needs sm_90 bulk copies");
   const int sets = p.epilogue == GemvEpilogue::SiluMul ? 2 : 1;
   const int segments = sets == 2 ? 1 : p.num_segments;
