@@ -19,10 +19,8 @@
 // fit in shared memory across the SMs in one pass (lm_head), devices before sm_90
 // (bulk_groups names which; gemv then takes the mma.sync kernel).
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
-#include "hk/error.h"
 #include "hk/kernel_sdk_sm90.cuh"
 #include "ops/decode/decode_common.cuh"
 #include "ops/decode/gemv_args.cuh"
@@ -57,7 +55,7 @@ struct BulkLayout {
 
 // kGroups: n-tiles of 8 weight rows a block (host: as few blocks as cover the SMs once, so the
 // next launch's blocks fit beside them and stage their weights while this one computes).
-template <class T, bool kPrologue, bool kPair, int kGroups, bool kWeightsA>
+template <class T, bool kPrologue, bool kPair, int kGroups>
 __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace hk::sdk::cuda::sm90;
@@ -174,23 +172,19 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   mbar_wait(bar_w, 0);
   trace_point(a, 4);
 
-  // kWeightsA: A (W) = weight rows g and g + 8 of each pair of 8-row groups, B (x): column g = x
-  // row g (the m ≤ 8 rows fill the mma's n), so one mma covers 16 weight rows. Else A (x): rows g
-  // and g + 8 of the 16, only g < m exist, and B (W): column g = weight row g of each 8-row group,
-  // twice the mmas (HK_DECODE_BULK_OPERANDS=x-rows, the A/B switch). One x fragment serves every
-  // group and set either way.
+  // A (x): rows g and g + 8 of the 16; only g < m exist. B (W): column g = weight row g of each
+  // 8-row group; one x fragment serves every group and set.
   const int g = lane >> 2, t = lane & 3;
   const bool x_ok = g < a.m;
   const T* xr = xs + (x_ok ? g : 0) * x_stride + t * 8;
   const unsigned char* wr = smem + lay.w + g * lay.row_bytes + t * 16;
-  constexpr int kTiles = kWeightsA ? (kGroups + 1) / 2 : kGroups;  // mma m-or-n tiles a set
-  float acc[kSets][kTiles][4];
+  float acc[kSets][kGroups][4];
 #pragma unroll
   for (int q = 0; q < kSets; ++q)
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i)
+    for (int gi = 0; gi < kGroups; ++gi)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) acc[q][i][r] = 0.0f;
+      for (int r = 0; r < 4; ++r) acc[q][gi][r] = 0.0f;
   const int chunks = k / 32;
 #pragma unroll 2
   for (int c = warp; c < chunks; c += kWarps) {
@@ -198,27 +192,16 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #pragma unroll
     for (int q = 0; q < kSets; ++q)
 #pragma unroll
-      for (int i = 0; i < kTiles; ++i) {
-        const unsigned char* w0 =
-            wr + (q * kTileRows + (kWeightsA ? 2 * i : i) * kGroupRows) * lay.row_bytes + c * 64;
-        const uint4 wv = *reinterpret_cast<const uint4*>(w0);
-        if constexpr (kWeightsA) {
-          const uint4 wh = 2 * i + 1 < kGroups
-                               ? *reinterpret_cast<const uint4*>(w0 + kGroupRows * lay.row_bytes)
-                               : zero16();
-          mma16816<T>(acc[q][i], wv.x, wh.x, wv.y, wh.y, xv.x, xv.y);
-          mma16816<T>(acc[q][i], wv.z, wh.z, wv.w, wh.w, xv.z, xv.w);
-        } else {
-          mma16816<T>(acc[q][i], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
-          mma16816<T>(acc[q][i], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
-        }
+      for (int gi = 0; gi < kGroups; ++gi) {
+        const uint4 wv = *reinterpret_cast<const uint4*>(
+            wr + (q * kTileRows + gi * kGroupRows) * lay.row_bytes + c * 64);
+        mma16816<T>(acc[q][gi], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
+        mma16816<T>(acc[q][gi], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
       }
   }
 
-  // kWeightsA: acc[q][i][0..1] = C[weight row 16i + g][x rows 2t, + 1], [2..3] the same for weight
-  // row 16i + 8 + g; else acc[q][gi][0..1] = C[x row g][weight rows 8gi + 2t, + 1] ([2..3]: the
-  // zero rows g + 8). Summed over the warps in a fixed order through the staging area the products
-  // are done with, partial (group gi, x row, weight row within the group) at gi·64 + x row·8 + row.
+  // acc[q][gi][0..1] = C[x row g][weight rows 8gi + 2t, + 1] (acc[..][2..3]: the zero rows g + 8),
+  // summed over the warps in a fixed order through the staging area the products are done with
   trace_point(a, 5);
   __syncthreads();
   float* red = reinterpret_cast<float*>(smem + lay.w);
@@ -226,17 +209,10 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #pragma unroll
   for (int q = 0; q < kSets; ++q)
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i)
+    for (int gi = 0; gi < kGroups; ++gi)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float* part = red + warp * kPartials + q * kGroups * 64;
-        if constexpr (kWeightsA) {
-          part[2 * i * 64 + (2 * t + e) * 8 + g] = acc[q][i][e];
-          if (2 * i + 1 < kGroups) part[(2 * i + 1) * 64 + (2 * t + e) * 8 + g] = acc[q][i][2 + e];
-        } else {
-          part[i * 64 + g * 8 + 2 * t + e] = acc[q][i][e];
-        }
-      }
+      for (int e = 0; e < 2; ++e)
+        red[warp * kPartials + (q * kGroups + gi) * 64 + g * 8 + 2 * t + e] = acc[q][gi][e];
   __syncthreads();
   for (int i = threadIdx.x; i < kGroups * 64; i += kThreads) {
     const int gi = i >> 6, row = (i >> 3) & 7, col = gi * kGroupRows + (i & 7);
@@ -255,23 +231,10 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #endif
 }
 
-// HK_DECODE_BULK_OPERANDS=x-rows: x as the mma's 16-row operand (the form before weights-a).
-bool weights_as_a() {
-  static const bool yes = [] {
-    const char* v = std::getenv("HK_DECODE_BULK_OPERANDS");
-    const std::string s = v ? v : "";
-    if (s.empty() || s == "weights-a") return true;
-    if (s == "x-rows") return false;
-    throw InvalidArgument("HK_DECODE_BULK_OPERANDS='" + s + "': use weights-a or x-rows");
-  }();
-  return yes;
-}
-
 template <class T, bool kPrologue, bool kPair, int kGroups>
 void launch_bulk(const GemvArgs& a, Stream stream) {
   const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1, kGroups);
-  auto kernel = weights_as_a() ? gemv_bulk_kernel<T, kPrologue, kPair, kGroups, true>
-                               : gemv_bulk_kernel<T, kPrologue, kPair, kGroups, false>;
+  auto kernel = gemv_bulk_kernel<T, kPrologue, kPair, kGroups>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), lay.total);
   launch(kernel, dim3(a.tile_begin[a.num_segments]), dim3(kThreads), lay.total, stream, a);
 }
