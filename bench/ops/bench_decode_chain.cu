@@ -13,10 +13,9 @@
 // rotary + cache kernel and the step's decode attention (81 keys of a 256-row cache, as at 16+128
 // tokens: hk's own kernel unsplit, as the step runs it over a short cache, or --attention's) 28
 // times each, the whole layer 28 times, and a chain of empty PDL kernels (wait, trigger, exit) as
-// the floor a dependent launch costs here. Reports µs a
-// launch and the weight bytes a launch streams over that time (GB/s). Not here: embedding, final
-// norm and the greedy pick (hk_bench_generate times the whole step); it checks no numbers
-// (hk_gpu_decode_test does).
+// the floor a dependent launch costs here. Reports µs a launch and the weight bytes a launch
+// streams over that time (GB/s). Not here: embedding, final norm and the greedy pick
+// (hk_bench_generate times the whole step); it checks no numbers (hk_gpu_decode_test does).
 //
 // Usage: hk_bench_decode_chain [--out FILE.json] [--reps N] [--rows 1,8,64] [--trace]
 //                              [--attention auto|hk|flash] [--attention-splits N]
@@ -569,27 +568,26 @@ int main(int argc, char** argv) try {
           name == "mma" ? decode::GemvKernel::Mma : decode::GemvKernel::Bulk;
       if (!lt && !decode::gemv_kernel_unsupported(qkv_product(kn, m, layers[0], b)).empty())
         continue;
-      auto product = [&](int j, size_t li) {
+      auto product = [&](const Product& pr, const Layer& l) {
         if (lt)
-          products[j].cublaslt(m, layers[li], b, stream);
+          pr.cublaslt(m, l, b, stream);
         else
-          decode::gemv(products[j].make(kn, m, layers[li], b), stream);
+          decode::gemv(pr.make(kn, m, l, b), stream);
       };
-      for (int j = 0; j < 4; ++j) {
-        const Product& pr = products[j];
+      for (const Product& pr : products) {
         const double us = time_graph(cs, reps, [&] {
-          for (size_t li = 0; li < layers.size(); ++li) product(j, li);
+          for (const Layer& l : layers) product(pr, l);
         });
         report(name, m, pr.name, kLayers, pr.bytes * kLayers, us);
       }
       // the same launches over one layer's weights, which stay in L2: what a launch costs when
       // its weights need not come from HBM (the most an L2 prefetch could give)
-      for (int j = 0; !lt && j < 4; ++j) {
+      for (const Product& pr : products) {
+        if (lt) break;  // (cuBLASLt: the step's own products, not timed this way)
         const double us = time_graph(cs, reps, [&] {
-          for (size_t li = 0; li < layers.size(); ++li) product(j, 0);
+          for (int i = 0; i < kLayers; ++i) product(pr, layers[0]);
         });
-        report(name, m, std::string(products[j].name) + " (L2-resident)", kLayers,
-               products[j].bytes * kLayers, us);
+        report(name, m, std::string(pr.name) + " (L2-resident)", kLayers, pr.bytes * kLayers, us);
       }
       auto attention = [&](const Layer& l) {
         if (hk_attention)
@@ -598,23 +596,21 @@ int main(int argc, char** argv) try {
           flash_decode(m, l, b, stream);
       };
       // one layer in the step's order; with_attention adds rotary + cache write and attention
-      auto layer = [&](size_t li, bool with_attention) {
-        const Layer& l = layers[li];
-        auto layer_product = [&](int j) { product(j, li); };
+      auto layer = [&](const Layer& l, bool with_attention) {
         if (norm_kernels) add_norm(m, l.norm1, b, stream);
-        layer_product(0);
+        product(products[0], l);
         if (with_attention) {
           rope(m, l, b, stream);
           attention(l);
         }
-        layer_product(1);
+        product(products[1], l);
         if (norm_kernels) add_norm(m, l.norm2, b, stream);
-        layer_product(2);
-        layer_product(3);
+        product(products[2], l);
+        product(products[3], l);
       };
       const int per_layer = 4 + (norm_kernels ? 2 : 0) + (lt ? 1 : 0);  // + act_mul
       const double us = time_graph(cs, reps, [&] {
-        for (size_t li = 0; li < layers.size(); ++li) layer(li, false);
+        for (const Layer& l : layers) layer(l, false);
       });
       report(name, m, "layers (products" + norm + ")", per_layer * kLayers, layer_bytes * kLayers,
              us);
@@ -650,7 +646,7 @@ int main(int argc, char** argv) try {
       const double step_us = time_graph(
           cs, reps,
           [&] {
-            for (size_t li = 0; li < layers.size(); ++li) layer(li, true);
+            for (const Layer& l : layers) layer(l, true);
           },
           &queued);
       report(name, m, "layers (all kernels)", (per_layer + 2) * kLayers,
