@@ -218,8 +218,9 @@ int main(int argc, char** argv) {
     };
     for (const Kernels& k : {Kernels{"hk megablocks", "mma", "128x128"},
                              Kernels{"hk megablocks 128x256", "mma", "128x256"},
-                             Kernels{"hk megablocks wgmma", "wgmma", "128x128"}}) {
-      if ((std::string(k.gemm) == "wgmma") != unproven) continue;
+                             Kernels{"hk megablocks wgmma", "wgmma", "128x128"},
+                             Kernels{"hk megablocks tma", "tma", "128x128"}}) {
+      if ((std::string(k.gemm) == "wgmma" || std::string(k.gemm) == "tma") != unproven) continue;
       setenv("HK_MEGABLOCKS_GEMM", k.gemm, 1);
       setenv("MEGABLOCKS_GEMM_TILE", k.tile, 1);
       try {

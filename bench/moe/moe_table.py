@@ -30,7 +30,7 @@ def main():
     rows = {**index(hk), **index(torch_doc)}
     # megablocks' expert-GEMM kernel sets (hk_bench_moe rows) and their column label
     kernel_sets = {"hk megablocks": "128x128", "hk megablocks 128x256": "128x256",
-                   "hk megablocks wgmma": "wgmma"}
+                   "hk megablocks wgmma": "wgmma", "hk megablocks tma": "tma"}
     tokens = sorted({k[1] for k in rows})
     lines = [f"MoE block at Qwen3-30B-A3B shapes (H 2048, 128 experts, top-8, I 768), bf16, "
              f"{hk.get('gpu', '?')}; TFLOP/s on routed tokens",

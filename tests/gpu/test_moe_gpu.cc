@@ -51,6 +51,7 @@ struct GemmKernels {
 constexpr GemmKernels kMma{"mma 128x128", "mma", "128x128"};
 constexpr GemmKernels kMmaWide{"mma 128x256", "mma", "128x256"};
 constexpr GemmKernels kWgmma{"wgmma", "wgmma", "128x128"};
+constexpr GemmKernels kTma{"tma", "tma", "128x128"};  // TMA kernels in bf16 (f16: the wgmma ones)
 
 // Selects a kernel set for its lifetime.
 class UseGemm {
@@ -193,7 +194,7 @@ TEST_F(MoeGpu, CudaVariantMatchesTheCpuVariant) {
       auto cpu = make_module(b, Device::cpu(), dt);
       bind_megablocks(*cpu, Device::cpu(), dt, Mode::Training);
       const Outcome want = run(*cpu, b, Device::cpu(), dt, true);
-      for (const GemmKernels& kernels : {kMma, kMmaWide, kWgmma}) {
+      for (const GemmKernels& kernels : {kMma, kMmaWide, kWgmma, kTma}) {
         SCOPED_TRACE(std::string(s.name) + ", " + dtype_name(dt) + ", " + kernels.name);
         const UseGemm use(kernels);
         auto gpu = make_module(b, Device::cuda(0), dt);
@@ -228,8 +229,9 @@ TEST_F(MoeGpu, CudaVariantMatchesTheBuiltinAtQwen3_30B_A3BShapes) {
     auto builtin = make_module(b, Device::cuda(0), DType::BF16);
     const Outcome want = run(*builtin, b, Device::cuda(0), DType::BF16, false);
     // (each run moves ~600 M gradient values to the host: mma, unchanged, on the odd count only)
-    const std::vector<GemmKernels> sets =
-        tokens == 4096 ? std::vector<GemmKernels>{kWgmma} : std::vector<GemmKernels>{kMma, kWgmma};
+    const std::vector<GemmKernels> sets = tokens == 4096
+                                              ? std::vector<GemmKernels>{kWgmma, kTma}
+                                              : std::vector<GemmKernels>{kMma, kWgmma, kTma};
     for (const GemmKernels& kernels : sets) {
       SCOPED_TRACE("tokens " + std::to_string(tokens) + ", " + kernels.name);
       const UseGemm use(kernels);
@@ -245,7 +247,7 @@ TEST_F(MoeGpu, CudaVariantMatchesTheBuiltinAtQwen3_30B_A3BShapes) {
 // The capture claim: forward and backward recorded into one CUDA graph (workspace preallocated)
 // replay bit for bit; and a second eager backward gives the same bits (deterministic).
 TEST_F(MoeGpu, CaptureReplaysBitForBitAndBackwardIsDeterministic) {
-  for (const GemmKernels& kernels : {kMma, kWgmma}) {
+  for (const GemmKernels& kernels : {kMma, kWgmma, kTma}) {
     SCOPED_TRACE(kernels.name);
     const UseGemm use(kernels);
     capture_and_compare();

@@ -6,7 +6,8 @@ The PTX of one wgmma names every accumulator register, so each (shape, operand s
 its own asm block; this script writes them between the GENERATED markers of the header:
   wgmma_ss<N, T, TransA, TransB>(d, desc_a, desc_b, scale_d)   both operands in shared memory
   wgmma_rs<N, T>(d, a, desc_b)                                 A in registers, B MN-major (transposed)
-for N in 64, 128 and T in bf16, f16. Run from anywhere: python3 gen_wgmma.py, then
+for N in 64, 128 (and wgmma_ss for 256: megablocks' TMA grouped GEMMs) and T in bf16, f16. Run
+from anywhere: python3 gen_wgmma.py, then
 clang-format -i the header.
 """
 import pathlib
@@ -15,6 +16,7 @@ import re
 HEADER = pathlib.Path(__file__).resolve().parents[2] / "include/hk/kernel_sdk_sm90.cuh"
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 SHAPES = [64, 128]
+SS_ONLY_SHAPES = [256]  # no register-A form: nothing uses m64n256 with A in registers
 
 
 def regs(n):
@@ -71,6 +73,9 @@ def main():
         for ctype, ptx in TYPES:
             parts.append(ss(n, ctype, ptx))
             parts.append(rs(n, ctype, ptx))
+    for n in SS_ONLY_SHAPES:
+        for ctype, ptx in TYPES:
+            parts.append(ss(n, ctype, ptx))
     parts.append("}  // namespace detail")
     parts.append("""
 // D (64 × N f32) (+)= A·B with A [64 × 16] and B [16 × N] from shared memory. TransA / TransB = 0:

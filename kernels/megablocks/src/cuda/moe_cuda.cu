@@ -20,7 +20,9 @@
 //
 // The GEMMs (the experts' gate_up, down, d(act), dx rows, d(down_w), d(gate_up_w) and the
 // router's three) run on the Hopper wgmma kernels (grouped_gemm_sm90.cuh) on sm_90, else (or with
-// HK_MEGABLOCKS_GEMM=mma) on the mma.sync kernels (grouped_gemm.cuh). HK_MEGABLOCKS_TIMING=1
+// HK_MEGABLOCKS_GEMM=mma) on the mma.sync kernels (grouped_gemm.cuh); HK_MEGABLOCKS_GEMM=tma runs
+// the experts' bf16 GEMMs on the TMA warp-specialised kernels (grouped_gemm_tma.cuh) and the rest
+// on the wgmma ones. HK_MEGABLOCKS_TIMING=1
 // prints each pass's per-stage times to stderr (it synchronises the stream: a diagnostic for
 // benchmarks, not for capture).
 #include <cstdio>
@@ -34,7 +36,10 @@
 
 // The wgmma kernels exist in builds with sm_90a device code, never in the CPU emulation.
 #if !defined(MEGABLOCKS_DEVICE_EMULATION) && defined(MEGABLOCKS_HAVE_SM90A) && MEGABLOCKS_HAVE_SM90A
+#include <cudaTypedefs.h>
+
 #include "grouped_gemm_sm90.cuh"
+#include "grouped_gemm_tma.cuh"
 #define MEGABLOCKS_WGMMA 1
 #else
 #define MEGABLOCKS_WGMMA 0
@@ -225,9 +230,9 @@ void check(cudaError_t err, const char* what) {
 }
 
 // Per device (up to 16), once: a kernel's dynamic shared memory limit and, for the persistent
-// GEMMs, its grid (SMs × resident blocks). `Tag` makes one set of statics per kernel.
+// GEMMs, its grid (SMs × resident blocks of `threads`). `Tag` makes one set of statics per kernel.
 template <class Tag, class Kernel>
-int configure(Kernel kernel, int smem) {
+int configure(Kernel kernel, int smem, int threads = kThreads) {
   static int blocks[16] = {};
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -240,7 +245,7 @@ int configure(Kernel kernel, int smem) {
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
           "cudaDeviceGetAttribute");
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-              &per_sm, reinterpret_cast<const void*>(kernel), kThreads, smem),
+              &per_sm, reinterpret_cast<const void*>(kernel), threads, smem),
           "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     b = sms * (per_sm > 0 ? per_sm : 1);
   }
@@ -288,12 +293,18 @@ void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
 
 // ---- the GEMMs' kernels: mma.sync or wgmma -----------------------------------------------------
 
-// HK_MEGABLOCKS_GEMM (read on every call): wgmma (unset on sm_90: the default) or mma.
+// HK_MEGABLOCKS_GEMM (read on every call): wgmma (unset on sm_90: the default), tma or mma.
 struct GemmKernels {
   bool wgmma = false;
   int bn = 128;  // the expert M-grouped tiles' N extent (the d(weight) parts per row are I / bn)
-  // The router's GEMMs: the same kernel set, 128-column tiles.
-  GemmKernels router() const { return {wgmma, 128}; }
+  bool tma = false;  // the experts' GEMMs on the TMA kernels (bf16; the rest on wgmma)
+  // The router's GEMMs: the wgmma or mma kernels, 128-column tiles.
+  GemmKernels router() const { return {wgmma, 128, false}; }
+  // The TMA kernels are built for bf16 only: f16 runs on the wgmma kernels.
+  template <class T>
+  GemmKernels for_dtype() const {
+    return tma && !std::is_same_v<T, __nv_bfloat16> ? router() : *this;
+  }
 };
 
 #if MEGABLOCKS_WGMMA
@@ -322,20 +333,22 @@ GemmKernels gemm_kernels() {
   const char* v = std::getenv("HK_MEGABLOCKS_GEMM");
   const std::string s = v ? v : "";
   if (s == "mma") return {false, expert_tile_n()};
-  if (!s.empty() && s != "wgmma")
+  if (!s.empty() && s != "wgmma" && s != "tma")
     fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: HK_MEGABLOCKS_GEMM is '" + s +
-                                         "': use wgmma (the default on Hopper) or mma");
+                                         "': use wgmma (the default on Hopper), tma or mma");
 #if MEGABLOCKS_WGMMA
   // The default on Hopper: measured 1.29x the mma kernels' forward+backward at 16384 tokens on
   // the H200 (13.8 against 17.8 ms), with the same results in every GPU test.
   if (s.empty() && device_major() != 9) return {false, expert_tile_n()};
   require_hopper();
+  if (s == "tma") return {true, tma::kBN, true};
   return {true, sm90::kBN};
 #else
   if (s.empty()) return {false, expert_tile_n()};
   fail(HK_STATUS_UNSUPPORTED,
-       "megablocks cuda: HK_MEGABLOCKS_GEMM=wgmma, but this build has no sm_90a code (configure "
-       "with 90a in HK_CUDA_ARCHITECTURES): unset HK_MEGABLOCKS_GEMM or set it to mma");
+       "megablocks cuda: HK_MEGABLOCKS_GEMM=" + s +
+           ", but this build has no sm_90a code (configure "
+           "with 90a in HK_CUDA_ARCHITECTURES): unset HK_MEGABLOCKS_GEMM or set it to mma");
 #endif
 }
 
@@ -346,9 +359,103 @@ template <class T>
 struct Sm90KGroupedTag {};
 #endif
 
-template <class T, Major LB, Epi E>
-void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g) {
 #if MEGABLOCKS_WGMMA
+template <class T, Major LB, Epi E>
+struct TmaMGroupedTag {};
+template <class T>
+struct TmaKGroupedTag {};
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                           &status),
+          "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (f == nullptr || status != cudaDriverEntryPointSuccess)
+      fail(HK_STATUS_DEVICE_ERROR,
+           "megablocks cuda: the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A TMA map over `outer` row-stored 16-bit matrices [rows][cols] (`ld` elements between rows,
+// `outer_stride` between matrices), 128-byte swizzle, boxes of 64 columns × `box_rows` rows;
+// coordinates outside it read as zeros.
+template <class T>
+CUtensorMap tensor_map(const T* data, int64_t cols, int64_t rows, int64_t outer, int64_t ld,
+                       int64_t outer_stride, int box_rows) {
+  const int64_t matrix = outer > 1 ? outer_stride : ld * rows;  // a stride TMA accepts when unused
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(outer), 1};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(ld) * sizeof(T),
+                                 static_cast<cuuint64_t>(matrix) * sizeof(T),
+                                 static_cast<cuuint64_t>(matrix) * outer * sizeof(T)};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  const CUresult r =
+      tensor_map_encoder()(&map,
+                           std::is_same_v<T, __nv_bfloat16> ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                            : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                           4, const_cast<T*>(data), dims, strides, box, elem,
+                           CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    fail(HK_STATUS_DEVICE_ERROR, "megablocks cuda: cuTensorMapEncodeTiled failed with CUresult " +
+                                     std::to_string(r) + " (" + std::to_string(rows) + " x " +
+                                     std::to_string(cols) + " operand)");
+  return map;
+}
+
+// The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (gathered: the tokens).
+template <Major LB, Epi E>
+void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, cudaStream_t stream) {
+  using T = __nv_bfloat16;
+  tma::MGroupedMaps maps;
+  maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, p.a.gather ? 1 : tma::kBM);
+  maps.a_rows = static_cast<int32_t>(a_rows);
+  if constexpr (LB == Major::K)  // [N][K] per expert (SwiGLU: gate rows, then up rows)
+    maps.b = tensor_map(p.b.ptr, p.k, E == Epi::SwigluForward ? 2 * p.n : p.n, p.groups.count,
+                        p.b.ld, p.b.group_stride, 128);
+  else  // [K][N] per expert
+    maps.b = tensor_map(p.b.ptr, p.n, p.b_rows, p.groups.count, p.b.ld, p.b.group_stride, 64);
+  auto kernel = tma::m_grouped_gemm<T, LB, E>;
+  const int blocks = configure<TmaMGroupedTag<T, LB, E>>(kernel, tma::kSmemBytes, tma::kThreads);
+  kernel<<<blocks, tma::kThreads, tma::kSmemBytes, stream>>>(p, maps);
+  check(cudaGetLastError(), "M-grouped GEMM (tma) launch");
+}
+
+// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows.
+void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t b_rows,
+                   cudaStream_t stream) {
+  using T = __nv_bfloat16;
+  tma::KGroupedMaps maps;
+  maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
+  maps.a_row = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 1);
+  maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
+  maps.b_row = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 1);
+  maps.a_rows = static_cast<int32_t>(a_rows);
+  maps.b_rows = static_cast<int32_t>(b_rows);
+  auto kernel = tma::k_grouped_gemm<T>;
+  const int blocks = configure<TmaKGroupedTag<T>>(kernel, tma::kSmemBytes, tma::kThreads);
+  kernel<<<blocks, tma::kThreads, tma::kSmemBytes, stream>>>(p, maps);
+  check(cudaGetLastError(), "K-grouped GEMM (tma) launch");
+}
+#endif
+
+// `a_rows`: the stored rows of A (the TMA kernels' maps need them; the others do not).
+template <class T, Major LB, Epi E>
+void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g,
+                  int64_t a_rows = 0) {
+#if MEGABLOCKS_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && E != Epi::StoreF32) {
+    if (g.tma) {
+      m_grouped_tma<LB, E>(p, a_rows, stream);
+      return;
+    }
+  }
   if (g.wgmma) {
     auto kernel = sm90::m_grouped_gemm<T, LB, E>;
     const int blocks = configure<Sm90MGroupedTag<T, LB, E>>(kernel, sm90::kSmemBytes);
@@ -361,8 +468,15 @@ void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKer
 }
 
 template <class T>
-void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g) {
+void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g,
+                  int64_t a_rows = 0, int64_t b_rows = 0) {
 #if MEGABLOCKS_WGMMA
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (g.tma) {
+      k_grouped_tma(p, a_rows, b_rows, stream);
+      return;
+    }
+  }
   if (g.wgmma) {
     auto kernel = sm90::k_grouped_gemm<T>;
     configure<Sm90KGroupedTag<T>>(kernel, sm90::kSmemBytes);
@@ -382,7 +496,11 @@ void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKer
 class StageTimer {
  public:
   StageTimer(cudaStream_t stream, const char* pass, const GemmKernels& g)
-      : stream_(stream), pass_(pass), path_(g.wgmma ? "wgmma" : "mma") {
+      : stream_(stream),
+        pass_(pass),
+        path_(g.tma     ? "tma"
+              : g.wgmma ? "wgmma"
+                        : "mma") {
     const char* v = std::getenv("HK_MEGABLOCKS_TIMING");
     on_ = v && std::string(v) == "1";
     mark("start");
@@ -544,7 +662,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
   const int64_t tiles = ceil_div(c.T, 256);
 
-  const GemmKernels gemm = gemm_kernels();
+  const GemmKernels gemm = gemm_kernels().for_dtype<T>();
   StageTimer timer(stream, "forward", gemm);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, b.perm.one_group, b.perm.one_group_tiles);
   MGroupedParams<T> router;
@@ -571,7 +689,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm);
+  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, c.T);
   timer.mark("gate_up GEMM + SwiGLU");
 
   MGroupedParams<T> down;
@@ -582,7 +700,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   down.groups = experts;
   down.epi.out = b.out;
   down.epi.ld = c.H;
-  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm);
+  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm, c.assignments());
   timer.mark("down GEMM");
 
   MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
@@ -601,7 +719,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const Groups one{perm.one_group, perm.one_group_tiles, 1};
   const int64_t n = c.assignments(), Ep = padded_experts(c.E);
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
-  const GemmKernels gemm = gemm_kernels();
+  const GemmKernels gemm = gemm_kernels().for_dtype<T>();
   StageTimer timer(stream, "backward", gemm);
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
   permute(c, c.topk_ids, c.topk_weights, perm, stream);
@@ -622,7 +740,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   dact.epi.dgate_up = b.dgate_up;
   dact.epi.row_weight = perm.sorted_weight;
   dact.epi.partial = b.partial;
-  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm);
+  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm, c.T);
   timer.mark("d(act) GEMM + SwiGLU bwd");
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
   (b.partial, perm.position, n, ceil_div(c.I, gemm.bn), b.dweights);
@@ -666,7 +784,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   drows.groups = experts;
   drows.epi.out = b.drows;
   drows.epi.ld = c.H;
-  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm);
+  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm, n);
   timer.mark("dx rows GEMM");
   MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
@@ -682,7 +800,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dd.groups = experts;
     dd.out = static_cast<T*>(c.ddown_w);
     dd.accumulate = c.accumulate;
-    k_grouped_on(dd, stream, gemm);
+    k_grouped_on(dd, stream, gemm, c.T, n);
     timer.mark("d(down_w) GEMM");
   }
   if (c.dgate_up_w) {  // Σ_rows d(gate ‖ up)ᵀ ⊗ x[token]  →  [2I, H] per expert
@@ -694,7 +812,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dg.groups = experts;
     dg.out = static_cast<T*>(c.dgate_up_w);
     dg.accumulate = c.accumulate;
-    k_grouped_on(dg, stream, gemm);
+    k_grouped_on(dg, stream, gemm, n, c.T);
     timer.mark("d(gate_up_w) GEMM");
   }
   timer.finish();
