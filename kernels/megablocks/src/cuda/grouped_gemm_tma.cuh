@@ -7,22 +7,25 @@
 // Why another kernel set: the wgmma kernels copy with cp.async from every thread and synchronise
 // the block once per k-tile, so the tensor cores wait on the copies' issue and the barrier (they
 // reach ~50 % of the dense rate, docs/performance.md). Here the copies need no thread's time:
-//   - 384 threads: warpgroup 0 the producer (setmaxnreg down to 40 registers; its first warp
-//     issues every copy), warpgroups 1 and 2 the consumers (up to 232), 64 tile rows each;
+//   - 384 threads: warpgroup 0 the producer (setmaxnreg down to 56 registers), warpgroups 1 and 2
+//     the consumers (up to 224), 64 tile rows each;
 //   - tiles 128 × 256 × 64, four stages (48 KB each) in a ring of "full" mbarriers (the copies'
 //     bytes complete them) and "empty" ones (each consumer warp arrives once it is done reading);
 //     the consumers keep one wgmma group in flight (m64n256k16, both operands in shared memory);
 //   - persistent: one block an SM walks the tiles; the producer runs ahead into the next tile's
 //     stages while the consumers store the last one.
-// Copies are TMA tensor copies into the 128-byte swizzle the wgmma descriptors read. Rows that
-// are gathered through an index (the tokens of the permutation) are copied one row a copy: a box
-// of 64 elements × 1 row into that row's place in the tile; the swizzle follows the shared
-// address, so the tile is the one a whole-tile copy would have written. Rows past a group's end
-// are copied from a row past the tensor's end, which TMA fills with zeros and still counts (the
-// K-grouped reduction needs them zero; the M-grouped kernel masks them at the store).
+// Operands stored whole (the experts' weights, the expert-sorted activations) are TMA tensor
+// copies into the 128-byte swizzle the wgmma descriptors read, issued by one producer thread.
+// Rows gathered through an index (the tokens of the permutation) are cp.async copies of 16 bytes
+// from all 128 producer threads into the same swizzled places, each thread's copies then arriving
+// on the stage's full barrier (cp.async.mbarrier.arrive.noinc: the barrier counts the 128 threads
+// and the TMA thread); rows past a group's end are zero-filled (the K-grouped reduction needs them
+// zero; the M-grouped kernel masks them at the store). One TMA copy a gathered row (a 64 × 1 box)
+// gave the same results but took the gathered GEMMs 2–5× longer on the H200 (TMA issue-bound).
 // Maps (all 4-D for the SDK's tma_load_4d; moe_cuda.cu encodes them per call on the host):
 //   activations [rows][cols]       dims {cols, rows, 1, 1}; boxes {64, 128} (M-grouped A tile),
-//                                  {64, 64} (K-grouped tile), {64, 1} (one row)
+//                                  {64, 64} (K-grouped tile), {64, 1} (one row: the K-grouped
+//                                  tail k-tile when neither operand is gathered)
 //   weights     [E][rows][cols]    dims {cols, rows, E, 1}; boxes {64, 128} (K-major B: [N][K])
 //                                  or {64, 64} (MN-major B: [K][N])
 // Requirements: those of the other kernel sets (contiguous dimensions multiples of 8, 16-byte
@@ -39,7 +42,7 @@ namespace megablocks::cuda::tma {
 namespace wg = hk::sdk::cuda::sm90;
 
 inline constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
-inline constexpr int kConsumerWarps = 8;
+inline constexpr int kConsumerWarps = 8, kProducerThreads = 128;
 inline constexpr uint32_t kRowBytes = kBK * 2;            // one 64-element row of a tile
 inline constexpr uint32_t kBoxBytes = 64 * kRowBytes;     // a [64][64] box
 inline constexpr uint32_t kATileBytes = kBM * kRowBytes;  // A: 128 rows (K-major) or 2 boxes
@@ -50,19 +53,22 @@ inline constexpr int kSwigluCols = kBN / 2;  // a SwiGLU tile: 128 gate columns,
 static_assert(kBM == cuda::kBM, "the routing sizes the M tiles (tile offsets) in kBM rows");
 
 struct MGroupedMaps {
-  CUtensorMap a;       // rows of A: whole tiles ({64, 128} boxes) or, gathered, one row a copy
-  CUtensorMap b;       // the experts' weights, K-major ({64, 128} boxes) or MN-major ({64, 64})
-  int32_t a_rows = 0;  // rows of A's tensor (a row coordinate past them reads zeros)
+  CUtensorMap a;  // rows of A, whole tiles ({64, 128} boxes; unused when A is gathered)
+  CUtensorMap b;  // the experts' weights, K-major ({64, 128} boxes) or MN-major ({64, 64})
 };
 
 struct KGroupedMaps {
-  CUtensorMap a_tile, a_row;  // [rows][M]: {64, 64} boxes (unused when gathered) and one-row ones
-  CUtensorMap b_tile, b_row;  // [rows][N]: likewise
-  int32_t a_rows = 0, b_rows = 0;
+  CUtensorMap a_tile, a_row;  // [rows][M]: {64, 64} boxes and one-row ones (unused when gathered)
+  CUtensorMap b_tile;         // [rows][N]: {64, 64} boxes (unused when gathered)
+  int32_t a_rows = 0;         // rows of A's tensor (a row coordinate past them reads zeros)
 };
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// Byte offset of 16-byte chunk `chunk` (0..7) of 128-byte row `row` in a swizzled tile or box.
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
+  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
 }
 
 // The block's shared memory: the stages from the first 1024-byte boundary (swizzle atoms), then
@@ -77,7 +83,7 @@ struct Ring {
   __device__ void init() const {
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
-        wg::mbar_init(full(s), 1);
+        wg::mbar_init(full(s), 1 + kProducerThreads);
         wg::mbar_init(empty(s), kConsumerWarps);
       }
       wg::fence_barrier_init();
@@ -86,19 +92,29 @@ struct Ring {
   }
 };
 
-// The producer's side of one k-tile: waits for its stage to be free (the `use`-th pass over the
-// ring), announces the stage's bytes on its full barrier; lane 0 of the producer warp alone.
+// The producer's side of one k-tile (every producer thread): waits for its stage to be free (the
+// `use`-th pass over the ring); thread 0 arrives on the full barrier announcing the bytes of its
+// TMA copies. Each thread ends the k-tile with release() (its cp.async copies, if any, landed).
 struct Slot {
   int stage;
   uint32_t parity;
   __device__ explicit Slot(int use) : stage(use % kStages), parity((use / kStages) & 1) {}
 };
-__device__ __forceinline__ Slot acquire(const Ring& ring, int use) {
+__device__ __forceinline__ Slot acquire(const Ring& ring, int use, uint32_t tma_bytes) {
   const Slot s(use);
   if (use >= kStages) wg::mbar_wait(ring.empty(s.stage), s.parity ^ 1);
-  if (threadIdx.x == 0) wg::mbar_expect_tx(ring.full(s.stage), kStageBytes);
-  __syncwarp();
+  if (threadIdx.x == 0) wg::mbar_expect_tx(ring.full(s.stage), tma_bytes);
   return s;
+}
+__device__ __forceinline__ void release(const Ring& ring, const Slot& s) {
+  wg::cp_async_mbar_arrive(ring.full(s.stage));
+}
+
+// The cp.async of 16-byte chunk `chunk` of a gathered row into row `row` of a K-major tile or a
+// box, from `src` (null: zeros).
+template <class T>
+__device__ __forceinline__ void gather_chunk(uint32_t tile, int row, int chunk, const T* src) {
+  cp_async16_shared(tile + swizzled(row, chunk), src, src != nullptr);
 }
 
 // The consumers' k-loop of one tile: waits for each stage, issues its 4 wgmma (m64n256k16) into
@@ -111,6 +127,7 @@ __device__ __forceinline__ void consume(const Ring& ring, int& use, int num_k_ti
   for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
     const Slot s(use);
     wg::mbar_wait(ring.full(s.stage), s.parity);
+    wg::fence_proxy_async();  // the producers' cp.async writes (generic proxy) before wgmma reads
     wg::fence_regs(acc);
     wg::wgmma_fence();
 #pragma unroll
@@ -162,50 +179,56 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_k_tiles = static_cast<int>(ceil_div(p.k, kBK));
   int use = 0;  // k-tiles through the ring so far (the same count on both sides)
 
-  if (threadIdx.x < 128) {  // ---- producer
-    wg::regs_decrease<40>();
-    if (threadIdx.x >= 32) return;
-    const int lane = threadIdx.x;
+  if (threadIdx.x < kProducerThreads) {  // ---- producer
+    wg::regs_decrease<56>();
+    const int pt = threadIdx.x, chunk = pt % 8;  // gathered A: chunk of rows pt / 8 + 16i
+    const bool gathered = p.a.gather != nullptr;
+    const uint32_t tma_bytes = kBTileBytes + (gathered ? 0 : kATileBytes);
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
       const MTile at = m_tile(p.groups, tile, n_tiles);
-      int32_t src[kBM / 32];  // gathered: the stored row of tile rows lane + 32i
+      int32_t src[kBM / 16];  // gathered: the stored rows (-1: none)
+      if (gathered) {
 #pragma unroll
-      for (int i = 0; i < kBM / 32; ++i) {
-        const int64_t r = at.m0 + lane + 32 * i;
-        src[i] = p.a.gather && r < at.m_end ? p.a.gather[r] : maps.a_rows;
+        for (int i = 0; i < kBM / 16; ++i) {
+          const int64_t r = at.m0 + pt / 8 + 16 * i;
+          src[i] = r < at.m_end ? p.a.gather[r] : -1;
+        }
       }
       for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
-        const Slot s = acquire(ring, use);
+        const Slot s = acquire(ring, use, tma_bytes);
         const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
         const int k0 = kt * kBK;
-        if (p.a.gather) {
+        if (gathered) {
+          const bool k_ok = k0 + chunk * 8 < p.k;
 #pragma unroll
-          for (int i = 0; i < kBM / 32; ++i)
-            wg::tma_load_4d(a + (lane + 32 * i) * kRowBytes, &maps.a, bar, k0, src[i], 0, 0);
-        } else if (lane == 0) {
-          wg::tma_load_4d(a, &maps.a, bar, k0, static_cast<int>(at.m0), 0, 0);
+          for (int i = 0; i < kBM / 16; ++i)
+            gather_chunk<T>(
+                a, pt / 8 + 16 * i, chunk,
+                src[i] >= 0 && k_ok ? p.a.ptr + src[i] * p.a.ld + k0 + chunk * 8 : nullptr);
         }
-        if (lane != 0) continue;
-        const int g = at.g;
-        if constexpr (LB == Major::K) {  // two [128 rows][64 K] boxes
-          const int r0 =
-              kSwiglu ? static_cast<int>(at.nt * kSwigluCols) : static_cast<int>(at.nt * kBN);
-          const int r1 = kSwiglu ? static_cast<int>(p.n) + r0 : r0 + 128;  // SwiGLU: the up rows
-          wg::tma_load_4d(b, &maps.b, bar, k0, r0, g, 0);
-          wg::tma_load_4d(b + 128 * kRowBytes, &maps.b, bar, k0, r1, g, 0);
-        } else {  // four [64 K][64 N] boxes
+        if (pt == 0) {
+          if (!gathered) wg::tma_load_4d(a, &maps.a, bar, k0, static_cast<int>(at.m0), 0, 0);
+          const int g = at.g;
+          if constexpr (LB == Major::K) {  // two [128 rows][64 K] boxes
+            const int r0 = static_cast<int>(at.nt * (kSwiglu ? kSwigluCols : kBN));
+            const int r1 = kSwiglu ? static_cast<int>(p.n) + r0 : r0 + 128;  // SwiGLU: up rows
+            wg::tma_load_4d(b, &maps.b, bar, k0, r0, g, 0);
+            wg::tma_load_4d(b + 128 * kRowBytes, &maps.b, bar, k0, r1, g, 0);
+          } else {  // four [64 K][64 N] boxes
 #pragma unroll
-          for (int c = 0; c < kBN / 64; ++c)
-            wg::tma_load_4d(b + c * kBoxBytes, &maps.b, bar, static_cast<int>(at.nt * kBN) + 64 * c,
-                            k0, g, 0);
+            for (int c = 0; c < kBN / 64; ++c)
+              wg::tma_load_4d(b + c * kBoxBytes, &maps.b, bar,
+                              static_cast<int>(at.nt * kBN) + 64 * c, k0, g, 0);
+          }
         }
+        release(ring, s);
       }
     }
     return;
   }
 
   // ---- consumers
-  wg::regs_increase<232>();
+  wg::regs_increase<224>();
   const int cw = threadIdx.x / 128 - 1;  // rows [64cw, 64cw + 64) of the tile
   const Fragment f;
   auto desc = [&](uint32_t stage, int kk) {
@@ -302,9 +325,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- K-grouped (weight gradients) ---------------------------------------------------------------
 // C_g[m, n] = Σ_{rows r of g} A[r][m] · B[r][n]; tiles 128 (M) × 256 (N), a persistent walk over
-// (group, M tile, N tile). A k-tile is 64 rows: whole [64][64] boxes when it lies inside the
-// group and A is not gathered, else one copy a row, rows past the group's end read as zeros (so
-// they add nothing, whatever B holds there: B's rows are finite data or zeros).
+// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: a
+// gathered operand is zero-filled there (the other's rows there are finite data of the next group
+// or TMA's zeros); with neither gathered, A's tail k-tile is copied a row at a time, rows past the
+// end from past the tensor (zeros).
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     k_grouped_gemm(const __grid_constant__ KGroupedParams<T> p,
@@ -333,58 +357,69 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   int use = 0;
 
-  if (threadIdx.x < 128) {  // ---- producer
-    wg::regs_decrease<40>();
-    if (threadIdx.x >= 32) return;
-    const int lane = threadIdx.x;
+  if (threadIdx.x < kProducerThreads) {  // ---- producer
+    wg::regs_decrease<56>();
+    const int pt = threadIdx.x, chunk = pt % 8;  // gathered: chunk of k-rows pt / 8 + 16i
+    const uint32_t tma_bytes = (p.a.gather ? 0 : kATileBytes) + (p.b.gather ? 0 : kBTileBytes);
+    // A gathered operand's k-tile: `boxes` boxes of 64 columns from mn0 (`cols` exist).
+    auto gather = [&](uint32_t tile, const Operand<T>& op, int64_t r, int64_t r1, int64_t mn0,
+                      int64_t cols, int boxes) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int kr = pt / 8 + 16 * i;
+        const int64_t row = r + kr;
+        const T* base = row < r1 ? op.ptr + op.gather[row] * op.ld : nullptr;
+        for (int c = 0; c < boxes; ++c) {
+          const int64_t col = mn0 + 64 * c + chunk * 8;
+          gather_chunk<T>(tile + c * kBoxBytes, kr, chunk,
+                          base && col < cols ? base + col : nullptr);
+        }
+      }
+    };
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
       const At t = at_of(tile);
       for (int kt = 0; kt < t.num_k_tiles; ++kt, ++use) {
-        const Slot s = acquire(ring, use);
+        const Slot s = acquire(ring, use, tma_bytes);
         const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
         const int64_t r = t.r0 + static_cast<int64_t>(kt) * kBK;
-        // The stored rows of k-rows lane and lane + 32 (or past the tensor: zeros).
-        auto stored = [&](const Operand<T>& op, int32_t rows, int i) -> int32_t {
-          const int64_t row = r + lane + 32 * i;
-          if (row >= t.r1) return rows;
-          return op.gather ? op.gather[row] : static_cast<int32_t>(row);
-        };
-        const bool whole = r + kBK <= t.r1;
-        if (p.a.gather || !whole) {
-          const int32_t rows[2] = {stored(p.a, maps.a_rows, 0), stored(p.a, maps.a_rows, 1)};
+        if (p.a.gather) gather(a, p.a, r, t.r1, t.m0, p.m, kBM / 64);
+        if (p.b.gather) gather(b, p.b, r, t.r1, t.n0, p.n, kBN / 64);
+        // Rows past the group's end: a gathered operand has zeros there; with neither gathered,
+        // A's tail k-tile is copied a row at a time, rows past the end from past the tensor.
+        const bool a_by_rows = !p.a.gather && !p.b.gather && r + kBK > t.r1;
+        if (a_by_rows && pt < 32) {
 #pragma unroll
-          for (int c = 0; c < kBM / 64; ++c)
+          for (int i = 0; i < 2; ++i) {
+            const int64_t row = r + pt + 32 * i;
+            const int32_t at_row = row < t.r1 ? static_cast<int32_t>(row) : maps.a_rows;
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-              wg::tma_load_4d(a + c * kBoxBytes + (lane + 32 * i) * kRowBytes, &maps.a_row, bar,
-                              static_cast<int>(t.m0) + 64 * c, rows[i], 0, 0);
-        } else if (lane == 0) {
-#pragma unroll
-          for (int c = 0; c < kBM / 64; ++c)
-            wg::tma_load_4d(a + c * kBoxBytes, &maps.a_tile, bar, static_cast<int>(t.m0) + 64 * c,
-                            static_cast<int>(r), 0, 0);
+            for (int c = 0; c < kBM / 64; ++c)
+              wg::tma_load_4d(a + c * kBoxBytes + (pt + 32 * i) * kRowBytes, &maps.a_row, bar,
+                              static_cast<int>(t.m0) + 64 * c, at_row, 0, 0);
+          }
         }
-        if (p.b.gather) {
-          const int32_t rows[2] = {stored(p.b, maps.b_rows, 0), stored(p.b, maps.b_rows, 1)};
+        if (pt == 0) {
+          if (!p.a.gather && !a_by_rows) {
 #pragma unroll
-          for (int c = 0; c < kBN / 64; ++c)
+            for (int c = 0; c < kBM / 64; ++c)
+              wg::tma_load_4d(a + c * kBoxBytes, &maps.a_tile, bar, static_cast<int>(t.m0) + 64 * c,
+                              static_cast<int>(r), 0, 0);
+          }
+          if (!p.b.gather) {
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-              wg::tma_load_4d(b + c * kBoxBytes + (lane + 32 * i) * kRowBytes, &maps.b_row, bar,
-                              static_cast<int>(t.n0) + 64 * c, rows[i], 0, 0);
-        } else if (lane == 0) {
-#pragma unroll
-          for (int c = 0; c < kBN / 64; ++c)
-            wg::tma_load_4d(b + c * kBoxBytes, &maps.b_tile, bar, static_cast<int>(t.n0) + 64 * c,
-                            static_cast<int>(r), 0, 0);
+            for (int c = 0; c < kBN / 64; ++c)
+              wg::tma_load_4d(b + c * kBoxBytes, &maps.b_tile, bar, static_cast<int>(t.n0) + 64 * c,
+                              static_cast<int>(r), 0, 0);
+          }
         }
+        release(ring, s);
       }
     }
     return;
   }
 
   // ---- consumers
-  wg::regs_increase<232>();
+  wg::regs_increase<224>();
   const int cw = threadIdx.x / 128 - 1;
   const Fragment f;
   auto desc = [&](uint32_t stage, int kk) {

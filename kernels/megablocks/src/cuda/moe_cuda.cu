@@ -409,13 +409,13 @@ CUtensorMap tensor_map(const T* data, int64_t cols, int64_t rows, int64_t outer,
   return map;
 }
 
-// The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (gathered: the tokens).
+// The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (gathered A is copied by
+// cp.async and has no map).
 template <Major LB, Epi E>
 void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, cudaStream_t stream) {
   using T = __nv_bfloat16;
-  tma::MGroupedMaps maps;
-  maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, p.a.gather ? 1 : tma::kBM);
-  maps.a_rows = static_cast<int32_t>(a_rows);
+  tma::MGroupedMaps maps{};
+  if (!p.a.gather) maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, tma::kBM);
   if constexpr (LB == Major::K)  // [N][K] per expert (SwiGLU: gate rows, then up rows)
     maps.b = tensor_map(p.b.ptr, p.k, E == Epi::SwigluForward ? 2 * p.n : p.n, p.groups.count,
                         p.b.ld, p.b.group_stride, 128);
@@ -427,17 +427,18 @@ void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, cudaS
   check(cudaGetLastError(), "M-grouped GEMM (tma) launch");
 }
 
-// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows.
+// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows (a gathered
+// operand is copied by cp.async and has no map).
 void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t b_rows,
                    cudaStream_t stream) {
   using T = __nv_bfloat16;
-  tma::KGroupedMaps maps;
-  maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
-  maps.a_row = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 1);
-  maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
-  maps.b_row = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 1);
+  tma::KGroupedMaps maps{};
+  if (!p.a.gather) {
+    maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
+    maps.a_row = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 1);
+  }
+  if (!p.b.gather) maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
   maps.a_rows = static_cast<int32_t>(a_rows);
-  maps.b_rows = static_cast<int32_t>(b_rows);
   auto kernel = tma::k_grouped_gemm<T>;
   const int blocks = configure<TmaKGroupedTag<T>>(kernel, tma::kSmemBytes, tma::kThreads);
   kernel<<<blocks, tma::kThreads, tma::kSmemBytes, stream>>>(p, maps);
