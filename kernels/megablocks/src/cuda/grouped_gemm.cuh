@@ -172,6 +172,18 @@ __device__ __forceinline__ void with_activation(uint32_t kind, const F& f) {
 
 // SwigluForward: the gate and up accumulators of intermediate columns col, col + 1 (I % 8 == 0,
 // so both exist): writes act(gate)·up and, training, the rounded pre-activations.
+// One column's SwiGLU forward: the rounded pre-activations g, u and a = act(g)·u (as stored).
+struct SwigluForwardValue {
+  float g, u, a;
+};
+template <uint32_t kAct, class T>
+__device__ __forceinline__ SwigluForwardValue swiglu_forward_value(float gate, float up) {
+  SwigluForwardValue v;
+  v.g = round_as<T>(gate);
+  v.u = round_as<T>(up);
+  v.a = round_as<T>(round_as<T>(act(kAct, v.g)) * v.u);
+  return v;
+}
 template <uint32_t kAct, class T>
 __device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t row, int64_t col,
                                                    const float (&gate)[2], const float (&up)[2]) {
@@ -179,9 +191,8 @@ __device__ __forceinline__ void epi_swiglu_forward(const EpiArgs<T>& e, int64_t 
   float g[2], u[2], a[2];
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    g[q] = round_as<T>(gate[q]);
-    u[q] = round_as<T>(up[q]);
-    a[q] = round_as<T>(round_as<T>(act(kAct, g[q])) * u[q]);
+    const SwigluForwardValue v = swiglu_forward_value<kAct, T>(gate[q], up[q]);
+    g[q] = v.g, u[q] = v.u, a[q] = v.a;
   }
   if (e.gate_up) {
     store_pair(e.gate_up + row * 2 * I + col, g[0], g[1], true, true);
