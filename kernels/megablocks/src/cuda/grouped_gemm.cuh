@@ -231,6 +231,21 @@ __device__ __forceinline__ GateUp<T> load_gate_up(const EpiArgs<T>& e, int64_t r
   return gate_up_pair(gu, gu + e.inter);
 }
 
+// One column's SwiGLU backward: d = d(act)/weight, routing weight w (rounded), the saved
+// pre-activations g and u: d(gate), d(up) and w·act; adds the column's term of d(weight) to part.
+struct SwigluBackwardValue {
+  float dg, du, aw;
+};
+template <uint32_t kAct, class T>
+__device__ __forceinline__ SwigluBackwardValue swiglu_backward_value(float w, float d, float g,
+                                                                     float u, float& part) {
+  const float s = round_as<T>(act(kAct, g));
+  const float a = round_as<T>(s * u);
+  part += d * a;
+  const float da = w * d;
+  return {da * u * act_grad(kAct, g), da * s, w * a};
+}
+
 // SwigluBackward: d = d(act)/weight of intermediate columns col, col + 1 of a row with routing
 // weight w (rounded) and its saved pre-activations: writes d(gate ‖ up) and w·act; adds the
 // pair's terms of d(weight) to the row's running part (in column order).
@@ -242,14 +257,9 @@ __device__ __forceinline__ void epi_swiglu_backward(const EpiArgs<T>& e, int64_t
   float dg[2], du[2], aw[2];
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
-    const float g = to_f32(saved.g[q]), u = to_f32(saved.u[q]);
-    const float s = round_as<T>(act(kAct, g));
-    const float a = round_as<T>(s * u);
-    part += d[q] * a;
-    const float da = w * d[q];
-    dg[q] = da * u * act_grad(kAct, g);
-    du[q] = da * s;
-    aw[q] = w * a;
+    const SwigluBackwardValue v =
+        swiglu_backward_value<kAct, T>(w, d[q], to_f32(saved.g[q]), to_f32(saved.u[q]), part);
+    dg[q] = v.dg, du[q] = v.du, aw[q] = v.aw;
   }
   T* dgu = e.dgate_up + row * 2 * I;
   store_pair(dgu + col, dg[0], dg[1], true, true);

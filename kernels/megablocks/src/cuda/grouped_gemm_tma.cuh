@@ -189,10 +189,17 @@ struct Plane {
   __device__ void sync() const { wg::named_sync(id, 128); }
   // Row `row` (0..63), columns col, col + 1 (col even).
   __device__ void put(int row, int col, float v0, float v1) const {
+    put_word(row, col, pack(v0, v1));
+  }
+  __device__ void put_word(int row, int col, uint32_t word) const {
+    *reinterpret_cast<uint32_t*>(p + row * kStagedLd + col * 2) = word;
+  }
+  // Two values rounded to T, as the 32-bit word a pair is stored as.
+  __device__ static uint32_t pack(float v0, float v1) {
     const T pair[2] = {from_f32<T>(v0), from_f32<T>(v1)};
     uint32_t word;
     memcpy(&word, pair, sizeof word);
-    *reinterpret_cast<uint32_t*>(p + row * kStagedLd + col * 2) = word;
+    return word;
   }
   // Copies plane columns [c0, c0 + Cols) of rows < `rows` to dst(row) + 0.. (16-byte aligned),
   // the first `cols` of them (a multiple of 8).
@@ -200,7 +207,7 @@ struct Plane {
   __device__ void copy_out(int c0, int64_t rows, int64_t cols, const Dst& dst) const {
     constexpr int kChunks = Cols / 8;
     const int t = threadIdx.x % 128;
-#pragma unroll 4
+#pragma unroll 2
     for (int i = t; i < 64 * kChunks; i += 128) {
       const int row = i / kChunks, ch = i % kChunks;
       if (row >= rows || ch * 8 >= cols) continue;
@@ -346,48 +353,78 @@ __global__ void __launch_bounds__(kThreads, 1)
             0, wg_rows, cols, [&](int row) { return act_out + (wg_m0 + row) * I + i0; });
       });
     } else {  // SwigluBackward: acc = d(act) / weight
-      // The saved gate/up pairs are read through the non-coherent path (read-only for the
-      // kernel), eight column blocks at a time before their stores, so no load waits behind a
-      // store it might alias (grouped_gemm.cuh load_gate_up says why that matters).
-      const int64_t n0 = at.nt * kBN, I = p.epi.inter;
+      // Per pair: the saved gate/up read through the non-coherent path (read-only for the kernel)
+      // four column blocks at a time, so no load waits behind a store it might alias
+      // (grouped_gemm.cuh load_gate_up says why that matters); d(gate) into the plane, d(up) and
+      // w·act packed to 16 bits in the pair's two accumulators; then three planes copied out.
+      const int64_t n0 = at.nt * kBN, I = p.epi.inter, cols = p.n - n0;
       const int lane = threadIdx.x % 32;
+      plane.sync();
       with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const int64_t row = at.m0 + f.row0 + 8 * r;
+          const bool row_ok = row < at.m_end;
+          const float w = row_ok ? round_as<T>(p.epi.row_weight[row]) : 0.0f;
+          const T* gu = p.epi.gate_up + (row_ok ? row : 0) * 2 * I;
           float part = 0.0f;
-          if (row < at.m_end) {
-            const float w = round_as<T>(p.epi.row_weight[row]);
-            const T* gu = p.epi.gate_up + row * 2 * I;
+          constexpr int kAhead = 4;  // column blocks read ahead (8 spilled: 128 accumulators live)
 #pragma unroll
-            for (int j0 = 0; j0 < kBN / 8; j0 += 8) {
-              uint32_t g[8], u[8];
+          for (int j0 = 0; j0 < kBN / 8; j0 += kAhead) {
+            uint32_t g[kAhead], u[kAhead];
 #pragma unroll
-              for (int j = 0; j < 8; ++j) {
-                const int64_t col = n0 + 8 * (j0 + j) + f.col0;
-                const bool ok = col < p.n;
-                g[j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(gu + col)) : 0u;
-                u[j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(gu + I + col)) : 0u;
-              }
+            for (int j = 0; j < kAhead; ++j) {
+              const int64_t col = n0 + 8 * (j0 + j) + f.col0;
+              const bool ok = row_ok && col < p.n;
+              g[j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(gu + col)) : 0u;
+              u[j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(gu + I + col)) : 0u;
+            }
 #pragma unroll
-              for (int j = 0; j < 8; ++j) {
-                const int64_t col = n0 + 8 * (j0 + j) + f.col0;
-                if (col >= p.n) continue;
-                const int jj = j0 + j;
-                const float d[2] = {acc[4 * jj + 2 * r], acc[4 * jj + 2 * r + 1]};
-                GateUp<T> saved;
-                memcpy(saved.g, &g[j], sizeof g[j]);
-                memcpy(saved.u, &u[j], sizeof u[j]);
-                epi_swiglu_backward<decltype(kind)::value>(p.epi, row, col, w, d, saved, part);
-              }
+            for (int j = 0; j < kAhead; ++j) {
+              const int jj = j0 + j;
+              const bool ok = row_ok && n0 + 8 * jj + f.col0 < p.n;
+              GateUp<T> saved;
+              memcpy(saved.g, &g[j], sizeof g[j]);
+              memcpy(saved.u, &u[j], sizeof u[j]);
+              float col_part = part;  // in column order, as the other kernel sets sum it
+              SwigluBackwardValue v[2];
+#pragma unroll
+              for (int q = 0; q < 2; ++q)
+                v[q] = swiglu_backward_value<decltype(kind)::value, T>(
+                    w, acc[4 * jj + 2 * r + q], to_f32(saved.g[q]), to_f32(saved.u[q]), col_part);
+              part = ok ? col_part : part;
+              plane.put(lr0 + 8 * r, 8 * jj + f.col0, v[0].dg, v[1].dg);
+              acc[4 * jj + 2 * r] = __uint_as_float(Plane<T>::pack(v[0].du, v[1].du));
+              acc[4 * jj + 2 * r + 1] = __uint_as_float(Plane<T>::pack(v[0].aw, v[1].aw));
             }
           }
           // A row's 256 columns are held by the four lanes of one quad: sum in a fixed order.
           part += __shfl_xor_sync(0xffffffffu, part, 1);
           part += __shfl_xor_sync(0xffffffffu, part, 2);
-          if (lane % 4 == 0 && row < at.m_end) p.epi.partial[row * n_tiles + at.nt] = part;
+          if (lane % 4 == 0 && row_ok) p.epi.partial[row * n_tiles + at.nt] = part;
         }
       });
+      T* dgu = p.epi.dgate_up;
+      T* act_out = p.epi.act;
+      plane.sync();
+      plane.template copy_out<kBN>(0, wg_rows, cols,
+                                   [&](int row) { return dgu + (wg_m0 + row) * 2 * I + n0; });
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // d(up), then w·act
+        plane.sync();
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int j = 0; j < kBN / 8; ++j)
+            plane.put_word(lr0 + 8 * r, 8 * j + f.col0, __float_as_uint(acc[4 * j + 2 * r + q]));
+        plane.sync();
+        if (q == 0)
+          plane.template copy_out<kBN>(
+              0, wg_rows, cols, [&](int row) { return dgu + (wg_m0 + row) * 2 * I + I + n0; });
+        else
+          plane.template copy_out<kBN>(0, wg_rows, cols,
+                                       [&](int row) { return act_out + (wg_m0 + row) * I + n0; });
+      }
     }
   }
 #endif
