@@ -182,9 +182,10 @@ struct Fragment {
 template <class T>
 struct Plane {
   unsigned char* p;  // generic address of the plane
+  uint32_t addr;     // its shared address
   int id;            // the warpgroup's named barrier
   __device__ Plane(unsigned char* raw, const Ring& ring, int cw)
-      : p(raw + (ring.staged(cw) - smem_addr(raw))), id(1 + cw) {}
+      : p(raw + (ring.staged(cw) - smem_addr(raw))), addr(ring.staged(cw)), id(1 + cw) {}
   // Every thread of the warpgroup: the plane may be overwritten, or read back.
   __device__ void sync() const { wg::named_sync(id, 128); }
   // Row `row` (0..63), columns col, col + 1 (col even).
@@ -193,6 +194,9 @@ struct Plane {
   }
   __device__ void put_word(int row, int col, uint32_t word) const {
     *reinterpret_cast<uint32_t*>(p + row * kStagedLd + col * 2) = word;
+  }
+  __device__ uint32_t word(int row, int col) const {
+    return *reinterpret_cast<const uint32_t*>(p + row * kStagedLd + col * 2);
   }
   // Two values rounded to T, as the 32-bit word a pair is stored as.
   __device__ static uint32_t pack(float v0, float v1) {
@@ -353,78 +357,88 @@ __global__ void __launch_bounds__(kThreads, 1)
             0, wg_rows, cols, [&](int row) { return act_out + (wg_m0 + row) * I + i0; });
       });
     } else {  // SwigluBackward: acc = d(act) / weight
-      // Per pair: the saved gate/up read through the non-coherent path (read-only for the kernel)
-      // four column blocks at a time, so no load waits behind a store it might alias
-      // (grouped_gemm.cuh load_gate_up says why that matters); d(gate) into the plane, d(up) and
-      // w·act packed to 16 bits in the pair's two accumulators; then three planes copied out.
-      const int64_t n0 = at.nt * kBN, I = p.epi.inter, cols = p.n - n0;
-      const int lane = threadIdx.x % 32;
-      plane.sync();
+      // In two halves of 128 columns: the saved gate and up columns of the warpgroup's rows are
+      // copied into the plane (cp.async, coalesced, all in flight: read pair by pair from global
+      // memory each waited a round trip, ~40 µs a tile on the H200); each thread turns its
+      // pairs there into d(gate) and d(up) in place and packs w·act into its accumulators; the
+      // half's d(gate ‖ up) is copied out, and w·act last.
+      const int64_t n0 = at.nt * kBN, I = p.epi.inter;
+      const int lane = threadIdx.x % 32, t = threadIdx.x % 128;
+      float part[2] = {0.0f, 0.0f}, w[2];
+      bool row_ok[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int64_t row = at.m0 + f.row0 + 8 * r;
+        row_ok[r] = row < at.m_end;
+        w[r] = row_ok[r] ? round_as<T>(p.epi.row_weight[row]) : 0.0f;
+      }
+      T* dgu = p.epi.dgate_up;
       with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t row = at.m0 + f.row0 + 8 * r;
-          const bool row_ok = row < at.m_end;
-          const float w = row_ok ? round_as<T>(p.epi.row_weight[row]) : 0.0f;
-          const T* gu = p.epi.gate_up + (row_ok ? row : 0) * 2 * I;
-          float part = 0.0f;
-          constexpr int kAhead = 4;  // column blocks read ahead (8 spilled: 128 accumulators live)
+        for (int h = 0; h < 2; ++h) {
+          const int64_t c0 = n0 + 128 * h;  // the half's first intermediate column
+          plane.sync();
+          for (int i = t; i < 64 * 32; i += 128) {  // a row: 16 gate chunks, then 16 up ones
+            const int row = i / 32, c = i % 32;
+            const int64_t grow = wg_m0 + row, col = c0 + (c % 16) * 8;
+            const bool ok = grow < at.m_end && col < p.n;
+            cp_async16_shared(
+                plane.addr + row * kStagedLd + c * 16,
+                ok ? p.epi.gate_up + grow * 2 * I + (c / 16) * I + col : p.epi.gate_up, ok);
+          }
+          cp_async_commit();
+          cp_async_wait<0>();
+          plane.sync();
 #pragma unroll
-          for (int j0 = 0; j0 < kBN / 8; j0 += kAhead) {
-            uint32_t g[kAhead], u[kAhead];
+          for (int r = 0; r < 2; ++r) {
+            const int lr = lr0 + 8 * r;
 #pragma unroll
-            for (int j = 0; j < kAhead; ++j) {
-              const int64_t col = n0 + 8 * (j0 + j) + f.col0;
-              const bool ok = row_ok && col < p.n;
-              g[j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(gu + col)) : 0u;
-              u[j] = ok ? __ldg(reinterpret_cast<const unsigned int*>(gu + I + col)) : 0u;
-            }
-#pragma unroll
-            for (int j = 0; j < kAhead; ++j) {
-              const int jj = j0 + j;
-              const bool ok = row_ok && n0 + 8 * jj + f.col0 < p.n;
+            for (int jl = 0; jl < 16; ++jl) {
+              const int j = 16 * h + jl, lc = 8 * jl + f.col0;
+              const bool ok = row_ok[r] && c0 + lc < p.n;
               GateUp<T> saved;
-              memcpy(saved.g, &g[j], sizeof g[j]);
-              memcpy(saved.u, &u[j], sizeof u[j]);
-              float col_part = part;  // in column order, as the other kernel sets sum it
+              const uint32_t gw = plane.word(lr, lc), uw = plane.word(lr, 128 + lc);
+              memcpy(saved.g, &gw, sizeof gw);
+              memcpy(saved.u, &uw, sizeof uw);
+              float col_part = part[r];  // in column order, as the other kernel sets sum it
               SwigluBackwardValue v[2];
 #pragma unroll
               for (int q = 0; q < 2; ++q)
                 v[q] = swiglu_backward_value<decltype(kind)::value, T>(
-                    w, acc[4 * jj + 2 * r + q], to_f32(saved.g[q]), to_f32(saved.u[q]), col_part);
-              part = ok ? col_part : part;
-              plane.put(lr0 + 8 * r, 8 * jj + f.col0, v[0].dg, v[1].dg);
-              acc[4 * jj + 2 * r] = __uint_as_float(Plane<T>::pack(v[0].du, v[1].du));
-              acc[4 * jj + 2 * r + 1] = __uint_as_float(Plane<T>::pack(v[0].aw, v[1].aw));
+                    w[r], acc[4 * j + 2 * r + q], to_f32(saved.g[q]), to_f32(saved.u[q]), col_part);
+              part[r] = ok ? col_part : part[r];
+              plane.put(lr, lc, v[0].dg, v[1].dg);
+              plane.put(lr, 128 + lc, v[0].du, v[1].du);
+              acc[4 * j + 2 * r] = __uint_as_float(Plane<T>::pack(v[0].aw, v[1].aw));
             }
           }
-          // A row's 256 columns are held by the four lanes of one quad: sum in a fixed order.
-          part += __shfl_xor_sync(0xffffffffu, part, 1);
-          part += __shfl_xor_sync(0xffffffffu, part, 2);
-          if (lane % 4 == 0 && row_ok) p.epi.partial[row * n_tiles + at.nt] = part;
+          plane.sync();
+          plane.template copy_out<128>(0, wg_rows, p.n - c0,
+                                       [&](int row) { return dgu + (wg_m0 + row) * 2 * I + c0; });
+          plane.template copy_out<128>(128, wg_rows, p.n - c0, [&](int row) {
+            return dgu + (wg_m0 + row) * 2 * I + I + c0;
+          });
         }
       });
-      T* dgu = p.epi.dgate_up;
-      T* act_out = p.epi.act;
-      plane.sync();
-      plane.template copy_out<kBN>(0, wg_rows, cols,
-                                   [&](int row) { return dgu + (wg_m0 + row) * 2 * I + n0; });
+      // A row's 256 columns are held by the four lanes of one quad: sum in a fixed order.
 #pragma unroll
-      for (int q = 0; q < 2; ++q) {  // d(up), then w·act
-        plane.sync();
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int j = 0; j < kBN / 8; ++j)
-            plane.put_word(lr0 + 8 * r, 8 * j + f.col0, __float_as_uint(acc[4 * j + 2 * r + q]));
-        plane.sync();
-        if (q == 0)
-          plane.template copy_out<kBN>(
-              0, wg_rows, cols, [&](int row) { return dgu + (wg_m0 + row) * 2 * I + I + n0; });
-        else
-          plane.template copy_out<kBN>(0, wg_rows, cols,
-                                       [&](int row) { return act_out + (wg_m0 + row) * I + n0; });
+      for (int r = 0; r < 2; ++r) {
+        float sum = part[r];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int64_t row = at.m0 + f.row0 + 8 * r;
+        if (lane % 4 == 0 && row_ok[r]) p.epi.partial[row * n_tiles + at.nt] = sum;
       }
+      plane.sync();
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int j = 0; j < kBN / 8; ++j)
+          plane.put_word(lr0 + 8 * r, 8 * j + f.col0, __float_as_uint(acc[4 * j + 2 * r]));
+      plane.sync();
+      T* act_out = p.epi.act;
+      plane.template copy_out<kBN>(0, wg_rows, p.n - n0,
+                                   [&](int row) { return act_out + (wg_m0 + row) * I + n0; });
     }
   }
 #endif
