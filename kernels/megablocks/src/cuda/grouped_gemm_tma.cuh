@@ -41,17 +41,20 @@ namespace megablocks::cuda::tma {
 
 namespace wg = hk::sdk::cuda::sm90;
 
-inline constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 3, kThreads = 384;
+inline constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 inline constexpr int kConsumerWarps = 8, kProducerThreads = 128;
 inline constexpr uint32_t kRowBytes = kBK * 2;            // one 64-element row of a tile
 inline constexpr uint32_t kBoxBytes = 64 * kRowBytes;     // a [64][64] box
 inline constexpr uint32_t kATileBytes = kBM * kRowBytes;  // A: 128 rows (K-major) or 2 boxes
 inline constexpr uint32_t kBTileBytes = kBN * kRowBytes;  // B: 256 rows (K-major) or 4 boxes
 inline constexpr uint32_t kStageBytes = kATileBytes + kBTileBytes;
-// A consumer warpgroup's staging plane for the epilogue: 64 rows of 256 16-bit values, each row
-// padded by 16 bytes so the 8 rows a warp's fragment store touches fall in distinct banks.
-inline constexpr uint32_t kStagedLd = kBN * 2 + 16;
-inline constexpr uint32_t kStagedBytes = 64 * kStagedLd;
+// A consumer warpgroup's staging plane for the epilogue: 64 rows of 128 16-bit values (256
+// bytes), 16-byte chunk c of row r stored at chunk c ^ (r % 8), so neither the fragments' stores
+// (8 rows a warp) nor the row-wise copies out meet bank conflicts. Four stages and two such
+// planes fill the 227 KB a block may have.
+inline constexpr int kPlaneCols = 128;
+inline constexpr uint32_t kPlaneRowBytes = kPlaneCols * 2;
+inline constexpr uint32_t kStagedBytes = 64 * kPlaneRowBytes;
 inline constexpr int kSmemBytes =
     kStages * kStageBytes + 2 * kStagedBytes + 1024 /* realignment */ + 128 /* bars */;
 inline constexpr int kSwigluCols = kBN / 2;  // a SwiGLU tile: 128 gate columns, then their up
@@ -175,10 +178,10 @@ struct Fragment {
 };
 
 // ---- the staged epilogue ------------------------------------------------------------------------
-// A consumer warpgroup writes its 64 × 256 results as 16-bit values into its plane (fragment
-// order, conflict-free), then copies plane rows out with 16-byte stores, a warp a 512-byte row:
-// written straight from the fragments, every store instruction wrote 8 rows × 16 bytes, and the
-// epilogue took ~5 µs a tile on the H200 (the mainloop of a 768-deep tile ~9).
+// A consumer warpgroup writes 128 of its 64 × 256 results at a time as 16-bit values into its
+// plane (fragment order), then copies plane rows out with 16-byte stores, a warp two 256-byte
+// rows: written straight from the fragments, every store instruction wrote 8 rows × 16 bytes,
+// and the epilogue took ~5 µs a tile on the H200 (the mainloop of a 768-deep tile ~9).
 template <class T>
 struct Plane {
   unsigned char* p;  // generic address of the plane
@@ -188,15 +191,15 @@ struct Plane {
       : p(raw + (ring.staged(cw) - smem_addr(raw))), addr(ring.staged(cw)), id(1 + cw) {}
   // Every thread of the warpgroup: the plane may be overwritten, or read back.
   __device__ void sync() const { wg::named_sync(id, 128); }
-  // Row `row` (0..63), columns col, col + 1 (col even).
-  __device__ void put(int row, int col, float v0, float v1) const {
-    put_word(row, col, pack(v0, v1));
+  // Byte offset of columns col.. (col % 8 + count ≤ 8) of row `row`.
+  __device__ static uint32_t at(int row, int col) {
+    return row * kPlaneRowBytes + (((col / 8) ^ (row % 8)) << 4) + (col % 8) * 2;
   }
-  __device__ void put_word(int row, int col, uint32_t word) const {
-    *reinterpret_cast<uint32_t*>(p + row * kStagedLd + col * 2) = word;
+  __device__ void put(int row, int col, uint32_t word) const {
+    *reinterpret_cast<uint32_t*>(p + at(row, col)) = word;
   }
   __device__ uint32_t word(int row, int col) const {
-    return *reinterpret_cast<const uint32_t*>(p + row * kStagedLd + col * 2);
+    return *reinterpret_cast<const uint32_t*>(p + at(row, col));
   }
   // Two values rounded to T, as the 32-bit word a pair is stored as.
   __device__ static uint32_t pack(float v0, float v1) {
@@ -215,9 +218,23 @@ struct Plane {
     for (int i = t; i < 64 * kChunks; i += 128) {
       const int row = i / kChunks, ch = i % kChunks;
       if (row >= rows || ch * 8 >= cols) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(p + row * kStagedLd + (c0 + ch * 8) * 2);
+      const uint4 v = *reinterpret_cast<const uint4*>(p + at(row, c0 + ch * 8));
       *reinterpret_cast<uint4*>(dst(row) + ch * 8) = v;
     }
+  }
+  // Writes the words value(r, j) of the fragment's pairs in accumulator column blocks
+  // [j0, j0 + 16) (rows lr0, lr0 + 8; plane column 8(j − j0) + col0), then copies them out.
+  template <class Value, class Dst>
+  __device__ void emit(const Fragment& f, int lr0, int j0, int64_t rows, int64_t cols,
+                       const Value& value, const Dst& dst) const {
+    sync();
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int jl = 0; jl < kPlaneCols / 8; ++jl)
+        put(lr0 + 8 * r, 8 * jl + f.col0, value(r, j0 + jl));
+    sync();
+    copy_out<kPlaneCols>(0, rows, cols, dst);
   }
 };
 
@@ -306,62 +323,52 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t wg_rows = at.m_end - wg_m0;
 
     if constexpr (E == Epi::Store) {
-      const int64_t n0 = at.nt * kBN;
-      plane.sync();
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-          plane.put(lr0 + 8 * r, 8 * j + f.col0, acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
-      plane.sync();
       T* out = static_cast<T*>(p.epi.out);
-      plane.template copy_out<kBN>(0, wg_rows, p.n - n0,
-                                   [&](int row) { return out + (wg_m0 + row) * p.epi.ld + n0; });
+#pragma unroll
+      for (int h = 0; h < kBN / kPlaneCols; ++h) {
+        const int64_t c0 = at.nt * kBN + kPlaneCols * h;
+        plane.emit(
+            f, lr0, 16 * h, wg_rows, p.n - c0,
+            [&](int r, int j) {
+              return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+            },
+            [&](int row) { return out + (wg_m0 + row) * p.epi.ld + c0; });
+      }
     } else if constexpr (E == Epi::SwigluForward) {
-      // Plane 1 (training): the rounded gate and up pre-activations, in the tile's own column
-      // order (128 gate, then their 128 up); plane 2: act(gate)·up.
+      // Training: the rounded gate pre-activations (accumulator blocks 0..15), then the up ones
+      // (16..31); then act(gate)·up.
       const int64_t i0 = at.nt * kSwigluCols, I = p.epi.inter, cols = I - i0;
+      T* gu = p.epi.gate_up;
+      auto rounded = [&](int r, int j) {
+        return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+      };
+      if (gu) {
+        plane.emit(f, lr0, 0, wg_rows, cols, rounded,
+                   [&](int row) { return gu + (wg_m0 + row) * 2 * I + i0; });
+        plane.emit(f, lr0, 16, wg_rows, cols, rounded,
+                   [&](int row) { return gu + (wg_m0 + row) * 2 * I + I + i0; });
+      }
+      T* act_out = p.epi.act;
       with_activation(p.epi.activation, [&](auto kind) {
         constexpr uint32_t kAct = decltype(kind)::value;
-        if (p.epi.gate_up) {
-          plane.sync();
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-#pragma unroll
-            for (int j = 0; j < kBN / 8; ++j)
-              plane.put(lr0 + 8 * r, 8 * j + f.col0, round_as<T>(acc[4 * j + 2 * r]),
-                        round_as<T>(acc[4 * j + 2 * r + 1]));
-          plane.sync();
-          T* gu = p.epi.gate_up;
-          plane.template copy_out<kSwigluCols>(
-              0, wg_rows, cols, [&](int row) { return gu + (wg_m0 + row) * 2 * I + i0; });
-          plane.template copy_out<kSwigluCols>(kSwigluCols, wg_rows, cols, [&](int row) {
-            return gu + (wg_m0 + row) * 2 * I + I + i0;
-          });
-        }
-        plane.sync();
-#pragma unroll
-        for (int r = 0; r < 2; ++r)
-#pragma unroll
-          for (int j = 0; j < kSwigluCols / 8; ++j) {  // accumulators j: gate, j + 16: its up
-            const int ju = j + kSwigluCols / 8;
-            const SwigluForwardValue v0 =
-                swiglu_forward_value<kAct, T>(acc[4 * j + 2 * r], acc[4 * ju + 2 * r]);
-            const SwigluForwardValue v1 =
-                swiglu_forward_value<kAct, T>(acc[4 * j + 2 * r + 1], acc[4 * ju + 2 * r + 1]);
-            plane.put(lr0 + 8 * r, 8 * j + f.col0, v0.a, v1.a);
-          }
-        plane.sync();
-        T* act_out = p.epi.act;
-        plane.template copy_out<kSwigluCols>(
-            0, wg_rows, cols, [&](int row) { return act_out + (wg_m0 + row) * I + i0; });
+        plane.emit(
+            f, lr0, 0, wg_rows, cols,
+            [&](int r, int j) {  // accumulators j: gate, j + 16: its up
+              const int ju = j + kSwigluCols / 8;
+              const SwigluForwardValue v0 =
+                  swiglu_forward_value<kAct, T>(acc[4 * j + 2 * r], acc[4 * ju + 2 * r]);
+              const SwigluForwardValue v1 =
+                  swiglu_forward_value<kAct, T>(acc[4 * j + 2 * r + 1], acc[4 * ju + 2 * r + 1]);
+              return Plane<T>::pack(v0.a, v1.a);
+            },
+            [&](int row) { return act_out + (wg_m0 + row) * I + i0; });
       });
     } else {  // SwigluBackward: acc = d(act) / weight
-      // In two halves of 128 columns: the saved gate and up columns of the warpgroup's rows are
+      // In quarters of 64 columns: the saved gate and up columns of the warpgroup's rows are
       // copied into the plane (cp.async, coalesced, all in flight: read pair by pair from global
       // memory each waited a round trip, ~40 µs a tile on the H200); each thread turns its
       // pairs there into d(gate) and d(up) in place and packs w·act into its accumulators; the
-      // half's d(gate ‖ up) is copied out, and w·act last.
+      // quarter's d(gate ‖ up) is copied out, and w·act last.
       const int64_t n0 = at.nt * kBN, I = p.epi.inter;
       const int lane = threadIdx.x % 32, t = threadIdx.x % 128;
       float part[2] = {0.0f, 0.0f}, w[2];
@@ -373,18 +380,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         w[r] = row_ok[r] ? round_as<T>(p.epi.row_weight[row]) : 0.0f;
       }
       T* dgu = p.epi.dgate_up;
+      constexpr int kQuarter = kPlaneCols / 2;  // gate columns, then as many up columns
       with_activation(p.epi.activation, [&](auto kind) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t c0 = n0 + 128 * h;  // the half's first intermediate column
+        for (int h = 0; h < kBN / kQuarter; ++h) {
+          const int64_t c0 = n0 + kQuarter * h;  // the quarter's first intermediate column
           plane.sync();
-          for (int i = t; i < 64 * 32; i += 128) {  // a row: 16 gate chunks, then 16 up ones
-            const int row = i / 32, c = i % 32;
-            const int64_t grow = wg_m0 + row, col = c0 + (c % 16) * 8;
+          for (int i = t; i < 64 * 16; i += 128) {  // a row: 8 gate chunks, then 8 up ones
+            const int row = i / 16, c = i % 16;
+            const int64_t grow = wg_m0 + row, col = c0 + (c % 8) * 8;
             const bool ok = grow < at.m_end && col < p.n;
-            cp_async16_shared(
-                plane.addr + row * kStagedLd + c * 16,
-                ok ? p.epi.gate_up + grow * 2 * I + (c / 16) * I + col : p.epi.gate_up, ok);
+            cp_async16_shared(plane.addr + Plane<T>::at(row, c * 8),
+                              ok ? p.epi.gate_up + grow * 2 * I + (c / 8) * I + col : p.epi.gate_up,
+                              ok);
           }
           cp_async_commit();
           cp_async_wait<0>();
@@ -393,11 +401,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int r = 0; r < 2; ++r) {
             const int lr = lr0 + 8 * r;
 #pragma unroll
-            for (int jl = 0; jl < 16; ++jl) {
-              const int j = 16 * h + jl, lc = 8 * jl + f.col0;
+            for (int jl = 0; jl < kQuarter / 8; ++jl) {
+              const int j = (kQuarter / 8) * h + jl, lc = 8 * jl + f.col0;
               const bool ok = row_ok[r] && c0 + lc < p.n;
               GateUp<T> saved;
-              const uint32_t gw = plane.word(lr, lc), uw = plane.word(lr, 128 + lc);
+              const uint32_t gw = plane.word(lr, lc), uw = plane.word(lr, kQuarter + lc);
               memcpy(saved.g, &gw, sizeof gw);
               memcpy(saved.u, &uw, sizeof uw);
               float col_part = part[r];  // in column order, as the other kernel sets sum it
@@ -407,15 +415,15 @@ __global__ void __launch_bounds__(kThreads, 1)
                 v[q] = swiglu_backward_value<decltype(kind)::value, T>(
                     w[r], acc[4 * j + 2 * r + q], to_f32(saved.g[q]), to_f32(saved.u[q]), col_part);
               part[r] = ok ? col_part : part[r];
-              plane.put(lr, lc, v[0].dg, v[1].dg);
-              plane.put(lr, 128 + lc, v[0].du, v[1].du);
+              plane.put(lr, lc, Plane<T>::pack(v[0].dg, v[1].dg));
+              plane.put(lr, kQuarter + lc, Plane<T>::pack(v[0].du, v[1].du));
               acc[4 * j + 2 * r] = __uint_as_float(Plane<T>::pack(v[0].aw, v[1].aw));
             }
           }
           plane.sync();
-          plane.template copy_out<128>(0, wg_rows, p.n - c0,
-                                       [&](int row) { return dgu + (wg_m0 + row) * 2 * I + c0; });
-          plane.template copy_out<128>(128, wg_rows, p.n - c0, [&](int row) {
+          plane.template copy_out<kQuarter>(
+              0, wg_rows, p.n - c0, [&](int row) { return dgu + (wg_m0 + row) * 2 * I + c0; });
+          plane.template copy_out<kQuarter>(kQuarter, wg_rows, p.n - c0, [&](int row) {
             return dgu + (wg_m0 + row) * 2 * I + I + c0;
           });
         }
@@ -429,16 +437,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t row = at.m0 + f.row0 + 8 * r;
         if (lane % 4 == 0 && row_ok[r]) p.epi.partial[row * n_tiles + at.nt] = sum;
       }
-      plane.sync();
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-          plane.put_word(lr0 + 8 * r, 8 * j + f.col0, __float_as_uint(acc[4 * j + 2 * r]));
-      plane.sync();
       T* act_out = p.epi.act;
-      plane.template copy_out<kBN>(0, wg_rows, p.n - n0,
-                                   [&](int row) { return act_out + (wg_m0 + row) * I + n0; });
+#pragma unroll
+      for (int h = 0; h < kBN / kPlaneCols; ++h) {
+        const int64_t c0 = n0 + kPlaneCols * h;
+        plane.emit(
+            f, lr0, 16 * h, wg_rows, p.n - c0,
+            [&](int r, int j) { return __float_as_uint(acc[4 * j + 2 * r]); },
+            [&](int row) { return act_out + (wg_m0 + row) * I + c0; });
+      }
     }
   }
 #endif
@@ -558,16 +565,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     consume<T, 1, 1>(ring, use, t.num_k_tiles, desc, acc);
     T* out = p.out + static_cast<int64_t>(t.g) * p.m_store * p.n;
     if (!p.accumulate) {  // staged (accumulating rounds once, after the add: stored directly)
-      plane.sync();
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-#pragma unroll
-        for (int j = 0; j < kBN / 8; ++j)
-          plane.put(lr0 + 8 * r, 8 * j + f.col0, acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
-      plane.sync();
       const int64_t wg_m0 = t.m0 + 64 * cw;
-      plane.template copy_out<kBN>(0, p.m_store - wg_m0, p.n - t.n0,
-                                   [&](int row) { return out + (wg_m0 + row) * p.n + t.n0; });
+#pragma unroll
+      for (int h = 0; h < kBN / kPlaneCols; ++h) {
+        const int64_t c0 = t.n0 + kPlaneCols * h;
+        plane.emit(
+            f, lr0, 16 * h, p.m_store - wg_m0, p.n - c0,
+            [&](int r, int j) {
+              return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+            },
+            [&](int row) { return out + (wg_m0 + row) * p.n + c0; });
+      }
       continue;
     }
 #pragma unroll
