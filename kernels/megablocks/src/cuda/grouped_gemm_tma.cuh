@@ -56,7 +56,7 @@ inline constexpr int kPlaneCols = 128;
 inline constexpr uint32_t kPlaneRowBytes = kPlaneCols * 2;
 inline constexpr uint32_t kStagedBytes = 64 * kPlaneRowBytes;
 inline constexpr int kSmemBytes =
-    kStages * kStageBytes + 2 * kStagedBytes + 1024 /* realignment */ + 128 /* bars */;
+    kStages * kStageBytes + 2 * kStagedBytes + 1024 /* realignment */ + 384 /* bars, infos */;
 inline constexpr int kSwigluCols = kBN / 2;  // a SwiGLU tile: 128 gate columns, then their up
 static_assert(kBM == cuda::kBM, "the routing sizes the M tiles (tile offsets) in kBM rows");
 
@@ -93,6 +93,11 @@ struct Ring {
   }
   __device__ uint32_t full(int s) const { return bars + 8 * s; }
   __device__ uint32_t empty(int s) const { return bars + 8 * (kStages + s); }
+  // The tile a stage's k-tile belongs to, written by the producer with a tile's first k-tile:
+  // the consumers read it there instead of looking the tile up in global memory themselves (a
+  // binary search over the experts' tile offsets: ~2 µs of dependent loads a tile, with the
+  // tensor cores idle).
+  __device__ uint32_t info(int s) const { return bars + 16 * kStages + 32 * s; }
   __device__ void init() const {
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
@@ -113,10 +118,33 @@ struct Slot {
   uint32_t parity;
   __device__ explicit Slot(int use) : stage(use % kStages), parity((use / kStages) & 1) {}
 };
-__device__ __forceinline__ Slot acquire(const Ring& ring, int use, uint32_t tma_bytes) {
+// A tile's description as the producer hands it to the consumers (four 64-bit values).
+struct TileInfo {
+  int64_t v[4];
+};
+__device__ __forceinline__ void put_info(const Ring& ring, int stage, const TileInfo& t) {
+  auto* dst = reinterpret_cast<int64_t*>(__cvta_shared_to_generic(ring.info(stage)));
+#pragma unroll
+  for (int i = 0; i < 4; ++i) dst[i] = t.v[i];
+}
+__device__ __forceinline__ TileInfo get_info(const Ring& ring, int stage) {
+  const auto* src = reinterpret_cast<const int64_t*>(__cvta_shared_to_generic(ring.info(stage)));
+  TileInfo t;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) t.v[i] = src[i];
+  return t;
+}
+
+// `first`: this is the tile's first k-tile, whose stage carries `info` (written before the arrival
+// that publishes it).
+__device__ __forceinline__ Slot acquire(const Ring& ring, int use, uint32_t tma_bytes, bool first,
+                                        TileInfo info) {
   const Slot s(use);
   if (use >= kStages) wg::mbar_wait(ring.empty(s.stage), s.parity ^ 1);
-  if (threadIdx.x == 0) wg::mbar_expect_tx(ring.full(s.stage), tma_bytes);
+  if (threadIdx.x == 0) {
+    if (first) put_info(ring, s.stage, info);
+    wg::mbar_expect_tx(ring.full(s.stage), tma_bytes);
+  }
   return s;
 }
 __device__ __forceinline__ void release(const Ring& ring, const Slot& s) {
@@ -132,14 +160,29 @@ __device__ __forceinline__ void gather_chunk(uint32_t tile, int row, int chunk, 
 
 // The consumers' k-loop of one tile: waits for each stage, issues its 4 wgmma (m64n256k16) into
 // acc, keeps one group in flight and releases a stage once the group reading it is done.
-// `desc(stage_addr, kk)` gives the (A, B) descriptors of step kk.
-template <class T, int TransA, int TransB, class Desc>
-__device__ __forceinline__ void consume(const Ring& ring, int& use, int num_k_tiles,
-                                        const Desc& desc, float (&acc)[128]) {
+// `desc(stage_addr, kk)` gives the (A, B) descriptors of step kk. The tile's first stage carries
+// its TileInfo: first(info) returns the tile's k-tile count (0: the producer sent one stage with
+// no copies, for a group without rows).
+template <class T, int TransA, int TransB, class Desc, class First>
+__device__ __forceinline__ void consume(const Ring& ring, int& use, const Desc& desc,
+                                        const First& first, float (&acc)[128]) {
   const bool lane0 = threadIdx.x % 32 == 0;
-  for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
+  int num_k_tiles = 1;
+  {
     const Slot s(use);
     wg::mbar_wait(ring.full(s.stage), s.parity);
+    num_k_tiles = first(get_info(ring, s.stage));
+    if (num_k_tiles == 0) {
+      if (lane0) wg::mbar_arrive(ring.empty(s.stage));
+      ++use;
+#pragma unroll
+      for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+      return;
+    }
+  }
+  for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
+    const Slot s(use);
+    if (kt > 0) wg::mbar_wait(ring.full(s.stage), s.parity);
     wg::fence_proxy_async();  // the producers' cp.async writes (generic proxy) before wgmma reads
     wg::fence_regs(acc);
     wg::wgmma_fence();
@@ -155,11 +198,7 @@ __device__ __forceinline__ void consume(const Ring& ring, int& use, int num_k_ti
   }
   wg::wgmma_wait<0>();
   wg::fence_regs(acc);
-  if (num_k_tiles > 0 && lane0) wg::mbar_arrive(ring.empty(Slot(use - 1).stage));
-  if (num_k_tiles == 0) {
-#pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
-  }
+  if (lane0) wg::mbar_arrive(ring.empty(Slot(use - 1).stage));
 }
 
 struct Descs {
@@ -258,8 +297,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int pt = threadIdx.x, chunk = pt % 8;  // gathered A: chunk of rows pt / 8 + 16i
     const bool gathered = p.a.gather != nullptr;
     const uint32_t tma_bytes = kBTileBytes + (gathered ? 0 : kATileBytes);
+    MTile next = blockIdx.x < total ? m_tile(p.groups, blockIdx.x, n_tiles) : MTile{};
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-      const MTile at = m_tile(p.groups, tile, n_tiles);
+      const MTile at = next;
       int32_t src[kBM / 16];  // gathered: the stored rows (-1: none)
       if (gathered) {
 #pragma unroll
@@ -268,8 +308,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           src[i] = r < at.m_end ? p.a.gather[r] : -1;
         }
       }
+      const TileInfo info{{at.m0, at.m_end, at.nt, at.g}};
       for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
-        const Slot s = acquire(ring, use, tma_bytes);
+        const Slot s = acquire(ring, use, tma_bytes, kt == 0, info);
         const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
         const int k0 = kt * kBK;
         if (gathered) {
@@ -296,6 +337,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         release(ring, s);
+        // The next tile's lookup, while the stages ahead keep the consumers busy.
+        if (kt == 0 && tile + gridDim.x < total) next = m_tile(p.groups, tile + gridDim.x, n_tiles);
       }
     }
     return;
@@ -316,9 +359,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Plane<T> plane(smem_raw, ring, cw);
   const int lr0 = f.row0 - 64 * cw;  // the fragment's first row in the warpgroup's plane
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    const MTile at = m_tile(p.groups, tile, n_tiles);
+    MTile at;
     float acc[128];
-    consume<T, 0, LB == Major::MN ? 1 : 0>(ring, use, num_k_tiles, desc, acc);
+    consume<T, 0, LB == Major::MN ? 1 : 0>(
+        ring, use, desc,
+        [&](const TileInfo& t) {
+          at = MTile{t.v[2], t.v[0], t.v[1], static_cast<int32_t>(t.v[3])};
+          return num_k_tiles;
+        },
+        acc);
     const int64_t wg_m0 = at.m0 + 64 * cw;  // this warpgroup's rows [wg_m0, wg_m0 + 64)
     const int64_t wg_rows = at.m_end - wg_m0;
 
@@ -472,16 +521,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     int64_t m0, n0, r0, r1;
     int num_k_tiles;
   };
-  auto at_of = [&](int64_t tile) {
+  // The tile's group and C position from its index; its rows [r0, r1) from the group offsets
+  // (global memory: the producer looks them up and hands them over with the first k-tile).
+  auto place = [&](int64_t tile) {
     At t;
     t.g = static_cast<int>(tile / per_group);
     const int64_t rest = tile % per_group;
     t.m0 = rest / n_tiles * kBM;
     t.n0 = rest % n_tiles * kBN;
-    t.r0 = p.groups.offsets[t.g];
-    t.r1 = p.groups.offsets[t.g + 1];
-    t.num_k_tiles = static_cast<int>(ceil_div(t.r1 - t.r0, kBK));
     return t;
+  };
+  auto with_rows = [](At t, int64_t r0, int64_t r1) {
+    t.r0 = r0;
+    t.r1 = r1;
+    t.num_k_tiles = static_cast<int>(ceil_div(r1 - r0, kBK));
+    return t;
+  };
+  auto at_of = [&](int64_t tile) {
+    const At t = place(tile);
+    return with_rows(t, p.groups.offsets[t.g], p.groups.offsets[t.g + 1]);
   };
   int use = 0;
 
@@ -504,10 +562,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     };
+    At next = blockIdx.x < total ? at_of(blockIdx.x) : At{};
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-      const At t = at_of(tile);
-      for (int kt = 0; kt < t.num_k_tiles; ++kt, ++use) {
-        const Slot s = acquire(ring, use, tma_bytes);
+      const At t = next;
+      const TileInfo info{{t.r0, t.r1, 0, 0}};
+      // A group without rows still sends one stage (no copies) to carry its TileInfo.
+      for (int kt = 0; kt < (t.num_k_tiles > 0 ? t.num_k_tiles : 1); ++kt, ++use) {
+        const Slot s = acquire(ring, use, t.num_k_tiles > 0 ? tma_bytes : 0, kt == 0, info);
+        if (kt == 0 && tile + gridDim.x < total) next = at_of(tile + gridDim.x);
+        if (t.num_k_tiles == 0) {
+          release(ring, s);
+          continue;
+        }
         const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
         const int64_t r = t.r0 + static_cast<int64_t>(kt) * kBK;
         if (p.a.gather) gather(a, p.a, r, t.r1, t.m0, p.m, kBM / 64);
@@ -560,9 +626,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Plane<T> plane(smem_raw, ring, cw);
   const int lr0 = f.row0 - 64 * cw;
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
-    const At t = at_of(tile);
+    At t = place(tile);
     float acc[128];
-    consume<T, 1, 1>(ring, use, t.num_k_tiles, desc, acc);
+    consume<T, 1, 1>(
+        ring, use, desc,
+        [&](const TileInfo& info) {
+          t = with_rows(t, info.v[0], info.v[1]);
+          return t.num_k_tiles;
+        },
+        acc);
     T* out = p.out + static_cast<int64_t>(t.g) * p.m_store * p.n;
     if (!p.accumulate) {  // staged (accumulating rounds once, after the add: stored directly)
       const int64_t wg_m0 = t.m0 + 64 * cw;

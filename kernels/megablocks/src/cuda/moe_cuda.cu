@@ -675,10 +675,12 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   router.epi.out = b.logits;
   router.epi.ld = c.E;
   m_grouped_on<T, Major::K, Epi::Store>(router, stream, gemm.router());
+  timer.mark("router GEMM");
   MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(tiles), 256, 0, stream)
   (b.logits, c.T, E, k, c.attrs.norm_topk_prob != 0, b.ids, b.weights);
+  timer.mark("routing");
   permute(c, b.ids, b.weights, b.perm, stream);
-  timer.mark("router+routing+permute");
+  timer.mark("permute");
 
   MGroupedParams<T> up;
   up.a = {static_cast<const T*>(c.x), c.H, 0, b.perm.sorted_token};
@@ -749,6 +751,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   (static_cast<const T*>(c.router_logits), c.topk_ids, c.topk_weights, b.dweights, c.drouter_logits,
    c.T, E, static_cast<int32_t>(Ep), k, c.attrs.norm_topk_prob != 0, b.dlogits);
   check(cudaGetLastError(), "routing backward launch");
+  timer.mark("d(weight) + routing bwd");
 
   // The router: dx part (f32, added by the un-permutation) and d(router_w).
   MGroupedParams<T> rdx;
@@ -761,6 +764,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   rdx.epi.out = b.dx_router;
   rdx.epi.ld = c.H;
   m_grouped_on<T, Major::MN, Epi::StoreF32>(rdx, stream, gemm.router());
+  timer.mark("router dx GEMM");
   if (c.drouter_w) {
     KGroupedParams<T> dwr;
     dwr.a = {b.dlogits, Ep, 0, nullptr};
@@ -773,7 +777,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dwr.accumulate = c.accumulate;
     k_grouped_on(dwr, stream, gemm.router());
   }
-  timer.mark("routing bwd + router GEMMs");
+  timer.mark("d(router_w) GEMM");
 
   // dx rows = d(gate ‖ up) · gate_up_w (gate_up_w [2I, H] is [K, N]); then the sum per token.
   MGroupedParams<T> drows;
