@@ -11,9 +11,10 @@
 //
 // megablocks runs with each kernel set of its expert GEMMs side by side: "hk megablocks" (mma.sync,
 // 128×128 tiles), "hk megablocks 128x256" (mma.sync, MEGABLOCKS_GEMM_TILE=128x256) and "hk
-// megablocks wgmma" (Hopper wgmma, HK_MEGABLOCKS_GEMM=wgmma; its rows come last, after the JSON of
-// all the others is written, so a fault in the newer kernels loses nothing else). After each set's
-// timings one more forward+backward runs with HK_MEGABLOCKS_TIMING=1: the library prints its
+// megablocks wgmma" (Hopper wgmma, HK_MEGABLOCKS_GEMM=wgmma) and "hk megablocks tma" (the TMA
+// kernels, HK_MEGABLOCKS_GEMM=tma, the default on Hopper); the Hopper rows come last, after the
+// JSON of all the others is written, so a fault in the newer kernels loses nothing else. After each
+// set's timings one more forward+backward runs with HK_MEGABLOCKS_TIMING=1: the library prints its
 // per-stage times (each GEMM, routing, permutation, un-permutation) to stderr.
 //
 // Usage: hk_bench_moe [--out FILE.json] [--tokens 4096,16384] [--reps N]

@@ -1,15 +1,16 @@
 // Qwen3-MoE and kernels-community/megablocks on CUDA (label gpu; scripts/gpu-test --moe):
 //  - the cuda variant, with each kernel set of the expert GEMMs (mma.sync with both tile configs,
-//    MEGABLOCKS_GEMM_TILE; the Hopper wgmma kernels, HK_MEGABLOCKS_GEMM=wgmma), against the cpu
+//    MEGABLOCKS_GEMM_TILE; the Hopper wgmma kernels, HK_MEGABLOCKS_GEMM=wgmma; the TMA kernels,
+//    HK_MEGABLOCKS_GEMM=tma, bf16 only: in f16 they fall back to wgmma), against the cpu
 //    variant on the same bf16 and f16 inputs (uneven routings: experts with 0 rows, 1 row, one
 //    expert taking every row, group sizes that are no multiple of 64 or 128; shapes across every
-//    tile edge of both kernel sets): router logits, top-k ids and the expert-sorted gate_up
+//    tile edge of every kernel set): router logits, top-k ids and the expert-sorted gate_up
 //    pre-activations bit for bit (inputs that make those GEMMs exact), top-k weights to a few f32
 //    ulps (expf), y, dx and every weight gradient at 16-bit precision, experts without rows
 //    getting exact zero gradients;
-//  - at Qwen3-30B-A3B block shapes (H 2048, 128 experts, top-8, I 768), both kernel sets, against
-//    hk's built-in MoE block on CUDA (cuBLAS per expert);
-//  - capture, both kernel sets: the forward and backward recorded into a CUDA graph replay bit
+//  - at Qwen3-30B-A3B block shapes (H 2048, 128 experts, top-8, I 768), wgmma and tma (and mma at
+//    the odd token count), against hk's built-in MoE block on CUDA (cuBLAS per expert);
+//  - capture, mma, wgmma and tma: the forward and backward recorded into a CUDA graph replay bit
 //    for bit; two backward calls give bit-identical gradients (no atomics);
 //  - the tiny bf16 Qwen3-MoE model against Transformers in bf16 on cuda (tests/fixtures, made by
 //    tools/fixtures/make_moe_fixtures.py --cuda): last-position logits, greedy ids, the training

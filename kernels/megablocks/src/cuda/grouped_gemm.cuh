@@ -568,6 +568,7 @@ struct KGroupedParams {
   Groups groups;         // the reduction rows of each group
   T* out = nullptr;      // [G, M, N], C_g at out + g·M·N
   bool accumulate = false;
+  float* out_f32 = nullptr;  // set: C_g in f32 there instead (wgmma kernels only: split-K parts)
 };
 
 inline constexpr int kKGroupedBN = 128;

@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedPara
   wgmma_main_loop<T, Major::MN, Major::MN>(smem, num_k_tiles, load, acc);
 
   const Fragment f;
-  T* out = p.out + static_cast<int64_t>(g) * p.m_store * p.n;
+  const int64_t at = static_cast<int64_t>(g) * p.m_store * p.n;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int64_t row = m0 + f.row0 + 8 * r;
@@ -290,8 +290,12 @@ __global__ void __launch_bounds__(kThreads, 2) k_grouped_gemm(const KGroupedPara
     for (int j = 0; j < kBN / 8; ++j) {
       const int64_t col = n0 + 8 * j + f.col0;
       if (col >= p.n) continue;  // N % 8 == 0: col + 1 < N too
-      epi_k_grouped(out + row * p.n + col, acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1],
-                    p.accumulate);
+      if (p.out_f32)             // split-K partials, summed by the caller
+        *reinterpret_cast<float2*>(p.out_f32 + at + row * p.n + col) =
+            make_float2(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+      else
+        epi_k_grouped(p.out + at + row * p.n + col, acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1],
+                      p.accumulate);
     }
   }
 #endif

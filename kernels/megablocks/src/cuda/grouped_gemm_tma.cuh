@@ -569,9 +569,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       // A group without rows still sends one stage (no copies) to carry its TileInfo.
       for (int kt = 0; kt < (t.num_k_tiles > 0 ? t.num_k_tiles : 1); ++kt, ++use) {
         const Slot s = acquire(ring, use, t.num_k_tiles > 0 ? tma_bytes : 0, kt == 0, info);
-        if (kt == 0 && tile + gridDim.x < total) next = at_of(tile + gridDim.x);
         if (t.num_k_tiles == 0) {
           release(ring, s);
+          if (tile + gridDim.x < total) next = at_of(tile + gridDim.x);
           continue;
         }
         const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
@@ -607,6 +607,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
         release(ring, s);
+        // The next tile's rows, while the stages ahead keep the consumers busy.
+        if (kt == 0 && tile + gridDim.x < total) next = at_of(tile + gridDim.x);
       }
     }
     return;

@@ -57,18 +57,43 @@ __global__ void single_group_kernel(int64_t rows, int64_t* offsets, int64_t* til
   tile_offsets[1] = ceil_div(rows, kBM);
 }
 
+// The routing kernels run one thread a token and read its E logits many times (route_row: k + 2
+// passes). A block stages its tokens' logits as f32 in shared memory first, coalesced, rows
+// padded by one float (a thread walks its own row: unpadded rows of 128 would all start in one
+// bank): read straight from global memory, 32 lanes 2E bytes apart, the forward's routing took
+// 0.22 ms at 16384 tokens on the H200. Tokens a block: 32, fewer when E is large (48 KB).
+int32_t route_tokens_per_block(int64_t E) {
+  const int64_t fit = (48 * 1024) / ((E + 1) * static_cast<int64_t>(sizeof(float)));
+  return static_cast<int32_t>(fit >= 32 ? 32 : (fit > 0 ? fit : 1));
+}
+size_t route_smem(int64_t E) {
+  return static_cast<size_t>(route_tokens_per_block(E)) * (E + 1) * sizeof(float);
+}
+
+// Every thread: stages the block's tokens' logits; returns this thread's row (null past the end).
 template <class T>
-struct LogitRow {
-  const T* row;
-  __device__ float operator()(int32_t e) const { return to_f32(row[e]); }
+__device__ const float* stage_logits(const T* logits, int64_t tokens, int32_t E, float* staged) {
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x;
+  const int64_t rows = tokens - t0 < blockDim.x ? tokens - t0 : blockDim.x;
+  for (int64_t i = threadIdx.x; i < rows * E; i += blockDim.x)
+    staged[(i / E) * (E + 1) + i % E] = to_f32(logits[t0 * E + i]);
+  __syncthreads();
+  return threadIdx.x < rows ? staged + threadIdx.x * (E + 1) : nullptr;
+}
+
+struct StagedRow {
+  const float* row;
+  __device__ float operator()(int32_t e) const { return row[e]; }
 };
 
 template <class T>
 __global__ void route_kernel(const T* logits, int64_t tokens, int32_t E, int32_t k, bool norm,
                              int32_t* ids, float* weights) {
+  MB_EXTERN_SHARED(float, staged);  // [blockDim.x][E + 1]
+  const float* row = stage_logits(logits, tokens, E, staged);
+  if (!row) return;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= tokens) return;
-  route_row(LogitRow<T>{logits + t * E}, E, k, norm, ids + t * k, weights + t * k);
+  route_row(StagedRow{row}, E, k, norm, ids + t * k, weights + t * k);
 }
 
 // Phase 1: one block of kChunk threads per chunk.
@@ -172,6 +197,24 @@ __global__ void combine_backward_kernel(const T* drows, const int32_t* position,
   }
 }
 
+// d(router_w) split over the tokens (one K-grouped GEMM group per chunk of rows): the chunk
+// offsets, and the sum of the chunks' f32 parts (+ what is there when accumulating), rounded once.
+// A single group walked all T rows in 16 blocks (E 128 × H 2048: 0.22 ms at 16384 tokens, H200).
+inline constexpr int64_t kRouterSplitRows = 1024;
+__global__ void split_rows_kernel(int64_t rows, int64_t chunk, int32_t chunks, int64_t* offsets) {
+  for (int32_t i = threadIdx.x; i <= chunks; i += blockDim.x)
+    offsets[i] = i * chunk < rows ? i * chunk : rows;
+}
+template <class T>
+__global__ void sum_parts_kernel(const float* parts, int32_t chunks, int64_t count, bool accumulate,
+                                 T* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  float sum = accumulate ? to_f32(out[i]) : 0.0f;
+  for (int32_t c = 0; c < chunks; ++c) sum += parts[c * count + i];
+  out[i] = from_f32<T>(sum);
+}
+
 // d(weight) of each assignment: the sum of its row's per-tile parts, in tile order.
 __global__ void dweight_kernel(const float* partial, const int32_t* position, int64_t n,
                                int64_t n_tiles, float* dweights) {
@@ -189,13 +232,14 @@ template <class T>
 __global__ void route_backward_kernel(const T* logits, const int32_t* ids, const float* weights,
                                       const float* dweights, const float* drouter, int64_t tokens,
                                       int32_t E, int32_t Ep, int32_t k, bool norm, T* dlogits) {
+  MB_EXTERN_SHARED(float, staged);  // [blockDim.x][E + 1]
+  const float* z = stage_logits(logits, tokens, E, staged);
+  if (!z) return;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= tokens) return;
-  const T* z = logits + t * E;
   float m = -INFINITY, sum = 0.0f;
-  for (int32_t e = 0; e < E; ++e) m = fmaxf(m, to_f32(z[e]));
-  for (int32_t e = 0; e < E; ++e) sum += expf(to_f32(z[e]) - m);
-  auto prob = [&](int32_t e) { return expf(to_f32(z[e]) - m) / sum; };
+  for (int32_t e = 0; e < E; ++e) m = fmaxf(m, z[e]);
+  for (int32_t e = 0; e < E; ++e) sum += expf(z[e] - m);
+  auto prob = [&](int32_t e) { return expf(z[e] - m) / sum; };
   const int32_t* id = ids + t * k;
   const float* w = weights + t * k;
   const float* dw = dweights + t * k;
@@ -293,7 +337,7 @@ void k_grouped(const KGroupedParams<T>& p, cudaStream_t stream) {
 
 // ---- the GEMMs' kernels: mma.sync or wgmma -----------------------------------------------------
 
-// HK_MEGABLOCKS_GEMM (read on every call): wgmma (unset on sm_90: the default), tma or mma.
+// HK_MEGABLOCKS_GEMM (read on every call): tma (unset on sm_90: the default), wgmma or mma.
 struct GemmKernels {
   bool wgmma = false;
   int bn = 128;  // the expert M-grouped tiles' N extent (the d(weight) parts per row are I / bn)
@@ -335,13 +379,14 @@ GemmKernels gemm_kernels() {
   if (s == "mma") return {false, expert_tile_n()};
   if (!s.empty() && s != "wgmma" && s != "tma")
     fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: HK_MEGABLOCKS_GEMM is '" + s +
-                                         "': use wgmma (the default on Hopper), tma or mma");
+                                         "': use tma (the default on Hopper), wgmma or mma");
 #if MEGABLOCKS_WGMMA
-  // The default on Hopper: measured 1.29x the mma kernels' forward+backward at 16384 tokens on
-  // the H200 (13.8 against 17.8 ms), with the same results in every GPU test.
+  // The default on Hopper: the TMA kernels for the experts' bf16 GEMMs, the wgmma ones for the
+  // rest. On the H200 at 16384 tokens the wgmma kernels took the block's forward+backward from
+  // 17.8 ms (mma) to 12.3, the TMA ones to 8.6 (docs/performance.md).
   if (s.empty() && device_major() != 9) return {false, expert_tile_n()};
   require_hopper();
-  if (s == "tma") return {true, tma::kBN, true};
+  if (s.empty() || s == "tma") return {true, tma::kBN, true};
   return {true, sm90::kBN};
 #else
   if (s.empty()) return {false, expert_tile_n()};
@@ -610,6 +655,9 @@ struct BackwardBuffers {
   Permutation perm;
   T *dgate_up, *act_weighted, *dlogits, *drows;
   float *partial, *dweights, *dx_router;
+  int32_t router_chunks;  // d(router_w) split-K (wgmma kernels): chunks, their offsets and parts
+  int64_t* router_offsets;
+  float* router_parts;
 };
 
 template <class T>
@@ -623,6 +671,9 @@ BackwardBuffers<T> carve_backward(Carver& w, const MoeCall& c) {
   b.dweights = w.take<float>(n);
   b.dlogits = w.take<T>(c.T * padded_experts(c.E));
   b.dx_router = w.take<float>(c.T * c.H);
+  b.router_chunks = static_cast<int32_t>(ceil_div(c.T, kRouterSplitRows));
+  b.router_offsets = w.take<int64_t>(b.router_chunks + 1);
+  b.router_parts = w.take<float>(b.router_chunks * c.E * c.H);
   b.drows = w.take<T>(n * c.H);
   return b;
 }
@@ -661,7 +712,6 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const Groups experts{b.perm.offsets, b.perm.tile_offsets, static_cast<int32_t>(c.E)};
   const Groups one{b.perm.one_group, b.perm.one_group_tiles, 1};
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
-  const int64_t tiles = ceil_div(c.T, 256);
 
   const GemmKernels gemm = gemm_kernels().for_dtype<T>();
   StageTimer timer(stream, "forward", gemm);
@@ -676,7 +726,9 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   router.epi.ld = c.E;
   m_grouped_on<T, Major::K, Epi::Store>(router, stream, gemm.router());
   timer.mark("router GEMM");
-  MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(tiles), 256, 0, stream)
+  const int32_t route_block = route_tokens_per_block(c.E);
+  MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(ceil_div(c.T, route_block)), route_block,
+            route_smem(c.E), stream)
   (b.logits, c.T, E, k, c.attrs.norm_topk_prob != 0, b.ids, b.weights);
   timer.mark("routing");
   permute(c, b.ids, b.weights, b.perm, stream);
@@ -747,7 +799,9 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   timer.mark("d(act) GEMM + SwiGLU bwd");
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
   (b.partial, perm.position, n, ceil_div(c.I, gemm.bn), b.dweights);
-  MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, 128)), 128, 0, stream)
+  const int32_t route_block = route_tokens_per_block(c.E);
+  MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, route_block)),
+            route_block, route_smem(c.E), stream)
   (static_cast<const T*>(c.router_logits), c.topk_ids, c.topk_weights, b.dweights, c.drouter_logits,
    c.T, E, static_cast<int32_t>(Ep), k, c.attrs.norm_topk_prob != 0, b.dlogits);
   check(cudaGetLastError(), "routing backward launch");
@@ -775,7 +829,19 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dwr.groups = one;
     dwr.out = static_cast<T*>(c.drouter_w);
     dwr.accumulate = c.accumulate;
-    k_grouped_on(dwr, stream, gemm.router());
+    if (gemm.wgmma && b.router_chunks > 1) {
+      MB_LAUNCH(split_rows_kernel, 1, 256, 0, stream)
+      (c.T, kRouterSplitRows, b.router_chunks, b.router_offsets);
+      dwr.groups = Groups{b.router_offsets, nullptr, b.router_chunks};
+      dwr.out_f32 = b.router_parts;
+      k_grouped_on(dwr, stream, gemm.router());
+      const int64_t count = c.E * c.H;
+      MB_LAUNCH(sum_parts_kernel<T>, static_cast<unsigned>(ceil_div(count, 256)), 256, 0, stream)
+      (b.router_parts, b.router_chunks, count, c.accumulate, static_cast<T*>(c.drouter_w));
+      check(cudaGetLastError(), "d(router_w) split launch");
+    } else {
+      k_grouped_on(dwr, stream, gemm.router());
+    }
   }
   timer.mark("d(router_w) GEMM");
 
