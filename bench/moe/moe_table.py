@@ -64,7 +64,8 @@ def main():
                                  frac is not None and frac >= 0.6))
     for name, value, ok in verdicts:
         v = "-" if value is None else (f"{value:.1f}x" if "eager" in name else f"{100 * value:.0f}%")
-        lines.append(f"target (16384 tokens) {name}: {'MET' if ok else 'MISSED'} ({v})")
+        verdict = "NOT MEASURED (no peer run)" if value is None else ("MET" if ok else "MISSED")
+        lines.append(f"target (16384 tokens) {name}: {verdict} ({v})")
     text = "\n".join(lines)
     print(text)
     if args.table:
