@@ -2,7 +2,8 @@
 // Hopper attention, megablocks' wgmma grouped GEMMs): wgmma (m64nNk16, f32 accumulators; A from
 // shared memory or registers, B from shared memory, either operand K-major or MN-major),
 // shared-memory matrix descriptors for 128-byte-swizzled tiles, mbarriers, TMA bulk tensor loads
-// and reduce-adds, proxy fences, named barriers and setmaxnreg. The wgmma wrappers are generated
+// and reduce-adds, proxy fences, named barriers and setmaxnreg; on the host, the driver's TMA map
+// encoder. The wgmma wrappers are generated
 // by tools/sdk/gen_wgmma.py (N = 64 and 128; 256 with both operands in shared memory; bf16 and
 // f16). Header-only; include it only from .cu files whose callers compile the kernels for sm_90a
 // (the instructions do not exist elsewhere). It deliberately holds no kernels and no tile layouts
@@ -10,8 +11,10 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <cstdint>
 
 namespace hk::sdk::cuda::sm90 {
@@ -317,6 +320,23 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   detail::wgmma_rs_impl(d, a, desc_b, T{});
 }
 // END GENERATED
+
+// ---- host: the TMA map encoder ---------------------------------------------------------------
+// cuTensorMapEncodeTiled through the runtime's driver entry point (kernel repos need not link
+// libcuda), looked up once per library; null when the driver has none (each repo reports that in
+// its own error type).
+inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
 
 // ---- mbarriers and TMA ----------------------------------------------------------------------
 __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {

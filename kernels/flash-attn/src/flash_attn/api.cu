@@ -102,16 +102,9 @@ void allow_smem(const void* kernel, size_t bytes, bool non_portable_cluster) {
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    check_cuda(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &status),
-               "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (f == nullptr || status != cudaDriverEntryPointSuccess)
-      throw DeviceError("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
+  const auto fn = hk::sdk::cuda::sm90::tensor_map_encoder();
+  if (fn == nullptr)
+    throw DeviceError("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
   return fn;
 }
 

@@ -23,9 +23,8 @@
 // zero; the M-grouped kernel masks them at the store). One TMA copy a gathered row (a 64 × 1 box)
 // gave the same results but took the gathered GEMMs 2–5× longer on the H200 (TMA issue-bound).
 // Maps (all 4-D for the SDK's tma_load_4d; moe_cuda.cu encodes them per call on the host):
-//   activations [rows][cols]       dims {cols, rows, 1, 1}; boxes {64, 128} (M-grouped A tile),
-//                                  {64, 64} (K-grouped tile), {64, 1} (one row: the K-grouped
-//                                  tail k-tile when neither operand is gathered)
+//   activations [rows][cols]       dims {cols, rows, 1, 1}; boxes {64, 128} (M-grouped A tile)
+//                                  or {64, 64} (K-grouped tile)
 //   weights     [E][rows][cols]    dims {cols, rows, E, 1}; boxes {64, 128} (K-major B: [N][K])
 //                                  or {64, 64} (MN-major B: [K][N])
 // Requirements: those of the other kernel sets (contiguous dimensions multiples of 8, 16-byte
@@ -35,11 +34,14 @@
 #include <cuda.h>
 
 #include "grouped_gemm.cuh"
+#include "grouped_gemm_sm90.cuh"  // smem_addr, swizzled: the same 128-byte swizzle
 #include "hk/kernel_sdk_sm90.cuh"
 
 namespace megablocks::cuda::tma {
 
 namespace wg = hk::sdk::cuda::sm90;
+using sm90::smem_addr;
+using sm90::swizzled;
 
 inline constexpr int kBM = 128, kBN = 256, kBK = 64, kStages = 4, kThreads = 384;
 inline constexpr int kConsumerWarps = 8, kProducerThreads = 128;
@@ -66,18 +68,9 @@ struct MGroupedMaps {
 };
 
 struct KGroupedMaps {
-  CUtensorMap a_tile, a_row;  // [rows][M]: {64, 64} boxes and one-row ones (unused when gathered)
-  CUtensorMap b_tile;         // [rows][N]: {64, 64} boxes (unused when gathered)
-  int32_t a_rows = 0;         // rows of A's tensor (a row coordinate past them reads zeros)
+  CUtensorMap a_tile;  // [rows][M]: {64, 64} boxes (unused when A is gathered)
+  CUtensorMap b_tile;  // [rows][N]: {64, 64} boxes (unused when B is gathered)
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// Byte offset of 16-byte chunk `chunk` (0..7) of 128-byte row `row` in a swizzled tile or box.
-__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
-  return static_cast<uint32_t>(row * 128 + ((chunk ^ (row & 7)) << 4));
-}
 
 // The block's shared memory: the stages from the first 1024-byte boundary (swizzle atoms), the
 // two consumer warpgroups' staging planes, then the mbarriers. full(s): the copies of stage s
@@ -502,10 +495,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- K-grouped (weight gradients) ---------------------------------------------------------------
 // C_g[m, n] = Σ_{rows r of g} A[r][m] · B[r][n]; tiles 128 (M) × 256 (N), a persistent walk over
-// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: a
+// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: the
+// caller gathers at least one operand (the weight gradients gather x or dy by token), and a
 // gathered operand is zero-filled there (the other's rows there are finite data of the next group
-// or TMA's zeros); with neither gathered, A's tail k-tile is copied a row at a time, rows past the
-// end from past the tensor (zeros).
+// or TMA's zeros).
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     k_grouped_gemm(const __grid_constant__ KGroupedParams<T> p,
@@ -578,22 +571,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int64_t r = t.r0 + static_cast<int64_t>(kt) * kBK;
         if (p.a.gather) gather(a, p.a, r, t.r1, t.m0, p.m, kBM / 64);
         if (p.b.gather) gather(b, p.b, r, t.r1, t.n0, p.n, kBN / 64);
-        // Rows past the group's end: a gathered operand has zeros there; with neither gathered,
-        // A's tail k-tile is copied a row at a time, rows past the end from past the tensor.
-        const bool a_by_rows = !p.a.gather && !p.b.gather && r + kBK > t.r1;
-        if (a_by_rows && pt < 32) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int64_t row = r + pt + 32 * i;
-            const int32_t at_row = row < t.r1 ? static_cast<int32_t>(row) : maps.a_rows;
-#pragma unroll
-            for (int c = 0; c < kBM / 64; ++c)
-              wg::tma_load_4d(a + c * kBoxBytes + (pt + 32 * i) * kRowBytes, &maps.a_row, bar,
-                              static_cast<int>(t.m0) + 64 * c, at_row, 0, 0);
-          }
-        }
+        // Rows past the group's end: the gathered operand has zeros there.
         if (pt == 0) {
-          if (!p.a.gather && !a_by_rows) {
+          if (!p.a.gather) {
 #pragma unroll
             for (int c = 0; c < kBM / 64; ++c)
               wg::tma_load_4d(a + c * kBoxBytes, &maps.a_tile, bar, static_cast<int>(t.m0) + 64 * c,

@@ -36,8 +36,6 @@
 
 // The wgmma kernels exist in builds with sm_90a device code, never in the CPU emulation.
 #if !defined(MEGABLOCKS_DEVICE_EMULATION) && defined(MEGABLOCKS_HAVE_SM90A) && MEGABLOCKS_HAVE_SM90A
-#include <cudaTypedefs.h>
-
 #include "grouped_gemm_sm90.cuh"
 #include "grouped_gemm_tma.cuh"
 #define MEGABLOCKS_WGMMA 1
@@ -411,17 +409,10 @@ template <class T>
 struct TmaKGroupedTag {};
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                           &status),
-          "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (f == nullptr || status != cudaDriverEntryPointSuccess)
-      fail(HK_STATUS_DEVICE_ERROR,
-           "megablocks cuda: the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
+  const auto fn = hk::sdk::cuda::sm90::tensor_map_encoder();
+  if (fn == nullptr)
+    fail(HK_STATUS_DEVICE_ERROR,
+         "megablocks cuda: the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
   return fn;
 }
 
@@ -472,18 +463,14 @@ void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, cudaS
   check(cudaGetLastError(), "M-grouped GEMM (tma) launch");
 }
 
-// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows (a gathered
-// operand is copied by cp.async and has no map).
+// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows; one of
+// them at least is gathered (copied by cp.async, no map), whose zeros end each group.
 void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t b_rows,
                    cudaStream_t stream) {
   using T = __nv_bfloat16;
   tma::KGroupedMaps maps{};
-  if (!p.a.gather) {
-    maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
-    maps.a_row = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 1);
-  }
+  if (!p.a.gather) maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
   if (!p.b.gather) maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
-  maps.a_rows = static_cast<int32_t>(a_rows);
   auto kernel = tma::k_grouped_gemm<T>;
   const int blocks = configure<TmaKGroupedTag<T>>(kernel, tma::kSmemBytes, tma::kThreads);
   kernel<<<blocks, tma::kThreads, tma::kSmemBytes, stream>>>(p, maps);
@@ -518,7 +505,7 @@ void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKer
                   int64_t a_rows = 0, int64_t b_rows = 0) {
 #if MEGABLOCKS_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (g.tma) {
+    if (g.tma && (p.a.gather || p.b.gather)) {
       k_grouped_tma(p, a_rows, b_rows, stream);
       return;
     }
