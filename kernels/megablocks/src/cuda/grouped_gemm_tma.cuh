@@ -155,10 +155,12 @@ __device__ __forceinline__ void gather_chunk(uint32_t tile, int row, int chunk, 
 // acc, keeps one group in flight and releases a stage once the group reading it is done.
 // `desc(stage_addr, kk)` gives the (A, B) descriptors of step kk. The tile's first stage carries
 // its TileInfo: first(info) returns the tile's k-tile count (0: the producer sent one stage with
-// no copies, for a group without rows).
-template <class T, int TransA, int TransB, class Desc, class First>
+// no copies, for a group without rows). prepare(stage_addr, kt) runs once the stage landed and
+// before its wgmma (the K-grouped kernel zeroes rows past a group's end there).
+template <class T, int TransA, int TransB, class Desc, class First, class Prepare>
 __device__ __forceinline__ void consume(const Ring& ring, int& use, const Desc& desc,
-                                        const First& first, float (&acc)[128]) {
+                                        const First& first, const Prepare& prepare,
+                                        float (&acc)[128]) {
   const bool lane0 = threadIdx.x % 32 == 0;
   int num_k_tiles = 1;
   {
@@ -176,6 +178,7 @@ __device__ __forceinline__ void consume(const Ring& ring, int& use, const Desc& 
   for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
     const Slot s(use);
     if (kt > 0) wg::mbar_wait(ring.full(s.stage), s.parity);
+    prepare(ring.stage(s.stage), kt);
     wg::fence_proxy_async();  // the producers' cp.async writes (generic proxy) before wgmma reads
     wg::fence_regs(acc);
     wg::wgmma_fence();
@@ -360,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           at = MTile{t.v[2], t.v[0], t.v[1], static_cast<int32_t>(t.v[3])};
           return num_k_tiles;
         },
-        acc);
+        [](uint32_t, int) {}, acc);
     const int64_t wg_m0 = at.m0 + 64 * cw;  // this warpgroup's rows [wg_m0, wg_m0 + 64)
     const int64_t wg_rows = at.m_end - wg_m0;
 
@@ -495,10 +498,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- K-grouped (weight gradients) ---------------------------------------------------------------
 // C_g[m, n] = Σ_{rows r of g} A[r][m] · B[r][n]; tiles 128 (M) × 256 (N), a persistent walk over
-// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: the
-// caller gathers at least one operand (the weight gradients gather x or dy by token), and a
-// gathered operand is zero-filled there (the other's rows there are finite data of the next group
-// or TMA's zeros).
+// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: a
+// gathered operand is zero-filled there by the producer; an operand copied whole by TMA holds the
+// next group's rows there (or TMA's zeros past the tensor), which the consumers overwrite with
+// zeros in the tail k-tile before its wgmma (the next group's rows may hold anything, an
+// infinity included, and 0 · inf is not 0).
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     k_grouped_gemm(const __grid_constant__ KGroupedParams<T> p,
@@ -607,6 +611,26 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   const Plane<T> plane(smem_raw, ring, cw);
   const int lr0 = f.row0 - 64 * cw;
+  // The tail k-tile's rows [valid, 64) of the TMA-copied operands' boxes become zeros, shared out
+  // over both consumer warpgroups (B is read by both): stores, the proxy fence, then a barrier of
+  // the 256 consumer threads before either warpgroup's wgmma reads them.
+  auto zero_tail = [&](const At& t, uint32_t stage, int kt) {
+    const int64_t valid = t.r1 - (t.r0 + static_cast<int64_t>(kt) * kBK);
+    if (valid >= kBK || (p.a.gather && p.b.gather)) return;
+    const int ct = threadIdx.x - kProducerThreads, chunks = (kBK - static_cast<int>(valid)) * 8;
+    auto clear = [&](uint32_t box) {
+      for (int i = ct; i < chunks; i += kConsumerWarps * 32) {
+        const uint32_t at = box + (static_cast<uint32_t>(valid) + i / 8) * kRowBytes + (i % 8) * 16;
+        *reinterpret_cast<uint4*>(__cvta_shared_to_generic(at)) = make_uint4(0, 0, 0, 0);
+      }
+    };
+    if (!p.a.gather)
+      for (int c = 0; c < kBM / 64; ++c) clear(stage + c * kBoxBytes);
+    if (!p.b.gather)
+      for (int c = 0; c < kBN / 64; ++c) clear(stage + kATileBytes + c * kBoxBytes);
+    wg::fence_proxy_async();
+    wg::named_sync(3, kConsumerWarps * 32);
+  };
   for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
     At t = place(tile);
     float acc[128];
@@ -616,7 +640,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           t = with_rows(t, info.v[0], info.v[1]);
           return t.num_k_tiles;
         },
-        acc);
+        [&](uint32_t stage, int kt) { zero_tail(t, stage, kt); }, acc);
     T* out = p.out + static_cast<int64_t>(t.g) * p.m_store * p.n;
     if (!p.accumulate) {  // staged (accumulating rounds once, after the add: stored directly)
       const int64_t wg_m0 = t.m0 + 64 * cw;
