@@ -392,6 +392,17 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
       : "memory");
 }
+// A shared-memory box into global memory through a tensor map (TMA store; parts outside the
+// tensor are skipped), tracked by the issuing thread's bulk group: bulk_wait_read_all() before the
+// box is written again, bulk_wait_all() before the block exits.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, uint32_t src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%2, %3, %4, %5}], "
+      "[%1];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
 // Element-wise f32 add of a shared-memory box into global memory through a tensor map (TMA
 // reduce; rows outside the tensor are skipped), tracked by the issuing thread's bulk group.
 __device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap* map, uint32_t src, int c0,

@@ -65,11 +65,15 @@ static_assert(kBM == cuda::kBM, "the routing sizes the M tiles (tile offsets) in
 struct MGroupedMaps {
   CUtensorMap a;  // rows of A, whole tiles ({64, 128} boxes; unused when A is gathered)
   CUtensorMap b;  // the experts' weights, K-major ({64, 128} boxes) or MN-major ({64, 64})
+  // The outputs' TMA stores ({64, 64} boxes): Store: out; SwigluForward: gate, up (null in
+  // inference), act. SwigluBackward stores row by row.
+  CUtensorMap out[3];
 };
 
 struct KGroupedMaps {
   CUtensorMap a_tile;  // [rows][M]: {64, 64} boxes (unused when A is gathered)
   CUtensorMap b_tile;  // [rows][N]: {64, 64} boxes (unused when B is gathered)
+  CUtensorMap out;     // [groups][M][N]: {64, 64} boxes (TMA stores; unused when accumulating)
 };
 
 // The block's shared memory: the stages from the first 1024-byte boundary (swizzle atoms), the
@@ -155,8 +159,10 @@ __device__ __forceinline__ void gather_chunk(uint32_t tile, int row, int chunk, 
 // acc, keeps one group in flight and releases a stage once the group reading it is done.
 // `desc(stage_addr, kk)` gives the (A, B) descriptors of step kk. The tile's first stage carries
 // its TileInfo: first(info) returns the tile's k-tile count (0: the producer sent one stage with
-// no copies, for a group without rows). prepare(stage_addr, kt) runs once the stage landed and
-// before its wgmma (the K-grouped kernel zeroes rows past a group's end there).
+// no copies, for a group without rows; acc is then left as it is and the caller stores zeros:
+// zeroing the accumulators here, outside the wgmma, made ptxas serialise every wgmma of the
+// kernel, C7515). prepare(stage_addr, kt) runs once the stage landed and before its wgmma (the
+// K-grouped kernel zeroes rows past a group's end there).
 template <class T, int TransA, int TransB, class Desc, class First, class Prepare>
 __device__ __forceinline__ void consume(const Ring& ring, int& use, const Desc& desc,
                                         const First& first, const Prepare& prepare,
@@ -170,8 +176,6 @@ __device__ __forceinline__ void consume(const Ring& ring, int& use, const Desc& 
     if (num_k_tiles == 0) {
       if (lane0) wg::mbar_arrive(ring.empty(s.stage));
       ++use;
-#pragma unroll
-      for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
       return;
     }
   }
@@ -257,6 +261,50 @@ struct Plane {
       *reinterpret_cast<uint4*>(dst(row) + ch * 8) = v;
     }
   }
+  // The same plane as two [64 rows][64 columns] boxes in the 128-byte swizzle of TMA (the layout
+  // of emit_boxes): byte offset of columns col.. (col % 8 + count ≤ 8) of row `row`.
+  __device__ static uint32_t box_at(int row, int col) {
+    return (col / 64) * kBoxBytes + swizzled(row, (col % 64) / 8) + (col % 8) * 2;
+  }
+  // Writes the words value(r, j) of the fragment's pairs in accumulator column blocks
+  // [j0, j0 + 16) as boxes, then: `whole` (every row of the warpgroup is the output's), thread 0
+  // of the warpgroup stores both boxes with store(addr) (TMA, asynchronous: the next use of the
+  // plane waits only for TMA to have read it, so the global writes overlap what follows, the next
+  // tile's k-loop included); else rows < `rows`, columns < `cols`, are copied out to dst(row) by
+  // 16-byte stores (a tile that ends a group: TMA would write the next group's rows too).
+  template <class Value, class Store, class Dst>
+  __device__ void emit_boxes(const Fragment& f, int lr0, int j0, bool whole, int64_t rows,
+                             int64_t cols, const Value& value, const Store& store,
+                             const Dst& dst) const {
+    const int t = threadIdx.x % 128;
+    if (t == 0) wg::bulk_wait_read_all();
+    sync();
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int jl = 0; jl < kPlaneCols / 8; ++jl)
+        *reinterpret_cast<uint32_t*>(p + box_at(lr0 + 8 * r, 8 * jl + f.col0)) = value(r, j0 + jl);
+    if (whole) {
+      wg::fence_proxy_async();  // the stores above before TMA reads them
+      sync();
+      if (t == 0) {
+        store(addr);
+        wg::bulk_commit();
+      }
+      return;
+    }
+    sync();
+    for (int i = t; i < 64 * (kPlaneCols / 8); i += 128) {
+      const int row = i / (kPlaneCols / 8), ch = i % (kPlaneCols / 8);
+      if (row >= rows || ch * 8 >= cols) continue;
+      *reinterpret_cast<uint4*>(dst(row) + ch * 8) =
+          *reinterpret_cast<const uint4*>(p + box_at(row, ch * 8));
+    }
+  }
+  // Thread 0 of the warpgroup, before the block exits: its TMA stores are complete.
+  __device__ void drain() const {
+    if (threadIdx.x % 128 == 0) wg::bulk_wait_all();
+  }
   // Writes the words value(r, j) of the fragment's pairs in accumulator column blocks
   // [j0, j0 + 16) (rows lr0, lr0 + 8; plane column 8(j − j0) + col0), then copies them out.
   template <class Value, class Dst>
@@ -270,6 +318,17 @@ struct Plane {
         put(lr0 + 8 * r, 8 * jl + f.col0, value(r, j0 + jl));
     sync();
     copy_out<kPlaneCols>(0, rows, cols, dst);
+  }
+};
+
+// TMA stores of both boxes of a warpgroup's 128-column plane into output map `map` at column c0,
+// row m0 (issued by emit_boxes).
+struct StoreBoxes {
+  const CUtensorMap* map;
+  int c0, m0, g;
+  __device__ void operator()(uint32_t addr) const {
+    wg::tma_store_4d(map, addr, c0, m0, g, 0);
+    wg::tma_store_4d(map, addr + kBoxBytes, c0 + 64, m0, g, 0);
   }
 };
 
@@ -367,16 +426,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t wg_m0 = at.m0 + 64 * cw;  // this warpgroup's rows [wg_m0, wg_m0 + 64)
     const int64_t wg_rows = at.m_end - wg_m0;
 
+    const bool whole = wg_rows >= 64;  // TMA stores (else row by row: the group ends here)
+    const int m0 = static_cast<int>(wg_m0);
     if constexpr (E == Epi::Store) {
       T* out = static_cast<T*>(p.epi.out);
 #pragma unroll
       for (int h = 0; h < kBN / kPlaneCols; ++h) {
         const int64_t c0 = at.nt * kBN + kPlaneCols * h;
-        plane.emit(
-            f, lr0, 16 * h, wg_rows, p.n - c0,
+        plane.emit_boxes(
+            f, lr0, 16 * h, whole, wg_rows, p.n - c0,
             [&](int r, int j) {
               return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
             },
+            StoreBoxes{&maps.out[0], static_cast<int>(c0), m0, 0},
             [&](int row) { return out + (wg_m0 + row) * p.epi.ld + c0; });
       }
     } else if constexpr (E == Epi::SwigluForward) {
@@ -388,16 +450,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
       };
       if (gu) {
-        plane.emit(f, lr0, 0, wg_rows, cols, rounded,
-                   [&](int row) { return gu + (wg_m0 + row) * 2 * I + i0; });
-        plane.emit(f, lr0, 16, wg_rows, cols, rounded,
-                   [&](int row) { return gu + (wg_m0 + row) * 2 * I + I + i0; });
+        plane.emit_boxes(f, lr0, 0, whole, wg_rows, cols, rounded,
+                         StoreBoxes{&maps.out[0], static_cast<int>(i0), m0, 0},
+                         [&](int row) { return gu + (wg_m0 + row) * 2 * I + i0; });
+        plane.emit_boxes(f, lr0, 16, whole, wg_rows, cols, rounded,
+                         StoreBoxes{&maps.out[1], static_cast<int>(i0), m0, 0},
+                         [&](int row) { return gu + (wg_m0 + row) * 2 * I + I + i0; });
       }
       T* act_out = p.epi.act;
       with_activation(p.epi.activation, [&](auto kind) {
         constexpr uint32_t kAct = decltype(kind)::value;
-        plane.emit(
-            f, lr0, 0, wg_rows, cols,
+        plane.emit_boxes(
+            f, lr0, 0, whole, wg_rows, cols,
             [&](int r, int j) {  // accumulators j: gate, j + 16: its up
               const int ju = j + kSwigluCols / 8;
               const SwigluForwardValue v0 =
@@ -406,9 +470,11 @@ __global__ void __launch_bounds__(kThreads, 1)
                   swiglu_forward_value<kAct, T>(acc[4 * j + 2 * r + 1], acc[4 * ju + 2 * r + 1]);
               return Plane<T>::pack(v0.a, v1.a);
             },
+            StoreBoxes{&maps.out[2], static_cast<int>(i0), m0, 0},
             [&](int row) { return act_out + (wg_m0 + row) * I + i0; });
       });
-    } else {  // SwigluBackward: acc = d(act) / weight
+      if (tile + gridDim.x >= total) plane.drain();  // (here: after the loop, ptxas spilled)
+    } else {                                         // SwigluBackward: acc = d(act) / weight
       // In quarters of 64 columns: the saved gate and up columns of the warpgroup's rows are
       // copied into the plane (cp.async, coalesced, all in flight: read pair by pair from global
       // memory each waited a round trip, ~40 µs a tile on the H200); each thread turns its
@@ -493,6 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  if constexpr (E == Epi::Store) plane.drain();
 #endif
 }
 
@@ -642,20 +709,26 @@ __global__ void __launch_bounds__(kThreads, 1)
         },
         [&](uint32_t stage, int kt) { zero_tail(t, stage, kt); }, acc);
     T* out = p.out + static_cast<int64_t>(t.g) * p.m_store * p.n;
-    if (!p.accumulate) {  // staged (accumulating rounds once, after the add: stored directly)
+    if (!p.accumulate) {  // by TMA (accumulating rounds once, after the add: stored directly)
       const int64_t wg_m0 = t.m0 + 64 * cw;
+      auto store = [&](const auto& value) {
 #pragma unroll
-      for (int h = 0; h < kBN / kPlaneCols; ++h) {
-        const int64_t c0 = t.n0 + kPlaneCols * h;
-        plane.emit(
-            f, lr0, 16 * h, p.m_store - wg_m0, p.n - c0,
-            [&](int r, int j) {
-              return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
-            },
-            [&](int row) { return out + (wg_m0 + row) * p.n + c0; });
-      }
+        for (int h = 0; h < kBN / kPlaneCols; ++h) {
+          const int c0 = static_cast<int>(t.n0 + kPlaneCols * h), m0 = static_cast<int>(wg_m0);
+          // [groups][M][N]: TMA leaves out what lies past M or N.
+          plane.emit_boxes(f, lr0, 16 * h, true, 0, 0, value, StoreBoxes{&maps.out, c0, m0, t.g},
+                           [&](int) { return out; });
+        }
+      };
+      if (t.num_k_tiles == 0)  // a group without rows: zeros
+        store([](int, int) { return 0u; });
+      else
+        store([&](int r, int j) {
+          return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
+        });
       continue;
     }
+    if (t.num_k_tiles == 0) continue;  // adds zeros
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int64_t row = t.m0 + f.row0 + 8 * r;
@@ -668,6 +741,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+  plane.drain();
 #endif
 }
 

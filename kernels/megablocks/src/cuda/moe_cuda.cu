@@ -174,17 +174,20 @@ __global__ void combine_kernel(const T* rows, const int32_t* position, const flo
   }
 }
 
-// Row i of dst = row sorted_token[i] of src: the expert-sorted copy of x or dy that the TMA
-// kernels read whole (gathering the rows inside the GEMMs, by cp.async from the producer
-// warpgroup, took ~1.0 µs a k-tile on the H200 against ~0.7 for whole-tile TMA copies).
+// The rows of src (x or dy, [T][H]) in expert order: token t's row to its k sorted rows
+// position[t·k + j] (read once, written k times): the copy that the TMA kernels read whole
+// (gathering the rows inside the GEMMs, by cp.async from the producer warpgroup, took ~1.0 µs a
+// k-tile on the H200 against ~0.7 for whole-tile TMA copies; walking the sorted rows instead read
+// each token's row k times, 0.24 ms at 16384 tokens).
 template <class T>
-__global__ void gather_rows_kernel(const T* src, const int32_t* sorted_token, int64_t H, T* dst) {
-  const int64_t i = blockIdx.x;
-  const T* from = src + static_cast<int64_t>(sorted_token[i]) * H;
+__global__ void expert_order_kernel(const T* src, const int32_t* position, int32_t k, int64_t H,
+                                    T* dst) {
+  const int64_t t = blockIdx.x;
   for (int64_t h = threadIdx.x * 8; h < H; h += blockDim.x * 8) {
     T e[8];
-    load8(e, from + h);
-    store8(dst + i * H + h, e);
+    load8(e, src + t * H + h);
+    for (int32_t j = 0; j < k; ++j)
+      store8(dst + static_cast<int64_t>(position[t * k + j]) * H + h, e);
   }
 }
 
@@ -462,12 +465,25 @@ CUtensorMap tensor_map(const T* data, int64_t cols, int64_t rows, int64_t outer,
 }
 
 // The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (gathered A is copied by
-// cp.async and has no map).
+// cp.async and has no map), the outputs `out_rows`.
 template <Major LB, Epi E>
-void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, cudaStream_t stream) {
+void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t out_rows,
+                   cudaStream_t stream) {
   using T = __nv_bfloat16;
+  if (p.k <= 0)  // (the kernel stores its accumulators after at least one k-tile)
+    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: an expert GEMM with an empty K extent");
   tma::MGroupedMaps maps{};
   if (!p.a.gather) maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, tma::kBM);
+  if constexpr (E == Epi::Store) {
+    maps.out[0] = tensor_map(static_cast<const T*>(p.epi.out), p.n, out_rows, 1, p.epi.ld, 0, 64);
+  } else if constexpr (E == Epi::SwigluForward) {
+    const int64_t I = p.epi.inter;
+    if (p.epi.gate_up) {  // gate and up columns as two [rows][I] tensors of row stride 2I
+      maps.out[0] = tensor_map(p.epi.gate_up, I, out_rows, 1, 2 * I, 0, 64);
+      maps.out[1] = tensor_map(p.epi.gate_up + I, I, out_rows, 1, 2 * I, 0, 64);
+    }
+    maps.out[2] = tensor_map(p.epi.act, I, out_rows, 1, I, 0, 64);
+  }
   if constexpr (LB == Major::K)  // [N][K] per expert (SwiGLU: gate rows, then up rows)
     maps.b = tensor_map(p.b.ptr, p.k, E == Epi::SwigluForward ? 2 * p.n : p.n, p.groups.count,
                         p.b.ld, p.b.group_stride, 128);
@@ -487,6 +503,8 @@ void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64
   tma::KGroupedMaps maps{};
   if (!p.a.gather) maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
   if (!p.b.gather) maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
+  if (!p.accumulate)
+    maps.out = tensor_map(p.out, p.n, p.m_store, p.groups.count, p.n, p.m_store * p.n, 64);
   auto kernel = tma::k_grouped_gemm<T>;
   const int blocks = configure<TmaKGroupedTag<T>>(kernel, tma::kSmemBytes, tma::kThreads);
   kernel<<<blocks, tma::kThreads, tma::kSmemBytes, stream>>>(p, maps);
@@ -494,14 +512,15 @@ void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64
 }
 #endif
 
-// `a_rows`: the stored rows of A (the TMA kernels' maps need them; the others do not).
+// `a_rows`, `out_rows`: the stored rows of A and of the outputs (the TMA kernels' maps need them;
+// the others do not).
 template <class T, Major LB, Epi E>
 void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g,
-                  int64_t a_rows = 0) {
+                  int64_t a_rows = 0, int64_t out_rows = 0) {
 #if MEGABLOCKS_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16> && E != Epi::StoreF32) {
     if (g.tma) {
-      m_grouped_tma<LB, E>(p, a_rows, stream);
+      m_grouped_tma<LB, E>(p, a_rows, out_rows, stream);
       return;
     }
   }
@@ -708,13 +727,13 @@ void permute(const MoeCall& c, const int32_t* ids, const float* weights, const P
   check(cudaGetLastError(), "permutation launch");
 }
 
-// dst = the rows of src (x or dy, [T][H]) in expert order (the permutation's sorted tokens).
+// dst = the rows of src (x or dy, [T][H]) in expert order (the permutation's positions).
 template <class T>
-void gather_rows(const T* src, const int32_t* sorted_token, const MoeCall& c, T* dst,
-                 cudaStream_t stream) {
-  MB_LAUNCH(gather_rows_kernel<T>, static_cast<unsigned>(c.assignments()), 128, 0, stream)
-  (src, sorted_token, c.H, dst);
-  check(cudaGetLastError(), "row gather launch");
+void to_expert_order(const T* src, const int32_t* position, const MoeCall& c, T* dst,
+                     cudaStream_t stream) {
+  MB_LAUNCH(expert_order_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
+  (src, position, static_cast<int32_t>(c.k), c.H, dst);
+  check(cudaGetLastError(), "expert-order copy launch");
 }
 
 template <class T>
@@ -750,7 +769,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   MGroupedParams<T> up;
   up.a = {static_cast<const T*>(c.x), c.H, 0, b.perm.sorted_token};
   if (gemm.tma) {  // x in expert order, copied whole by TMA; b.out is free until the down GEMM
-    gather_rows(static_cast<const T*>(c.x), b.perm.sorted_token, c, b.out, stream);
+    to_expert_order(static_cast<const T*>(c.x), b.perm.position, c, b.out, stream);
     up.a = {b.out, c.H, 0, nullptr};
     timer.mark("x in expert order");
   }
@@ -762,7 +781,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, gemm.tma ? n : c.T);
+  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, gemm.tma ? n : c.T, n);
   timer.mark("gate_up GEMM + SwiGLU");
 
   MGroupedParams<T> down;
@@ -773,7 +792,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   down.groups = experts;
   down.epi.out = b.out;
   down.epi.ld = c.H;
-  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm, n);
+  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm, n, n);
   timer.mark("down GEMM");
 
   MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
@@ -804,7 +823,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const T* dy = static_cast<const T*>(c.dy);
   const int32_t* dy_rows = perm.sorted_token;
   if (gemm.tma) {
-    gather_rows(dy, perm.sorted_token, c, b.drows, stream);
+    to_expert_order(dy, perm.position, c, b.drows, stream);
     dy = b.drows;
     dy_rows = nullptr;
     timer.mark("dy in expert order");
@@ -825,7 +844,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   dact.epi.dgate_up = b.dgate_up;
   dact.epi.row_weight = perm.sorted_weight;
   dact.epi.partial = b.partial;
-  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm, gemm.tma ? n : c.T);
+  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm, gemm.tma ? n : c.T, n);
   timer.mark("d(act) GEMM + SwiGLU bwd");
 
   if (c.ddown_w) {  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
@@ -898,7 +917,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   drows.groups = experts;
   drows.epi.out = b.drows;
   drows.epi.ld = c.H;
-  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm, n);
+  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm, n, n);
   timer.mark("dx rows GEMM");
   MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
@@ -910,7 +929,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dg.a = {b.dgate_up, 2 * c.I, 0, nullptr};
     dg.b = {static_cast<const T*>(c.x), c.H, 0, perm.sorted_token};
     if (gemm.tma) {
-      gather_rows(static_cast<const T*>(c.x), perm.sorted_token, c, b.drows, stream);
+      to_expert_order(static_cast<const T*>(c.x), perm.position, c, b.drows, stream);
       dg.b = {b.drows, c.H, 0, nullptr};
       timer.mark("x in expert order");
     }
