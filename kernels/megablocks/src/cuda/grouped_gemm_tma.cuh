@@ -50,13 +50,10 @@ inline constexpr uint32_t kBoxBytes = 64 * kRowBytes;     // a [64][64] box
 inline constexpr uint32_t kATileBytes = kBM * kRowBytes;  // A: 128 rows (K-major) or 2 boxes
 inline constexpr uint32_t kBTileBytes = kBN * kRowBytes;  // B: 256 rows (K-major) or 4 boxes
 inline constexpr uint32_t kStageBytes = kATileBytes + kBTileBytes;
-// A consumer warpgroup's staging plane for the epilogue: 64 rows of 128 16-bit values (256
-// bytes), 16-byte chunk c of row r stored at chunk c ^ (r % 8), so neither the fragments' stores
-// (8 rows a warp) nor the row-wise copies out meet bank conflicts. Four stages and two such
-// planes fill the 227 KB a block may have.
+// A consumer warpgroup's staging plane for the epilogue (Plane): 64 rows of 128 16-bit values,
+// two swizzled [64][64] boxes. Four stages and two such planes fill the 227 KB a block may have.
 inline constexpr int kPlaneCols = 128;
-inline constexpr uint32_t kPlaneRowBytes = kPlaneCols * 2;
-inline constexpr uint32_t kStagedBytes = 64 * kPlaneRowBytes;
+inline constexpr uint32_t kStagedBytes = 2 * kBoxBytes;
 inline constexpr int kSmemBytes =
     kStages * kStageBytes + 2 * kStagedBytes + 1024 /* realignment */ + 384 /* bars, infos */;
 inline constexpr int kSwigluCols = kBN / 2;  // a SwiGLU tile: 128 gate columns, then their up
@@ -66,7 +63,7 @@ struct MGroupedMaps {
   CUtensorMap a;  // rows of A, whole tiles ({64, 128} boxes; unused when A is gathered)
   CUtensorMap b;  // the experts' weights, K-major ({64, 128} boxes) or MN-major ({64, 64})
   // The outputs' TMA stores ({64, 64} boxes): Store: out; SwigluForward: gate, up (null in
-  // inference), act. SwigluBackward stores row by row.
+  // inference), act.
   CUtensorMap out[3];
 };
 
@@ -218,9 +215,14 @@ struct Fragment {
 
 // ---- the staged epilogue ------------------------------------------------------------------------
 // A consumer warpgroup writes 128 of its 64 × 256 results at a time as 16-bit values into its
-// plane (fragment order), then copies plane rows out with 16-byte stores, a warp two 256-byte
-// rows: written straight from the fragments, every store instruction wrote 8 rows × 16 bytes,
-// and the epilogue took ~5 µs a tile on the H200 (the mainloop of a 768-deep tile ~9).
+// plane, two [64 rows][64 columns] boxes in TMA's 128-byte swizzle (16-byte chunk c of row r at
+// chunk c ^ (r % 8): neither the fragments' stores, 8 rows a warp, nor the row-wise copies meet
+// bank conflicts), and stores them by TMA: asynchronous, so the global writes overlap what
+// follows, the next tile's k-loop included (the plane's next use waits only for TMA to have read
+// it). A tile that ends a group copies its rows out with 16-byte stores instead (TMA would write
+// the next group's rows too). Stored straight from the fragments, every store instruction wrote
+// 8 rows × 16 bytes and the epilogue took ~5 µs a tile on the H200; through the plane with
+// 16-byte row stores ~2.6 µs.
 template <class T>
 struct Plane {
   unsigned char* p;  // generic address of the plane
@@ -232,13 +234,7 @@ struct Plane {
   __device__ void sync() const { wg::named_sync(id, 128); }
   // Byte offset of columns col.. (col % 8 + count ≤ 8) of row `row`.
   __device__ static uint32_t at(int row, int col) {
-    return row * kPlaneRowBytes + (((col / 8) ^ (row % 8)) << 4) + (col % 8) * 2;
-  }
-  __device__ void put(int row, int col, uint32_t word) const {
-    *reinterpret_cast<uint32_t*>(p + at(row, col)) = word;
-  }
-  __device__ uint32_t word(int row, int col) const {
-    return *reinterpret_cast<const uint32_t*>(p + at(row, col));
+    return (col / 64) * kBoxBytes + swizzled(row, (col % 64) / 8) + (col % 8) * 2;
   }
   // Two values rounded to T, as the 32-bit word a pair is stored as.
   __device__ static uint32_t pack(float v0, float v1) {
@@ -247,35 +243,14 @@ struct Plane {
     memcpy(&word, pair, sizeof word);
     return word;
   }
-  // Copies plane columns [c0, c0 + Cols) of rows < `rows` to dst(row) + 0.. (16-byte aligned),
-  // the first `cols` of them (a multiple of 8).
-  template <int Cols, class Dst>
-  __device__ void copy_out(int c0, int64_t rows, int64_t cols, const Dst& dst) const {
-    constexpr int kChunks = Cols / 8;
-    const int t = threadIdx.x % 128;
-#pragma unroll 2
-    for (int i = t; i < 64 * kChunks; i += 128) {
-      const int row = i / kChunks, ch = i % kChunks;
-      if (row >= rows || ch * 8 >= cols) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(p + at(row, c0 + ch * 8));
-      *reinterpret_cast<uint4*>(dst(row) + ch * 8) = v;
-    }
-  }
-  // The same plane as two [64 rows][64 columns] boxes in the 128-byte swizzle of TMA (the layout
-  // of emit_boxes): byte offset of columns col.. (col % 8 + count ≤ 8) of row `row`.
-  __device__ static uint32_t box_at(int row, int col) {
-    return (col / 64) * kBoxBytes + swizzled(row, (col % 64) / 8) + (col % 8) * 2;
-  }
   // Writes the words value(r, j) of the fragment's pairs in accumulator column blocks
-  // [j0, j0 + 16) as boxes, then: `whole` (every row of the warpgroup is the output's), thread 0
-  // of the warpgroup stores both boxes with store(addr) (TMA, asynchronous: the next use of the
-  // plane waits only for TMA to have read it, so the global writes overlap what follows, the next
-  // tile's k-loop included); else rows < `rows`, columns < `cols`, are copied out to dst(row) by
-  // 16-byte stores (a tile that ends a group: TMA would write the next group's rows too).
+  // [j0, j0 + 16) (rows lr0, lr0 + 8; plane column 8(j − j0) + col0), then: `whole` (every row
+  // of the warpgroup is the output's), thread 0 of the warpgroup stores both boxes with
+  // store(addr); else rows < `rows`, columns < `cols` (a multiple of 8), are copied out to
+  // dst(row) (16-byte aligned).
   template <class Value, class Store, class Dst>
-  __device__ void emit_boxes(const Fragment& f, int lr0, int j0, bool whole, int64_t rows,
-                             int64_t cols, const Value& value, const Store& store,
-                             const Dst& dst) const {
+  __device__ void emit(const Fragment& f, int lr0, int j0, bool whole, int64_t rows, int64_t cols,
+                       const Value& value, const Store& store, const Dst& dst) const {
     const int t = threadIdx.x % 128;
     if (t == 0) wg::bulk_wait_read_all();
     sync();
@@ -283,7 +258,7 @@ struct Plane {
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int jl = 0; jl < kPlaneCols / 8; ++jl)
-        *reinterpret_cast<uint32_t*>(p + box_at(lr0 + 8 * r, 8 * jl + f.col0)) = value(r, j0 + jl);
+        *reinterpret_cast<uint32_t*>(p + at(lr0 + 8 * r, 8 * jl + f.col0)) = value(r, j0 + jl);
     if (whole) {
       wg::fence_proxy_async();  // the stores above before TMA reads them
       sync();
@@ -298,31 +273,17 @@ struct Plane {
       const int row = i / (kPlaneCols / 8), ch = i % (kPlaneCols / 8);
       if (row >= rows || ch * 8 >= cols) continue;
       *reinterpret_cast<uint4*>(dst(row) + ch * 8) =
-          *reinterpret_cast<const uint4*>(p + box_at(row, ch * 8));
+          *reinterpret_cast<const uint4*>(p + at(row, ch * 8));
     }
   }
   // Thread 0 of the warpgroup, before the block exits: its TMA stores are complete.
   __device__ void drain() const {
     if (threadIdx.x % 128 == 0) wg::bulk_wait_all();
   }
-  // Writes the words value(r, j) of the fragment's pairs in accumulator column blocks
-  // [j0, j0 + 16) (rows lr0, lr0 + 8; plane column 8(j − j0) + col0), then copies them out.
-  template <class Value, class Dst>
-  __device__ void emit(const Fragment& f, int lr0, int j0, int64_t rows, int64_t cols,
-                       const Value& value, const Dst& dst) const {
-    sync();
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-#pragma unroll
-      for (int jl = 0; jl < kPlaneCols / 8; ++jl)
-        put(lr0 + 8 * r, 8 * jl + f.col0, value(r, j0 + jl));
-    sync();
-    copy_out<kPlaneCols>(0, rows, cols, dst);
-  }
 };
 
 // TMA stores of both boxes of a warpgroup's 128-column plane into output map `map` at column c0,
-// row m0 (issued by emit_boxes).
+// row m0 (Plane::emit's `store`).
 struct StoreBoxes {
   const CUtensorMap* map;
   int c0, m0, g;
@@ -433,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int h = 0; h < kBN / kPlaneCols; ++h) {
         const int64_t c0 = at.nt * kBN + kPlaneCols * h;
-        plane.emit_boxes(
+        plane.emit(
             f, lr0, 16 * h, whole, wg_rows, p.n - c0,
             [&](int r, int j) {
               return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
@@ -450,17 +411,17 @@ __global__ void __launch_bounds__(kThreads, 1)
         return Plane<T>::pack(acc[4 * j + 2 * r], acc[4 * j + 2 * r + 1]);
       };
       if (gu) {
-        plane.emit_boxes(f, lr0, 0, whole, wg_rows, cols, rounded,
-                         StoreBoxes{&maps.out[0], static_cast<int>(i0), m0, 0},
-                         [&](int row) { return gu + (wg_m0 + row) * 2 * I + i0; });
-        plane.emit_boxes(f, lr0, 16, whole, wg_rows, cols, rounded,
-                         StoreBoxes{&maps.out[1], static_cast<int>(i0), m0, 0},
-                         [&](int row) { return gu + (wg_m0 + row) * 2 * I + I + i0; });
+        plane.emit(f, lr0, 0, whole, wg_rows, cols, rounded,
+                   StoreBoxes{&maps.out[0], static_cast<int>(i0), m0, 0},
+                   [&](int row) { return gu + (wg_m0 + row) * 2 * I + i0; });
+        plane.emit(f, lr0, 16, whole, wg_rows, cols, rounded,
+                   StoreBoxes{&maps.out[1], static_cast<int>(i0), m0, 0},
+                   [&](int row) { return gu + (wg_m0 + row) * 2 * I + I + i0; });
       }
       T* act_out = p.epi.act;
       with_activation(p.epi.activation, [&](auto kind) {
         constexpr uint32_t kAct = decltype(kind)::value;
-        plane.emit_boxes(
+        plane.emit(
             f, lr0, 0, whole, wg_rows, cols,
             [&](int r, int j) {  // accumulators j: gate, j + 16: its up
               const int ju = j + kSwigluCols / 8;
@@ -474,89 +435,6 @@ __global__ void __launch_bounds__(kThreads, 1)
             [&](int row) { return act_out + (wg_m0 + row) * I + i0; });
       });
       if (tile + gridDim.x >= total) plane.drain();  // (here: after the loop, ptxas spilled)
-    } else {                                         // SwigluBackward: acc = d(act) / weight
-      // In quarters of 64 columns: the saved gate and up columns of the warpgroup's rows are
-      // copied into the plane (cp.async, coalesced, all in flight: read pair by pair from global
-      // memory each waited a round trip, ~40 µs a tile on the H200); each thread turns its
-      // pairs there into d(gate) and d(up) in place and packs w·act into its accumulators; the
-      // quarter's d(gate ‖ up) is copied out, and w·act last.
-      const int64_t n0 = at.nt * kBN, I = p.epi.inter;
-      const int lane = threadIdx.x % 32, t = threadIdx.x % 128;
-      float part[2] = {0.0f, 0.0f}, w[2];
-      bool row_ok[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int64_t row = at.m0 + f.row0 + 8 * r;
-        row_ok[r] = row < at.m_end;
-        w[r] = row_ok[r] ? round_as<T>(p.epi.row_weight[row]) : 0.0f;
-      }
-      T* dgu = p.epi.dgate_up;
-      constexpr int kQuarter = kPlaneCols / 2;  // gate columns, then as many up columns
-      with_activation(p.epi.activation, [&](auto kind) {
-#pragma unroll
-        for (int h = 0; h < kBN / kQuarter; ++h) {
-          const int64_t c0 = n0 + kQuarter * h;  // the quarter's first intermediate column
-          plane.sync();
-          for (int i = t; i < 64 * 16; i += 128) {  // a row: 8 gate chunks, then 8 up ones
-            const int row = i / 16, c = i % 16;
-            const int64_t grow = wg_m0 + row, col = c0 + (c % 8) * 8;
-            const bool ok = grow < at.m_end && col < p.n;
-            cp_async16_shared(plane.addr + Plane<T>::at(row, c * 8),
-                              ok ? p.epi.gate_up + grow * 2 * I + (c / 8) * I + col : p.epi.gate_up,
-                              ok);
-          }
-          cp_async_commit();
-          cp_async_wait<0>();
-          plane.sync();
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int lr = lr0 + 8 * r;
-#pragma unroll
-            for (int jl = 0; jl < kQuarter / 8; ++jl) {
-              const int j = (kQuarter / 8) * h + jl, lc = 8 * jl + f.col0;
-              const bool ok = row_ok[r] && c0 + lc < p.n;
-              GateUp<T> saved;
-              const uint32_t gw = plane.word(lr, lc), uw = plane.word(lr, kQuarter + lc);
-              memcpy(saved.g, &gw, sizeof gw);
-              memcpy(saved.u, &uw, sizeof uw);
-              float col_part = part[r];  // in column order, as the other kernel sets sum it
-              SwigluBackwardValue v[2];
-#pragma unroll
-              for (int q = 0; q < 2; ++q)
-                v[q] = swiglu_backward_value<decltype(kind)::value, T>(
-                    w[r], acc[4 * j + 2 * r + q], to_f32(saved.g[q]), to_f32(saved.u[q]), col_part);
-              part[r] = ok ? col_part : part[r];
-              plane.put(lr, lc, Plane<T>::pack(v[0].dg, v[1].dg));
-              plane.put(lr, kQuarter + lc, Plane<T>::pack(v[0].du, v[1].du));
-              acc[4 * j + 2 * r] = __uint_as_float(Plane<T>::pack(v[0].aw, v[1].aw));
-            }
-          }
-          plane.sync();
-          plane.template copy_out<kQuarter>(
-              0, wg_rows, p.n - c0, [&](int row) { return dgu + (wg_m0 + row) * 2 * I + c0; });
-          plane.template copy_out<kQuarter>(kQuarter, wg_rows, p.n - c0, [&](int row) {
-            return dgu + (wg_m0 + row) * 2 * I + I + c0;
-          });
-        }
-      });
-      // A row's 256 columns are held by the four lanes of one quad: sum in a fixed order.
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float sum = part[r];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int64_t row = at.m0 + f.row0 + 8 * r;
-        if (lane % 4 == 0 && row_ok[r]) p.epi.partial[row * n_tiles + at.nt] = sum;
-      }
-      T* act_out = p.epi.act;
-#pragma unroll
-      for (int h = 0; h < kBN / kPlaneCols; ++h) {
-        const int64_t c0 = n0 + kPlaneCols * h;
-        plane.emit(
-            f, lr0, 16 * h, wg_rows, p.n - c0,
-            [&](int r, int j) { return __float_as_uint(acc[4 * j + 2 * r]); },
-            [&](int row) { return act_out + (wg_m0 + row) * I + c0; });
-      }
     }
   }
   if constexpr (E == Epi::Store) plane.drain();
@@ -716,8 +594,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int h = 0; h < kBN / kPlaneCols; ++h) {
           const int c0 = static_cast<int>(t.n0 + kPlaneCols * h), m0 = static_cast<int>(wg_m0);
           // [groups][M][N]: TMA leaves out what lies past M or N.
-          plane.emit_boxes(f, lr0, 16 * h, true, 0, 0, value, StoreBoxes{&maps.out, c0, m0, t.g},
-                           [&](int) { return out; });
+          plane.emit(f, lr0, 16 * h, true, 0, 0, value, StoreBoxes{&maps.out, c0, m0, t.g},
+                     [&](int) { return out; });
         }
       };
       if (t.num_k_tiles == 0)  // a group without rows: zeros

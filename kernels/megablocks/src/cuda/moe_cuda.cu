@@ -2,7 +2,7 @@
 //
 // Forward, all on the call's stream, no host sync, no allocation (workspace from the caller):
 //   1. router logits = x · router_wᵀ                       M-grouped GEMM with one group
-//   2. routing: one thread per token (routing.h route_row): softmax, top-k, renormalisation
+//   2. routing: one warp per token (route_row's order): softmax, top-k, renormalisation
 //   3. permutation by expert, three kernels (routing.h): chunk histograms and ranks, per-expert
 //      offsets and GEMM tile offsets, the scatter to sorted rows (token, weight, position)
 //   4. gate_up GEMM over the experts' rows, x gathered by token (the TMA kernels: x copied in
@@ -12,7 +12,7 @@
 // Backward, from the saved routing (ids, weights) and gate_up pre-activations:
 //   permutation again; d(act)/w = dy·down_w (GEMM, dy gathered) with the SwiGLU backward in its
 //   epilogue (d(gate ‖ up), w·act, per-tile parts of d(weight)); d(down_w) (K-grouped over each
-//   expert's rows); d(weight) summed; the routing backward (one thread per token:
+//   expert's rows); d(weight) summed; the routing backward (one warp per token:
 //   renormalisation, softmax, + drouter_logits); the router's dx part and d(router_w); dx rows =
 //   d(gate ‖ up) · gate_up_w, then the un-permutation sum; d(gate_up_w) (K-grouped). The TMA
 //   kernels read dy, then x, in expert order, copied into the dx rows' buffer while it is free.
@@ -57,43 +57,83 @@ __global__ void single_group_kernel(int64_t rows, int64_t* offsets, int64_t* til
   tile_offsets[1] = ceil_div(rows, kBM);
 }
 
-// The routing kernels run one thread a token and read its E logits many times (route_row: k + 2
-// passes). A block stages its tokens' logits as f32 in shared memory first, coalesced, rows
-// padded by one float (a thread walks its own row: unpadded rows of 128 would all start in one
-// bank): read straight from global memory, 32 lanes 2E bytes apart, the forward's routing took
-// 0.22 ms at 16384 tokens on the H200. Tokens a block: 32, fewer when E is large (48 KB).
-int32_t route_tokens_per_block(int64_t E) {
-  const int64_t fit = (48 * 1024) / ((E + 1) * static_cast<int64_t>(sizeof(float)));
-  return static_cast<int32_t>(fit >= 32 ? 32 : (fit > 0 ? fit : 1));
+// The routing kernels run one warp a token, lanes over its experts (e = lane, lane + 32, ...):
+// the softmax's max and sum and the top-k's argmax rounds are warp reductions, reads and writes
+// coalesced. One thread a token (routing.h route_row, as the cpu variant runs it) had 16384
+// threads for 16384 tokens, latency-bound: 0.16 ms forward and ~0.2 backward on the H200. The
+// order (ranks_before: larger probability, then the lower expert) and the softmax sum's order
+// are route_row's, so ids and weights are the cpu variant's.
+inline constexpr int kRouteWarps = 8;  // tokens a block
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
 }
-size_t route_smem(int64_t E) {
-  return static_cast<size_t>(route_tokens_per_block(E)) * (E + 1) * sizeof(float);
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
 }
 
-// Every thread: stages the block's tokens' logits; returns this thread's row (null past the end).
+// The softmax of a token's logits: its max and sum of exponentials, every lane.
 template <class T>
-__device__ const float* stage_logits(const T* logits, int64_t tokens, int32_t E, float* staged) {
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x;
-  const int64_t rows = tokens - t0 < blockDim.x ? tokens - t0 : blockDim.x;
-  for (int64_t i = threadIdx.x; i < rows * E; i += blockDim.x)
-    staged[(i / E) * (E + 1) + i % E] = to_f32(logits[t0 * E + i]);
-  __syncthreads();
-  return threadIdx.x < rows ? staged + threadIdx.x * (E + 1) : nullptr;
-}
-
-struct StagedRow {
-  const float* row;
-  __device__ float operator()(int32_t e) const { return row[e]; }
+struct Softmax {
+  const T* z;  // the token's E logits
+  float m, sum;
+  __device__ Softmax(const T* logits, int32_t E, int lane) : z(logits) {
+    float mx = -INFINITY;
+    for (int32_t e = lane; e < E; e += 32) mx = fmaxf(mx, to_f32(z[e]));
+    m = warp_max(mx);
+    // In expert order by one lane, as route_row sums (the same weights as the cpu variant's to
+    // the bit where expf is the host's, in the CPU emulation); broadcast by adding zeros.
+    float s = 0.0f;
+    if (lane == 0)
+      for (int32_t e = 0; e < E; ++e) s += expf(to_f32(z[e]) - m);
+    sum = warp_sum(s);
+  }
+  __device__ float prob(int32_t e) const { return expf(to_f32(z[e]) - m) / sum; }
 };
 
 template <class T>
 __global__ void route_kernel(const T* logits, int64_t tokens, int32_t E, int32_t k, bool norm,
                              int32_t* ids, float* weights) {
-  MB_EXTERN_SHARED(float, staged);  // [blockDim.x][E + 1]
-  const float* row = stage_logits(logits, tokens, E, staged);
-  if (!row) return;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  route_row(StagedRow{row}, E, k, norm, ids + t * k, weights + t * k);
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  if (t >= tokens) return;  // (the whole warp)
+  const int lane = threadIdx.x % 32;
+  const Softmax<T> sm(logits + t * E, E, lane);
+  float prev_p = INFINITY, selected = 0.0f;
+  int32_t prev = -1;
+  for (int32_t j = 0; j < k; ++j) {
+    // This lane's best expert ranking after the previous pick, then the warp's (pairs exchanged
+    // as floats: expert ids are exact in f32).
+    float best_p = -1.0f;
+    int32_t best = -1;
+    for (int32_t e = lane; e < E; e += 32) {
+      const float p = sm.prob(e);
+      if (prev >= 0 && !ranks_before(prev_p, prev, p, e)) continue;
+      if (best < 0 || ranks_before(p, e, best_p, best)) {
+        best_p = p;
+        best = e;
+      }
+    }
+    for (int o = 16; o > 0; o /= 2) {
+      const float op = __shfl_xor_sync(0xffffffffu, best_p, o);
+      const int32_t oe =
+          static_cast<int32_t>(__shfl_xor_sync(0xffffffffu, static_cast<float>(best), o));
+      if (oe >= 0 && (best < 0 || ranks_before(op, oe, best_p, best))) {
+        best_p = op;
+        best = oe;
+      }
+    }
+    if (lane == 0) {
+      ids[t * k + j] = best;
+      weights[t * k + j] = best_p;
+    }
+    selected += best_p;
+    prev = best;
+    prev_p = best_p;
+  }
+  if (norm && lane == 0)  // (the lane that wrote them)
+    for (int32_t j = 0; j < k; ++j) weights[t * k + j] /= selected;
 }
 
 // Phase 1: one block of kChunk threads per chunk.
@@ -191,6 +231,47 @@ __global__ void expert_order_kernel(const T* src, const int32_t* position, int32
   }
 }
 
+// The SwiGLU backward on the TMA path, a warp a sorted row, after the d(act) GEMM stored d =
+// d(act)/w (rounded) in act_w: d(gate ‖ up), w·act (over d, in place) and the row's d(weight)
+// part (each lane's columns in order, then the lanes' sums in a fixed tree). Fused into the GEMM's
+// epilogue instead, the saved gate/up reads and three outputs (320 KB a 128 × 256 tile) kept the
+// tensor cores idle ~25 µs a tile on the H200 (1.16 ms at 16384 tokens, the GEMM alone ~0.6).
+template <class T>
+__global__ void swiglu_backward_kernel(T* act_w, const T* gate_up, const float* row_weight,
+                                       int64_t n, int64_t I, uint32_t activation, T* dgate_up,
+                                       float* partial) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= n) return;
+  const int lane = threadIdx.x % 32;
+  const float w = round_as<T>(row_weight[row]);
+  T* a_row = act_w + row * I;
+  const T* g_row = gate_up + row * 2 * I;
+  T* dg_row = dgate_up + row * 2 * I;
+  float part = 0.0f;
+  with_activation(activation, [&](auto kind) {
+    for (int64_t i = lane * 8; i < I; i += 32 * 8) {
+      T d[8], g[8], u[8], dg[8], du[8], aw[8];
+      load8(d, a_row + i);
+      load8(g, g_row + i);
+      load8(u, g_row + I + i);
+#pragma unroll
+      for (int q = 0; q < 8; ++q) {
+        const SwigluBackwardValue v = swiglu_backward_value<decltype(kind)::value, T>(
+            w, to_f32(d[q]), to_f32(g[q]), to_f32(u[q]), part);
+        dg[q] = from_f32<T>(v.dg);
+        du[q] = from_f32<T>(v.du);
+        aw[q] = from_f32<T>(v.aw);
+      }
+      store8(dg_row + i, dg);
+      store8(dg_row + I + i, du);
+      store8(a_row + i, aw);
+    }
+  });
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) part += __shfl_xor_sync(0xffffffffu, part, o);
+  if (lane == 0) partial[row] = part;
+}
+
 // dx[t] = round(dx_router[t] + Σ_j drows[row_j]).
 template <class T>
 __global__ void combine_backward_kernel(const T* drows, const int32_t* position, int32_t k,
@@ -243,39 +324,36 @@ __global__ void dweight_kernel(const float* partial, const int32_t* position, in
   dweights[a] = sum;
 }
 
-// d(logits) of one token per thread: renormalisation, the top-k gather and the softmax backward,
-// plus drouter_logits; rounded to the logits' dtype into [T, Ep] (pad columns zero).
+// d(logits) of one token per warp (lanes over the experts): renormalisation, the top-k gather
+// and the softmax backward, plus drouter_logits; rounded to the logits' dtype into [T, Ep] (pad
+// columns zero). The k-long sums run in every lane in the same order.
 template <class T>
 __global__ void route_backward_kernel(const T* logits, const int32_t* ids, const float* weights,
                                       const float* dweights, const float* drouter, int64_t tokens,
                                       int32_t E, int32_t Ep, int32_t k, bool norm, T* dlogits) {
-  MB_EXTERN_SHARED(float, staged);  // [blockDim.x][E + 1]
-  const float* z = stage_logits(logits, tokens, E, staged);
-  if (!z) return;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  float m = -INFINITY, sum = 0.0f;
-  for (int32_t e = 0; e < E; ++e) m = fmaxf(m, z[e]);
-  for (int32_t e = 0; e < E; ++e) sum += expf(z[e] - m);
-  auto prob = [&](int32_t e) { return expf(z[e] - m) / sum; };
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
+  if (t >= tokens) return;  // (the whole warp)
+  const int lane = threadIdx.x % 32;
+  const Softmax<T> sm(logits + t * E, E, lane);
   const int32_t* id = ids + t * k;
   const float* w = weights + t * k;
   const float* dw = dweights + t * k;
   float selected = 0.0f, dot = 0.0f;
   for (int32_t j = 0; j < k; ++j) {
-    selected += prob(id[j]);
+    selected += sm.prob(id[j]);
     dot += dw[j] * w[j];
   }
   auto dp = [&](int32_t j) { return norm ? (dw[j] - dot) / selected : dw[j]; };
   float dot2 = 0.0f;
-  for (int32_t j = 0; j < k; ++j) dot2 += prob(id[j]) * dp(j);
+  for (int32_t j = 0; j < k; ++j) dot2 += sm.prob(id[j]) * dp(j);
   T* out = dlogits + t * Ep;
-  for (int32_t e = 0; e < Ep; ++e) {
+  for (int32_t e = lane; e < Ep; e += 32) {
     float g = 0.0f;
     if (e < E) {
       float dpe = 0.0f;
       for (int32_t j = 0; j < k; ++j)
         if (id[j] == e) dpe = dp(j);
-      g = prob(e) * (dpe - dot2);
+      g = sm.prob(e) * (dpe - dot2);
       if (drouter) g += drouter[t * E + e];
     }
     out[e] = from_f32<T>(g);
@@ -518,7 +596,9 @@ template <class T, Major LB, Epi E>
 void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g,
                   int64_t a_rows = 0, int64_t out_rows = 0) {
 #if MEGABLOCKS_WGMMA
-  if constexpr (std::is_same_v<T, __nv_bfloat16> && E != Epi::StoreF32) {
+  // (The TMA path runs the SwiGLU backward after a Store GEMM: no TMA instance of that epilogue.)
+  if constexpr (std::is_same_v<T, __nv_bfloat16> && E != Epi::StoreF32 &&
+                E != Epi::SwigluBackward) {
     if (g.tma) {
       m_grouped_tma<LB, E>(p, a_rows, out_rows, stream);
       return;
@@ -758,9 +838,8 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   router.epi.ld = c.E;
   m_grouped_on<T, Major::K, Epi::Store>(router, stream, gemm.router());
   timer.mark("router GEMM");
-  const int32_t route_block = route_tokens_per_block(c.E);
-  MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(ceil_div(c.T, route_block)), route_block,
-            route_smem(c.E), stream)
+  MB_LAUNCH(route_kernel<T>, static_cast<unsigned>(ceil_div(c.T, kRouteWarps)), 32 * kRouteWarps, 0,
+            stream)
   (b.logits, c.T, E, k, c.attrs.norm_topk_prob != 0, b.ids, b.weights);
   timer.mark("routing");
   permute(c, b.ids, b.weights, b.perm, stream);
@@ -829,7 +908,8 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     timer.mark("dy in expert order");
   }
 
-  // d(act)/w = dy[token] · down_w (down_w [H, I] is [K, N]) + the SwiGLU backward.
+  // d(act)/w = dy[token] · down_w (down_w [H, I] is [K, N]) + the SwiGLU backward (in the GEMM's
+  // epilogue, or on the TMA path a kernel of its own after the GEMM stored d(act)/w).
   MGroupedParams<T> dact;
   dact.a = {dy, c.H, 0, dy_rows};
   dact.b = {static_cast<const T*>(c.down_w), c.I, c.H * c.I, nullptr};
@@ -844,8 +924,22 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   dact.epi.dgate_up = b.dgate_up;
   dact.epi.row_weight = perm.sorted_weight;
   dact.epi.partial = b.partial;
-  m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm, gemm.tma ? n : c.T, n);
-  timer.mark("d(act) GEMM + SwiGLU bwd");
+  int64_t dweight_parts = ceil_div(c.I, gemm.bn);  // per row
+  if (gemm.tma) {
+    dact.epi.out = b.act_weighted;
+    dact.epi.ld = c.I;
+    m_grouped_on<T, Major::MN, Epi::Store>(dact, stream, gemm, n, n);
+    timer.mark("d(act) GEMM");
+    MB_LAUNCH(swiglu_backward_kernel<T>, static_cast<unsigned>(ceil_div(n, 8)), 256, 0, stream)
+    (b.act_weighted, static_cast<const T*>(c.gate_up), perm.sorted_weight, n, c.I,
+     c.attrs.activation, b.dgate_up, b.partial);
+    check(cudaGetLastError(), "SwiGLU backward launch");
+    dweight_parts = 1;
+    timer.mark("SwiGLU bwd");
+  } else {
+    m_grouped_on<T, Major::MN, Epi::SwigluBackward>(dact, stream, gemm);
+    timer.mark("d(act) GEMM + SwiGLU bwd");
+  }
 
   if (c.ddown_w) {  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
     KGroupedParams<T> dd;
@@ -860,10 +954,9 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     timer.mark("d(down_w) GEMM");
   }
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
-  (b.partial, perm.position, n, ceil_div(c.I, gemm.bn), b.dweights);
-  const int32_t route_block = route_tokens_per_block(c.E);
-  MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, route_block)),
-            route_block, route_smem(c.E), stream)
+  (b.partial, perm.position, n, dweight_parts, b.dweights);
+  MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, kRouteWarps)),
+            32 * kRouteWarps, 0, stream)
   (static_cast<const T*>(c.router_logits), c.topk_ids, c.topk_weights, b.dweights, c.drouter_logits,
    c.T, E, static_cast<int32_t>(Ep), k, c.attrs.norm_topk_prob != 0, b.dlogits);
   check(cudaGetLastError(), "routing backward launch");
