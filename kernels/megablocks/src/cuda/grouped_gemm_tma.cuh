@@ -14,14 +14,12 @@
 //     the consumers keep one wgmma group in flight (m64n256k16, both operands in shared memory);
 //   - persistent: one block an SM walks the tiles; the producer runs ahead into the next tile's
 //     stages while the consumers store the last one.
-// Operands stored whole (the experts' weights, the expert-sorted activations) are TMA tensor
-// copies into the 128-byte swizzle the wgmma descriptors read, issued by one producer thread.
-// Rows gathered through an index (the tokens of the permutation) are cp.async copies of 16 bytes
-// from all 128 producer threads into the same swizzled places, each thread's copies then arriving
-// on the stage's full barrier (cp.async.mbarrier.arrive.noinc: the barrier counts the 128 threads
-// and the TMA thread); rows past a group's end are zero-filled (the K-grouped reduction needs them
-// zero; the M-grouped kernel masks them at the store). One TMA copy a gathered row (a 64 × 1 box)
-// gave the same results but took the gathered GEMMs 2–5× longer on the H200 (TMA issue-bound).
+// Every operand is a TMA tensor copy into the 128-byte swizzle the wgmma descriptors read, issued
+// by one producer thread: the experts' weights and the expert-sorted activations, x and dy
+// included (moe_cuda.cu copies their rows in expert order first). Token rows gathered inside the
+// GEMMs (cp.async from the 128 producer threads, arriving on the stage's barrier) took ~1.0 µs a
+// k-tile on the H200 against ~0.7 for whole-tile TMA copies, and one TMA copy a gathered row was
+// 2–5× slower still (TMA issue-bound). Epilogues store through a plane by TMA too (Plane).
 // Maps (all 4-D for the SDK's tma_load_4d; moe_cuda.cu encodes them per call on the host):
 //   activations [rows][cols]       dims {cols, rows, 1, 1}; boxes {64, 128} (M-grouped A tile)
 //                                  or {64, 64} (K-grouped tile)
@@ -60,7 +58,7 @@ inline constexpr int kSwigluCols = kBN / 2;  // a SwiGLU tile: 128 gate columns,
 static_assert(kBM == cuda::kBM, "the routing sizes the M tiles (tile offsets) in kBM rows");
 
 struct MGroupedMaps {
-  CUtensorMap a;  // rows of A, whole tiles ({64, 128} boxes; unused when A is gathered)
+  CUtensorMap a;  // rows of A, whole tiles ({64, 128} boxes)
   CUtensorMap b;  // the experts' weights, K-major ({64, 128} boxes) or MN-major ({64, 64})
   // The outputs' TMA stores ({64, 64} boxes): Store: out; SwigluForward: gate, up (null in
   // inference), act.
@@ -68,8 +66,8 @@ struct MGroupedMaps {
 };
 
 struct KGroupedMaps {
-  CUtensorMap a_tile;  // [rows][M]: {64, 64} boxes (unused when A is gathered)
-  CUtensorMap b_tile;  // [rows][N]: {64, 64} boxes (unused when B is gathered)
+  CUtensorMap a_tile;  // [rows][M]: {64, 64} boxes
+  CUtensorMap b_tile;  // [rows][N]: {64, 64} boxes
   CUtensorMap out;     // [groups][M][N]: {64, 64} boxes (TMA stores; unused when accumulating)
 };
 
@@ -95,7 +93,7 @@ struct Ring {
   __device__ void init() const {
     if (threadIdx.x == 0) {
       for (int s = 0; s < kStages; ++s) {
-        wg::mbar_init(full(s), 1 + kProducerThreads);
+        wg::mbar_init(full(s), 1);
         wg::mbar_init(empty(s), kConsumerWarps);
       }
       wg::fence_barrier_init();
@@ -104,9 +102,8 @@ struct Ring {
   }
 };
 
-// The producer's side of one k-tile (every producer thread): waits for its stage to be free (the
-// `use`-th pass over the ring); thread 0 arrives on the full barrier announcing the bytes of its
-// TMA copies. Each thread ends the k-tile with release() (its cp.async copies, if any, landed).
+// The producer's side of one k-tile: waits for its stage to be free (the `use`-th pass over the
+// ring), then arrives on the full barrier announcing the bytes of its TMA copies.
 struct Slot {
   int stage;
   uint32_t parity;
@@ -135,23 +132,10 @@ __device__ __forceinline__ Slot acquire(const Ring& ring, int use, uint32_t tma_
                                         TileInfo info) {
   const Slot s(use);
   if (use >= kStages) wg::mbar_wait(ring.empty(s.stage), s.parity ^ 1);
-  if (threadIdx.x == 0) {
-    if (first) put_info(ring, s.stage, info);
-    wg::mbar_expect_tx(ring.full(s.stage), tma_bytes);
-  }
+  if (first) put_info(ring, s.stage, info);
+  wg::mbar_expect_tx(ring.full(s.stage), tma_bytes);
   return s;
 }
-__device__ __forceinline__ void release(const Ring& ring, const Slot& s) {
-  wg::cp_async_mbar_arrive(ring.full(s.stage));
-}
-
-// The cp.async of 16-byte chunk `chunk` of a gathered row into row `row` of a K-major tile or a
-// box, from `src` (null: zeros).
-template <class T>
-__device__ __forceinline__ void gather_chunk(uint32_t tile, int row, int chunk, const T* src) {
-  cp_async16_shared(tile + swizzled(row, chunk), src, src != nullptr);
-}
-
 // The consumers' k-loop of one tile: waits for each stage, issues its 4 wgmma (m64n256k16) into
 // acc, keeps one group in flight and releases a stage once the group reading it is done.
 // `desc(stage_addr, kk)` gives the (A, B) descriptors of step kk. The tile's first stage carries
@@ -180,7 +164,6 @@ __device__ __forceinline__ void consume(const Ring& ring, int& use, const Desc& 
     const Slot s(use);
     if (kt > 0) wg::mbar_wait(ring.full(s.stage), s.parity);
     prepare(ring.stage(s.stage), kt);
-    wg::fence_proxy_async();  // the producers' cp.async writes (generic proxy) before wgmma reads
     wg::fence_regs(acc);
     wg::wgmma_fence();
 #pragma unroll
@@ -308,51 +291,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int num_k_tiles = static_cast<int>(ceil_div(p.k, kBK));
   int use = 0;  // k-tiles through the ring so far (the same count on both sides)
 
-  if (threadIdx.x < kProducerThreads) {  // ---- producer
+  if (threadIdx.x < kProducerThreads) {  // ---- producer: one thread issues every copy
     wg::regs_decrease<56>();
-    const int pt = threadIdx.x, chunk = pt % 8;  // gathered A: chunk of rows pt / 8 + 16i
-    const bool gathered = p.a.gather != nullptr;
-    const uint32_t tma_bytes = kBTileBytes + (gathered ? 0 : kATileBytes);
+    if (threadIdx.x != 0) return;
     MTile next = blockIdx.x < total ? m_tile(p.groups, blockIdx.x, n_tiles) : MTile{};
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
       const MTile at = next;
-      int32_t src[kBM / 16];  // gathered: the stored rows (-1: none)
-      if (gathered) {
-#pragma unroll
-        for (int i = 0; i < kBM / 16; ++i) {
-          const int64_t r = at.m0 + pt / 8 + 16 * i;
-          src[i] = r < at.m_end ? p.a.gather[r] : -1;
-        }
-      }
       const TileInfo info{{at.m0, at.m_end, at.nt, at.g}};
       for (int kt = 0; kt < num_k_tiles; ++kt, ++use) {
-        const Slot s = acquire(ring, use, tma_bytes, kt == 0, info);
+        const Slot s = acquire(ring, use, kStageBytes, kt == 0, info);
         const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
-        const int k0 = kt * kBK;
-        if (gathered) {
-          const bool k_ok = k0 + chunk * 8 < p.k;
+        const int k0 = kt * kBK, g = at.g;
+        wg::tma_load_4d(a, &maps.a, bar, k0, static_cast<int>(at.m0), 0, 0);
+        if constexpr (LB == Major::K) {  // two [128 rows][64 K] boxes
+          const int r0 = static_cast<int>(at.nt * (kSwiglu ? kSwigluCols : kBN));
+          const int r1 = kSwiglu ? static_cast<int>(p.n) + r0 : r0 + 128;  // SwiGLU: up rows
+          wg::tma_load_4d(b, &maps.b, bar, k0, r0, g, 0);
+          wg::tma_load_4d(b + 128 * kRowBytes, &maps.b, bar, k0, r1, g, 0);
+        } else {  // four [64 K][64 N] boxes
 #pragma unroll
-          for (int i = 0; i < kBM / 16; ++i)
-            gather_chunk<T>(
-                a, pt / 8 + 16 * i, chunk,
-                src[i] >= 0 && k_ok ? p.a.ptr + src[i] * p.a.ld + k0 + chunk * 8 : nullptr);
+          for (int c = 0; c < kBN / 64; ++c)
+            wg::tma_load_4d(b + c * kBoxBytes, &maps.b, bar, static_cast<int>(at.nt * kBN) + 64 * c,
+                            k0, g, 0);
         }
-        if (pt == 0) {
-          if (!gathered) wg::tma_load_4d(a, &maps.a, bar, k0, static_cast<int>(at.m0), 0, 0);
-          const int g = at.g;
-          if constexpr (LB == Major::K) {  // two [128 rows][64 K] boxes
-            const int r0 = static_cast<int>(at.nt * (kSwiglu ? kSwigluCols : kBN));
-            const int r1 = kSwiglu ? static_cast<int>(p.n) + r0 : r0 + 128;  // SwiGLU: up rows
-            wg::tma_load_4d(b, &maps.b, bar, k0, r0, g, 0);
-            wg::tma_load_4d(b + 128 * kRowBytes, &maps.b, bar, k0, r1, g, 0);
-          } else {  // four [64 K][64 N] boxes
-#pragma unroll
-            for (int c = 0; c < kBN / 64; ++c)
-              wg::tma_load_4d(b + c * kBoxBytes, &maps.b, bar,
-                              static_cast<int>(at.nt * kBN) + 64 * c, k0, g, 0);
-          }
-        }
-        release(ring, s);
         // The next tile's lookup, while the stages ahead keep the consumers busy.
         if (kt == 0 && tile + gridDim.x < total) next = m_tile(p.groups, tile + gridDim.x, n_tiles);
       }
@@ -443,11 +404,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- K-grouped (weight gradients) ---------------------------------------------------------------
 // C_g[m, n] = Σ_{rows r of g} A[r][m] · B[r][n]; tiles 128 (M) × 256 (N), a persistent walk over
-// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: a
-// gathered operand is zero-filled there by the producer; an operand copied whole by TMA holds the
-// next group's rows there (or TMA's zeros past the tensor), which the consumers overwrite with
-// zeros in the tail k-tile before its wgmma (the next group's rows may hold anything, an
-// infinity included, and 0 · inf is not 0).
+// (group, M tile, N tile). A k-tile is 64 rows. Rows past the group's end must add nothing: TMA
+// copies the next group's rows there (or zeros past the tensor), which the consumers overwrite
+// with zeros in the tail k-tile before its wgmma (those rows may hold anything, an infinity
+// included, and 0 · inf is not 0).
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     k_grouped_gemm(const __grid_constant__ KGroupedParams<T> p,
@@ -485,57 +445,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   int use = 0;
 
-  if (threadIdx.x < kProducerThreads) {  // ---- producer
+  if (threadIdx.x < kProducerThreads) {  // ---- producer: one thread issues every copy
     wg::regs_decrease<56>();
-    const int pt = threadIdx.x, chunk = pt % 8;  // gathered: chunk of k-rows pt / 8 + 16i
-    const uint32_t tma_bytes = (p.a.gather ? 0 : kATileBytes) + (p.b.gather ? 0 : kBTileBytes);
-    // A gathered operand's k-tile: `boxes` boxes of 64 columns from mn0 (`cols` exist).
-    auto gather = [&](uint32_t tile, const Operand<T>& op, int64_t r, int64_t r1, int64_t mn0,
-                      int64_t cols, int boxes) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int kr = pt / 8 + 16 * i;
-        const int64_t row = r + kr;
-        const T* base = row < r1 ? op.ptr + op.gather[row] * op.ld : nullptr;
-        for (int c = 0; c < boxes; ++c) {
-          const int64_t col = mn0 + 64 * c + chunk * 8;
-          gather_chunk<T>(tile + c * kBoxBytes, kr, chunk,
-                          base && col < cols ? base + col : nullptr);
-        }
-      }
-    };
+    if (threadIdx.x != 0) return;
     At next = blockIdx.x < total ? at_of(blockIdx.x) : At{};
     for (int64_t tile = blockIdx.x; tile < total; tile += gridDim.x) {
       const At t = next;
       const TileInfo info{{t.r0, t.r1, 0, 0}};
       // A group without rows still sends one stage (no copies) to carry its TileInfo.
       for (int kt = 0; kt < (t.num_k_tiles > 0 ? t.num_k_tiles : 1); ++kt, ++use) {
-        const Slot s = acquire(ring, use, t.num_k_tiles > 0 ? tma_bytes : 0, kt == 0, info);
-        if (t.num_k_tiles == 0) {
-          release(ring, s);
-          if (tile + gridDim.x < total) next = at_of(tile + gridDim.x);
-          continue;
-        }
-        const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
-        const int64_t r = t.r0 + static_cast<int64_t>(kt) * kBK;
-        if (p.a.gather) gather(a, p.a, r, t.r1, t.m0, p.m, kBM / 64);
-        if (p.b.gather) gather(b, p.b, r, t.r1, t.n0, p.n, kBN / 64);
-        // Rows past the group's end: the gathered operand has zeros there.
-        if (pt == 0) {
-          if (!p.a.gather) {
+        const Slot s = acquire(ring, use, t.num_k_tiles > 0 ? kStageBytes : 0, kt == 0, info);
+        if (t.num_k_tiles > 0) {
+          const uint32_t a = ring.stage(s.stage), b = a + kATileBytes, bar = ring.full(s.stage);
+          const int r = static_cast<int>(t.r0 + static_cast<int64_t>(kt) * kBK);
 #pragma unroll
-            for (int c = 0; c < kBM / 64; ++c)
-              wg::tma_load_4d(a + c * kBoxBytes, &maps.a_tile, bar, static_cast<int>(t.m0) + 64 * c,
-                              static_cast<int>(r), 0, 0);
-          }
-          if (!p.b.gather) {
+          for (int c = 0; c < kBM / 64; ++c)
+            wg::tma_load_4d(a + c * kBoxBytes, &maps.a_tile, bar, static_cast<int>(t.m0) + 64 * c,
+                            r, 0, 0);
 #pragma unroll
-            for (int c = 0; c < kBN / 64; ++c)
-              wg::tma_load_4d(b + c * kBoxBytes, &maps.b_tile, bar, static_cast<int>(t.n0) + 64 * c,
-                              static_cast<int>(r), 0, 0);
-          }
+          for (int c = 0; c < kBN / 64; ++c)
+            wg::tma_load_4d(b + c * kBoxBytes, &maps.b_tile, bar, static_cast<int>(t.n0) + 64 * c,
+                            r, 0, 0);
         }
-        release(ring, s);
         // The next tile's rows, while the stages ahead keep the consumers busy.
         if (kt == 0 && tile + gridDim.x < total) next = at_of(tile + gridDim.x);
       }
@@ -561,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the 256 consumer threads before either warpgroup's wgmma reads them.
   auto zero_tail = [&](const At& t, uint32_t stage, int kt) {
     const int64_t valid = t.r1 - (t.r0 + static_cast<int64_t>(kt) * kBK);
-    if (valid >= kBK || (p.a.gather && p.b.gather)) return;
+    if (valid >= kBK) return;
     const int ct = threadIdx.x - kProducerThreads, chunks = (kBK - static_cast<int>(valid)) * 8;
     auto clear = [&](uint32_t box) {
       for (int i = ct; i < chunks; i += kConsumerWarps * 32) {
@@ -569,10 +500,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         *reinterpret_cast<uint4*>(__cvta_shared_to_generic(at)) = make_uint4(0, 0, 0, 0);
       }
     };
-    if (!p.a.gather)
-      for (int c = 0; c < kBM / 64; ++c) clear(stage + c * kBoxBytes);
-    if (!p.b.gather)
-      for (int c = 0; c < kBN / 64; ++c) clear(stage + kATileBytes + c * kBoxBytes);
+    for (int c = 0; c < kBM / 64; ++c) clear(stage + c * kBoxBytes);
+    for (int c = 0; c < kBN / 64; ++c) clear(stage + kATileBytes + c * kBoxBytes);
     wg::fence_proxy_async();
     wg::named_sync(3, kConsumerWarps * 32);
   };

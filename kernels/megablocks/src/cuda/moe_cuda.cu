@@ -542,16 +542,17 @@ CUtensorMap tensor_map(const T* data, int64_t cols, int64_t rows, int64_t outer,
   return map;
 }
 
-// The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (gathered A is copied by
-// cp.async and has no map), the outputs `out_rows`.
+// The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (copied whole: the TMA kernels
+// gather no rows), the outputs `out_rows`.
 template <Major LB, Epi E>
 void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t out_rows,
                    cudaStream_t stream) {
   using T = __nv_bfloat16;
-  if (p.k <= 0)  // (the kernel stores its accumulators after at least one k-tile)
-    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: an expert GEMM with an empty K extent");
+  if (p.k <= 0 || p.a.gather)  // (the kernel stores its accumulators after a k-tile at least)
+    fail(HK_STATUS_INVALID_ARGUMENT,
+         "megablocks cuda: the TMA expert GEMMs need whole operands and a K extent");
   tma::MGroupedMaps maps{};
-  if (!p.a.gather) maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, tma::kBM);
+  maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, tma::kBM);
   if constexpr (E == Epi::Store) {
     maps.out[0] = tensor_map(static_cast<const T*>(p.epi.out), p.n, out_rows, 1, p.epi.ld, 0, 64);
   } else if constexpr (E == Epi::SwigluForward) {
@@ -573,14 +574,16 @@ void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64
   check(cudaGetLastError(), "M-grouped GEMM (tma) launch");
 }
 
-// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows (a
-// gathered operand is copied by cp.async and has no map).
+// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows (copied
+// whole).
 void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t b_rows,
                    cudaStream_t stream) {
   using T = __nv_bfloat16;
+  if (p.a.gather || p.b.gather)
+    fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: the TMA expert GEMMs need whole operands");
   tma::KGroupedMaps maps{};
-  if (!p.a.gather) maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
-  if (!p.b.gather) maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
+  maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
+  maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
   if (!p.accumulate)
     maps.out = tensor_map(p.out, p.n, p.m_store, p.groups.count, p.n, p.m_store * p.n, 64);
   auto kernel = tma::k_grouped_gemm<T>;
@@ -860,7 +863,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, gemm.tma ? n : c.T, n);
+  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, n, n);
   timer.mark("gate_up GEMM + SwiGLU");
 
   MGroupedParams<T> down;
@@ -950,7 +953,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dd.groups = experts;
     dd.out = static_cast<T*>(c.ddown_w);
     dd.accumulate = c.accumulate;
-    k_grouped_on(dd, stream, gemm, gemm.tma ? n : c.T, n);
+    k_grouped_on(dd, stream, gemm, n, n);
     timer.mark("d(down_w) GEMM");
   }
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
@@ -1031,7 +1034,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     dg.groups = experts;
     dg.out = static_cast<T*>(c.dgate_up_w);
     dg.accumulate = c.accumulate;
-    k_grouped_on(dg, stream, gemm, n, gemm.tma ? n : c.T);
+    k_grouped_on(dg, stream, gemm, n, n);
     timer.mark("d(gate_up_w) GEMM");
   }
   timer.finish();
