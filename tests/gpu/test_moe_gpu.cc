@@ -12,6 +12,8 @@
 //    the odd token count), against hk's built-in MoE block on CUDA (cuBLAS per expert);
 //  - capture, mma, wgmma and tma: the forward and backward recorded into a CUDA graph replay bit
 //    for bit; two backward calls give bit-identical gradients (no atomics);
+//  - every kernel set: an infinity in one expert's rows stays out of the other experts' weight
+//    gradients (the rows past an expert's end in a K-grouped GEMM's last k-tile);
 //  - the tiny bf16 Qwen3-MoE model against Transformers in bf16 on cuda (tests/fixtures, made by
 //    tools/fixtures/make_moe_fixtures.py --cuda): last-position logits, greedy ids, the training
 //    loss with the router aux loss and the gradients, with the cuda variant and with the built-in
@@ -20,6 +22,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <algorithm>
+#include <cmath>
 
 #include <filesystem>
 #include <random>
@@ -241,6 +244,64 @@ TEST_F(MoeGpu, CudaVariantMatchesTheBuiltinAtQwen3_30B_A3BShapes) {
       const Outcome got = run(*kernel, b, Device::cuda(0), DType::BF16, true);
       EXPECT_EQ(got.logits, want.logits) << "router logits (exact inputs)";
       expect_close(got, want, 2e-2, "megablocks vs built-in");
+    }
+  }
+}
+
+// Rows past an expert's end inside a weight-gradient GEMM's last k-tile hold the next expert's
+// rows: they must add nothing, whatever they hold. dy of the token owning the next expert's first
+// sorted row set to infinity: that expert's gradients (and the router's) are not finite, and every
+// expert the token is not routed to keeps gradients bit-identical to a run with finite dy (an
+// operand left unzeroed there would add 0 · inf = NaN to the expert before).
+TEST_F(MoeGpu, AnInfinityInOneExpertsRowsStaysOutOfTheOthersWeightGradients) {
+  const Problem s{"inf_rows", 300, 4, 1, 264, 72, false, 0};
+  for (const GemmKernels& kernels : {kMma, kMmaWide, kWgmma, kTma}) {
+    SCOPED_TRACE(kernels.name);
+    const UseGemm use(kernels);
+    Block b = make_block(s, 17);
+    auto gpu = [&](const Block& blk) {
+      auto m = make_module(blk, Device::cuda(0), DType::BF16);
+      bind_megablocks(*m, Device::cuda(0), DType::BF16, Mode::Training);
+      return run(*m, blk, Device::cuda(0), DType::BF16, true);
+    };
+    const Outcome finite = gpu(b);
+    // The canonical sorted order: expert ascending, then assignment t·k + j.
+    std::vector<int64_t> rows(s.E, 0), first(s.E, -1);
+    for (int64_t a = 0; a < s.T * s.k; ++a) {
+      const int64_t e = finite.ids[a];
+      if (first[e] < 0) first[e] = a;
+      ++rows[e];
+    }
+    int64_t before = -1, next = -1;  // an expert whose rows end inside a k-tile, the next with rows
+    for (int64_t e = 0; e < s.E && next < 0; ++e) {
+      if (rows[e] % 64 == 0) continue;
+      for (int64_t f = e + 1; f < s.E; ++f)
+        if (rows[f] > 0) {
+          before = e, next = f;
+          break;
+        }
+    }
+    ASSERT_GE(next, 0) << "the routing left no expert whose rows end inside a k-tile";
+    const int64_t token = first[next] / s.k;
+    std::vector<float> dy = test::moe_problem_values(s, 17).dy;  // (make_block's values)
+    for (int64_t h = 0; h < s.H; ++h) dy[token * s.H + h] = INFINITY;
+    b.dy = Tensor::from_floats(dy, {s.T, s.H});
+    const Outcome inf = gpu(b);
+
+    std::vector<bool> routed(s.E, false);
+    for (int64_t j = 0; j < s.k; ++j) routed[inf.ids[token * s.k + j]] = true;
+    ASSERT_FALSE(routed[before]);
+    const int64_t gu = 2 * s.I * s.H, d = s.H * s.I;
+    int64_t next_finite = 0;
+    for (int64_t i = 0; i < gu; ++i) next_finite += std::isfinite(inf.dgu[next * gu + i]);
+    EXPECT_LT(next_finite, gu) << "expert " << next << " took the infinite row";
+    for (int64_t e = 0; e < s.E; ++e) {
+      if (routed[e]) continue;
+      int64_t differ = 0;
+      for (int64_t i = 0; i < gu; ++i) differ += inf.dgu[e * gu + i] != finite.dgu[e * gu + i];
+      for (int64_t i = 0; i < d; ++i) differ += inf.dwd[e * d + i] != finite.dwd[e * d + i];
+      EXPECT_EQ(differ, 0) << "expert " << e << (e == before ? " (the one before)" : "")
+                           << ": weight-gradient values that differ from the finite run";
     }
   }
 }

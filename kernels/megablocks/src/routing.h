@@ -4,7 +4,9 @@
 //
 //   route_row        softmax (f32) → top-k by probability (descending, ties to the lower expert)
 //                    → renormalisation; k passes over E, no scratch: pass j takes the best entry
-//                    that orders after pass j−1's pick, so nothing needs a "taken" array.
+//                    that orders after pass j−1's pick, so nothing needs a "taken" array. The cpu
+//                    variant runs it; the cuda variant's routing runs a warp a token in its order
+//                    (ranks_before, the softmax summed in expert order) for the same results.
 //   permutation      the canonical order of the T·k assignments (expert ascending, then t·k + j):
 //                    a stable counting sort in three phases that need no host sync —
 //                    1. per chunk of kChunk assignments: a histogram over experts and each
