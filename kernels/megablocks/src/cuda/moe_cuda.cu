@@ -895,6 +895,20 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   const int32_t E = static_cast<int32_t>(c.E), k = static_cast<int32_t>(c.k);
   const GemmKernels gemm = gemm_kernels().for_dtype<T>();
   StageTimer timer(stream, "backward", gemm);
+  // An expert weight gradient: Σ over each expert's rows of aᵀ ⊗ b → out [E][m][n_cols].
+  auto weight_gradient = [&](const Operand<T>& a, const Operand<T>& b_rows, int64_t m,
+                             int64_t n_cols, void* out, const char* stage) {
+    KGroupedParams<T> p;
+    p.a = a;
+    p.b = b_rows;
+    p.m = p.m_store = m;
+    p.n = n_cols;
+    p.groups = experts;
+    p.out = static_cast<T*>(out);
+    p.accumulate = c.accumulate;
+    k_grouped_on(p, stream, gemm, n, n);
+    timer.mark(stage);
+  };
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
   permute(c, c.topk_ids, c.topk_weights, perm, stream);
   timer.mark("permute");
@@ -944,18 +958,9 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     timer.mark("d(act) GEMM + SwiGLU bwd");
   }
 
-  if (c.ddown_w) {  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
-    KGroupedParams<T> dd;
-    dd.a = {dy, c.H, 0, dy_rows};
-    dd.b = {b.act_weighted, c.I, 0, nullptr};
-    dd.m = dd.m_store = c.H;
-    dd.n = c.I;
-    dd.groups = experts;
-    dd.out = static_cast<T*>(c.ddown_w);
-    dd.accumulate = c.accumulate;
-    k_grouped_on(dd, stream, gemm, n, n);
-    timer.mark("d(down_w) GEMM");
-  }
+  if (c.ddown_w)  // Σ_rows dy[token]ᵀ ⊗ w·act  →  [H, I] per expert
+    weight_gradient({dy, c.H, 0, dy_rows}, {b.act_weighted, c.I, 0, nullptr}, c.H, c.I, c.ddown_w,
+                    "d(down_w) GEMM");
   MB_LAUNCH(dweight_kernel, static_cast<unsigned>(ceil_div(n, 256)), 256, 0, stream)
   (b.partial, perm.position, n, dweight_parts, b.dweights);
   MB_LAUNCH(route_backward_kernel<T>, static_cast<unsigned>(ceil_div(c.T, kRouteWarps)),
@@ -1021,21 +1026,14 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   timer.mark("dx un-permutation");
 
   if (c.dgate_up_w) {  // Σ_rows d(gate ‖ up)ᵀ ⊗ x[token]  →  [2I, H] per expert
-    KGroupedParams<T> dg;
-    dg.a = {b.dgate_up, 2 * c.I, 0, nullptr};
-    dg.b = {static_cast<const T*>(c.x), c.H, 0, perm.sorted_token};
+    Operand<T> x_rows{static_cast<const T*>(c.x), c.H, 0, perm.sorted_token};
     if (gemm.tma) {
       to_expert_order(static_cast<const T*>(c.x), perm.position, c, b.drows, stream);
-      dg.b = {b.drows, c.H, 0, nullptr};
+      x_rows = {b.drows, c.H, 0, nullptr};
       timer.mark("x in expert order");
     }
-    dg.m = dg.m_store = 2 * c.I;
-    dg.n = c.H;
-    dg.groups = experts;
-    dg.out = static_cast<T*>(c.dgate_up_w);
-    dg.accumulate = c.accumulate;
-    k_grouped_on(dg, stream, gemm, n, n);
-    timer.mark("d(gate_up_w) GEMM");
+    weight_gradient({b.dgate_up, 2 * c.I, 0, nullptr}, x_rows, 2 * c.I, c.H, c.dgate_up_w,
+                    "d(gate_up_w) GEMM");
   }
   timer.finish();
 }
