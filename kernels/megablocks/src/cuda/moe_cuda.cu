@@ -11,7 +11,8 @@
 //   6. weighted un-permutation: y[t] = Σ_j w·o over the token's k rows (deterministic, no atomics)
 // Backward, from the saved routing (ids, weights) and gate_up pre-activations:
 //   permutation again; d(act)/w = dy·down_w (GEMM, dy gathered) with the SwiGLU backward in its
-//   epilogue (d(gate ‖ up), w·act, per-tile parts of d(weight)); d(down_w) (K-grouped over each
+//   epilogue (d(gate ‖ up), w·act, per-tile parts of d(weight); the TMA kernels: a plain GEMM,
+//   then swiglu_backward_kernel, a warp a row); d(down_w) (K-grouped over each
 //   expert's rows); d(weight) summed; the routing backward (one warp per token:
 //   renormalisation, softmax, + drouter_logits); the router's dx part and d(router_w); dx rows =
 //   d(gate ‖ up) · gate_up_w, then the un-permutation sum; d(gate_up_w) (K-grouped). The TMA
@@ -21,12 +22,12 @@
 // 16-byte aligned tensors (UNSUPPORTED otherwise).
 //
 // The GEMMs (the experts' gate_up, down, d(act), dx rows, d(down_w), d(gate_up_w) and the
-// router's three) run on the Hopper wgmma kernels (grouped_gemm_sm90.cuh) on sm_90, else (or with
-// HK_MEGABLOCKS_GEMM=mma) on the mma.sync kernels (grouped_gemm.cuh); HK_MEGABLOCKS_GEMM=tma runs
-// the experts' bf16 GEMMs on the TMA warp-specialised kernels (grouped_gemm_tma.cuh) and the rest
-// on the wgmma ones. HK_MEGABLOCKS_TIMING=1
-// prints each pass's per-stage times to stderr (it synchronises the stream: a diagnostic for
-// benchmarks, not for capture).
+// router's three) run, on sm_90 by default or with HK_MEGABLOCKS_GEMM=tma, the experts' bf16 ones
+// on the TMA warp-specialised kernels (grouped_gemm_tma.cuh) and the rest (f16, the router's) on
+// the Hopper wgmma kernels (grouped_gemm_sm90.cuh, all of them with HK_MEGABLOCKS_GEMM=wgmma);
+// elsewhere, or with HK_MEGABLOCKS_GEMM=mma, on the mma.sync kernels (grouped_gemm.cuh).
+// HK_MEGABLOCKS_TIMING=1 prints each pass's per-stage times to stderr (it synchronises the
+// stream: a diagnostic for benchmarks, not for capture).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -478,7 +479,7 @@ GemmKernels gemm_kernels() {
 #if MEGABLOCKS_WGMMA
   // The default on Hopper: the TMA kernels for the experts' bf16 GEMMs, the wgmma ones for the
   // rest. On the H200 at 16384 tokens the wgmma kernels took the block's forward+backward from
-  // 17.8 ms (mma) to 12.3, the TMA ones to 8.6 (docs/performance.md).
+  // 17.8 ms (mma) to 12.3, the TMA ones to ~8 (docs/performance.md).
   if (s.empty() && device_major() != 9) return {false, expert_tile_n()};
   require_hopper();
   if (s.empty() || s == "tma") return {true, tma::kBN, true};
