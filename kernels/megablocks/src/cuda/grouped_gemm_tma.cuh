@@ -102,8 +102,7 @@ struct Ring {
   }
 };
 
-// The producer's side of one k-tile: waits for its stage to be free (the `use`-th pass over the
-// ring), then arrives on the full barrier announcing the bytes of its TMA copies.
+// The `use`-th k-tile through the ring: its stage and the phase parity of that pass.
 struct Slot {
   int stage;
   uint32_t parity;
@@ -126,8 +125,9 @@ __device__ __forceinline__ TileInfo get_info(const Ring& ring, int stage) {
   return t;
 }
 
-// `first`: this is the tile's first k-tile, whose stage carries `info` (written before the arrival
-// that publishes it).
+// The producer's side of one k-tile: waits for its stage to be free, then arrives on the full
+// barrier announcing the bytes of its TMA copies. `first`: this is the tile's first k-tile, whose
+// stage carries `info` (written before the arrival that publishes it).
 __device__ __forceinline__ Slot acquire(const Ring& ring, int use, uint32_t tma_bytes, bool first,
                                         TileInfo info) {
   const Slot s(use);

@@ -268,8 +268,7 @@ __global__ void swiglu_backward_kernel(T* act_w, const T* gate_up, const float* 
       store8(a_row + i, aw);
     }
   });
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) part += __shfl_xor_sync(0xffffffffu, part, o);
+  part = warp_sum(part);
   if (lane == 0) partial[row] = part;
 }
 
@@ -543,26 +542,25 @@ CUtensorMap tensor_map(const T* data, int64_t cols, int64_t rows, int64_t outer,
   return map;
 }
 
-// The M-grouped GEMM on the TMA kernels: A has `a_rows` stored rows (copied whole: the TMA kernels
-// gather no rows), the outputs `out_rows`.
+// The M-grouped GEMM on the TMA kernels: A and the outputs have `rows` stored (expert-sorted) rows,
+// A copied whole (the TMA kernels gather no rows).
 template <Major LB, Epi E>
-void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t out_rows,
-                   cudaStream_t stream) {
+void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t rows, cudaStream_t stream) {
   using T = __nv_bfloat16;
   if (p.k <= 0 || p.a.gather)  // (the kernel stores its accumulators after a k-tile at least)
     fail(HK_STATUS_INVALID_ARGUMENT,
          "megablocks cuda: the TMA expert GEMMs need whole operands and a K extent");
   tma::MGroupedMaps maps{};
-  maps.a = tensor_map(p.a.ptr, p.k, a_rows, 1, p.a.ld, 0, tma::kBM);
+  maps.a = tensor_map(p.a.ptr, p.k, rows, 1, p.a.ld, 0, tma::kBM);
   if constexpr (E == Epi::Store) {
-    maps.out[0] = tensor_map(static_cast<const T*>(p.epi.out), p.n, out_rows, 1, p.epi.ld, 0, 64);
+    maps.out[0] = tensor_map(static_cast<const T*>(p.epi.out), p.n, rows, 1, p.epi.ld, 0, 64);
   } else if constexpr (E == Epi::SwigluForward) {
     const int64_t I = p.epi.inter;
     if (p.epi.gate_up) {  // gate and up columns as two [rows][I] tensors of row stride 2I
-      maps.out[0] = tensor_map(p.epi.gate_up, I, out_rows, 1, 2 * I, 0, 64);
-      maps.out[1] = tensor_map(p.epi.gate_up + I, I, out_rows, 1, 2 * I, 0, 64);
+      maps.out[0] = tensor_map(p.epi.gate_up, I, rows, 1, 2 * I, 0, 64);
+      maps.out[1] = tensor_map(p.epi.gate_up + I, I, rows, 1, 2 * I, 0, 64);
     }
-    maps.out[2] = tensor_map(p.epi.act, I, out_rows, 1, I, 0, 64);
+    maps.out[2] = tensor_map(p.epi.act, I, rows, 1, I, 0, 64);
   }
   if constexpr (LB == Major::K)  // [N][K] per expert (SwiGLU: gate rows, then up rows)
     maps.b = tensor_map(p.b.ptr, p.k, E == Epi::SwigluForward ? 2 * p.n : p.n, p.groups.count,
@@ -575,16 +573,15 @@ void m_grouped_tma(const MGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64
   check(cudaGetLastError(), "M-grouped GEMM (tma) launch");
 }
 
-// The K-grouped GEMM on the TMA kernels: A and B have `a_rows` / `b_rows` stored rows (copied
-// whole).
-void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64_t b_rows,
-                   cudaStream_t stream) {
+// The K-grouped GEMM on the TMA kernels: A and B have `rows` stored (expert-sorted) rows, copied
+// whole.
+void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t rows, cudaStream_t stream) {
   using T = __nv_bfloat16;
   if (p.a.gather || p.b.gather)
     fail(HK_STATUS_INVALID_ARGUMENT, "megablocks cuda: the TMA expert GEMMs need whole operands");
   tma::KGroupedMaps maps{};
-  maps.a_tile = tensor_map(p.a.ptr, p.m, a_rows, 1, p.a.ld, 0, 64);
-  maps.b_tile = tensor_map(p.b.ptr, p.n, b_rows, 1, p.b.ld, 0, 64);
+  maps.a_tile = tensor_map(p.a.ptr, p.m, rows, 1, p.a.ld, 0, 64);
+  maps.b_tile = tensor_map(p.b.ptr, p.n, rows, 1, p.b.ld, 0, 64);
   if (!p.accumulate)
     maps.out = tensor_map(p.out, p.n, p.m_store, p.groups.count, p.n, p.m_store * p.n, 64);
   auto kernel = tma::k_grouped_gemm<T>;
@@ -594,17 +591,17 @@ void k_grouped_tma(const KGroupedParams<__nv_bfloat16>& p, int64_t a_rows, int64
 }
 #endif
 
-// `a_rows`, `out_rows`: the stored rows of A and of the outputs (the TMA kernels' maps need them;
+// `rows`: the expert-sorted rows of the operands and outputs (the TMA kernels' maps need them;
 // the others do not).
 template <class T, Major LB, Epi E>
 void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g,
-                  int64_t a_rows = 0, int64_t out_rows = 0) {
+                  int64_t rows = 0) {
 #if MEGABLOCKS_WGMMA
   // (The TMA path runs the SwiGLU backward after a Store GEMM: no TMA instance of that epilogue.)
   if constexpr (std::is_same_v<T, __nv_bfloat16> && E != Epi::StoreF32 &&
                 E != Epi::SwigluBackward) {
     if (g.tma) {
-      m_grouped_tma<LB, E>(p, a_rows, out_rows, stream);
+      m_grouped_tma<LB, E>(p, rows, stream);
       return;
     }
   }
@@ -621,11 +618,11 @@ void m_grouped_on(const MGroupedParams<T>& p, cudaStream_t stream, const GemmKer
 
 template <class T>
 void k_grouped_on(const KGroupedParams<T>& p, cudaStream_t stream, const GemmKernels& g,
-                  int64_t a_rows = 0, int64_t b_rows = 0) {
+                  int64_t rows = 0) {
 #if MEGABLOCKS_WGMMA
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (g.tma) {
-      k_grouped_tma(p, a_rows, b_rows, stream);
+      k_grouped_tma(p, rows, stream);
       return;
     }
   }
@@ -864,7 +861,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   up.epi.activation = c.attrs.activation;
   up.epi.gate_up = static_cast<T*>(c.gate_up);  // training: the saved pre-activations
   up.epi.act = b.act;
-  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, n, n);
+  m_grouped_on<T, Major::K, Epi::SwigluForward>(up, stream, gemm, n);
   timer.mark("gate_up GEMM + SwiGLU");
 
   MGroupedParams<T> down;
@@ -875,7 +872,7 @@ void forward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   down.groups = experts;
   down.epi.out = b.out;
   down.epi.ld = c.H;
-  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm, n, n);
+  m_grouped_on<T, Major::K, Epi::Store>(down, stream, gemm, n);
   timer.mark("down GEMM");
 
   MB_LAUNCH(combine_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
@@ -907,7 +904,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
     p.groups = experts;
     p.out = static_cast<T*>(out);
     p.accumulate = c.accumulate;
-    k_grouped_on(p, stream, gemm, n, n);
+    k_grouped_on(p, stream, gemm, n);
     timer.mark(stage);
   };
   MB_LAUNCH(single_group_kernel, 1, 1, 0, stream)(c.T, perm.one_group, perm.one_group_tiles);
@@ -946,7 +943,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   if (gemm.tma) {
     dact.epi.out = b.act_weighted;
     dact.epi.ld = c.I;
-    m_grouped_on<T, Major::MN, Epi::Store>(dact, stream, gemm, n, n);
+    m_grouped_on<T, Major::MN, Epi::Store>(dact, stream, gemm, n);
     timer.mark("d(act) GEMM");
     MB_LAUNCH(swiglu_backward_kernel<T>, static_cast<unsigned>(ceil_div(n, 8)), 256, 0, stream)
     (b.act_weighted, static_cast<const T*>(c.gate_up), perm.sorted_weight, n, c.I,
@@ -1019,7 +1016,7 @@ void backward_typed(const MoeCall& c, void* workspace, cudaStream_t stream) {
   drows.groups = experts;
   drows.epi.out = b.drows;
   drows.epi.ld = c.H;
-  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm, n, n);
+  m_grouped_on<T, Major::MN, Epi::Store>(drows, stream, gemm, n);
   timer.mark("dx rows GEMM");
   MB_LAUNCH(combine_backward_kernel<T>, static_cast<unsigned>(c.T), 128, 0, stream)
   (b.drows, perm.position, k, c.H, b.dx_router, static_cast<T*>(c.dx));
