@@ -71,6 +71,53 @@ bool parse_index(const char* s, int* out) {
   return true;
 }
 
+#ifdef HK_FLASH_BWD_TRACE
+// A trace build (cmake -DCMAKE_CUDA_FLAGS=-DHK_FLASH_BWD_TRACE=1
+// -DCMAKE_CXX_FLAGS=-DHK_FLASH_BWD_TRACE=1 in a build directory of its own): one backward call
+// with the Hopper kernel's phase stamps on; prints each phase's mean length per warpgroup (cycles,
+// over every block and every tile but a block's first and last), in the kernel's order.
+void print_backward_trace(const Problem& p, Buffers& bf) {
+  constexpr int kPhases = hk_flash::kBwdTracePhases, kTiles = hk_flash::kBwdTraceTiles;
+  const char* names[kPhases - 1] = {
+      "rows (+ late refill)", "dP issue, wait S", "P",        "dV issue, wait dP", "dS",
+      "dK, barrier",          "dQ issue",         "wait all", "release, next S",   "dQ stores",
+      "fence, barrier",       "reduce issue"};
+  const int blocks = p.b * p.hkv * ((p.t + 127) / 128);
+  const size_t n = static_cast<size_t>(blocks) * 2 * kTiles * kPhases;
+  unsigned long long* dev = nullptr;
+  check(cudaMalloc(&dev, n * 8), "trace buffer");
+  check(cudaMemset(dev, 0, n * 8), "trace clear");
+  BwdScope scope(Bwd::Sm90Tma);
+  hk_flash::BackwardParams bp = backward_params(p, bf, false);
+  bp.trace = dev;
+  hk_flash::backward(bp, nullptr);
+  check(cudaDeviceSynchronize(), "traced backward");
+  std::vector<unsigned long long> h(n);
+  check(cudaMemcpy(h.data(), dev, n * 8, cudaMemcpyDeviceToHost), "trace copy");
+  check(cudaFree(dev), "trace free");
+  for (int wg = 0; wg < 2; ++wg) {
+    double sum[kPhases] = {}, period = 0;
+    long count = 0;
+    for (int blk = 0; blk < blocks; ++blk)
+      for (int it = 1; it + 1 < kTiles; ++it) {
+        const unsigned long long* t =
+            &h[((static_cast<size_t>(blk) * 2 + wg) * kTiles + it) * kPhases];
+        const unsigned long long next = t[kPhases];  // the next tile's first stamp
+        if (t[0] == 0 || t[kPhases - 1] == 0 || next == 0) continue;
+        for (int ph = 0; ph + 1 < kPhases; ++ph) sum[ph] += static_cast<double>(t[ph + 1] - t[ph]);
+        sum[kPhases - 1] += static_cast<double>(next - t[kPhases - 1]);
+        period += static_cast<double>(next - t[0]);
+        ++count;
+      }
+    std::printf("trace warpgroup %d (%ld tiles): period %.0f cycles;", wg, count,
+                count ? period / count : 0.0);
+    for (int ph = 0; ph + 1 < kPhases; ++ph)
+      std::printf(" %s %.0f;", names[ph], count ? sum[ph] / count : 0.0);
+    std::printf(" loop back %.0f\n", count ? sum[kPhases - 1] / count : 0.0);
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,6 +208,9 @@ int main(int argc, char** argv) {
           hk_flash::backward(bp, nullptr);
         });
       }
+#ifdef HK_FLASH_BWD_TRACE
+      print_backward_trace(p, bf);
+#endif
       char row[512];
       std::snprintf(row, sizeof row,
                     "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
@@ -171,7 +221,7 @@ int main(int argc, char** argv) {
                     tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2), t80 / t90);
       table += row;
       std::fprintf(stderr, "%s", row);
-      char js[1536];
+      char js[2048];
       std::snprintf(
           js, sizeof js,
           "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "

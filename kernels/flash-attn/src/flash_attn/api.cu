@@ -7,9 +7,9 @@
 // tiles a block, v1 — the default — the one with a producer warpgroup); else the mma.sync prefill
 // kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
-// (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics instead
-// of TMA reduce-adds), else the mma.sync one, between the shared Di pre-pass and dq pass. Nothing
-// here allocates or synchronises.
+// (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
+// the row-major accumulator instead of bulk reduce-adds into the tiled one), else the mma.sync one,
+// between the shared Di pre-pass and dq pass. Nothing here allocates or synchronises.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -317,9 +317,20 @@ size_t q_rows(const Params& p) {
 }
 }  // namespace
 
+size_t dq_tiled_bytes(const Params& p) {
+  return static_cast<size_t>(dq_tile_offset(p.heads_q, p.seqlen_q, p.head_dim, p.batch - 1,
+                                            p.heads_q - 1,
+                                            (p.seqlen_q + kDqTileRows - 1) / kDqTileRows - 1) +
+                             kDqTileRows * p.head_dim) *
+         4;
+}
+
 size_t backward_workspace_size(const BackwardParams& p) {
   const size_t di = round_up(q_rows(p) * p.heads_q * sizeof(float));
-  const size_t dq = p.deterministic ? 0 : round_up(q_rows(p) * p.heads_q * p.head_dim * 4);
+  // rows, or the Hopper kernel's tiles (batch layouts), whichever the call may take is larger
+  const size_t dq_rows = q_rows(p) * p.heads_q * p.head_dim * 4;
+  const size_t dq_tiles = p.cu_seqlens_q == nullptr && p.seqlen_q > 0 ? dq_tiled_bytes(p) : 0;
+  const size_t dq = p.deterministic ? 0 : round_up(std::max(dq_rows, dq_tiles));
   return di + dq;
 }
 
@@ -351,18 +362,21 @@ void backward(const BackwardParams& in, Stream stream_handle) {
   if (p.seqlen_k == 0 || p.seqlen_q == 0) return;  // nothing the kernels would touch
   const bool sm90 = backward_sm90_applies(p);
   const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
+  // the Hopper kernel's TMA dq leaves in its tiled layout (bulk reduce-adds of whole tiles)
+  const bool tiled_dq = sm90 && tma_dq && dq_accum != nullptr;
   if (verbose())
     std::fprintf(
         stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
-        sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by TMA reduce)" : " (dq by atomics)") : "");
+        sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by bulk reduce-add)" : " (dq by atomics)")
+                                    : "");
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto steps = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      launch_backward_prepare<T, D>(p, stream, di, dq_accum);
+      launch_backward_prepare<T, D>(p, stream, di, dq_accum, tiled_dq);
       if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tma_dq)))
         launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
-      launch_backward_finish<T, D>(p, stream, di, dq_accum);
+      launch_backward_finish<T, D>(p, stream, di, dq_accum, tiled_dq);
     };
     switch (p.head_dim) {
       case 64:
@@ -371,9 +385,9 @@ void backward(const BackwardParams& in, Stream stream_handle) {
         return steps(std::integral_constant<int, 128>{});
       default: {
         // head dim 256: the mma.sync kernels only (backward_sm90_applies is false)
-        launch_backward_prepare<T, 256>(p, stream, di, dq_accum);
+        launch_backward_prepare<T, 256>(p, stream, di, dq_accum, false);
         launch_backward_dkdv_sm80<T, 256>(p, stream, di, dq_accum);
-        launch_backward_finish<T, 256>(p, stream, di, dq_accum);
+        launch_backward_finish<T, 256>(p, stream, di, dq_accum, false);
         return;
       }
     }

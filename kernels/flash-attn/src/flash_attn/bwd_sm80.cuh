@@ -58,6 +58,7 @@ __device__ __forceinline__ void red_add_f32x2(float* dst, float a, float b) {
 template <class T, int D>
 __global__ void __launch_bounds__(256)
     flash_bwd_preprocess_kernel(const BackwardParams p, float* di, float* dq_accum) {
+  // (a tiled dq accumulator, dq_tiled_index, is cleared by the caller instead: pass null)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int s = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
   const SeqInfo seq = seq_info(p, b);
@@ -82,13 +83,21 @@ __global__ void __launch_bounds__(256)
 // ---- 3a. dq = scale · accumulator --------------------------------------------------------------
 template <class T, int D>
 __global__ void __launch_bounds__(256)
-    flash_bwd_convert_dq_kernel(const BackwardParams p, const float* dq_accum, float scale) {
+    flash_bwd_convert_dq_kernel(const BackwardParams p, const float* dq_accum, float scale,
+                                bool tiled) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int s = blockIdx.x * 8 + warp, h = blockIdx.y, b = blockIdx.z;
   const SeqInfo seq = seq_info(p, b);
   if (s >= seq.S) return;
-  const float* src = dq_accum + dq_accum_offset(p, b, seq.q_row0, s, h);
   T* dst = static_cast<T*>(p.dq) + row_offset(p.dq_strides, b, seq.q_row0, s, h);
+  if (tiled) {  // columns d, d + 1 are adjacent there too
+    for (int d = lane * 2; d < D; d += 64) {
+      const float2 v = *reinterpret_cast<const float2*>(dq_accum + dq_tiled_index(p, b, s, h, d));
+      *reinterpret_cast<uint32_t*>(dst + d) = pack2<T>(v.x * scale, v.y * scale);
+    }
+    return;
+  }
+  const float* src = dq_accum + dq_accum_offset(p, b, seq.q_row0, s, h);
   for (int d = lane * 2; d < D; d += 64)
     *reinterpret_cast<uint32_t*>(dst + d) = pack2<T>(src[d] * scale, src[d + 1] * scale);
 }

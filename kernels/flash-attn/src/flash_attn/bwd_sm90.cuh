@@ -2,23 +2,31 @@
 // algorithm on TMA + wgmma); the Di pre-pass and the dq conversion / deterministic dq kernels are
 // the mma.sync family's (bwd_sm80.cuh), which api.cu launches around it.
 //
-// A block of two warpgroups (256 threads, no producer warpgroup: thread 0 issues the copies, so
-// every warp may use 255 registers) owns 128 keys of one kv head, 64 per warpgroup, and walks
-// every 64-query tile of every head of its GQA group that can see them (dK/dV summed over the
-// group in registers, in a fixed order). K and V arrive once by TMA; Q and dO tiles by TMA two
-// stages deep (a "full" mbarrier per stage, and an "empty" one that all 256 threads arrive on, so
-// thread 0 refills a stage one tile ahead); lse·log2(e) and Di rows go through shared memory by
-// ordinary loads one tile ahead. Per tile, for a warpgroup's 64 keys (the transposed products
-// keep keys in the accumulator rows, so no transposition is needed before dV and dK):
-//   Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ          wgmma, both operands in shared memory (K-major)
+// A block of two warpgroups (256 threads, no producer warpgroup: threads 0 and 128 issue the
+// copies, so every warp may use 255 registers) owns 128 keys of one kv head, 64 per warpgroup, and
+// walks every 64-query tile of every head of its GQA group that can see them (dK/dV summed over
+// the group in registers, in a fixed order). K and V arrive once by TMA; Q and dO tiles by TMA two
+// stages deep (a "full" mbarrier per stage, and an "empty" one that all 256 threads arrive on;
+// thread 128 refills a stage two tiles ahead once both warpgroups have released it); lse·log2(e)
+// and Di rows go through shared memory by ordinary loads one tile ahead. Per tile, for a
+// warpgroup's 64 keys (the transposed products keep keys in the accumulator rows, so no
+// transposition is needed before dV and dK), in issue order:
+//   Sᵀ = K·Qᵀ                          issued at the end of the tile before (it runs while dQ
+//                                      leaves and the loop turns)
+//   dPᵀ = V·dOᵀ                        issued before the exponentials, which it runs under
+//                                      (both: wgmma, operands in shared memory, K-major)
 //   Pᵀ = exp2(Sᵀ·scale·log2e − lse),  dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²) under softcap), masks
 //   dV += Pᵀ·dO, dK += dSᵀ·Q           wgmma, A (Pᵀ, dSᵀ) in registers, B MN-major in shared memory
 //   dSᵀ → shared memory (16-bit, 128-byte swizzle) as well, then after one block barrier
 //   dQ (64 queries × 64 columns) = dS·K wgmma with both operands MN-major: at head dim 128 each
 //     warpgroup takes 64 of the columns over all 128 keys; at 64, all columns over its own keys.
-// dQ leaves in f32 either by a TMA reduce-add of the tile staged in shared memory (default) or by
-// red.global.add.v2 from registers (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it (the
-// sm80 dq kernel runs after). Masks, softcap, window, key_start and lse follow bwd_sm80.cuh.
+// dQ leaves in f32 either by one bulk reduce-add a warpgroup (default) of its part staged in
+// shared memory in the order its threads hold it, into an accumulator tiled the same way
+// (dq_tiled_index: no swizzle arithmetic, 16-byte stores, one copy), or by red.global.add.v2 from
+// registers into the row-major accumulator (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it
+// (the sm80 dq kernel runs after). Masks, softcap, window, key_start and lse follow bwd_sm80.cuh.
+// HK_FLASH_BWD_TRACE builds stamp each phase's clock (BackwardParams::trace; the benchmark prints
+// them), a measurement build only.
 // Not here: varlen and KV-cache layouts, head dim 256 (the mma.sync backward serves them).
 #pragma once
 
@@ -37,8 +45,7 @@ struct Sm90BwdConfig {
   static constexpr uint32_t kQTile = kColBlocks * kQBox;      // a Q or dO tile
   static constexpr uint32_t kKTile = kColBlocks * kKBox;      // the K or V tile
   static constexpr uint32_t kDsTile = kBlockN * kBlockM * 2;  // dSᵀ [128 keys][64 queries]
-  static constexpr uint32_t kDqBox = 64 * 128;                // f32 [64 rows][32 columns]
-  static constexpr uint32_t kDqPart = 2 * kDqBox;             // a warpgroup's 64 × 64 f32 dQ
+  static constexpr uint32_t kDqPart = 64 * 64 * 4;            // a warpgroup's 64 × 64 f32 dQ
   // dQ of a warpgroup: columns [64·cw, +64) over all keys (D 128) or all columns over its keys
   static constexpr int kDqKeys = D == 128 ? kBlockN : kBlockN / 2;
   static constexpr uint32_t kOffK = 0, kOffV = kKTile, kOffQ = 2 * kKTile;
@@ -53,10 +60,11 @@ struct Sm90BwdConfig {
 };
 
 struct Sm90BwdMaps {
-  CUtensorMap q, k, v, dout, dq;  // dq: the f32 accumulator (TMA reduce mode only)
+  CUtensorMap q, k, v, dout;
 };
 
-// dq_mode: 0 none (deterministic: another kernel computes dq), 1 red.global.add, 2 TMA reduce.
+// dq_mode: 0 none (deterministic: another kernel computes dq), 1 red.global.add (rows), 2 bulk
+// reduce-add (the tiled accumulator).
 // kCap: softcap (p.softcap > 0) compiled in. A run-time softcap branch kept the tanh derivatives'
 // 16 registers reserved on every path; without them the kernel runs 4-5% faster at head dim 128
 // (H200, 2026-12-02: 313-412 against 298-393 TF/s).
@@ -101,12 +109,23 @@ __global__ void __launch_bounds__(256, 1)
   const int n_iters = m_blocks * group;
   auto head_of = [&](int it) { return hk * group + it / m_blocks; };
   auto row0_of = [&](int it) { return (m_first + it % m_blocks) * kBlockM; };
-  // threads 0..127: lse·log2e (0..63) or Di (64..127) of row tid % 64 of tile `it`
-  auto load_row = [&](int it) -> float {
-    const int h = head_of(it), s = row0_of(it) + (tid & 63);
-    if (s >= seq.S) return tid < 64 ? INFINITY : 0.0f;
-    return tid < 64 ? p.lse_in[lse_offset(p, b, seq.q_row0, s, h)] * kLog2e
-                    : di[di_offset(p, b, seq.q_row0, s, h)];
+  // threads 0..127: lse (0..63) or Di (64..127) of row tid % 64 of tile (h, m0), as loaded: the
+  // ·log2e (store_row) waits until the value is needed, so the load's latency stays off the
+  // tile's path (applied at once, it stalled warpgroup 0 ~850 cycles a tile on the H200)
+  auto load_row = [&](int h, int m0) -> float {
+    const int s = m0 + (tid & 63);
+    const float* src = tid < 64 ? p.lse_in + lse_offset(p, b, seq.q_row0, s, h)
+                                : di + di_offset(p, b, seq.q_row0, s, h);
+    // a predicated load into the register holding the fallback: nothing reads it before
+    // store_row (a select after the load would wait for it)
+    float v = tid < 64 ? INFINITY : 0.0f;
+    asm volatile("{\n.reg .pred p;\nsetp.lt.s32 p, %1, %2;\n@p ld.global.nc.f32 %0, [%3];\n}\n"
+                 : "+f"(v)
+                 : "r"(s), "r"(seq.S), "l"(src));
+    return v;
+  };
+  auto store_row = [&](int buf, float v) {
+    rows[buf * 2 * kBlockM + tid] = tid < 64 ? v * kLog2e : v;
   };
   auto issue_qdo = [&](int it, int st) {
     const int h = head_of(it), m0 = row0_of(it);
@@ -126,7 +145,7 @@ __global__ void __launch_bounds__(256, 1)
     }
     fence_barrier_init();
   }
-  if (n_iters > 0 && tid < 128) rows[tid] = load_row(0);
+  if (n_iters > 0 && tid < 128) store_row(0, load_row(head_of(0), row0_of(0)));
   __syncthreads();
   if (tid == 0 && n_iters > 0) {  // no tiles: no copies (none may land after the block exits)
     prefetch_tma(&maps.q);
@@ -148,32 +167,18 @@ __global__ void __launch_bounds__(256, 1)
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
-
-  for (int it = 0; it < n_iters; ++it) {
-    const int st = it & 1;
-    const uint32_t phase = (it >> 1) & 1;
-    const int h = head_of(it), m0 = row0_of(it);
-    const bool more = it + 1 < n_iters;
-    float next_row = 0.0f;  // lse / Di of the next tile, stored once this tile's S is in
-    if (more && tid < 128) next_row = load_row(it + 1);
-    if (it == 0) mbar_wait(bar_kv, 0);
-    mbar_wait(bar_full(st), phase);
-
-    // Shared-memory addresses from an opaque copy of the base, so the compiler rebuilds the wgmma
-    // descriptors in each iteration instead of holding dozens of them in registers.
+  // Sᵀ = K·Qᵀ (64 keys × 64 queries) of the tile in `stage`, both operands K-major in shared
+  // memory, issued at the end of the tile before (once its dK and dQ are done), so it runs while
+  // dQ leaves and the loop turns; the last tile issues one more, unread, over its own stage, so
+  // every iteration ends with one S in flight (H200, 2026-12-03: with dP below, the backward
+  // +3-7% over S issued at its tile's start). Addresses from an opaque copy of the base, so the
+  // compiler rebuilds the wgmma descriptors where they are used instead of holding dozens of them
+  // in registers.
+  float s[32];
+  auto issue_s = [&](int stage) {
     const uint32_t sb = opaque_u32(base);
-    const uint32_t k_it = sb + Cfg::kOffK, v_it = sb + Cfg::kOffV;
-    const uint32_t q_it = sb + Cfg::kOffQ + st * kQTile, do_it = sb + Cfg::kOffDo + st * kQTile;
-    const uint32_t dq_it = sb + Cfg::kOffDq + cw * Cfg::kDqPart;
-    // wgmma descriptor bases, warp-uniform (each wgmma of a chain adds a constant to one)
-    const uint64_t k_kmaj = uniform_desc(make_desc(k_it + 64 * cw * 128, 16, 1024));
-    const uint64_t v_kmaj = uniform_desc(make_desc(v_it + 64 * cw * 128, 16, 1024));
-    const uint64_t q_kmaj = uniform_desc(make_desc(q_it, 16, 1024));
-    const uint64_t do_kmaj = uniform_desc(make_desc(do_it, 16, 1024));
-    const uint64_t q_mn = uniform_desc(make_desc(q_it, kQBox, 1024));
-    const uint64_t do_mn = uniform_desc(make_desc(do_it, kQBox, 1024));
-    // Sᵀ = K·Qᵀ (64 keys × 64 queries), both operands K-major in shared memory
-    float s[32];
+    const uint64_t k_kmaj = uniform_desc(make_desc(sb + Cfg::kOffK + 64 * cw * 128, 16, 1024));
+    const uint64_t q_kmaj = uniform_desc(make_desc(sb + Cfg::kOffQ + stage * kQTile, 16, 1024));
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
@@ -183,8 +188,81 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_ss<64, T>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+  };
+  if (n_iters > 0) {
+    mbar_wait(bar_kv, 0);
+    mbar_wait(bar_full(0), 0);
+    issue_s(0);
+  }
+
+#ifdef HK_FLASH_BWD_TRACE
+  unsigned long long* trace_row = p.trace == nullptr
+                                      ? nullptr
+                                      : p.trace + ((blockIdx.y * gridDim.x + blockIdx.x) * 2 + cw) *
+                                                      kBwdTraceTiles * kBwdTracePhases;
+#define HK_BWD_STAMP(k)                                             \
+  do {                                                              \
+    if (trace_row != nullptr && ltid == 0 && it < kBwdTraceTiles) { \
+      unsigned long long t_;                                        \
+      asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_));          \
+      trace_row[it * kBwdTracePhases + (k)] = t_;                   \
+    }                                                               \
+  } while (0)
+#else
+#define HK_BWD_STAMP(k) \
+  do {                  \
+  } while (0)
+#endif
+  // the coming tile's head and m-block, kept by increments (head_of / row0_of divide)
+  int next_h = hk * group, next_m = 0;
+  // thread 128 found the stage it released not yet free (the other warpgroup still reading it)
+  // and refills it at the next tile's start instead of waiting
+  bool refill_pending = false;
+  for (int it = 0; it < n_iters; ++it) {
+    HK_BWD_STAMP(0);
+    const int st = it & 1;
+    const uint32_t phase = (it >> 1) & 1;
+    const int h = next_h, m0 = (m_first + next_m) * kBlockM;
+    if (++next_m == m_blocks) {
+      next_m = 0;
+      ++next_h;
+    }
+    const bool more = it + 1 < n_iters;
+    float next_row = 0.0f;  // lse / Di of the next tile, stored once this tile's S is in
+    if (more && tid < 128) next_row = load_row(next_h, (m_first + next_m) * kBlockM);
+    if (refill_pending) {  // (only thread 128 sets it) tile it + 1 into stage st ^ 1
+      mbar_wait(bar_empty(st ^ 1), ((it - 1) >> 1) & 1);
+      issue_qdo(it + 1, st ^ 1);
+      refill_pending = false;
+    }
+    HK_BWD_STAMP(1);
+
+    // Shared-memory addresses from an opaque copy of the base, so the compiler rebuilds the wgmma
+    // descriptors in each iteration instead of holding dozens of them in registers.
+    const uint32_t sb = opaque_u32(base);
+    const uint32_t k_it = sb + Cfg::kOffK, v_it = sb + Cfg::kOffV;
+    const uint32_t q_it = sb + Cfg::kOffQ + st * kQTile, do_it = sb + Cfg::kOffDo + st * kQTile;
+    const uint32_t dq_it = sb + Cfg::kOffDq + cw * Cfg::kDqPart;
+    // wgmma descriptor bases, warp-uniform (each wgmma of a chain adds a constant to one)
+    const uint64_t v_kmaj = uniform_desc(make_desc(v_it + 64 * cw * 128, 16, 1024));
+    const uint64_t do_kmaj = uniform_desc(make_desc(do_it, 16, 1024));
+    const uint64_t q_mn = uniform_desc(make_desc(q_it, kQBox, 1024));
+    const uint64_t do_mn = uniform_desc(make_desc(do_it, kQBox, 1024));
+    // dPᵀ = V·dOᵀ (as S, both operands K-major in shared memory), issued before the exponentials
+    // so it runs under them
+    float dp[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const uint32_t within = (kk % 4) * 32;
+      const uint64_t da = desc_add(v_kmaj, (kk / 4) * kKBox + within);
+      const uint64_t db = desc_add(do_kmaj, (kk / 4) * kQBox + within);
+      wgmma_ss<64, T>(dp, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // S done
     fence_regs(s);
+    HK_BWD_STAMP(2);
 
     // Pᵀ = exp2(Sᵀ·scale·log2e − lse) (masks and softcap branch once per tile; hi is smallest for
     // the tile's first query, lo largest for its last), packed at once to the A fragments of dV
@@ -231,23 +309,16 @@ __global__ void __launch_bounds__(256, 1)
       }
     };
     need_mask ? probabilities(std::true_type{}) : probabilities(std::false_type{});
+    HK_BWD_STAMP(3);
 
-    // dPᵀ = V·dOᵀ (as S), then dV += Pᵀ·dO (A: Pᵀ in registers; B: dO MN-major, 16 queries a step)
-    float dp[32];
+    // dV += Pᵀ·dO (A: Pᵀ in registers; B: dO MN-major, 16 queries a step)
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = desc_add(v_kmaj, (kk / 4) * kKBox + within);
-      const uint64_t db = desc_add(do_kmaj, (kk / 4) * kQBox + within);
-      wgmma_ss<64, T>(dp, da, db, kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dv, pa[kk], desc_add(do_mn, kk * 16 * 128));
     wgmma_commit();
     wgmma_wait<1>();  // dP done; dV may still run (P's registers stay untouched)
     fence_regs(dp);
+    HK_BWD_STAMP(4);
 
     // dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²)) as 16-bit values: kept in registers as the A fragments
     // of dK (the layout of Pᵀ's), and stored to shared [key][query] (128-byte rows, the swizzle
@@ -277,6 +348,7 @@ __global__ void __launch_bounds__(256, 1)
         asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(w) : "memory");
       }
     }
+    HK_BWD_STAMP(5);
     // dK += dSᵀ·Q (A: dSᵀ from registers; B: Q MN-major), issued before the block barrier: it
     // needs no other thread's dSᵀ, and reading A from registers spares shared-memory bandwidth,
     // which the tile's other GEMMs and copies use up
@@ -285,10 +357,11 @@ __global__ void __launch_bounds__(256, 1)
     for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
     wgmma_commit();
     fence_proxy_async();
-    if (more && tid < 128) rows[(st ^ 1) * 2 * kBlockM + tid] = next_row;
+    if (more && tid < 128) store_row(st ^ 1, next_row);
 
     if (dq_mode == 2 && ltid == 0) bulk_wait_read_all();  // the last dQ part has left s_dq
     __syncthreads();  // every dSᵀ of this tile is in shared memory; next rows stored
+    HK_BWD_STAMP(6);
 
     float dq[32];
     if (dq_mode != 0) {
@@ -303,7 +376,9 @@ __global__ void __launch_bounds__(256, 1)
       }
       wgmma_commit();
     }
+    HK_BWD_STAMP(7);
     wgmma_wait<0>();
+    HK_BWD_STAMP(8);
     fence_regs(dk);
     fence_regs(dv);
 #pragma unroll
@@ -313,12 +388,20 @@ __global__ void __launch_bounds__(256, 1)
         fence_regs_u32(pa[kk][e]);
         fence_regs_u32(dsa[kk][e]);
       }
-    // this stage's Q/dO are read: thread 0 refills it with tile it + 2
+    // this stage's Q/dO are read: thread 128 refills it with tile it + 2 if the other warpgroup
+    // has released it too, else at the next tile's start (a thread waiting here held its
+    // warpgroup's next GEMMs back by the other warpgroup's: ~900 cycles a tile on the H200)
     mbar_arrive(bar_empty(st));
-    if (tid == 0 && it + 2 < n_iters) {
-      mbar_wait(bar_empty(st), phase);
-      issue_qdo(it + 2, st);
+    if (tid == 128 && it + 2 < n_iters) {
+      if (mbar_try_wait(bar_empty(st), phase))
+        issue_qdo(it + 2, st);
+      else
+        refill_pending = true;
     }
+    // the next tile's S (the last tile: one over its own stage, unread)
+    mbar_wait(bar_full(more ? st ^ 1 : st), more ? ((it + 1) >> 1) & 1 : phase);
+    issue_s(more ? st ^ 1 : st);
+    HK_BWD_STAMP(9);
     if (dq_mode == 0) continue;
     fence_regs(dq);
     if (dq_mode == 1) {
@@ -332,28 +415,31 @@ __global__ void __launch_bounds__(256, 1)
           red_add_f32x2(dst + 8 * j, dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
       }
     } else {
-      // stage [64 rows][64 columns] f32 as two 128-byte-swizzled [64][32] boxes, reduce-add by TMA
+      // stage the warpgroup's [64 rows][64 columns] in the accumulator's tiled order (a thread's
+      // four values of column group j at [j][ltid]: 16-byte stores, consecutive across a warp) and
+      // add it to the accumulator's tile with one bulk reduce-add
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = 16 * warp + g + 8 * r;
-          const int chunk = 2 * (j & 3) + (t4 >> 1);
-          const uint32_t at = dq_it + (j >> 2) * Cfg::kDqBox + row * 128 +
-                              ((chunk ^ (row & 7)) << 4) + 8 * (t4 & 1);
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(dq[4 * j + 2 * r]),
-                       "f"(dq[4 * j + 2 * r + 1])
-                       : "memory");
-        }
+        asm volatile(
+            "st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dq_it + (j * 128 + ltid) * 16),
+            "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+            : "memory");
+      HK_BWD_STAMP(10);
       fence_proxy_async();
       named_sync(1 + cw, 128);
+      HK_BWD_STAMP(11);
       if (ltid == 0) {
-        tma_reduce_add_4d(&maps.dq, dq_it, dq_col0, m0, h, b);
-        tma_reduce_add_4d(&maps.dq, dq_it + Cfg::kDqBox, dq_col0 + 32, m0, h, b);
+        float* tile = dq_accum + dq_tile_offset(p.heads_q, p.seqlen_q, D, b, h, m0 / kBlockM) +
+                      (dq_col0 / 64) * 64 * 64;
+        bulk_reduce_add_f32(tile, dq_it, Cfg::kDqPart);
         bulk_commit();
       }
     }
+    HK_BWD_STAMP(12);
   }
+#undef HK_BWD_STAMP
+  wgmma_wait<0>();  // the last, unread S
+  fence_regs(s);
   if (dq_mode == 2 && ltid == 0) bulk_wait_all();
 
   // dK·scale, dV → global (keys past the sequence end are not written)

@@ -94,7 +94,12 @@ struct BackwardParams : Params {
   Strides dout_strides, dq_strides, dk_strides, dv_strides;
   const float* lse_in = nullptr;  // the forward's lse (same layout as Params::lse)
   bool deterministic = false;
+  // HK_FLASH_BWD_TRACE builds only (a measurement build, never the shipped one): the Hopper
+  // backward stamps clock64 at each phase of its first kBwdTraceTiles tiles (thread 0 of each
+  // warpgroup) into [block][warpgroup][tile][kBwdTracePhases]
+  unsigned long long* trace = nullptr;
 };
+constexpr int kBwdTraceTiles = 64, kBwdTracePhases = 13;
 
 // Empty when the kernels serve this call; otherwise why not (head dim, dtype, alignment, ...).
 std::string unsupported_reason(const Params& p);

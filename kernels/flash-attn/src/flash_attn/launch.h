@@ -44,16 +44,19 @@ size_t decode_partials_bytes(const Params& p, int splits);
 
 template <class T, int D>
 void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split);
-// The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq).
+// The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq). tiled_dq: the
+// accumulator is in the Hopper backward's tiled layout (dq_tiled_index) instead of rows.
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum);
+                             float* dq_accum, bool tiled_dq);
 template <class T, int D>
 void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
                                float* dq_accum);
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum);
+                            const float* dq_accum, bool tiled_dq);
+// Bytes of the tiled dq accumulator (batch layouts: every 64-row tile whole).
+size_t dq_tiled_bytes(const Params& p);
 template <class T, int D>
 void launch_append_kv(const AppendParams& p, cudaStream_t stream);
 
@@ -64,8 +67,9 @@ enum class Sm90Forward { kProducerWarpgroup, kTwoWarpgroups, kTwoWarpgroupsPaire
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);
-// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by TMA reduce-add when
-// tma_dq, else atomics; none when dq_accum is null); false when the build has no sm_90a code.
+// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by bulk reduce-adds into its
+// tiled layout when tma_dq, else atomics into rows; none when dq_accum is null); false when the
+// build has no sm_90a code.
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
                                float* dq_accum, bool tma_dq);

@@ -179,9 +179,12 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
 // deterministic kernel when dq_accum is null).
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum) {
+                             float* dq_accum, bool tiled_dq) {
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
-  flash_bwd_preprocess_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, di, dq_accum);
+  if (tiled_dq)  // every tile's padding rows too (the bulk reduce-adds write them)
+    check_cuda(cudaMemsetAsync(dq_accum, 0, dq_tiled_bytes(p), stream), "dq accumulator clear");
+  flash_bwd_preprocess_kernel<T, D>
+      <<<row_grid, 256, 0, stream>>>(p, di, tiled_dq ? nullptr : dq_accum);
   check_cuda(cudaGetLastError(), "flash backward preprocess launch");
 }
 
@@ -199,11 +202,11 @@ void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, con
 
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum) {
+                            const float* dq_accum, bool tiled_dq) {
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
   if (dq_accum != nullptr) {
-    flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, dq_accum, scale);
+    flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, dq_accum, scale, tiled_dq);
     check_cuda(cudaGetLastError(), "flash backward dq conversion launch");
   } else {
     constexpr size_t smem = bwd_dq_smem_bytes<D>();
@@ -245,12 +248,12 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
 
 #define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
   template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, DecodeSplit);               \
-  template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*,         \
-                                              float*);                                             \
+  template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*, float*, \
+                                              bool);                                               \
   template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
                                                 float*);                                           \
   template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
-                                             const float*);                                        \
+                                             const float*, bool);                                  \
   template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
 
 }  // namespace hk_flash

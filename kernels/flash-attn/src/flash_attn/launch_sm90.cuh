@@ -6,8 +6,6 @@
 
 #include <cudaTypedefs.h>
 
-#include <cstring>
-
 #include "flash_attn/bwd_sm90.cuh"
 #include "flash_attn/fwd_sm90.cuh"
 #include "flash_attn/launch.h"
@@ -79,28 +77,6 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layou
 #endif
 }
 
-// The backward's f32 dq accumulator [B, S, Hq, D] (contiguous) as a 4-D map with [64 rows × 32
-// columns] boxes in the 128-byte swizzle, the target of the kernel's TMA reduce-adds.
-inline CUtensorMap make_dq_accum_map(float* dq_accum, int rows, int heads, int batch,
-                                     int head_dim) {
-  CUtensorMap map;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t head_bytes = static_cast<cuuint64_t>(head_dim) * 4;
-  const cuuint64_t row_bytes = head_bytes * heads;
-  const cuuint64_t strides[3] = {row_bytes, head_bytes, row_bytes * rows};
-  const cuuint32_t box[4] = {32, 64, 1, 1};
-  const cuuint32_t elem[4] = {1, 1, 1, 1};
-  const CUresult r =
-      tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dq_accum, dims, strides, box,
-                           elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw DeviceError("cuTensorMapEncodeTiled (dq accumulator) failed with CUresult " +
-                      std::to_string(r));
-  return map;
-}
-
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
                                float* dq_accum, bool tma_dq) {
@@ -112,11 +88,8 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
       make_tile_map<T>(p.dout, p.seqlen_q, p.heads_q, p.batch, D, p.dout_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
+  // 2: bulk reduce-adds into the tiled accumulator (api.cu sets tiled_dq alike), 1: atomics
   const int dq_mode = dq_accum == nullptr ? 0 : tma_dq ? 2 : 1;
-  if (dq_mode == 2)
-    maps.dq = make_dq_accum_map(dq_accum, p.seqlen_q, p.heads_q, p.batch, D);
-  else
-    std::memset(&maps.dq, 0, sizeof(maps.dq));
   auto kernel = p.softcap > 0.0f ? flash_bwd_dkdv_sm90_kernel<T, D, true>  // as score_map decides
                                  : flash_bwd_dkdv_sm90_kernel<T, D, false>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
