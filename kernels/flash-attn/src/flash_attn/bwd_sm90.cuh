@@ -174,20 +174,24 @@ __global__ void __launch_bounds__(256, 1)
   // +3-7% over S issued at its tile's start). Addresses from an opaque copy of the base, so the
   // compiler rebuilds the wgmma descriptors where they are used instead of holding dozens of them
   // in registers.
-  float s[32];
-  auto issue_s = [&](int stage) {
-    const uint32_t sb = opaque_u32(base);
-    const uint64_t k_kmaj = uniform_desc(make_desc(sb + Cfg::kOffK + 64 * cw * 128, 16, 1024));
-    const uint64_t q_kmaj = uniform_desc(make_desc(sb + Cfg::kOffQ + stage * kQTile, 16, 1024));
+  // A warpgroup's 64 keys × 64 queries over the head dim (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ): one wgmma
+  // chain with both operands K-major in shared memory, committed as one group.
+  auto keys_by_queries = [&](float(&acc)[32], uint64_t keys, uint64_t queries) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = desc_add(k_kmaj, (kk / 4) * kKBox + within);
-      const uint64_t db = desc_add(q_kmaj, (kk / 4) * kQBox + within);
-      wgmma_ss<64, T>(s, da, db, kk > 0 ? 1 : 0);
+      const uint64_t da = desc_add(keys, (kk / 4) * kKBox + within);
+      const uint64_t db = desc_add(queries, (kk / 4) * kQBox + within);
+      wgmma_ss<64, T>(acc, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
+  };
+  float s[32];
+  auto issue_s = [&](int stage) {
+    const uint32_t sb = opaque_u32(base);
+    keys_by_queries(s, uniform_desc(make_desc(sb + Cfg::kOffK + 64 * cw * 128, 16, 1024)),
+                    uniform_desc(make_desc(sb + Cfg::kOffQ + stage * kQTile, 16, 1024)));
   };
   if (n_iters > 0) {
     mbar_wait(bar_kv, 0);
@@ -248,19 +252,16 @@ __global__ void __launch_bounds__(256, 1)
     const uint64_t do_kmaj = uniform_desc(make_desc(do_it, 16, 1024));
     const uint64_t q_mn = uniform_desc(make_desc(q_it, kQBox, 1024));
     const uint64_t do_mn = uniform_desc(make_desc(do_it, kQBox, 1024));
-    // dPᵀ = V·dOᵀ (as S, both operands K-major in shared memory), issued before the exponentials
-    // so it runs under them
+    // dPᵀ = V·dOᵀ (as S), issued before the exponentials so it runs under them — but after them
+    // under softcap, whose tanh derivatives would hold 16 more registers beside dP's 32 (ptxas
+    // spilled 44 bytes)
     float dp[32];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const uint32_t within = (kk % 4) * 32;
-      const uint64_t da = desc_add(v_kmaj, (kk / 4) * kKBox + within);
-      const uint64_t db = desc_add(do_kmaj, (kk / 4) * kQBox + within);
-      wgmma_ss<64, T>(dp, da, db, kk > 0 ? 1 : 0);
+    if constexpr (!kCap) {
+      keys_by_queries(dp, v_kmaj, do_kmaj);
+      wgmma_wait<1>();  // S done
+    } else {
+      wgmma_wait<0>();
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // S done
     fence_regs(s);
     HK_BWD_STAMP(2);
 
@@ -311,6 +312,7 @@ __global__ void __launch_bounds__(256, 1)
     need_mask ? probabilities(std::true_type{}) : probabilities(std::false_type{});
     HK_BWD_STAMP(3);
 
+    if constexpr (kCap) keys_by_queries(dp, v_kmaj, do_kmaj);
     // dV += Pᵀ·dO (A: Pᵀ in registers; B: dO MN-major, 16 queries a step)
     wgmma_fence();
 #pragma unroll
