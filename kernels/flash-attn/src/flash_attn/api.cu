@@ -3,9 +3,8 @@
 // Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
-// for comparisons; HK_FLASH_SM90_FWD=v2 picks its two-warpgroup layout, v3 that with two query
-// tiles a block, v1 — the default — the one with a producer warpgroup); else the mma.sync prefill
-// kernel. HK_FLASH_DECODE=0 keeps decode
+// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3 forcing one);
+// else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
 // the row-major accumulator instead of bulk reduce-adds into the tiled one), else the mma.sync one,
@@ -187,13 +186,19 @@ namespace {
 // HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
 // "v1" or unset the producer-warpgroup one; any other value is a typo that would silently measure
 // the wrong kernel, so it fails the call.
-// Unset: v3 at head dim 128, v1 at 64 — measured on the H200 (bf16, causal): at D128 v3 ran
-// 1.24-1.40x v1's forward (419-539 TF/s), v2 1.25-1.30x; at D64 v1 stays ahead (314 TF/s against
-// v2's 265 and v3's 278).
-Sm90Forward sm90_forward_layout(int head_dim) {
+// Unset: at head dim 128 v3, or v2 where a query tile sees 32+ key tiles on average (causal
+// S ≥ 8192, else T ≥ 4096); v1 at 64 — measured on the H200 (bf16, causal): at D128 v3 ran
+// 1.24-1.40x v1's forward (419-539 TF/s) and leads v2 by 5-10% at S = 2048, where v3's second
+// tile hides a block's first copies among ~8 key tiles; at S = 16384 v2 led v3 by 2-5% in each of
+// seven calls (2026-12-03: 541-562 against 522-537 TF/s), at 8192 within ±2% either way; at D64 v1
+// stays ahead (314 TF/s against v2's 265 and v3's 278).
+Sm90Forward sm90_forward_layout(const Params& p) {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
-  if (v == nullptr || *v == '\0')
-    return head_dim == 128 ? Sm90Forward::kTwoWarpgroupsPaired : Sm90Forward::kProducerWarpgroup;
+  if (v == nullptr || *v == '\0') {
+    if (p.head_dim != 128) return Sm90Forward::kProducerWarpgroup;
+    const int64_t mean_key_tiles = p.causal ? p.seqlen_q / 256 : p.seqlen_k / 128;
+    return mean_key_tiles >= 32 ? Sm90Forward::kTwoWarpgroups : Sm90Forward::kTwoWarpgroupsPaired;
+  }
   if (std::strcmp(v, "v1") == 0) return Sm90Forward::kProducerWarpgroup;
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
   if (std::strcmp(v, "v3") == 0) return Sm90Forward::kTwoWarpgroupsPaired;
@@ -283,7 +288,7 @@ std::string forward_kernel_name(const Params& in, bool with_workspace) {
     return "sm80 split-kv x" + std::to_string(splits) +
            (d.through_workspace ? " (workspace)" : " (cluster)");
   if (!sm90_applies(p, splits)) return "sm80 mma";
-  return sm90_forward_name(sm90_forward_layout(p.head_dim));
+  return sm90_forward_name(sm90_forward_layout(p));
 }
 
 void forward(const Params& in, Stream stream_handle) {
@@ -295,8 +300,7 @@ void forward(const Params& in, Stream stream_handle) {
   const DecodeSplit split = planned_split(p);
   const int splits = split.splits;
   const bool sm90 = sm90_applies(p, splits);
-  const Sm90Forward layout =
-      sm90 ? sm90_forward_layout(p.head_dim) : Sm90Forward::kProducerWarpgroup;
+  const Sm90Forward layout = sm90 ? sm90_forward_layout(p) : Sm90Forward::kProducerWarpgroup;
   if (verbose() && splits == 0)
     std::fprintf(stderr, "hk flash: forward on the %s kernel\n",
                  sm90 ? sm90_forward_name(layout) : "sm80 mma");
