@@ -186,18 +186,18 @@ namespace {
 // HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
 // "v1" or unset the producer-warpgroup one; any other value is a typo that would silently measure
 // the wrong kernel, so it fails the call.
-// Unset: at head dim 128 v3, or v2 where a query tile sees 32+ key tiles on average (causal
-// S ≥ 8192, else T ≥ 4096); v1 at 64 — measured on the H200 (bf16, causal): at D128 v3 ran
+// Unset: at head dim 128 v3, or v2 where a query tile sees more than 32 key tiles on average
+// (causal S > 8192, else T > 4096); v1 at 64 — measured on the H200 (bf16, causal): at D128 v3 ran
 // 1.24-1.40x v1's forward (419-539 TF/s) and leads v2 by 5-10% at S = 2048, where v3's second
 // tile hides a block's first copies among ~8 key tiles; at S = 16384 v2 led v3 by 2-5% in each of
-// seven calls (2026-12-03: 541-562 against 522-537 TF/s), at 8192 within ±2% either way; at D64 v1
-// stays ahead (314 TF/s against v2's 265 and v3's 278).
+// eight calls (2026-12-03: 541-562 against 522-537 TF/s), at 8192 the two traded places within
+// ±5%; at D64 v1 stays ahead (314 TF/s against v2's 265 and v3's 278).
 Sm90Forward sm90_forward_layout(const Params& p) {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
   if (v == nullptr || *v == '\0') {
     if (p.head_dim != 128) return Sm90Forward::kProducerWarpgroup;
     const int64_t mean_key_tiles = p.causal ? p.seqlen_q / 256 : p.seqlen_k / 128;
-    return mean_key_tiles >= 32 ? Sm90Forward::kTwoWarpgroups : Sm90Forward::kTwoWarpgroupsPaired;
+    return mean_key_tiles > 32 ? Sm90Forward::kTwoWarpgroups : Sm90Forward::kTwoWarpgroupsPaired;
   }
   if (std::strcmp(v, "v1") == 0) return Sm90Forward::kProducerWarpgroup;
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
