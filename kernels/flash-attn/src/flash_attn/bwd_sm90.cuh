@@ -167,13 +167,6 @@ __global__ void __launch_bounds__(256, 1)
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
-  // Sᵀ = K·Qᵀ (64 keys × 64 queries) of the tile in `stage`, both operands K-major in shared
-  // memory, issued at the end of the tile before (once its dK and dQ are done), so it runs while
-  // dQ leaves and the loop turns; the last tile issues one more, unread, over its own stage, so
-  // every iteration ends with one S in flight (H200, 2026-12-03: with dP below, the backward
-  // +3-7% over S issued at its tile's start). Addresses from an opaque copy of the base, so the
-  // compiler rebuilds the wgmma descriptors where they are used instead of holding dozens of them
-  // in registers.
   // A warpgroup's 64 keys × 64 queries over the head dim (Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ): one wgmma
   // chain with both operands K-major in shared memory, committed as one group.
   auto keys_by_queries = [&](float(&acc)[32], uint64_t keys, uint64_t queries) {
@@ -187,6 +180,13 @@ __global__ void __launch_bounds__(256, 1)
     }
     wgmma_commit();
   };
+  // Sᵀ = K·Qᵀ (64 keys × 64 queries) of the tile in `stage`, both operands K-major in shared
+  // memory, issued at the end of the tile before (once its dK and dQ are done), so it runs while
+  // dQ leaves and the loop turns; the last tile issues one more, unread, over its own stage, so
+  // every iteration ends with one S in flight (H200, 2026-12-03: with dP below, the backward
+  // +3-7% over S issued at its tile's start). Addresses from an opaque copy of the base, so the
+  // compiler rebuilds the wgmma descriptors where they are used instead of holding dozens of them
+  // in registers.
   float s[32];
   auto issue_s = [&](int stage) {
     const uint32_t sb = opaque_u32(base);
