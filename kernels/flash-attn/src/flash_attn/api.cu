@@ -321,12 +321,9 @@ size_t q_rows(const Params& p) {
 }
 }  // namespace
 
-size_t dq_tiled_bytes(const Params& p) {
-  return static_cast<size_t>(dq_tile_offset(p.heads_q, p.seqlen_q, p.head_dim, p.batch - 1,
-                                            p.heads_q - 1,
-                                            (p.seqlen_q + kDqTileRows - 1) / kDqTileRows - 1) +
-                             kDqTileRows * p.head_dim) *
-         4;
+size_t dq_tiled_bytes(const Params& p) {  // every (b, h) a whole number of 64-row tiles
+  const size_t tiles = (static_cast<size_t>(p.seqlen_q) + kDqTileRows - 1) / kDqTileRows;
+  return static_cast<size_t>(p.batch) * p.heads_q * tiles * kDqTileRows * p.head_dim * 4;
 }
 
 size_t backward_workspace_size(const BackwardParams& p) {
