@@ -330,7 +330,7 @@ size_t backward_workspace_size(const BackwardParams& p) {
   const size_t di = round_up(q_rows(p) * p.heads_q * sizeof(float));
   // rows, or the Hopper kernel's tiles (batch layouts), whichever the call may take is larger
   const size_t dq_rows = q_rows(p) * p.heads_q * p.head_dim * 4;
-  const size_t dq_tiles = p.cu_seqlens_q == nullptr && p.seqlen_q > 0 ? dq_tiled_bytes(p) : 0;
+  const size_t dq_tiles = p.cu_seqlens_q == nullptr ? dq_tiled_bytes(p) : 0;
   const size_t dq = p.deterministic ? 0 : round_up(std::max(dq_rows, dq_tiles));
   return di + dq;
 }

@@ -431,9 +431,8 @@ __global__ void __launch_bounds__(256, 1)
       named_sync(1 + cw, 128);
       HK_BWD_STAMP(11);
       if (ltid == 0) {
-        float* tile = dq_accum + dq_tile_offset(p.heads_q, p.seqlen_q, D, b, h, m0 / kBlockM) +
-                      (dq_col0 / 64) * 64 * 64;
-        bulk_reduce_add_f32(tile, dq_it, Cfg::kDqPart);
+        // this part's first element, (m0, dq_col0), begins it in the tiled layout
+        bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0, h, dq_col0), dq_it, Cfg::kDqPart);
         bulk_commit();
       }
     }

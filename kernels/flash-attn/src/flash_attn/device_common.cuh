@@ -166,16 +166,13 @@ __device__ __forceinline__ int64_t dq_accum_offset(const Params& p, int b, int64
 // 32·warp + 4·g + t4 holds rows 16·warp + g (+ 8) and columns 8j + 2·t4 (+ 1). The rows past S in
 // the last tile are written, never read.
 constexpr int kDqTileRows = 64;
-__host__ __device__ __forceinline__ int64_t dq_tile_offset(int heads_q, int seqlen_q, int head_dim,
-                                                           int b, int h, int tile) {
-  const int tiles = (seqlen_q + kDqTileRows - 1) / kDqTileRows;
-  return ((static_cast<int64_t>(b) * heads_q + h) * tiles + tile) * kDqTileRows * head_dim;
-}
 __device__ __forceinline__ int64_t dq_tiled_index(const Params& p, int b, int row, int h, int d) {
+  const int tiles = (p.seqlen_q + kDqTileRows - 1) / kDqTileRows;
+  const int64_t tile = (static_cast<int64_t>(b) * p.heads_q + h) * tiles + row / kDqTileRows;
   const int rr = row % kDqTileRows, cc = d % 64;
   const int thread = 32 * (rr / 16) + 4 * (rr % 8) + (cc % 8) / 2;
-  return dq_tile_offset(p.heads_q, p.seqlen_q, p.head_dim, b, h, row / kDqTileRows) +
-         (d / 64) * 64 * 64 + ((cc / 8) * 128 + thread) * 4 + 2 * ((rr / 8) & 1) + (cc & 1);
+  return tile * kDqTileRows * p.head_dim + (d / 64) * 64 * 64 + ((cc / 8) * 128 + thread) * 4 +
+         2 * ((rr / 8) & 1) + (cc & 1);
 }
 
 // How raw q·k dots become log2-domain scores: without softcap one FFMA per element inside the
