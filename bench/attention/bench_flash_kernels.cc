@@ -71,49 +71,74 @@ bool parse_index(const char* s, int* out) {
   return true;
 }
 
-#ifdef HK_FLASH_BWD_TRACE
-// A trace build (cmake -DCMAKE_CUDA_FLAGS=-DHK_FLASH_BWD_TRACE=1
-// -DCMAKE_CXX_FLAGS=-DHK_FLASH_BWD_TRACE=1 in a build directory of its own): one backward call
-// with the Hopper kernel's phase stamps on; prints each phase's mean length per warpgroup (cycles,
-// over every block and every tile but a block's first and last), in the kernel's order.
-void print_backward_trace(const Problem& p, Buffers& bf) {
-  constexpr int kPhases = hk_flash::kBwdTracePhases, kTiles = hk_flash::kBwdTraceTiles;
-  const char* names[kPhases - 1] = {
-      "rows (+ late refill)", "dP issue, wait S", "P",        "dV issue, wait dP", "dS",
-      "dK, barrier",          "dQ issue",         "wait all", "release, next S",   "dQ stores",
-      "fence, barrier",       "reduce issue"};
-  const int blocks = p.b * p.hkv * ((p.t + 127) / 128);
-  const size_t n = static_cast<size_t>(blocks) * 2 * kTiles * kPhases;
+#ifdef HK_FLASH_TRACE
+// A trace build (cmake -DCMAKE_CUDA_FLAGS=-DHK_FLASH_TRACE=1 -DCMAKE_CXX_FLAGS=-DHK_FLASH_TRACE=1
+// in a build directory of its own): one call with the Hopper kernel's phase stamps on; prints each
+// phase's mean length per warpgroup (cycles, over every block and every tile of a block's stream
+// but its first and last), in the kernel's order.
+void print_trace(const char* what, int blocks, int phases, const char* const* names,
+                 const std::function<void(unsigned long long*)>& call) {
+  constexpr int kTiles = hk_flash::kTraceTiles;
+  const size_t n = static_cast<size_t>(blocks) * 2 * kTiles * phases;
   unsigned long long* dev = nullptr;
   check(cudaMalloc(&dev, n * 8), "trace buffer");
   check(cudaMemset(dev, 0, n * 8), "trace clear");
-  BwdScope scope(Bwd::Sm90Tma);
-  hk_flash::BackwardParams bp = backward_params(p, bf, false);
-  bp.trace = dev;
-  hk_flash::backward(bp, nullptr);
-  check(cudaDeviceSynchronize(), "traced backward");
+  call(dev);
+  check(cudaDeviceSynchronize(), "traced call");
   std::vector<unsigned long long> h(n);
   check(cudaMemcpy(h.data(), dev, n * 8, cudaMemcpyDeviceToHost), "trace copy");
   check(cudaFree(dev), "trace free");
   for (int wg = 0; wg < 2; ++wg) {
-    double sum[kPhases] = {}, period = 0;
+    std::vector<double> sum(phases, 0.0);
+    double period = 0;
     long count = 0;
     for (int blk = 0; blk < blocks; ++blk)
       for (int it = 1; it + 1 < kTiles; ++it) {
         const unsigned long long* t =
-            &h[((static_cast<size_t>(blk) * 2 + wg) * kTiles + it) * kPhases];
-        const unsigned long long next = t[kPhases];  // the next tile's first stamp
-        if (t[0] == 0 || t[kPhases - 1] == 0 || next == 0) continue;
-        for (int ph = 0; ph + 1 < kPhases; ++ph) sum[ph] += static_cast<double>(t[ph + 1] - t[ph]);
-        sum[kPhases - 1] += static_cast<double>(next - t[kPhases - 1]);
+            &h[((static_cast<size_t>(blk) * 2 + wg) * kTiles + it) * phases];
+        const unsigned long long next = t[phases];  // the next tile's first stamp
+        if (t[0] == 0 || t[phases - 1] == 0 || next == 0) continue;
+        for (int ph = 0; ph + 1 < phases; ++ph) sum[ph] += static_cast<double>(t[ph + 1] - t[ph]);
+        sum[phases - 1] += static_cast<double>(next - t[phases - 1]);
         period += static_cast<double>(next - t[0]);
         ++count;
       }
-    std::printf("trace warpgroup %d (%ld tiles): period %.0f cycles;", wg, count,
+    std::printf("trace %s warpgroup %d (%ld tiles): period %.0f cycles;", what, wg, count,
                 count ? period / count : 0.0);
-    for (int ph = 0; ph + 1 < kPhases; ++ph)
+    for (int ph = 0; ph + 1 < phases; ++ph)
       std::printf(" %s %.0f;", names[ph], count ? sum[ph] / count : 0.0);
-    std::printf(" loop back %.0f\n", count ? sum[kPhases - 1] / count : 0.0);
+    std::printf(" loop back %.0f\n", count ? sum[phases - 1] / count : 0.0);
+  }
+}
+
+void print_backward_trace(const Problem& p, Buffers& bf) {
+  static const char* const names[hk_flash::kBwdTracePhases - 1] = {
+      "rows (+ late refill)", "dP issue, wait S", "P",        "dV issue, wait dP", "dS",
+      "dK, barrier",          "dQ issue",         "wait all", "release, next S",   "dQ stores",
+      "fence, barrier",       "reduce issue"};
+  print_trace("bwd", p.b * p.hkv * ((p.t + 127) / 128), hk_flash::kBwdTracePhases, names,
+              [&](unsigned long long* dev) {
+                BwdScope scope(Bwd::Sm90Tma);
+                hk_flash::BackwardParams bp = backward_params(p, bf, false);
+                bp.trace = dev;
+                hk_flash::backward(bp, nullptr);
+              });
+}
+
+// The forward's v2 and v3 layouts (a block's stream index over its key tiles).
+void print_forward_trace(const Problem& p, Buffers& bf) {
+  static const char* const names[hk_flash::kFwdTracePhases - 1] = {
+      "wait K",    "take turn", "S issue", "wait V",    "PV issue, pass", "wait S",
+      "release K", "softmax",   "wait PV", "release V", "rescale, P"};
+  const int m_blocks = (p.s + 127) / 128;
+  for (const char* layout : {"v2", "v3"}) {
+    const int blocks = (layout[1] == '3' ? (m_blocks + 1) / 2 : m_blocks) * p.hq * p.b;
+    print_trace(layout, blocks, hk_flash::kFwdTracePhases, names, [&](unsigned long long* dev) {
+      EnvScope scope("HK_FLASH_SM90_FWD", layout);
+      hk_flash::Params fp = forward_params(p, bf);
+      fp.trace = dev;
+      hk_flash::forward(fp, nullptr);
+    });
   }
 }
 #endif
@@ -208,7 +233,8 @@ int main(int argc, char** argv) {
           hk_flash::backward(bp, nullptr);
         });
       }
-#ifdef HK_FLASH_BWD_TRACE
+#ifdef HK_FLASH_TRACE
+      print_forward_trace(p, bf);
       print_backward_trace(p, bf);
 #endif
       char row[512];

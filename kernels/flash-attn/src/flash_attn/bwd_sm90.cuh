@@ -25,7 +25,7 @@
 // (dq_tiled_index: no swizzle arithmetic, 16-byte stores, one copy), or by red.global.add.v2 from
 // registers into the row-major accumulator (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it
 // (the sm80 dq kernel runs after). Masks, softcap, window, key_start and lse follow bwd_sm80.cuh.
-// HK_FLASH_BWD_TRACE builds stamp each phase's clock (BackwardParams::trace; the benchmark prints
+// HK_FLASH_TRACE builds stamp each phase's clock (Params::trace; the benchmark prints
 // them), a measurement build only.
 // Not here: varlen and KV-cache layouts, head dim 256 (the mma.sync backward serves them).
 #pragma once
@@ -199,18 +199,18 @@ __global__ void __launch_bounds__(256, 1)
     issue_s(0);
   }
 
-#ifdef HK_FLASH_BWD_TRACE
+#ifdef HK_FLASH_TRACE
   unsigned long long* trace_row = p.trace == nullptr
                                       ? nullptr
                                       : p.trace + ((blockIdx.y * gridDim.x + blockIdx.x) * 2 + cw) *
-                                                      kBwdTraceTiles * kBwdTracePhases;
-#define HK_BWD_STAMP(k)                                             \
-  do {                                                              \
-    if (trace_row != nullptr && ltid == 0 && it < kBwdTraceTiles) { \
-      unsigned long long t_;                                        \
-      asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_));          \
-      trace_row[it * kBwdTracePhases + (k)] = t_;                   \
-    }                                                               \
+                                                      kTraceTiles * kBwdTracePhases;
+#define HK_BWD_STAMP(k)                                          \
+  do {                                                           \
+    if (trace_row != nullptr && ltid == 0 && it < kTraceTiles) { \
+      unsigned long long t_;                                     \
+      asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_));       \
+      trace_row[it * kBwdTracePhases + (k)] = t_;                \
+    }                                                            \
   } while (0)
 #else
 #define HK_BWD_STAMP(k) \

@@ -84,7 +84,13 @@ struct Params {
   // that kernel writes q and the new row). The decode then reads the lengths and prefetches its
   // blocks' cache rows into L2 before it waits for that kernel.
   bool cache_settled = false;
+  // HK_FLASH_TRACE builds only (a measurement build, never the shipped one): the Hopper kernels
+  // stamp clock64 at each phase of their first kTraceTiles tiles (thread 0 of each consumer
+  // warpgroup) into [block][warpgroup][tile][phases] — kBwdTracePhases for the backward,
+  // kFwdTracePhases for the forward (tile = the block's key-tile stream index)
+  unsigned long long* trace = nullptr;
 };
+constexpr int kTraceTiles = 64, kBwdTracePhases = 13, kFwdTracePhases = 12;
 
 struct BackwardParams : Params {
   const void* dout = nullptr;
@@ -94,12 +100,7 @@ struct BackwardParams : Params {
   Strides dout_strides, dq_strides, dk_strides, dv_strides;
   const float* lse_in = nullptr;  // the forward's lse (same layout as Params::lse)
   bool deterministic = false;
-  // HK_FLASH_BWD_TRACE builds only (a measurement build, never the shipped one): the Hopper
-  // backward stamps clock64 at each phase of its first kBwdTraceTiles tiles (thread 0 of each
-  // warpgroup) into [block][warpgroup][tile][kBwdTracePhases]
-  unsigned long long* trace = nullptr;
 };
-constexpr int kBwdTraceTiles = 64, kBwdTracePhases = 13;
 
 // Empty when the kernels serve this call; otherwise why not (head dim, dtype, alignment, ...).
 std::string unsupported_reason(const Params& p);

@@ -26,6 +26,8 @@
 //   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
 //   and v2 wait for them at every block start; at S = 2048 a block has ~8 key tiles).
 // Masks (causal, window, key_start, sequence end), softcap and lse follow fwd_sm80.cuh exactly.
+// HK_FLASH_TRACE builds stamp each phase of a key tile (Params::trace; the benchmark prints them),
+// a measurement build only.
 // Not here: varlen, split-KV decode, head dim 256 (the sm80 kernels serve them).
 #pragma once
 
@@ -214,6 +216,26 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 
     // scheduler barriers 1 (consumer 0's turn) and 2 (consumer 1's turn)
     const int my_bar = 1 + cw, other_bar = 2 - cw;
+#ifdef HK_FLASH_TRACE
+    unsigned long long* trace_row =
+        p.trace == nullptr
+            ? nullptr
+            : p.trace +
+                  ((blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) * 2 + cw) *
+                      kTraceTiles * kFwdTracePhases;
+#define HK_FWD_STAMP(gi, k)                                        \
+  do {                                                             \
+    if (trace_row != nullptr && ltid == 0 && (gi) < kTraceTiles) { \
+      unsigned long long t_;                                       \
+      asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_));         \
+      trace_row[(gi)*kFwdTracePhases + (k)] = t_;                  \
+    }                                                              \
+  } while (0)
+#else
+#define HK_FWD_STAMP(gi, k) \
+  do {                      \
+  } while (0)
+#endif
     int turns_left = total_iters;
     auto take_turn = [&] { named_sync(my_bar, 256); };
     auto pass_turn = [&] {
@@ -358,23 +380,34 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           const int gi = g0 + it;
           const int stage = gi % kStages, prev = (gi - 1) % kStages;
           const uint32_t parity = (gi / kStages) & 1, prev_parity = ((gi - 1) / kStages) & 1;
+          HK_FWD_STAMP(gi, 0);
           mbar_wait(bar_full_k(stage), parity);
+          HK_FWD_STAMP(gi, 1);
           take_turn();
+          HK_FWD_STAMP(gi, 2);
           issue_s(s, stage);
+          HK_FWD_STAMP(gi, 3);
           mbar_wait(bar_full_v(prev), prev_parity);
+          HK_FWD_STAMP(gi, 4);
           issue_pv(prev);
           pass_turn();
+          HK_FWD_STAMP(gi, 5);
           wgmma_wait<1>();  // S done, P·V may still run
           fence_regs(s);
+          HK_FWD_STAMP(gi, 6);
           mbar_arrive(bar_empty_k(stage));
           refill_k(gi);
+          HK_FWD_STAMP(gi, 7);
           float alpha[2];
           const bool rescale = softmax(s, n_hi - 1 - it, alpha);
+          HK_FWD_STAMP(gi, 8);
           wgmma_wait<0>();  // P·V done: O and the old P may be touched again
           fence_regs(o);
           fence_pa();
+          HK_FWD_STAMP(gi, 9);
           mbar_arrive(bar_empty_v(prev));
           refill_v(gi - 1);
+          HK_FWD_STAMP(gi, 10);
           if (rescale) {  // warp-uniform
 #pragma unroll
             for (int j = 0; j < D / 8; ++j) {
@@ -385,7 +418,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
             }
           }
           to_pa(s);
+          HK_FWD_STAMP(gi, 11);
         }
+        HK_FWD_STAMP(g0 + n_iters, 0);  // the period's end of the tile's last key tile
         const int g_last = g0 + n_iters - 1;
         const int last_stage = g_last % kStages;
         mbar_wait(bar_full_v(last_stage), (g_last / kStages) & 1);
@@ -418,6 +453,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       }
     };
     for (int t = 0; t < n_tiles; ++t) query_tile(t);
+#undef HK_FWD_STAMP
   }  // consumers
 #endif
 }
