@@ -186,18 +186,22 @@ namespace {
 // HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
 // "v1" or unset the producer-warpgroup one; any other value is a typo that would silently measure
 // the wrong kernel, so it fails the call.
-// Unset: at head dim 128 v3, or v2 where a query tile sees more than 32 key tiles on average
-// (causal S > 8192, else T > 4096); v1 at 64 — measured on the H200 (bf16, causal): at D128 v3 ran
-// 1.24-1.40x v1's forward (419-539 TF/s) and leads v2 by 5-10% at S = 2048, where v3's second
-// tile hides a block's first copies among ~8 key tiles; at S = 16384 v2 led v3 by 2-5% in each of
-// eight calls (2026-12-03: 541-562 against 522-537 TF/s), at 8192 the two traded places within
-// ±5%; at D64 v1 stays ahead (314 TF/s against v2's 265 and v3's 278).
+// Unset: at head dim 128 v2, or v3 where v2's grid would be under 12 waves of blocks; v1 at 64 —
+// measured on the H200 (bf16, causal, 2026-12-04, since the softmax's quad shuffles run only in
+// tiles where a row's reference max moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 /
+// B2×S8192 / B1×H32×S16384 against v3's 441-445 / 514-526 / 518-537, v3 ahead only at the
+// training step's B4×S2048 (416-427 against 406-415); at D64 v1 stays ahead (312 TF/s against
+// v2's 286 and v3's 276).
 Sm90Forward sm90_forward_layout(const Params& p) {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
   if (v == nullptr || *v == '\0') {
     if (p.head_dim != 128) return Sm90Forward::kProducerWarpgroup;
-    const int64_t mean_key_tiles = p.causal ? p.seqlen_q / 256 : p.seqlen_k / 128;
-    return mean_key_tiles > 32 ? Sm90Forward::kTwoWarpgroups : Sm90Forward::kTwoWarpgroupsPaired;
+    // v3's pairing lands a block's second Q tile and first K/V under its first tile's GEMMs,
+    // which pays only while v2's grid is a few waves (H200: B4×H16×S2048, 7.8 waves, v3 2 %
+    // ahead; B8, 15.5 waves, v2 2 % ahead; S8192 and S16384, v2 7-13 % ahead)
+    const int64_t v2_blocks = static_cast<int64_t>((p.seqlen_q + 127) / 128) * p.heads_q * p.batch;
+    return v2_blocks < 12 * static_cast<int64_t>(p.device_sms) ? Sm90Forward::kTwoWarpgroupsPaired
+                                                               : Sm90Forward::kTwoWarpgroups;
   }
   if (std::strcmp(v, "v1") == 0) return Sm90Forward::kProducerWarpgroup;
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;

@@ -303,7 +303,6 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const float sl2 = smap.scale_log2;
       // returns whether any row of the warp moved its reference max (O then needs alpha)
       auto softmax = [&](float(&s)[kNS], int n_block, float(&alpha)[2]) -> bool {
-        bool moved = false;
         const int key0 = n_block * kBlockN;
         if (smap.softcap()) {
 #pragma unroll
@@ -319,24 +318,40 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
               if (key < kr.lo || key >= kr.hi) s[4 * j + e] = -INFINITY;
             }
         }
+        float mx[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          float mx = -INFINITY;
+          mx[r] = -INFINITY;
 #pragma unroll
           for (int j = 0; j < kBlockN / 8; ++j)
-            mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-          mx = quad_max(mx) * sl2;
-          // v2/v3: the reference max moves only when the tile's max passes it by more than
-          // kRescaleLog2: until then P (≤ 2^kRescaleLog2) and the sums stay well inside f32 and
-          // bf16, and O needs no rescale (alpha 1) — O's 64 multiplies a tile sat between the
-          // P·V wait and the next GEMM issue. O / l and lse use the same reference, so the
-          // result is the same up to rounding. v1 keeps the exact running max (the lazy form
-          // measured 6% slower there at head dim 64, where v1 is the default).
-          const bool move = kProducerWg ? true : mx > m_row[r] + kRescaleLog2;
-          const float m_new = kProducerWg ? fmaxf(m_row[r], mx) : move ? mx : m_row[r];
+            mx[r] = fmaxf(mx[r], fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        }
+        // v2/v3: a row's reference max moves only when the tile's max passes it by more than
+        // kRescaleLog2: until then P (≤ 2^kRescaleLog2) and the sums stay well inside f32 and
+        // bf16, and O needs no rescale (alpha 1) — O's 64 multiplies a tile sat between the P·V
+        // wait and the next GEMM issue. O / l and lse use the same reference, so the result is
+        // the same up to rounding. Each thread first tests its own scores, so the quad's shuffles
+        // (which queued behind the other warpgroup's wgmma issue) run only in a tile where a row
+        // of the warp moves. v1 keeps the exact running max (the lazy form measured 6% slower
+        // there at head dim 64, where v1 is the default).
+        bool moved = true;
+        if constexpr (!kProducerWg) {
+          bool want = false;
+#pragma unroll
+          for (int r = 0; r < 2; ++r) want = want || mx[r] * sl2 > m_row[r] + kRescaleLog2;
+          moved = __any_sync(0xffffffffu, want);
+        }
+        if (moved) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) mx[r] = quad_max(mx[r]);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float tile_max = mx[r] * sl2;
+          const bool move = kProducerWg ? true : moved && tile_max > m_row[r] + kRescaleLog2;
+          const float m_new = kProducerWg ? fmaxf(m_row[r], tile_max) : move ? tile_max : m_row[r];
           const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
           alpha[r] = move ? fast_exp2(m_row[r] - m_ref) : 1.0f;
-          moved = moved || move;
           m_row[r] = m_new;
           float sum = 0.0f;
 #pragma unroll
@@ -347,7 +362,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           }
           l_row[r] = l_row[r] * alpha[r] + sum;
         }
-        return kProducerWg || __any_sync(0xffffffffu, moved);
+        return moved;
       };
       auto to_pa = [&](const float(&s)[kNS]) {
 #pragma unroll
