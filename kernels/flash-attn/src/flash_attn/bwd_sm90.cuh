@@ -343,11 +343,21 @@ __global__ void __launch_bounds__(256, 1)
           d0 *= c.x;
           d1 *= c.y;
         }
-        const uint32_t w = pack2<T>(d0, d1);
-        dsa[j / 2][2 * (j & 1) + r] = w;
-        const int key = key_row0 + 8 * r;
-        const uint32_t at = ds_buf + key * 128 + ((j ^ (key & 7)) << 4) + 4 * t4;
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(w) : "memory");
+        dsa[j / 2][2 * (j & 1) + r] = pack2<T>(d0, d1);
+      }
+    }
+    {
+      // a thread's 16 words are sixteen 8×8 matrices (8 keys × 8 queries) in the layout stmatrix
+      // takes: four stores of four (lane 8m + i gives row i of matrix m) instead of 16 st.shared,
+      // whose issue queued with the exponentials' and the GEMMs' on the MIO pipe
+      const int mat = lane >> 3, row = lane & 7;
+      const int key = 64 * cw + 16 * warp + 8 * (mat & 1) + row;
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint32_t at = ds_buf + key * 128 + (((2 * q + (mat >> 1)) ^ row) << 4);
+        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+                     "r"(dsa[q][0]), "r"(dsa[q][1]), "r"(dsa[q][2]), "r"(dsa[q][3])
+                     : "memory");
       }
     }
     HK_BWD_STAMP(5);
