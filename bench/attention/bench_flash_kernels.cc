@@ -8,7 +8,9 @@
 //   shapes (bf16, causal): issue 11's B8×H16(kv8)×S2048, B2×H16×S8192, B1×H32(kv8)×S16384 at head
 //   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
 //   TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 2.5× that backward, 3.5× forward+backward.
-// Method: random inputs in [-1, 1); 2 warm-up calls; each call between two CUDA events, repeated
+// Method: random inputs in [-1, 1); at each shape the dispatcher's forward and forward+backward
+// are timed first (the peer's order), then the layouts and backward kernels one by one;
+// 2 warm-up calls; each call between two CUDA events, repeated
 // to ~150 ms (at least 5), the median reported.
 //
 // Usage: hk_bench_flash_kernels [--out FILE.json] [--quick] [--shape N]
@@ -196,7 +198,15 @@ int main(int argc, char** argv) {
       const hk_flash::Params fp = forward_params(p, bf);
       const double fwd_flops = 0.5 * 4.0 * p.b * p.hq * double(p.s) * p.t * p.d;
       auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
+      // the dispatcher's forward and forward+backward first and back to back, the order
+      // bench/peers/attention_torch.py times each backend in: the GPU slows as a shape's run warms
+      // (6-8 %), so a ratio against the peer needs both sides timed in the same position
+      const hk_flash::BackwardParams bp = backward_params(p, bf, false);
       const double t_fwd = time_ms([&] { hk_flash::forward(fp, nullptr); });
+      const double t_fb = time_ms([&] {
+        hk_flash::forward(fp, nullptr);
+        hk_flash::backward(bp, nullptr);
+      });
       auto fwd_layout_time = [&](const char* layout) {
         EnvScope scope("HK_FLASH_SM90_FWD", layout);
         const std::string kernel = hk_flash::forward_kernel_name(fp);
@@ -220,11 +230,6 @@ int main(int argc, char** argv) {
       const double t90 = bwd_time(Bwd::Sm90Tma, false);
       const double t90a = bwd_time(Bwd::Sm90Atomic, false);
       const double t90d = bwd_time(Bwd::Sm90Tma, true);
-      const hk_flash::BackwardParams bp = backward_params(p, bf, false);
-      const double t_fb = time_ms([&] {
-        hk_flash::forward(fp, nullptr);
-        hk_flash::backward(bp, nullptr);
-      });
       double t_fb2 = 0;
       {
         EnvScope scope("HK_FLASH_SM90_FWD", "v2");

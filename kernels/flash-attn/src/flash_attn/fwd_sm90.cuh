@@ -331,9 +331,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         // bf16, and O needs no rescale (alpha 1) — O's 64 multiplies a tile sat between the P·V
         // wait and the next GEMM issue. O / l and lse use the same reference, so the result is
         // the same up to rounding. Each thread first tests its own scores, so the quad's shuffles
-        // (which queued behind the other warpgroup's wgmma issue) run only in a tile where a row
-        // of the warp moves. v1 keeps the exact running max (the lazy form measured 6% slower
-        // there at head dim 64, where v1 is the default).
+        // run only in a tile where a row of the warp moves: on the H200 a softmax overlapping the
+        // other warpgroup's stalled wgmma issue took 2-3× its exponentials' MUFU time, and
+        // leaving out the four shuffles made v2 7-10 % faster. v1 keeps the exact running max
+        // (the lazy form measured 6% slower there at head dim 64, where v1 is the default).
         bool moved = true;
         if constexpr (!kProducerWg) {
           bool want = false;
