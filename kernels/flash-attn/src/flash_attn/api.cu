@@ -372,14 +372,14 @@ void backward(const BackwardParams& in, Stream stream_handle) {
   if (verbose())
     std::fprintf(
         stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
-        sm90 && dq_accum != nullptr ? (tma_dq ? " (dq by bulk reduce-add)" : " (dq by atomics)")
+        sm90 && dq_accum != nullptr ? (tiled_dq ? " (dq by bulk reduce-add)" : " (dq by atomics)")
                                     : "");
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto steps = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
       launch_backward_prepare<T, D>(p, stream, di, dq_accum, tiled_dq);
-      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tma_dq)))
+      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tiled_dq)))
         launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
       launch_backward_finish<T, D>(p, stream, di, dq_accum, tiled_dq);
     };

@@ -200,18 +200,8 @@ __global__ void __launch_bounds__(256, 1)
   }
 
 #ifdef HK_FLASH_TRACE
-  unsigned long long* trace_row = p.trace == nullptr
-                                      ? nullptr
-                                      : p.trace + ((blockIdx.y * gridDim.x + blockIdx.x) * 2 + cw) *
-                                                      kTraceTiles * kBwdTracePhases;
-#define HK_BWD_STAMP(k)                                          \
-  do {                                                           \
-    if (trace_row != nullptr && ltid == 0 && it < kTraceTiles) { \
-      unsigned long long t_;                                     \
-      asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_));       \
-      trace_row[it * kBwdTracePhases + (k)] = t_;                \
-    }                                                            \
-  } while (0)
+  unsigned long long* const trace_at = ltid == 0 ? trace_row(p, cw, kBwdTracePhases) : nullptr;
+#define HK_BWD_STAMP(k) trace_stamp(trace_at, it, kBwdTracePhases, k)
 #else
 #define HK_BWD_STAMP(k) \
   do {                  \

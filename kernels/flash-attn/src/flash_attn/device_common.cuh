@@ -175,6 +175,25 @@ __device__ __forceinline__ int64_t dq_tiled_index(const Params& p, int b, int ro
          2 * ((rr / 8) & 1) + (cc & 1);
 }
 
+#ifdef HK_FLASH_TRACE
+// HK_FLASH_TRACE builds only (measurement, never shipped): the row of Params::trace that
+// warpgroup wg of this block stamps, in the [block][warpgroup][tile][phases] layout
+// hk_bench_flash_kernels reads; null when the call has no trace buffer.
+__device__ __forceinline__ unsigned long long* trace_row(const Params& p, int wg, int phases) {
+  if (p.trace == nullptr) return nullptr;
+  const int64_t block =
+      blockIdx.x + gridDim.x * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
+  return p.trace + (block * 2 + wg) * kTraceTiles * phases;
+}
+// clock64 into phase k of tile `tile` (the first kTraceTiles tiles; nothing on a null row).
+__device__ __forceinline__ void trace_stamp(unsigned long long* row, int tile, int phases, int k) {
+  if (row == nullptr || tile >= kTraceTiles) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t));
+  row[tile * phases + k] = t;
+}
+#endif
+
 // How raw q·k dots become log2-domain scores: without softcap one FFMA per element inside the
 // exponent (exp2(s·scale_log2 − m)), so the row max is taken over the raw dots (scale > 0 keeps
 // the order); with softcap the dots first become softcap·tanh(s·scale/softcap) (natural units)

@@ -217,20 +217,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     // scheduler barriers 1 (consumer 0's turn) and 2 (consumer 1's turn)
     const int my_bar = 1 + cw, other_bar = 2 - cw;
 #ifdef HK_FLASH_TRACE
-    unsigned long long* trace_row =
-        p.trace == nullptr
-            ? nullptr
-            : p.trace +
-                  ((blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) * 2 + cw) *
-                      kTraceTiles * kFwdTracePhases;
-#define HK_FWD_STAMP(gi, k)                                        \
-  do {                                                             \
-    if (trace_row != nullptr && ltid == 0 && (gi) < kTraceTiles) { \
-      unsigned long long t_;                                       \
-      asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(t_));         \
-      trace_row[(gi)*kFwdTracePhases + (k)] = t_;                  \
-    }                                                              \
-  } while (0)
+    unsigned long long* const trace_at = ltid == 0 ? trace_row(p, cw, kFwdTracePhases) : nullptr;
+#define HK_FWD_STAMP(gi, k) trace_stamp(trace_at, gi, kFwdTracePhases, k)
 #else
 #define HK_FWD_STAMP(gi, k) \
   do {                      \

@@ -67,12 +67,12 @@ enum class Sm90Forward { kProducerWarpgroup, kTwoWarpgroups, kTwoWarpgroupsPaire
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);
-// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by bulk reduce-adds into its
-// tiled layout when tma_dq, else atomics into rows; none when dq_accum is null); false when the
-// build has no sm_90a code.
+// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by bulk reduce-adds when the
+// accumulator is tiled (tiled_dq, the same flag prepare and finish take), else atomics into rows;
+// none when dq_accum is null); false when the build has no sm_90a code.
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, bool tma_dq);
+                               float* dq_accum, bool tiled_dq);
 // Dynamic shared memory the Hopper backward needs at head dim 64 / 128.
 size_t backward_sm90_smem(int head_dim);
 

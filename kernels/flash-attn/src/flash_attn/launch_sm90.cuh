@@ -79,7 +79,7 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layou
 
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, bool tma_dq) {
+                               float* dq_accum, bool tiled_dq) {
 #if HK_FLASH_HAVE_SM90A
   using Cfg = Sm90BwdConfig<D>;
   Sm90BwdMaps maps;
@@ -88,8 +88,8 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
       make_tile_map<T>(p.dout, p.seqlen_q, p.heads_q, p.batch, D, p.dout_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
-  // 2: bulk reduce-adds into the tiled accumulator (api.cu sets tiled_dq alike), 1: atomics
-  const int dq_mode = dq_accum == nullptr ? 0 : tma_dq ? 2 : 1;
+  // 2: bulk reduce-adds into the tiled accumulator, 1: atomics into rows
+  const int dq_mode = dq_accum == nullptr ? 0 : tiled_dq ? 2 : 1;
   auto kernel = p.softcap > 0.0f ? flash_bwd_dkdv_sm90_kernel<T, D, true>  // as score_map decides
                                  : flash_bwd_dkdv_sm90_kernel<T, D, false>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
@@ -102,7 +102,7 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
   (void)stream;
   (void)di;
   (void)dq_accum;
-  (void)tma_dq;
+  (void)tiled_dq;
   return false;
 #endif
 }
