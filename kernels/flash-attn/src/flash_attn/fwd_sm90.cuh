@@ -122,7 +122,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // barrier phases follow g, so the second tile's copies start as soon as stages free up.
   const TileKeys keys0 = tile_keys(0);
   const int iters0 = keys0.n_iters;
-  const int total_iters = iters0 + (n_tiles == 2 ? tile_keys(1).n_iters : 0);
+  // v3's second tile, worked out once: the copies' issuer needs its n_hi for every key tile
+  const TileKeys keys1 = n_tiles == 2 ? tile_keys(1) : keys0;
+  const int total_iters = iters0 + (n_tiles == 2 ? keys1.n_iters : 0);
 
   if (tid == 0) {
     mbar_init(bar_q(0), 1);
@@ -155,7 +157,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   auto load_kv = [&](int g, uint32_t s_tiles, const CUtensorMap* map, uint32_t bar_full) {
     const int stage = g % kStages;
     int key_block = keys0.n_hi - 1 - g;
-    if (kTiles == 2 && g >= iters0) key_block = tile_keys(1).n_hi - 1 - (g - iters0);
+    if (kTiles == 2 && g >= iters0) key_block = keys1.n_hi - 1 - (g - iters0);
     mbar_expect_tx(bar_full, kTile);
     for (int c = 0; c < Cfg::kColBlocks; ++c)
       tma_load_4d(s_tiles + stage * kTile + c * kBox, map, bar_full, c * 64, key_block * kBlockN,
@@ -235,7 +237,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     // One query tile, every per-tile value local to it (a one-tile block compiles as the
     // single-tile kernel always did).
     auto query_tile = [&](int t) {
-      const TileKeys tk = t == 0 ? keys0 : tile_keys(1);
+      const TileKeys tk = t == 0 ? keys0 : keys1;
       const int m0 = tk.m0, valid_rows = tk.valid_rows, n_hi = tk.n_hi, n_iters = tk.n_iters;
       const int g0 = t == 0 ? 0 : iters0;              // the tile's first stream index
       const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
