@@ -189,8 +189,8 @@ TEST(FlashKernels, Sm90BackwardCanary) {
 
 // The two-warpgroup Hopper forwards alone (v2, and v3 with two query tiles a block; no
 // backward): odd lengths, S≠T, GQA, every mask and softcap, long enough to wrap the stage ring
-// several times, odd and even m-block counts (v3's lone middle tile); and a bad HK_FLASH_SM90_FWD
-// value refused with a message.
+// several times, odd and even m-block counts (v3's lone middle tile), the block order's head
+// sections; and a bad HK_FLASH_SM90_FWD value refused with a message.
 TEST(FlashKernels, Sm90ForwardV2Canary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
@@ -204,6 +204,13 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
         hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
     run({"canary_large_scores", 1, 1100, 1100, 2, 1, true, 0, -1, false, 3.0f}, d,
         hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
+    // the block order's head sections, a short last one included: 8 heads in 3 + 3 + 2, and one
+    // head a section (the cases above fit all their heads in one)
+    for (const char* heads : {"3", "1"}) {
+      EnvScope sections("HK_FLASH_FWD_SECTION", heads);
+      run({std::string("canary_sections_") + heads, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16,
+          {}, 0, 1, kAllForward);
+    }
   }
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
   Buffers bf(p);

@@ -3,7 +3,8 @@
 // Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
-// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3 forcing one);
+// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3 forcing one; its
+// block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section);
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
@@ -105,6 +106,16 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   if (fn == nullptr)
     throw DeviceError("the CUDA driver has no cuTensorMapEncodeTiled (needs CUDA 12+)");
   return fn;
+}
+
+int forward_heads_per_section(const Params& p, int head_row_bytes) {
+  const int64_t heads = static_cast<int64_t>(p.heads_q) * p.batch;
+  const int forced = env_int("HK_FLASH_FWD_SECTION", 0);
+  if (forced > 0) return static_cast<int>(std::min<int64_t>(heads, forced));
+  const int64_t kv_head_bytes = 2LL * p.seqlen_k * head_row_bytes;
+  const int64_t l2_bytes = attribute(cudaDevAttrL2CacheSize);
+  const int64_t groups = std::max<int64_t>(1, l2_bytes / 2 / kv_head_bytes);
+  return static_cast<int>(std::min<int64_t>(heads, groups * (p.heads_q / p.heads_kv)));
 }
 
 size_t backward_sm90_smem(int head_dim) {

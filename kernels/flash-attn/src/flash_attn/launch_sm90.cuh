@@ -42,6 +42,11 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
   return map;
 }
 
+// block_order's section (fwd_sm90.cuh): as many GQA groups as leave their K and V in half of L2
+// (the other half for the Q and O streams), at least one group. HK_FLASH_FWD_SECTION=N forces N
+// heads (1: every position of one head, then the next head — the order before sections, for A/Bs).
+int forward_heads_per_section(const Params& p, int head_row_bytes);
+
 template <class T, int D, bool kProducerWg, int kTiles>
 void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
@@ -52,8 +57,10 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg, kTiles>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  const dim3 grid((m_blocks + kTiles - 1) / kTiles, p.heads_q, p.batch);  // v3: pairs of m-blocks
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps);
+  const int positions = (m_blocks + kTiles - 1) / kTiles;  // v3: pairs of m-blocks
+  const int heads = p.heads_q * p.batch;
+  kernel<<<static_cast<unsigned>(positions) * heads, Cfg::kThreads, Cfg::kSmem, stream>>>(
+      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))));
   check_cuda(cudaGetLastError(), kProducerWg   ? "flash forward (sm90 v1) launch"
                                  : kTiles == 2 ? "flash forward (sm90 v3) launch"
                                                : "flash forward (sm90 v2) launch");
