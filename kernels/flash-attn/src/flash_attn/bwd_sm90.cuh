@@ -380,7 +380,13 @@ __global__ void __launch_bounds__(256, 1)
       wgmma_commit();
     }
     HK_BWD_STAMP(7);
-    wgmma_wait<0>();
+    // dK and dV done (dQ may still run): their register operands and this stage's Q and dO are
+    // free, so the stage is released and the next tile's S issued behind dQ — the tensor cores go
+    // from dQ straight to S instead of idling through the release and the barrier waits
+    if (dq_mode != 0)
+      wgmma_wait<1>();
+    else
+      wgmma_wait<0>();
     HK_BWD_STAMP(8);
     fence_regs(dk);
     fence_regs(dv);
@@ -404,6 +410,7 @@ __global__ void __launch_bounds__(256, 1)
     // the next tile's S (the last tile: one over its own stage, unread)
     mbar_wait(bar_full(more ? st ^ 1 : st), more ? ((it + 1) >> 1) & 1 : phase);
     issue_s(more ? st ^ 1 : st);
+    wgmma_wait<1>();  // dQ done; S runs on
     HK_BWD_STAMP(9);
     if (dq_mode == 0) continue;
     fence_regs(dq);
