@@ -11,8 +11,8 @@
 // and Di rows go through shared memory by ordinary loads one tile ahead. Per tile, for a
 // warpgroup's 64 keys (the transposed products keep keys in the accumulator rows, so no
 // transposition is needed before dV and dK), in issue order:
-//   Sᵀ = K·Qᵀ                          issued at the end of the tile before (it runs while dQ
-//                                      leaves and the loop turns)
+//   Sᵀ = K·Qᵀ                          issued at the end of the tile before, behind its dQ (it
+//                                      runs while dQ leaves and the loop turns)
 //   dPᵀ = V·dOᵀ                        issued before the exponentials, which it runs under
 //                                      (both: wgmma, operands in shared memory, K-major)
 //   Pᵀ = exp2(Sᵀ·scale·log2e − lse),  dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²) under softcap), masks
@@ -181,12 +181,13 @@ __global__ void __launch_bounds__(256, 1)
     wgmma_commit();
   };
   // Sᵀ = K·Qᵀ (64 keys × 64 queries) of the tile in `stage`, both operands K-major in shared
-  // memory, issued at the end of the tile before (once its dK and dQ are done), so it runs while
-  // dQ leaves and the loop turns; the last tile issues one more, unread, over its own stage, so
-  // every iteration ends with one S in flight (H200, 2026-12-03: with dP below, the backward
-  // +3-7% over S issued at its tile's start). Addresses from an opaque copy of the base, so the
-  // compiler rebuilds the wgmma descriptors where they are used instead of holding dozens of them
-  // in registers.
+  // memory, issued at the end of the tile before (once its dK and dV are done, behind its dQ), so
+  // it runs while dQ leaves and the loop turns; the last tile issues one more, unread, over its
+  // own stage, so every iteration ends with one S in flight (H200, 2026-12-03: with dP below, the
+  // backward +3-7% over S issued at its tile's start; 2026-12-04: behind dQ instead of after it,
+  // +1-3%; dP issued behind it too measured 2% slower, branch bwd-early-dp). Addresses from an
+  // opaque copy of the base, so the compiler rebuilds the wgmma descriptors where they are used
+  // instead of holding dozens of them in registers.
   float s[32];
   auto issue_s = [&](int stage) {
     const uint32_t sb = opaque_u32(base);
