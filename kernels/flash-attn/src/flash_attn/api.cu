@@ -112,7 +112,7 @@ int forward_heads_per_section(const Params& p, int head_row_bytes) {
   const int64_t heads = static_cast<int64_t>(p.heads_q) * p.batch;
   const int forced = env_int("HK_FLASH_FWD_SECTION", 0);
   if (forced > 0) return static_cast<int>(std::min<int64_t>(heads, forced));
-  const int64_t kv_head_bytes = 2LL * p.seqlen_k * head_row_bytes;
+  const int64_t kv_head_bytes = std::max<int64_t>(1, 2LL * p.seqlen_k * head_row_bytes);
   const int64_t l2_bytes = attribute(cudaDevAttrL2CacheSize);
   const int64_t groups = std::max<int64_t>(1, l2_bytes / 2 / kv_head_bytes);
   return static_cast<int>(std::min<int64_t>(heads, groups * (p.heads_q / p.heads_kv)));
