@@ -11,7 +11,9 @@
 // Method: random inputs in [-1, 1); at each shape the dispatcher's forward and forward+backward
 // are timed first (the peer's order), then the layouts and backward kernels one by one;
 // 2 warm-up calls; each call between two CUDA events, repeated
-// to ~150 ms (at least 5), the median reported.
+// to ~150 ms (at least 5), the median reported. The SM clock is probed right after the forward,
+// the forward+backward and the Hopper backward timings (clock_probe.h; a line a shape on stderr
+// and three JSON keys): at the power cap a figure follows the clock.
 //
 // Usage: hk_bench_flash_kernels [--out FILE.json] [--quick] [--shape N]
 //   --shape N: only the N-th shape of the list (0-based), e.g. to profile one under ncu
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "clock_probe.h"
 #include "gpu_attention/flash_kernel_harness.h"
 
 namespace {
@@ -202,11 +205,15 @@ int main(int argc, char** argv) {
       // bench/peers/attention_torch.py times each backend in: the GPU slows as a shape's run warms
       // (6-8 %), so a ratio against the peer needs both sides timed in the same position
       const hk_flash::BackwardParams bp = backward_params(p, bf, false);
+      // the SM clock right after each of the three headline timings: the long shapes run at the
+      // power cap, where a figure follows the clock (clock_probe.h)
       const double t_fwd = time_ms([&] { hk_flash::forward(fp, nullptr); });
+      const double mhz_fwd = sm_clock_mhz();
       const double t_fb = time_ms([&] {
         hk_flash::forward(fp, nullptr);
         hk_flash::backward(bp, nullptr);
       });
+      const double mhz_fb = sm_clock_mhz();
       auto fwd_layout_time = [&](const char* layout) {
         EnvScope scope("HK_FLASH_SM90_FWD", layout);
         const std::string kernel = hk_flash::forward_kernel_name(fp);
@@ -228,6 +235,7 @@ int main(int argc, char** argv) {
       };
       const double t80 = bwd_time(Bwd::Sm80, false);
       const double t90 = bwd_time(Bwd::Sm90Tma, false);
+      const double mhz_bwd = sm_clock_mhz();
       const double t90a = bwd_time(Bwd::Sm90Atomic, false);
       const double t90d = bwd_time(Bwd::Sm90Tma, true);
       double t_fb2 = 0;
@@ -252,6 +260,9 @@ int main(int argc, char** argv) {
                     tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2), t80 / t90);
       table += row;
       std::fprintf(stderr, "%s", row);
+      std::fprintf(stderr,
+                   "%s: SM clock after fwd %.0f MHz, after fwd+bwd %.0f, after bwd sm90 %.0f\n",
+                   sh.name, mhz_fwd, mhz_fb, mhz_bwd);
       char js[2048];
       std::snprintf(
           js, sizeof js,
@@ -263,12 +274,14 @@ int main(int argc, char** argv) {
           "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
-          "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f}",
+          "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f, "
+          "\"sm_clock_mhz_after_fwd\": %.0f, \"sm_clock_mhz_after_fwdbwd\": %.0f, "
+          "\"sm_clock_mhz_after_bwd_sm90\": %.0f}",
           json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1,
           t_v2, tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
           tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd),
           tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
-          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb));
+          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), mhz_fwd, mhz_fb, mhz_bwd);
       json += js;
     }
     json += "]}\n";
