@@ -8,7 +8,10 @@ k/v repeated to the query heads beforehand (outside the timing; the JSON says so
 16 q / 8 kv heads, one query over caches of 4096 and 32768 keys, per call in CUDA-graph replay
 (20 calls per graph over rotated caches, as hk does). Timing as hk's: 3 warm-ups, each call between
 torch.cuda.Event records, repetitions sized to ~300 ms, the median. TFLOP/s with causal FLOPs = half
-of 4*B*H*S*T*D forward, 3.5x that for forward+backward.
+of 4*B*H*S*T*D forward, 3.5x that for forward+backward. The SM clock right after each prefill
+timing (sm_clock_mhz_after_*: clock64 over %globaltimer across a ~100 us spin, the probe
+hk_bench_flash_kernels runs; null where the jiterator cannot build it): the long shapes run at the
+GPU's power cap, where a figure follows the clock.
 
 Usage: python3 bench/peers/attention_torch.py [--out attention-torch.json] [--quick] [--prefill-only]
 """
@@ -38,6 +41,35 @@ def time_ms(fn):
         a.record(); fn(); b.record(); b.synchronize()
         ts.append(a.elapsed_time(b))
     return statistics.median(ts)
+
+
+_CLOCK_PROBE_CODE = r'''
+template <typename T> T sm_clock_probe(T x) {
+  unsigned long long t0, t1;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  const long long c0 = clock64();
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1));
+  } while (t1 - t0 < 100000ull);
+  const long long c1 = clock64();
+  return x + T(double(c1 - c0) * 1000.0 / double(t1 - t0));
+}
+'''
+_clock_probe = None
+
+
+def sm_clock_mhz():
+    """The SM clock now (MHz), measured on the device as hk's benchmark does; None if unavailable."""
+    global _clock_probe
+    if _clock_probe is False:
+        return None
+    try:
+        if _clock_probe is None:  # built (NVRTC, ~1 s) by main's first call, before any timing
+            _clock_probe = torch.cuda.jiterator._create_jit_fn(_CLOCK_PROBE_CODE)
+        return round(float(_clock_probe(torch.zeros(1, device="cuda")).item()))
+    except Exception:  # no NVRTC, or a jiterator that refuses inline PTX: report nothing
+        _clock_probe = False
+        return None
 
 
 def sdpa_call(backend, q, k, v, causal):
@@ -73,7 +105,8 @@ def prefill(B, Hq, Hkv, S, D=128):
             fwd, repeated = sdpa_call(backend, q, k, v, True)
             row["kv_repeated_for_gqa"] = repeated
             t = time_ms(fwd)
-            row.update(fwd_ms=t, fwd_tflops=flops / (t * 1e-3) / 1e12)
+            row.update(fwd_ms=t, fwd_tflops=flops / (t * 1e-3) / 1e12,
+                       sm_clock_mhz_after_fwd=sm_clock_mhz())
             qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
             fb_call, _ = sdpa_call(backend, qg, kg, vg, True)
             dout = torch.rand_like(q) * 2 - 1
@@ -83,7 +116,8 @@ def prefill(B, Hq, Hkv, S, D=128):
                 out.backward(dout)
                 qg.grad = kg.grad = vg.grad = None
             t = time_ms(fwd_bwd)
-            row.update(fwdbwd_ms=t, fwdbwd_tflops=3.5 * flops / (t * 1e-3) / 1e12)
+            row.update(fwdbwd_ms=t, fwdbwd_tflops=3.5 * flops / (t * 1e-3) / 1e12,
+                       sm_clock_mhz_after_fwdbwd=sm_clock_mhz())
         except RuntimeError as e:
             row["error"] = str(e).splitlines()[0][:200]
         print(json.dumps(row), flush=True)
@@ -136,7 +170,8 @@ def main():
     args = p.parse_args()
     QUICK = args.quick
     result = {"torch": torch.__version__, "cuda": torch.version.cuda,
-              "gpu": torch.cuda.get_device_name(0), "prefill": [], "decode": []}
+              "gpu": torch.cuda.get_device_name(0), "prefill": [], "decode": [],
+              "sm_clock_mhz_idle": sm_clock_mhz()}
     # issue 11's shapes, then the training step's (Qwen3-0.6B, 4 x 2048) and head dim 64
     for B, Hq, Hkv, S, D in [(8, 16, 8, 2048, 128), (2, 16, 16, 8192, 128), (1, 32, 8, 16384, 128),
                              (4, 16, 8, 2048, 128), (8, 16, 8, 2048, 64)]:
