@@ -9,11 +9,11 @@
 //   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
 //   TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 2.5× that backward, 3.5× forward+backward.
 // Method: random inputs in [-1, 1); at each shape the dispatcher's forward and forward+backward
-// are timed first (the peer's order), then the layouts and backward kernels one by one;
-// 2 warm-up calls; each call between two CUDA events, repeated
-// to ~150 ms (at least 5), the median reported. The SM clock is probed right after the forward,
-// the forward+backward and the Hopper backward timings (clock_probe.h; a line a shape on stderr
-// and three JSON keys): at the power cap a figure follows the clock.
+// are timed first (the peer's order), then the layouts and backward kernels one by one; 2 warm-up
+// calls; each call between two CUDA events, repeated to ~150 ms (at least 5), the median reported.
+// The SM clock is probed right after the forward, the forward+backward and the Hopper backward
+// timings (clock_probe.h; a line a shape on stderr and three JSON keys): at the power cap a figure
+// follows the clock.
 //
 // Usage: hk_bench_flash_kernels [--out FILE.json] [--quick] [--shape N]
 //   --shape N: only the N-th shape of the list (0-based), e.g. to profile one under ncu
@@ -203,10 +203,9 @@ int main(int argc, char** argv) {
       auto tf = [](double flops, double ms) { return flops / (ms * 1e-3) / 1e12; };
       // the dispatcher's forward and forward+backward first and back to back, the order
       // bench/peers/attention_torch.py times each backend in: the GPU slows as a shape's run warms
-      // (6-8 %), so a ratio against the peer needs both sides timed in the same position
+      // (6-8 %), so a ratio against the peer needs both sides timed in the same position; the SM
+      // clock right after each headline timing (at the power cap a figure follows the clock)
       const hk_flash::BackwardParams bp = backward_params(p, bf, false);
-      // the SM clock right after each of the three headline timings: the long shapes run at the
-      // power cap, where a figure follows the clock (clock_probe.h)
       const double t_fwd = time_ms([&] { hk_flash::forward(fp, nullptr); });
       const double mhz_fwd = sm_clock_mhz();
       const double t_fb = time_ms([&] {

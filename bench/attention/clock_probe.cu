@@ -1,4 +1,4 @@
-// clock_probe.cu — one warp spins ~100 µs reading %globaltimer and clock64 at both ends; cycles
+// clock_probe.cu — one thread spins ~100 µs reading %globaltimer and clock64 at both ends; cycles
 // over nanoseconds is the SM clock while the GPU is in the state the work before it left (the
 // power manager moves the clock on a millisecond scale, so a probe launched microseconds after a
 // timed loop reads the clock that loop ran at). The spin itself is one SM of light work: it does
@@ -10,7 +10,6 @@
 namespace {
 
 __global__ void spin_probe(unsigned long long spin_ns, unsigned long long* out) {
-  if (threadIdx.x != 0) return;
   unsigned long long t0, t1;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
   const long long c0 = clock64();
@@ -27,10 +26,10 @@ __global__ void spin_probe(unsigned long long spin_ns, unsigned long long* out) 
 double sm_clock_mhz() {
   static unsigned long long* dev = nullptr;  // kept for the process: a benchmark calls this often
   if (dev == nullptr && cudaMalloc(&dev, 2 * sizeof(unsigned long long)) != cudaSuccess) {
-    dev = nullptr;
+    dev = nullptr;  // tried again at the next call
     return 0.0;
   }
-  spin_probe<<<1, 32>>>(100000ull, dev);
+  spin_probe<<<1, 1>>>(100000ull, dev);
   unsigned long long host[2] = {0, 0};
   if (cudaGetLastError() != cudaSuccess ||
       cudaMemcpy(host, dev, sizeof host, cudaMemcpyDeviceToHost) != cudaSuccess || host[1] == 0)

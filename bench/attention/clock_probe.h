@@ -4,6 +4,7 @@
 // power cap, 1.67-1.98 GHz). Host interface only; not a timer and not used outside benchmarks.
 #pragma once
 
-// MHz: clock64 cycles over %globaltimer nanoseconds on one SM across a ~100 µs spin; synchronises
-// the device. 0 when the measurement failed (no device, a launch error): the caller prints it.
+// MHz: clock64 cycles over %globaltimer nanoseconds of one thread across a ~100 µs spin;
+// synchronises the device. 0 when the measurement failed (no device, a launch error): the caller
+// prints it.
 double sm_clock_mhz();
