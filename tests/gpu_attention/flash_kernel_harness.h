@@ -158,15 +158,21 @@ using attention_cases::EnvScope;
 
 // The backward variants: the mma.sync kernel, and the Hopper kernel with dq by TMA reduce-add or
 // by atomics, each in the default (atomic dq) mode; `deterministic` on top.
-enum class Bwd { Sm80, Sm90Tma, Sm90Atomic };
+// Sm90TmaRowPasses: the TMA dq with the Di pre-pass and dq conversion a row a warp (the passes
+// unaligned O, dO or dq take) instead of a tile a block
+enum class Bwd { Sm80, Sm90Tma, Sm90Atomic, Sm90TmaRowPasses };
 inline const char* bwd_name(Bwd k) {
-  return k == Bwd::Sm80 ? "sm80" : k == Bwd::Sm90Tma ? "sm90-tma-dq" : "sm90-atomic-dq";
+  return k == Bwd::Sm80              ? "sm80"
+         : k == Bwd::Sm90Tma         ? "sm90-tma-dq"
+         : k == Bwd::Sm90Atomic      ? "sm90-atomic-dq"
+                                     : "sm90-tma-dq-row-passes";
 }
 struct BwdScope {
   explicit BwdScope(Bwd k)
       : sm90("HK_FLASH_SM90_BWD", k == Bwd::Sm80 ? "0" : "1"),
-        dq("HK_FLASH_BWD_DQ", k == Bwd::Sm90Atomic ? "atomic" : "tma") {}
-  EnvScope sm90, dq;
+        dq("HK_FLASH_BWD_DQ", k == Bwd::Sm90Atomic ? "atomic" : "tma"),
+        passes("HK_FLASH_BWD_PASSES", k == Bwd::Sm90TmaRowPasses ? "rows" : nullptr) {}
+  EnvScope sm90, dq, passes;
 };
 
 // One attention call's tensors on the device.

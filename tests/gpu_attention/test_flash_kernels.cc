@@ -175,15 +175,19 @@ const std::vector<Case>& cases() {
 
 const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90Atomic};
 const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90Atomic};
+const std::vector<Bwd> kSm90BackwardBothPasses = {Bwd::Sm90Tma, Bwd::Sm90TmaRowPasses,
+                                                  Bwd::Sm90Atomic};
 
-// First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards.
+// First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards, with the dq
+// passes a tile a block (aligned tensors' default) and a row a warp.
 TEST(FlashKernels, Sm90BackwardCanary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
-    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, kSm90Backward);
-    run({"canary_noncausal", 2, 130, 300, 4, 2, false}, d, hk_flash::Dtype::F16, kSm90Backward);
+    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, kSm90BackwardBothPasses);
+    run({"canary_noncausal", 2, 130, 300, 4, 2, false}, d, hk_flash::Dtype::F16,
+        kSm90BackwardBothPasses);
     run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
-        hk_flash::Dtype::BF16, kSm90Backward);
+        hk_flash::Dtype::BF16, kSm90BackwardBothPasses);
   }
 }
 
@@ -306,9 +310,10 @@ TEST(FlashKernels, Long) {
 TEST(FlashKernels, Strided) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
-    run({"odd7_gqa2", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::BF16, kSm90Backward, /*pad=*/5);
+    run({"odd7_gqa2", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::BF16, kSm90BackwardBothPasses,
+        /*pad=*/5);
     run({"everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d, hk_flash::Dtype::F16,
-        kSm90Backward, /*pad=*/3);
+        kSm90BackwardBothPasses, /*pad=*/3);
   }
 }
 

@@ -380,6 +380,15 @@ void backward(const BackwardParams& in, Stream stream_handle) {
   const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
   // the Hopper kernel's TMA dq leaves in its tiled layout (bulk reduce-adds of whole tiles)
   const bool tiled_dq = sm90 && tma_dq && dq_accum != nullptr;
+  // its passes a tile a block need 16-byte O and dO rows and 8-byte dq rows (batch layouts: the
+  // Hopper kernel's); HK_FLASH_BWD_PASSES=rows keeps the row passes, for A/Bs
+  const bool tile_passes =
+      tiled_dq && aligned(p.out, 16) && aligned(p.dout, 16) && aligned(p.dq, 8) &&
+      strides_multiple(p.out_strides, 8, true) && strides_multiple(p.dout_strides, 8, true) &&
+      strides_multiple(p.dq_strides, 4, true) && !env_is("HK_FLASH_BWD_PASSES", "rows");
+  const DqPasses passes = !tiled_dq      ? DqPasses::kRows
+                          : tile_passes ? DqPasses::kTiled
+                                        : DqPasses::kTiledByRows;
   if (verbose())
     std::fprintf(
         stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
@@ -389,10 +398,10 @@ void backward(const BackwardParams& in, Stream stream_handle) {
     using T = decltype(tag);
     auto steps = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      launch_backward_prepare<T, D>(p, stream, di, dq_accum, tiled_dq);
+      launch_backward_prepare<T, D>(p, stream, di, dq_accum, passes);
       if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tiled_dq)))
         launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
-      launch_backward_finish<T, D>(p, stream, di, dq_accum, tiled_dq);
+      launch_backward_finish<T, D>(p, stream, di, dq_accum, passes);
     };
     switch (p.head_dim) {
       case 64:
@@ -401,9 +410,9 @@ void backward(const BackwardParams& in, Stream stream_handle) {
         return steps(std::integral_constant<int, 128>{});
       default: {
         // head dim 256: the mma.sync kernels only (backward_sm90_applies is false)
-        launch_backward_prepare<T, 256>(p, stream, di, dq_accum, false);
+        launch_backward_prepare<T, 256>(p, stream, di, dq_accum, DqPasses::kRows);
         launch_backward_dkdv_sm80<T, 256>(p, stream, di, dq_accum);
-        launch_backward_finish<T, 256>(p, stream, di, dq_accum, false);
+        launch_backward_finish<T, 256>(p, stream, di, dq_accum, DqPasses::kRows);
         return;
       }
     }

@@ -44,17 +44,20 @@ size_t decode_partials_bytes(const Params& p, int splits);
 
 template <class T, int D>
 void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split);
-// The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq). tiled_dq: the
-// accumulator is in the Hopper backward's tiled layout (dq_tiled_index) instead of rows.
+// The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq). The dq
+// accumulator is row-major (the mma.sync kernel's, the atomic dq's), or in the Hopper backward's
+// tiled layout (dq_tiled_index), whose passes go a 64-row tile a block (bwd_tiles.cuh) when O, dO
+// and dq allow 16- and 8-byte accesses, else a row a warp after a memset.
+enum class DqPasses { kRows, kTiledByRows, kTiled };
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum, bool tiled_dq);
+                             float* dq_accum, DqPasses passes);
 template <class T, int D>
 void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
                                float* dq_accum);
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum, bool tiled_dq);
+                            const float* dq_accum, DqPasses passes);
 // Bytes of the tiled dq accumulator (batch layouts: every 64-row tile whole).
 size_t dq_tiled_bytes(const Params& p);
 template <class T, int D>

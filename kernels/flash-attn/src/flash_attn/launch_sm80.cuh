@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "flash_attn/bwd_sm80.cuh"
+#include "flash_attn/bwd_tiles.cuh"
 #include "flash_attn/fwd_sm80.cuh"
 #include "flash_attn/launch.h"
 
@@ -179,12 +180,18 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
 // deterministic kernel when dq_accum is null).
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum, bool tiled_dq) {
+                             float* dq_accum, DqPasses passes) {
+  if (passes == DqPasses::kTiled) {
+    const dim3 tile_grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
+    flash_bwd_preprocess_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, di, dq_accum);
+    check_cuda(cudaGetLastError(), "flash backward preprocess (tiles) launch");
+    return;
+  }
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
-  if (tiled_dq)  // every tile's padding rows too (the bulk reduce-adds write them)
+  const bool tiled = passes == DqPasses::kTiledByRows;
+  if (tiled)  // every tile's padding rows too (the bulk reduce-adds write them)
     check_cuda(cudaMemsetAsync(dq_accum, 0, dq_tiled_bytes(p), stream), "dq accumulator clear");
-  flash_bwd_preprocess_kernel<T, D>
-      <<<row_grid, 256, 0, stream>>>(p, di, tiled_dq ? nullptr : dq_accum);
+  flash_bwd_preprocess_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, di, tiled ? nullptr : dq_accum);
   check_cuda(cudaGetLastError(), "flash backward preprocess launch");
 }
 
@@ -202,11 +209,16 @@ void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, con
 
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum, bool tiled_dq) {
+                            const float* dq_accum, DqPasses passes) {
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
-  if (dq_accum != nullptr) {
-    flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, dq_accum, scale, tiled_dq);
+  if (dq_accum != nullptr && passes == DqPasses::kTiled) {
+    const dim3 tile_grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
+    flash_bwd_convert_dq_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, dq_accum, scale);
+    check_cuda(cudaGetLastError(), "flash backward dq conversion (tiles) launch");
+  } else if (dq_accum != nullptr) {
+    flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(
+        p, dq_accum, scale, passes == DqPasses::kTiledByRows);
     check_cuda(cudaGetLastError(), "flash backward dq conversion launch");
   } else {
     constexpr size_t smem = bwd_dq_smem_bytes<D>();
@@ -249,11 +261,11 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
 #define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
   template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, DecodeSplit);               \
   template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*, float*, \
-                                              bool);                                               \
+                                              DqPasses);                                           \
   template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
                                                 float*);                                           \
   template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
-                                             const float*, bool);                                  \
+                                             const float*, DqPasses);                              \
   template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
 
 }  // namespace hk_flash

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""hk's flash attention and PyTorch SDPA (cuDNN) timed alternately in one process, issue 11's shapes.
+
+Why: the long shapes run at the H200's 700 W power cap, where a timing follows the clock the power
+manager settles on in that second; hk_bench_flash_kernels and attention_torch.py, run one after
+the other, saw the peer's figures move up to 18 % between device calls. Here both sides run in the
+same process and alternate (rounds in the order hk, peer, then peer, hk, ...), so each ratio is
+taken between neighbouring timings at the same clocks, and the spread over rounds shows how much
+is left to noise.
+
+hk: libhk_bench_flash_peer.so (bench/attention/flash_peer_abi.cc) through ctypes — the dispatcher's
+forward (with lse) and backward (flash.h) on contiguous [B, S, H, D] tensors, on torch's current
+stream, workspace allocated once beforehand. PyTorch: F.scaled_dot_product_attention forced onto a
+backend (cuDNN by default) in SDPA's native [B, H, S, D] layout, forward alone (inputs without grad) and
+forward+backward through autograd, exactly as bench/peers/attention_torch.py times it (its timing
+function: 3 warm-ups, CUDA events around each call, repetitions to ~300 ms or ~60 ms with --quick,
+the median). bf16, causal, head dim 128; TFLOP/s with causal FLOPs = half of 4*B*H*S*T*D forward,
+3.5x that for forward+backward. The SM clock is probed after every timing (attention_torch's
+probe).
+
+Usage: python3 bench/peers/attention_interleaved.py --lib build/bench/attention/libhk_bench_flash_peer.so
+         [--out attention-interleaved.json] [--quick] [--rounds N] [--backend cudnn|flash]
+"""
+import argparse
+import ctypes
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import attention_torch  # noqa: E402  (its timing, backends and clock probe)
+
+SHAPES = [(8, 16, 8, 2048), (2, 16, 16, 8192), (1, 32, 8, 16384)]  # B, Hq, Hkv, S (issue 11)
+TRAINING_SHAPE = (4, 16, 8, 2048)  # the training step's (Qwen3-0.6B, 4 x 2048)
+
+
+class HkFlash:
+    """hk's forward and backward at one shape, through the C interface."""
+
+    def __init__(self, lib, B, Hq, Hkv, S, D, dtype):
+        self.lib, self.dims = lib, (B, S, S, Hq, Hkv, D, 1 if dtype == torch.float16 else 0, 1)
+        dev = "cuda"
+        self.q = torch.rand(B, S, Hq, D, device=dev, dtype=dtype) * 2 - 1
+        self.k = torch.rand(B, S, Hkv, D, device=dev, dtype=dtype) * 2 - 1
+        self.v = torch.rand(B, S, Hkv, D, device=dev, dtype=dtype) * 2 - 1
+        self.dout = torch.rand_like(self.q) * 2 - 1
+        self.out = torch.empty_like(self.q)
+        self.lse = torch.empty(B, Hq, S, device=dev, dtype=torch.float32)
+        self.dq, self.dk, self.dv = (torch.empty_like(x) for x in (self.q, self.k, self.v))
+        ws = lib.hkb_flash_backward_workspace(*self.dims)
+        self.ws = torch.empty(max(ws, 1), device=dev, dtype=torch.uint8)
+        self.ws_bytes = ws
+
+    def _check(self, rc, what):
+        if rc != 0:
+            raise RuntimeError(f"hk {what}: {self.lib.hkb_flash_last_error().decode()}")
+
+    def forward(self):
+        s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self._check(self.lib.hkb_flash_forward(
+            self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.out.data_ptr(),
+            self.lse.data_ptr(), *self.dims, s), "forward")
+
+    def backward(self):
+        s = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        self._check(self.lib.hkb_flash_backward(
+            self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(), self.out.data_ptr(),
+            self.lse.data_ptr(), self.dout.data_ptr(), self.dq.data_ptr(), self.dk.data_ptr(),
+            self.dv.data_ptr(), self.ws.data_ptr(), ctypes.c_size_t(self.ws_bytes), *self.dims, s),
+            "backward")
+
+    def forward_backward(self):
+        self.forward()
+        self.backward()
+
+
+def load_lib(path):
+    lib = ctypes.CDLL(path)
+    ints = [ctypes.c_int] * 8  # b, s, t, hq, hkv, d, f16, causal
+    p = ctypes.c_void_p
+    lib.hkb_flash_last_error.restype = ctypes.c_char_p
+    lib.hkb_flash_forward.argtypes = [p] * 5 + ints + [p]
+    lib.hkb_flash_forward.restype = ctypes.c_int
+    lib.hkb_flash_backward_workspace.argtypes = ints
+    lib.hkb_flash_backward_workspace.restype = ctypes.c_size_t
+    lib.hkb_flash_backward.argtypes = [p] * 10 + [ctypes.c_size_t] + ints + [p]
+    lib.hkb_flash_backward.restype = ctypes.c_int
+    return lib
+
+
+def peer_calls(backend, B, Hq, Hkv, S, D, dtype):
+    """SDPA's forward and forward+backward callables, as attention_torch.py times them."""
+    dev = "cuda"
+    q = torch.rand(B, Hq, S, D, device=dev, dtype=dtype) * 2 - 1
+    k = torch.rand(B, Hkv, S, D, device=dev, dtype=dtype) * 2 - 1
+    v = torch.rand(B, Hkv, S, D, device=dev, dtype=dtype) * 2 - 1
+    fwd, repeated = attention_torch.sdpa_call(backend, q, k, v, True)
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+    fb_call, _ = attention_torch.sdpa_call(backend, qg, kg, vg, True)
+    dout = torch.rand_like(q) * 2 - 1
+
+    def fwd_bwd():
+        out = fb_call()
+        out.backward(dout)
+        qg.grad = kg.grad = vg.grad = None
+    return fwd, fwd_bwd, repeated
+
+
+def shape_rows(lib, backend, rounds, B, Hq, Hkv, S, D=128, dtype=torch.bfloat16):
+    flops = 0.5 * 4.0 * B * Hq * S * S * D
+    hk = HkFlash(lib, B, Hq, Hkv, S, D, dtype)
+    peer_fwd, peer_fb, repeated = peer_calls(backend, B, Hq, Hkv, S, D, dtype)
+    sides = {"hk": {"fwd": hk.forward, "fwdbwd": hk.forward_backward},
+             backend: {"fwd": peer_fwd, "fwdbwd": peer_fb}}
+    row = {"shape": f"B{B}xH{Hq}(kv{Hkv})xS{S}", "B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "D": D,
+           "peer": backend, "kv_repeated_for_gqa": repeated, "rounds": []}
+    for r in range(rounds):
+        order = ["hk", backend] if r % 2 == 0 else [backend, "hk"]
+        entry = {"order": order}
+        for pass_name, mult in (("fwd", 1.0), ("fwdbwd", 3.5)):
+            for side in order:
+                t = attention_torch.time_ms(sides[side][pass_name])
+                entry[f"{side}_{pass_name}_ms"] = t
+                entry[f"{side}_{pass_name}_tflops"] = mult * flops / (t * 1e-3) / 1e12
+                entry[f"{side}_{pass_name}_sm_clock_mhz"] = attention_torch.sm_clock_mhz()
+            entry[f"{pass_name}_ratio"] = entry[f"{backend}_{pass_name}_ms"] / entry[f"hk_{pass_name}_ms"]
+        row["rounds"].append(entry)
+        print(json.dumps({"shape": row["shape"], "round": r, **entry}), flush=True)
+    for pass_name in ("fwd", "fwdbwd"):
+        ratios = [e[f"{pass_name}_ratio"] for e in row["rounds"]]
+        for side in ("hk", backend):
+            row[f"{side}_{pass_name}_tflops_median"] = statistics.median(
+                e[f"{side}_{pass_name}_tflops"] for e in row["rounds"])
+        row[f"{pass_name}_ratio_median"] = statistics.median(ratios)
+        row[f"{pass_name}_ratio_min"], row[f"{pass_name}_ratio_max"] = min(ratios), max(ratios)
+    del hk
+    torch.cuda.empty_cache()
+    return row
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--lib", required=True, help="path of libhk_bench_flash_peer.so")
+    p.add_argument("--out", default="attention-interleaved.json")
+    p.add_argument("--quick", action="store_true", help="~60 ms a timing instead of ~300")
+    p.add_argument("--rounds", type=int, default=4, help="alternations per shape (default 4)")
+    p.add_argument("--backend", default="cudnn", choices=sorted(attention_torch.BACKENDS))
+    p.add_argument("--training-shape", action="store_true",
+                   help="also the training step's B4xH16(kv8)xS2048")
+    args = p.parse_args()
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
+    if not os.path.isfile(args.lib):
+        p.error(f"{args.lib} does not exist: build the target hk_bench_flash_peer "
+                "(cmake -DHK_BUILD_BENCHMARKS=ON, CUDA on)")
+    attention_torch.QUICK = args.quick
+    lib = load_lib(args.lib)
+    result = {"torch": torch.__version__, "cuda": torch.version.cuda,
+              "gpu": torch.cuda.get_device_name(0), "peer": args.backend,
+              "sm_clock_mhz_idle": attention_torch.sm_clock_mhz(), "shapes": []}
+    shapes = SHAPES + ([TRAINING_SHAPE] if args.training_shape else [])
+    for B, Hq, Hkv, S in shapes:
+        result["shapes"].append(shape_rows(lib, args.backend, args.rounds, B, Hq, Hkv, S))
+    print(f"\nhk / {args.backend}, same process, alternating ({args.rounds} rounds; median "
+          "[min, max] of the rounds' ratios)")
+    for row in result["shapes"]:
+        print(f"{row['shape']:24s} fwd {row['fwd_ratio_median']:.3f} "
+              f"[{row['fwd_ratio_min']:.3f}, {row['fwd_ratio_max']:.3f}]  "
+              f"(hk {row['hk_fwd_tflops_median']:.0f} / {row[args.backend + '_fwd_tflops_median']:.0f} TF/s)"
+              f"  fwd+bwd {row['fwdbwd_ratio_median']:.3f} "
+              f"[{row['fwdbwd_ratio_min']:.3f}, {row['fwdbwd_ratio_max']:.3f}]  "
+              f"(hk {row['hk_fwdbwd_tflops_median']:.0f} / "
+              f"{row[args.backend + '_fwdbwd_tflops_median']:.0f} TF/s)")
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
