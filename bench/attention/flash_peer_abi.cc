@@ -84,8 +84,8 @@ static hk_flash::BackwardParams backward_params_of(const void* q, const void* k,
                                                    int b, int s, int t, int hq, int hkv, int d,
                                                    int f16, int causal) {
   hk_flash::BackwardParams p;
-  static_cast<hk_flash::Params&>(p) = params_of(q, k, v, const_cast<void*>(out), nullptr, b, s, t,
-                                                hq, hkv, d, f16, causal);
+  static_cast<hk_flash::Params&>(p) =
+      params_of(q, k, v, const_cast<void*>(out), nullptr, b, s, t, hq, hkv, d, f16, causal);
   p.lse_in = lse;
   p.dout = dout;
   p.dq = dq;
@@ -97,11 +97,11 @@ static hk_flash::BackwardParams backward_params_of(const void* q, const void* k,
 }
 
 __attribute__((visibility("default"))) size_t hkb_flash_backward_workspace(int b, int s, int t,
-                                                                          int hq, int hkv, int d,
-                                                                          int f16, int causal) {
-  return hk_flash::backward_workspace_size(backward_params_of(
-      nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, b, s, t, hq,
-      hkv, d, f16, causal));
+                                                                           int hq, int hkv, int d,
+                                                                           int f16, int causal) {
+  return hk_flash::backward_workspace_size(
+      backward_params_of(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                         nullptr, b, s, t, hq, hkv, d, f16, causal));
 }
 
 __attribute__((visibility("default"))) int hkb_flash_backward(
@@ -109,8 +109,8 @@ __attribute__((visibility("default"))) int hkb_flash_backward(
     const void* dout, void* dq, void* dk, void* dv, void* workspace, size_t workspace_bytes, int b,
     int s, int t, int hq, int hkv, int d, int f16, int causal, void* stream) {
   return guarded([&] {
-    hk_flash::BackwardParams p = backward_params_of(q, k, v, out, lse, dout, dq, dk, dv, b, s, t,
-                                                    hq, hkv, d, f16, causal);
+    hk_flash::BackwardParams p =
+        backward_params_of(q, k, v, out, lse, dout, dq, dk, dv, b, s, t, hq, hkv, d, f16, causal);
     p.workspace = workspace;
     p.workspace_bytes = workspace_bytes;
     hk_flash::backward(p, static_cast<hk_flash::Stream>(stream));

@@ -162,10 +162,10 @@ using attention_cases::EnvScope;
 // unaligned O, dO or dq take) instead of a tile a block
 enum class Bwd { Sm80, Sm90Tma, Sm90Atomic, Sm90TmaRowPasses };
 inline const char* bwd_name(Bwd k) {
-  return k == Bwd::Sm80              ? "sm80"
-         : k == Bwd::Sm90Tma         ? "sm90-tma-dq"
-         : k == Bwd::Sm90Atomic      ? "sm90-atomic-dq"
-                                     : "sm90-tma-dq-row-passes";
+  return k == Bwd::Sm80         ? "sm80"
+         : k == Bwd::Sm90Tma    ? "sm90-tma-dq"
+         : k == Bwd::Sm90Atomic ? "sm90-atomic-dq"
+                                : "sm90-tma-dq-row-passes";
 }
 struct BwdScope {
   explicit BwdScope(Bwd k)

@@ -386,7 +386,7 @@ void backward(const BackwardParams& in, Stream stream_handle) {
       tiled_dq && aligned(p.out, 16) && aligned(p.dout, 16) && aligned(p.dq, 8) &&
       strides_multiple(p.out_strides, 8, true) && strides_multiple(p.dout_strides, 8, true) &&
       strides_multiple(p.dq_strides, 4, true) && !env_is("HK_FLASH_BWD_PASSES", "rows");
-  const DqPasses passes = !tiled_dq      ? DqPasses::kRows
+  const DqPasses passes = !tiled_dq     ? DqPasses::kRows
                           : tile_passes ? DqPasses::kTiled
                                         : DqPasses::kTiledByRows;
   if (verbose())

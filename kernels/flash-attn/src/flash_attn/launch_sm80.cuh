@@ -191,7 +191,8 @@ void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float
   const bool tiled = passes == DqPasses::kTiledByRows;
   if (tiled)  // every tile's padding rows too (the bulk reduce-adds write them)
     check_cuda(cudaMemsetAsync(dq_accum, 0, dq_tiled_bytes(p), stream), "dq accumulator clear");
-  flash_bwd_preprocess_kernel<T, D><<<row_grid, 256, 0, stream>>>(p, di, tiled ? nullptr : dq_accum);
+  flash_bwd_preprocess_kernel<T, D>
+      <<<row_grid, 256, 0, stream>>>(p, di, tiled ? nullptr : dq_accum);
   check_cuda(cudaGetLastError(), "flash backward preprocess launch");
 }
 
@@ -217,8 +218,8 @@ void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const 
     flash_bwd_convert_dq_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, dq_accum, scale);
     check_cuda(cudaGetLastError(), "flash backward dq conversion (tiles) launch");
   } else if (dq_accum != nullptr) {
-    flash_bwd_convert_dq_kernel<T, D><<<row_grid, 256, 0, stream>>>(
-        p, dq_accum, scale, passes == DqPasses::kTiledByRows);
+    flash_bwd_convert_dq_kernel<T, D>
+        <<<row_grid, 256, 0, stream>>>(p, dq_accum, scale, passes == DqPasses::kTiledByRows);
     check_cuda(cudaGetLastError(), "flash backward dq conversion launch");
   } else {
     constexpr size_t smem = bwd_dq_smem_bytes<D>();
