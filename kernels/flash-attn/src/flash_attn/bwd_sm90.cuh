@@ -130,11 +130,8 @@ __global__ void __launch_bounds__(256, 1)
   auto issue_qdo = [&](int it, int st) {
     const int h = head_of(it), m0 = row0_of(it);
     mbar_expect_tx(bar_full(st), 2 * kQTile);
-#pragma unroll
-    for (int c = 0; c < Cfg::kColBlocks; ++c) {
-      tma_load_4d(s_q(st) + c * kQBox, &maps.q, bar_full(st), c * 64, m0, h, b);
-      tma_load_4d(s_do(st) + c * kQBox, &maps.dout, bar_full(st), c * 64, m0, h, b);
-    }
+    tma_load_5d(s_q(st), &maps.q, bar_full(st), 0, m0, 0, h, b);
+    tma_load_5d(s_do(st), &maps.dout, bar_full(st), 0, m0, 0, h, b);
   };
 
   if (tid == 0) {
@@ -151,11 +148,8 @@ __global__ void __launch_bounds__(256, 1)
     prefetch_tma(&maps.q);
     prefetch_tma(&maps.dout);
     mbar_expect_tx(bar_kv, 2 * Cfg::kKTile);
-#pragma unroll
-    for (int c = 0; c < Cfg::kColBlocks; ++c) {
-      tma_load_4d(s_k + c * kKBox, &maps.k, bar_kv, c * 64, n0, hk, b);
-      tma_load_4d(s_v + c * kKBox, &maps.v, bar_kv, c * 64, n0, hk, b);
-    }
+    tma_load_5d(s_k, &maps.k, bar_kv, 0, n0, 0, hk, b);
+    tma_load_5d(s_v, &maps.v, bar_kv, 0, n0, 0, hk, b);
     issue_qdo(0, 0);
     if (n_iters > 1) issue_qdo(1, 1);
   }

@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const TileKeys k = tile_keys(t);
       if (k.n_iters == 0) continue;
       mbar_expect_tx(bar_q(t), kQTile);
-      for (int c = 0; c < Cfg::kColBlocks; ++c)
-        tma_load_4d(s_q + t * kQTile + c * kQBox, &maps.q, bar_q(t), c * 64, k.m0, h, b);
+      tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, k.m0, 0, h, b);
     }
   };
   // stream index g of K or V into its stage, completing on that stage's full barrier
@@ -186,9 +185,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     int key_block = keys0.n_hi - 1 - g;
     if (kTiles == 2 && g >= iters0) key_block = keys1.n_hi - 1 - (g - iters0);
     mbar_expect_tx(bar_full, kTile);
-    for (int c = 0; c < Cfg::kColBlocks; ++c)
-      tma_load_4d(s_tiles + stage * kTile + c * kBox, map, bar_full, c * 64, key_block * kBlockN,
-                  hk, b);
+    tma_load_5d(s_tiles + stage * kTile, map, bar_full, 0, key_block * kBlockN, 0, hk, b);
   };
   auto load_k = [&](int g) { load_kv(g, s_k, &maps.k, bar_full_k(g % kStages)); };
   auto load_v = [&](int g) { load_kv(g, s_v, &maps.v, bar_full_v(g % kStages)); };

@@ -14,7 +14,10 @@ namespace hk_flash {
 
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
-// A 4-D map over [B, rows, H, D] (innermost first: D, rows, H, B) with 64 × box_rows boxes.
+// A 5-D map over [B, rows, H, D] with D split in 64-column blocks (innermost first: 64 columns,
+// rows, column blocks 128 bytes apart, H, B) and boxes of 64 × box_rows × D/64: one copy brings a
+// whole tile, its column blocks one after the other in shared memory (box_rows × 128 bytes
+// each, the 128-byte swizzle's 64-column layout the kernels read), instead of one copy a block.
 template <class T>
 CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int head_dim,
                           const Strides& st, int box_rows) {
@@ -25,16 +28,18 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
       heads > 1 ? static_cast<cuuint64_t>(st.head) * sizeof(T) : row_bytes * rows;
   const cuuint64_t batch_bytes =
       batch > 1 ? static_cast<cuuint64_t>(st.batch) * sizeof(T) : head_bytes * heads;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(rows),
+  const cuuint64_t dims[5] = {64, static_cast<cuuint64_t>(rows),
+                              static_cast<cuuint64_t>(head_dim / 64),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {row_bytes, head_bytes, batch_bytes};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t elem[4] = {1, 1, 1, 1};
+  const cuuint64_t strides[4] = {row_bytes, 128, head_bytes, batch_bytes};
+  const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(box_rows),
+                             static_cast<cuuint32_t>(head_dim / 64), 1, 1};
+  const cuuint32_t elem[5] = {1, 1, 1, 1, 1};
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
                                        : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult r =
-      tensor_map_encoder()(&map, type, 4, const_cast<void*>(data), dims, strides, box, elem,
+      tensor_map_encoder()(&map, type, 5, const_cast<void*>(data), dims, strides, box, elem,
                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS)
