@@ -179,7 +179,9 @@ const std::vector<Bwd> kSm90BackwardBothPasses = {Bwd::Sm90Tma, Bwd::Sm90TmaRowP
                                                   Bwd::Sm90Atomic};
 
 // First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards, with the dq
-// passes a tile a block (aligned tensors' default) and a row a warp.
+// passes a tile a block (aligned tensors' default) and a row a warp; and the block order's kv-head
+// sections: 6 kv heads (batch 2 × 3) in 4 + 2 and one a section (the cases above fit all their
+// heads in one).
 TEST(FlashKernels, Sm90BackwardCanary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
@@ -188,6 +190,11 @@ TEST(FlashKernels, Sm90BackwardCanary) {
         kSm90BackwardBothPasses);
     run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
         hk_flash::Dtype::BF16, kSm90BackwardBothPasses);
+    for (const char* heads : {"4", "1"}) {
+      EnvScope sections("HK_FLASH_BWD_SECTION", heads);
+      run({std::string("canary_bwd_sections_") + heads, 2, 600, 600, 6, 3}, d,
+          hk_flash::Dtype::BF16, kSm90Backward, 0, 1, {Fwd::Dispatch});
+    }
   }
 }
 

@@ -118,6 +118,19 @@ int forward_heads_per_section(const Params& p, int head_row_bytes) {
   return static_cast<int>(std::min<int64_t>(heads, groups * (p.heads_q / p.heads_kv)));
 }
 
+int backward_heads_per_section(const BackwardParams& p) {
+  const int64_t heads = static_cast<int64_t>(p.heads_kv) * p.batch;
+  const int forced = env_int("HK_FLASH_BWD_SECTION", 0);
+  if (forced > 0) return static_cast<int>(std::min<int64_t>(heads, forced));
+  // per kv head: its group's Q and dO rows (16-bit) and dq accumulator rows (f32), 8 bytes a
+  // q element
+  const int64_t head_bytes = std::max<int64_t>(
+      1, static_cast<int64_t>(p.heads_q / p.heads_kv) * p.seqlen_q * p.head_dim * 8);
+  const int64_t l2_bytes = attribute(cudaDevAttrL2CacheSize);
+  return static_cast<int>(
+      std::min<int64_t>(heads, std::max<int64_t>(1, l2_bytes / 2 / head_bytes)));
+}
+
 size_t backward_sm90_smem(int head_dim) {
   return head_dim <= 64 ? Sm90BwdConfig<64>::kSmem : Sm90BwdConfig<128>::kSmem;
 }

@@ -72,7 +72,7 @@ template <class T, int D, bool kCap>
 __global__ void __launch_bounds__(256, 1)
     flash_bwd_dkdv_sm90_kernel(const __grid_constant__ BackwardParams p,
                                const __grid_constant__ Sm90BwdMaps maps, const float* di,
-                               float* dq_accum, int dq_mode) {
+                               float* dq_accum, int dq_mode, int heads_per_section) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90BwdConfig<D>;
   using namespace hk::sdk::cuda::sm90;
@@ -94,8 +94,11 @@ __global__ void __launch_bounds__(256, 1)
   // derived from it then stay in uniform registers)
   const int tid = threadIdx.x, cw = __shfl_sync(0xffffffffu, tid / 128, 0), ltid = tid % 128;
   const int warp = ltid / 32, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int hk = blockIdx.x % p.heads_kv, b = blockIdx.x / p.heads_kv;
-  const int n_block = blockIdx.y;  // heavy (early, causal) key blocks are launched first
+  // (kv head, key block): heads in L2-sized sections, heavy (early, causal) key blocks first
+  const BlockOrder order =
+      block_order(p.heads_kv * p.batch, (p.seqlen_k + kBlockN - 1) / kBlockN, heads_per_section);
+  const int hk = order.head % p.heads_kv, b = order.head / p.heads_kv;
+  const int n_block = order.x;
   const int group = p.heads_q / p.heads_kv;
   const SeqInfo seq = seq_info(p, b);
   const int n0 = n_block * kBlockN;
@@ -469,6 +472,7 @@ __global__ void __launch_bounds__(256, 1)
   (void)di;
   (void)dq_accum;
   (void)dq_mode;
+  (void)heads_per_section;
 #endif
 }
 

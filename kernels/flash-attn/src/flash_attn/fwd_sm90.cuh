@@ -66,30 +66,6 @@ struct Sm90Maps {
   CUtensorMap q, k, v;
 };
 
-// Which (head, query position) a block of the 1-D forward grid takes. Blocks start in launch
-// order as SMs free up, so the order is the schedule: heads (batch × q heads, GQA groups adjacent)
-// go in sections whose keys and values fit in L2 together (forward_heads_per_section), and inside
-// a section every head's heaviest query position comes first, then the next, the lightest last.
-// Under causal masks a block's work grows with its position; the order by head (every position of
-// one head, then the next) left the last heads' heaviest blocks to start among the last, with the
-// other SMs idle while they ran: a list-scheduling model of 132 SMs puts that tail at 5-7 % of the
-// run at B8 × H16 × S2048 and B2 × H16 × S8192, under 1 % longest-first. Measured on the H200
-// (same call): v2 at B2 × H16 × S8192 608-609 TF/s against 580 by head, B1 × H32 × S16384 645
-// against 626-643, B8 × H16 × S2048 450-452 against 448-449; every head in one section (no L2
-// grouping) gained nothing (577-582, 625-640, 456).
-struct BlockOrder {
-  int head, x;  // head: b · heads_q + h; x: 0 = the heaviest position
-};
-__device__ __forceinline__ BlockOrder block_order(int heads, int positions, int heads_per_section) {
-  const int per_section = heads_per_section * positions;
-  const int section = static_cast<int>(blockIdx.x) / per_section;
-  const int r = static_cast<int>(blockIdx.x) - section * per_section;
-  const int first = section * heads_per_section;
-  const int here = min(heads_per_section, heads - first);
-  const int x = r / here;
-  return {first + (r - x * here), x};
-}
-
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
 __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps,

@@ -51,6 +51,11 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
 // (the other half for the Q and O streams), at least one group. HK_FLASH_FWD_SECTION=N forces N
 // heads (1: every position of one head, then the next head — the order before sections, for A/Bs).
 int forward_heads_per_section(const Params& p, int head_row_bytes);
+// The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
+// accumulator rows of their GQA groups in half of L2, at least one. HK_FLASH_BWD_SECTION=N forces
+// N kv heads (N ≥ batch × kv heads: every head in one section, key-position-major — the order
+// before sections, for A/Bs).
+int backward_heads_per_section(const BackwardParams& p);
 
 template <class T, int D, bool kProducerWg, int kTiles>
 void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
@@ -105,8 +110,10 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
   auto kernel = p.softcap > 0.0f ? flash_bwd_dkdv_sm90_kernel<T, D, true>  // as score_map decides
                                  : flash_bwd_dkdv_sm90_kernel<T, D, false>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
-  const dim3 grid(p.heads_kv * p.batch, (p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode);
+  const unsigned blocks = static_cast<unsigned>(p.heads_kv) * p.batch *
+                          ((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
+  kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode,
+                                                        backward_heads_per_section(p));
   check_cuda(cudaGetLastError(), "flash backward dk/dv (sm90) launch");
   return true;
 #else
