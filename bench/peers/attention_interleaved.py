@@ -83,12 +83,8 @@ class HkFlash:
 
 def time_saturated_ms(fn):
     """Milliseconds a call with the GPU kept busy: the median over windows of back-to-back calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
+    first = attention_torch.warm_up_ms(fn)
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record(); fn(); b.record(); b.synchronize()
-    first = max(a.elapsed_time(b), 1e-3)
     calls = int(min(max(4.0 / first, 2), 200))
     windows = int(min(max((60.0 if attention_torch.QUICK else 300.0) / (first * calls), 3), 50))
     ts = []

@@ -28,13 +28,19 @@ BACKENDS = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTEN
 QUICK = False
 
 
-def time_ms(fn):
+def warm_up_ms(fn):
+    """3 warm-up calls, then one timed call: its milliseconds (sizes the repetitions)."""
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     a.record(); fn(); b.record(); b.synchronize()
-    first = max(a.elapsed_time(b), 1e-3)
+    return max(a.elapsed_time(b), 1e-3)
+
+
+def time_ms(fn):
+    first = warm_up_ms(fn)
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     reps = int(min(max((60.0 if QUICK else 300.0) / first, 5), 50 if QUICK else 200))
     ts = []
     for _ in range(reps):
