@@ -8,8 +8,11 @@
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
-// the row-major accumulator instead of bulk reduce-adds into the tiled one), else the mma.sync one,
-// between the shared Di pre-pass and dq pass. Nothing here allocates or synchronises.
+// the row-major accumulator instead of bulk reduce-adds into the tiled one; its block order by
+// backward_heads_per_section, HK_FLASH_BWD_SECTION=N forcing N kv heads a section), else the
+// mma.sync one, between the Di pre-pass and the dq pass (a tile a block over the tiled accumulator,
+// HK_FLASH_BWD_PASSES=rows keeping the row-a-warp passes). Nothing here allocates or
+// synchronises.
 #include <cuda_runtime.h>
 
 #include <algorithm>

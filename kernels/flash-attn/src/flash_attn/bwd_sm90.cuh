@@ -1,14 +1,17 @@
 // flash_attn/bwd_sm90.cuh — the Hopper flash-attention backward's dK/dV (+ dQ) kernel (the FA3
-// algorithm on TMA + wgmma); the Di pre-pass and the dq conversion / deterministic dq kernels are
-// the mma.sync family's (bwd_sm80.cuh), which api.cu launches around it.
+// algorithm on TMA + wgmma); api.cu launches the Di pre-pass and the dq conversion around it
+// (bwd_tiles.cuh: a 64-row tile a block over its tiled dq accumulator; bwd_sm80.cuh's row passes
+// for unaligned tensors and atomic dq, and its deterministic dq kernel). Blocks take (kv head, key
+// block) in block_order: kv heads in sections sized by backward_heads_per_section (api.cu).
 //
 // A block of two warpgroups (256 threads, no producer warpgroup: threads 0 and 128 issue the
 // copies, so every warp may use 255 registers) owns 128 keys of one kv head, 64 per warpgroup, and
 // walks every 64-query tile of every head of its GQA group that can see them (dK/dV summed over
-// the group in registers, in a fixed order). K and V arrive once by TMA; Q and dO tiles by TMA two
-// stages deep (a "full" mbarrier per stage, and an "empty" one that all 256 threads arrive on;
-// thread 128 refills a stage two tiles ahead once both warpgroups have released it); lse·log2(e)
-// and Di rows go through shared memory by ordinary loads one tile ahead. Per tile, for a
+// the group in registers, in a fixed order). K and V arrive once by TMA; Q and dO tiles by TMA
+// (one copy a tile: its column blocks in one box) two stages deep (a "full" mbarrier per stage,
+// and an "empty" one that all 256 threads arrive on; thread 128 refills a stage two tiles ahead
+// once both warpgroups have released it); lse·log2(e) and Di rows go through shared memory by
+// ordinary loads one tile ahead. Per tile, for a
 // warpgroup's 64 keys (the transposed products keep keys in the accumulator rows, so no
 // transposition is needed before dV and dK), in issue order:
 //   Sᵀ = K·Qᵀ                          issued at the end of the tile before, behind its dQ (it
@@ -39,7 +42,7 @@ namespace hk_flash {
 template <int D>
 struct Sm90BwdConfig {
   static constexpr int kBlockM = 64, kBlockN = 128, kStages = 2, kThreads = 256;
-  static constexpr int kColBlocks = D / 64;                   // 64-column TMA boxes
+  static constexpr int kColBlocks = D / 64;                   // 64-column blocks, one TMA box
   static constexpr uint32_t kQBox = kBlockM * 128;            // 64 rows × 128 bytes
   static constexpr uint32_t kKBox = kBlockN * 128;            // 128 rows × 128 bytes
   static constexpr uint32_t kQTile = kColBlocks * kQBox;      // a Q or dO tile

@@ -51,7 +51,7 @@ struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
   static constexpr int kThreads = kProducerWg ? 384 : 256;
   static constexpr int kFirstConsumerWg = kProducerWg ? 1 : 0;
-  static constexpr int kColBlocks = D / 64;                 // 64-column TMA boxes
+  static constexpr int kColBlocks = D / 64;                 // 64-column blocks, one TMA box
   static constexpr uint32_t kQBox = 128 * 128;              // 128 rows × 128 bytes
   static constexpr uint32_t kKVBox = kBlockN * 128;         // kBlockN rows × 128 bytes
   static constexpr uint32_t kQTile = kColBlocks * kQBox;    // the Q tile
