@@ -80,9 +80,11 @@ bool parse_index(const char* s, int* out) {
 // A trace build (cmake -DCMAKE_CUDA_FLAGS=-DHK_FLASH_TRACE=1 -DCMAKE_CXX_FLAGS=-DHK_FLASH_TRACE=1
 // in a build directory of its own): one call with the Hopper kernel's phase stamps on; prints each
 // phase's mean length per warpgroup (cycles, over every block and every tile of a block's stream
-// but its first and last), in the kernel's order.
-void print_trace(const char* what, int blocks, int phases, const char* const* names,
-                 const std::function<void(unsigned long long*)>& call) {
+// but its first and last), in the kernel's order. Returns the stamps ([block][warpgroup][tile]
+// [phases]).
+std::vector<unsigned long long> print_trace(const char* what, int blocks, int phases,
+                                            const char* const* names,
+                                            const std::function<void(unsigned long long*)>& call) {
   constexpr int kTiles = hk_flash::kTraceTiles;
   const size_t n = static_cast<size_t>(blocks) * 2 * kTiles * phases;
   unsigned long long* dev = nullptr;
@@ -114,6 +116,46 @@ void print_trace(const char* what, int blocks, int phases, const char* const* na
       std::printf(" %s %.0f;", names[ph], count ? sum[ph] / count : 0.0);
     std::printf(" loop back %.0f\n", count ? sum[phases - 1] / count : 0.0);
   }
+  return h;
+}
+
+// The forward's block lives (tile slot 0 of each warpgroup's row, trace_block): a block's start
+// (its first stamp) to its first S issue, its last epilogue, and per SM the idle cycles between
+// one block's end (the later warpgroup's) and the next block's start.
+void print_block_lives(const char* what, const std::vector<unsigned long long>& h, int blocks,
+                       int phases) {
+  struct Life {
+    unsigned long long sm, start, first_s, epilogue, end;
+  };
+  std::vector<Life> lives;
+  const size_t row = static_cast<size_t>(hk_flash::kTraceTiles) * phases;
+  for (int blk = 0; blk < blocks; ++blk) {
+    const unsigned long long* w0 = &h[(static_cast<size_t>(blk) * 2) * row];
+    const unsigned long long* w1 = w0 + row;
+    if (w0[1] == 0 || w0[4] == 0) continue;  // a block with no keys
+    lives.push_back({w0[0], w0[1], w0[2], w0[3], std::max(w0[4], w1[4])});
+  }
+  std::sort(lives.begin(), lives.end(), [](const Life& a, const Life& b) {
+    return a.sm != b.sm ? a.sm < b.sm : a.start < b.start;
+  });
+  double to_first_s = 0, epilogue = 0, busy = 0, gaps = 0;
+  long n_gaps = 0;
+  for (size_t i = 0; i < lives.size(); ++i) {
+    const Life& l = lives[i];
+    to_first_s += static_cast<double>(l.first_s - l.start);
+    epilogue += static_cast<double>(l.end - l.epilogue);
+    busy += static_cast<double>(l.end - l.start);
+    if (i > 0 && lives[i - 1].sm == l.sm && l.start > lives[i - 1].end) {
+      gaps += static_cast<double>(l.start - lives[i - 1].end);
+      ++n_gaps;
+    }
+  }
+  const double n = std::max<size_t>(lives.size(), 1);
+  std::printf(
+      "blocks %s (%zu): start to first S %.0f cycles, last epilogue to end %.0f, life %.0f; "
+      "between blocks on an SM %.0f cycles (%ld gaps, %.1f %% of the lives' cycles)\n",
+      what, lives.size(), to_first_s / n, epilogue / n, busy / n, n_gaps ? gaps / n_gaps : 0.0,
+      n_gaps, busy > 0 ? 100.0 * gaps / busy : 0.0);
 }
 
 void print_backward_trace(const Problem& p, Buffers& bf) {
@@ -138,12 +180,14 @@ void print_forward_trace(const Problem& p, Buffers& bf) {
   const int m_blocks = (p.s + 127) / 128;
   for (const char* layout : {"v2", "v3"}) {
     const int blocks = (layout[1] == '3' ? (m_blocks + 1) / 2 : m_blocks) * p.hq * p.b;
-    print_trace(layout, blocks, hk_flash::kFwdTracePhases, names, [&](unsigned long long* dev) {
-      EnvScope scope("HK_FLASH_SM90_FWD", layout);
-      hk_flash::Params fp = forward_params(p, bf);
-      fp.trace = dev;
-      hk_flash::forward(fp, nullptr);
-    });
+    const std::vector<unsigned long long> h =
+        print_trace(layout, blocks, hk_flash::kFwdTracePhases, names, [&](unsigned long long* dev) {
+          EnvScope scope("HK_FLASH_SM90_FWD", layout);
+          hk_flash::Params fp = forward_params(p, bf);
+          fp.trace = dev;
+          hk_flash::forward(fp, nullptr);
+        });
+    print_block_lives(layout, h, blocks, hk_flash::kFwdTracePhases);
   }
 }
 #endif

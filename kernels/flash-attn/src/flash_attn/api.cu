@@ -124,6 +124,10 @@ int forward_heads_per_section(const Params& p, int head_row_bytes) {
   return static_cast<int>(std::min<int64_t>(heads, groups * (p.heads_q / p.heads_kv)));
 }
 
+int forward_prefetch_ahead(const Params& p) {
+  return env_is("HK_FLASH_FWD_PREFETCH", "0") ? 0 : std::max(0, p.device_sms);
+}
+
 namespace {
 // How the GPU schedules the backward's blocks in block_order with `section` kv heads a section:
 // each block starts on the SM that frees first, its work the 64-query tiles of its GQA group that

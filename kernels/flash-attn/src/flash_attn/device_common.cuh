@@ -185,6 +185,23 @@ __device__ __forceinline__ unsigned long long* trace_row(const Params& p, int wg
       blockIdx.x + gridDim.x * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
   return p.trace + (block * 2 + wg) * kTraceTiles * phases;
 }
+// The block's life in tile slot 0 of each consumer warpgroup's row (the key-tile stamps start at
+// stream index 1): the SM, clock64 at the start, at the first S issue, at the last tile's epilogue
+// and at the end — the benchmark works out the start and end costs, and the idle time between
+// consecutive blocks on one SM (clock64 counts per SM, so those gaps are exact).
+enum TraceBlockSlot { kTraceSm, kTraceStart, kTraceFirstS, kTraceEpilogue, kTraceEnd };
+__device__ __forceinline__ void trace_block(unsigned long long* row, TraceBlockSlot slot) {
+  if (row == nullptr) return;
+  unsigned long long v;
+  if (slot == kTraceSm) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(sm));
+    v = sm;
+  } else {
+    asm volatile("mov.u64 %0, %%clock64;\n" : "=l"(v));
+  }
+  row[slot] = v;
+}
 // clock64 into phase k of tile `tile` (the first kTraceTiles tiles; nothing on a null row).
 __device__ __forceinline__ void trace_stamp(unsigned long long* row, int tile, int phases, int k) {
   if (row == nullptr || tile >= kTraceTiles) return;
@@ -210,14 +227,19 @@ __device__ __forceinline__ void trace_stamp(unsigned long long* row, int tile, i
 struct BlockOrder {
   int head, x;  // head: b · heads + h; x: 0 = the heaviest position
 };
-__device__ __forceinline__ BlockOrder block_order(int heads, int positions, int heads_per_section) {
+// (of the block with launch index `index`; block_order: this block's)
+__device__ __forceinline__ BlockOrder block_order_of(int index, int heads, int positions,
+                                                     int heads_per_section) {
   const int per_section = heads_per_section * positions;
-  const int section = static_cast<int>(blockIdx.x) / per_section;
-  const int r = static_cast<int>(blockIdx.x) - section * per_section;
+  const int section = index / per_section;
+  const int r = index - section * per_section;
   const int first = section * heads_per_section;
   const int here = min(heads_per_section, heads - first);
   const int x = r / here;
   return {first + (r - x * here), x};
+}
+__device__ __forceinline__ BlockOrder block_order(int heads, int positions, int heads_per_section) {
+  return block_order_of(static_cast<int>(blockIdx.x), heads, positions, heads_per_section);
 }
 
 // How raw q·k dots become log2-domain scores: without softcap one FFMA per element inside the

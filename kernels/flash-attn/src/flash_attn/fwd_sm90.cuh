@@ -69,7 +69,7 @@ struct Sm90Maps {
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
 __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps,
-                          int heads_per_section) {
+                          int heads_per_section, int prefetch_ahead) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   using namespace hk::sdk::cuda::sm90;
@@ -154,6 +154,18 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       mbar_expect_tx(bar_q(t), kQTile);
       tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, k.m0, 0, h, b);
     }
+    // the Q tiles of the block launched `prefetch_ahead` (the SM count) after this one — about
+    // the one that starts as this one ends, on whichever SM — into L2, so its first S waits on an
+    // L2 hit instead of DRAM (short blocks pay that wait once each: ~8 key tiles at S = 2048)
+    const int ahead = static_cast<int>(blockIdx.x) + prefetch_ahead;
+    if (prefetch_ahead > 0 && ahead < static_cast<int>(gridDim.x)) {
+      const BlockOrder next = block_order_of(ahead, p.heads_q * p.batch,
+                                             (m_blocks + kTiles - 1) / kTiles, heads_per_section);
+      const int nh = next.head % p.heads_q, nb = next.head / p.heads_q;
+      tma_prefetch_l2_5d(&maps.q, 0, (m_blocks - 1 - next.x) * kBlockM, 0, nh, nb);
+      if (kTiles == 2 && next.x < m_blocks - 1 - next.x)
+        tma_prefetch_l2_5d(&maps.q, 0, next.x * kBlockM, 0, nh, nb);
+    }
   };
   // stream index g of K or V into its stage, completing on that stage's full barrier
   auto load_kv = [&](int g, uint32_t s_tiles, const CUtensorMap* map, uint32_t bar_full) {
@@ -221,7 +233,13 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 #ifdef HK_FLASH_TRACE
     unsigned long long* const trace_at = ltid == 0 ? trace_row(p, cw, kFwdTracePhases) : nullptr;
 #define HK_FWD_STAMP(gi, k) trace_stamp(trace_at, gi, kFwdTracePhases, k)
+#define HK_FWD_BLOCK(slot) trace_block(trace_at, slot)
+    HK_FWD_BLOCK(kTraceSm);
+    HK_FWD_BLOCK(kTraceStart);
 #else
+#define HK_FWD_BLOCK(slot) \
+  do {                     \
+  } while (0)
 #define HK_FWD_STAMP(gi, k) \
   do {                      \
   } while (0)
@@ -372,6 +390,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         mbar_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
         take_turn();
         issue_s(s, g0 % kStages);
+        if (t == 0) HK_FWD_BLOCK(kTraceFirstS);
         pass_turn();
         wgmma_wait<0>();
         fence_regs(s);
@@ -437,8 +456,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         mbar_arrive(bar_empty_v(last_stage));
         refill_v(g_last);
       }
+      if (t == n_tiles - 1) HK_FWD_BLOCK(kTraceEpilogue);
 
-      // epilogue: O / l, lse
+        // epilogue: O / l, lse
 #pragma unroll
       for (int r = 0; r < 2; ++r) l_row[r] = quad_sum(l_row[r]);
       T* out = static_cast<T*>(p.out);
@@ -459,7 +479,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       }
     };
     for (int t = 0; t < n_tiles; ++t) query_tile(t);
+    HK_FWD_BLOCK(kTraceEnd);
 #undef HK_FWD_STAMP
+#undef HK_FWD_BLOCK
   }  // consumers
 #endif
 }

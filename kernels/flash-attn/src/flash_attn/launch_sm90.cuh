@@ -51,6 +51,9 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
 // (the other half for the Q and O streams), at least one group. HK_FLASH_FWD_SECTION=N forces N
 // heads (1: every position of one head, then the next head — the order before sections, for A/Bs).
 int forward_heads_per_section(const Params& p, int head_row_bytes);
+// How many blocks ahead the forward prefetches Q into L2 (fwd_sm90.cuh): the SM count, or 0
+// (none) under HK_FLASH_FWD_PREFETCH=0.
+int forward_prefetch_ahead(const Params& p);
 // The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
 // accumulator rows of their GQA groups in half of L2, at least one. HK_FLASH_BWD_SECTION=N forces
 // N kv heads (N ≥ batch × kv heads: every head in one section, key-position-major — the order
@@ -70,7 +73,8 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   const int positions = (m_blocks + kTiles - 1) / kTiles;  // v3: pairs of m-blocks
   const int heads = p.heads_q * p.batch;
   kernel<<<static_cast<unsigned>(positions) * heads, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))));
+      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))),
+      forward_prefetch_ahead(p));
   check_cuda(cudaGetLastError(), kProducerWg   ? "flash forward (sm90 v1) launch"
                                  : kTiles == 2 ? "flash forward (sm90 v3) launch"
                                                : "flash forward (sm90 v2) launch");
