@@ -124,6 +124,10 @@ int forward_heads_per_section(const Params& p, int head_row_bytes) {
   return static_cast<int>(std::min<int64_t>(heads, groups * (p.heads_q / p.heads_kv)));
 }
 
+bool forward_adjacent_pairs() {
+  return env_is("HK_FLASH_FWD_PAIRS", "adjacent");
+}
+
 int forward_prefetch_ahead(const Params& p) {
   return env_is("HK_FLASH_FWD_PREFETCH", "0") ? 0 : std::max(0, p.device_sms);
 }

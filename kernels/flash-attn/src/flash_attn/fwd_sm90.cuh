@@ -69,7 +69,7 @@ struct Sm90Maps {
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
 __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps,
-                          int heads_per_section, int prefetch_ahead) {
+                          int heads_per_section, int prefetch_ahead, int adjacent_pairs) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   using namespace hk::sdk::cuda::sm90;
@@ -99,10 +99,14 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const SeqInfo seq = seq_info(p, b);
   // The block's query tiles: m-block m_blocks-1-x (heavy ones launched first); v3 (kTiles 2) also
   // m-block x, so under causal masks every block does the same work (the middle m-block of an odd
-  // count alone), and the second tile's copies overlap the first tile's GEMMs.
-  const int m_heavy = m_blocks - 1 - order.x;
-  const int m_light = order.x;
-  const int n_tiles = kTiles == 2 && m_light < m_heavy ? 2 : 1;
+  // count alone), and the second tile's copies overlap the first tile's GEMMs. With
+  // adjacent_pairs, v3 pairs neighbours instead, m-blocks m_blocks-1-2x and the one below (the
+  // last alone when the count is odd): blocks then shrink from the first to the last, so they
+  // start longest-first as v2's do, while half as many blocks start and end.
+  const int m_heavy =
+      kTiles == 2 && adjacent_pairs ? m_blocks - 1 - 2 * order.x : m_blocks - 1 - order.x;
+  const int m_light = kTiles == 2 && adjacent_pairs ? m_heavy - 1 : order.x;
+  const int n_tiles = kTiles == 2 && m_light < m_heavy && m_light >= 0 ? 2 : 1;
   auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
   if (seq.S - m_heavy * kBlockM <= 0) return;  // the whole block: before any barrier exists
   // rows of tile t and the key tiles [n_hi - n_iters, n_hi) any of them sees
@@ -162,9 +166,12 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const BlockOrder next = block_order_of(ahead, p.heads_q * p.batch,
                                              (m_blocks + kTiles - 1) / kTiles, heads_per_section);
       const int nh = next.head % p.heads_q, nb = next.head / p.heads_q;
-      tma_prefetch_l2_5d(&maps.q, 0, (m_blocks - 1 - next.x) * kBlockM, 0, nh, nb);
-      if (kTiles == 2 && next.x < m_blocks - 1 - next.x)
-        tma_prefetch_l2_5d(&maps.q, 0, next.x * kBlockM, 0, nh, nb);
+      const int next_heavy =
+          kTiles == 2 && adjacent_pairs ? m_blocks - 1 - 2 * next.x : m_blocks - 1 - next.x;
+      const int next_light = kTiles == 2 && adjacent_pairs ? next_heavy - 1 : next.x;
+      tma_prefetch_l2_5d(&maps.q, 0, next_heavy * kBlockM, 0, nh, nb);
+      if (kTiles == 2 && next_light < next_heavy && next_light >= 0)
+        tma_prefetch_l2_5d(&maps.q, 0, next_light * kBlockM, 0, nh, nb);
     }
   };
   // stream index g of K or V into its stage, completing on that stage's full barrier
