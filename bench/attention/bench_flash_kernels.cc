@@ -1,6 +1,7 @@
 // hk_bench_flash_kernels — device timings of each flash kernel called directly (flash.h, no libhk):
 // the forward (dispatcher's choice, and each Hopper layout forced: HK_FLASH_SM90_FWD=v1 with a
-// producer warpgroup, v2 with two warpgroups, v3 = v2 with two query tiles a block) and every
+// producer warpgroup, v2 with two warpgroups, v3 = v2 with two query tiles a block, v4 = v2
+// streaming query tiles, a block an SM) and every
 // backward variant (mma.sync; Hopper with dq
 // by TMA reduce-add, by atomics; deterministic), so a kernel change is measured without building
 // libhk. fwd+bwd is timed with the dispatcher's forward and with v2's.
@@ -178,8 +179,11 @@ void print_forward_trace(const Problem& p, Buffers& bf) {
       "wait K",    "take turn", "S issue", "wait V",    "PV issue, pass", "wait S",
       "release K", "softmax",   "wait PV", "release V", "rescale, P"};
   const int m_blocks = (p.s + 127) / 128;
-  for (const char* layout : {"v2", "v3"}) {
-    const int blocks = (layout[1] == '3' ? (m_blocks + 1) / 2 : m_blocks) * p.hq * p.b;
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
+  for (const char* layout : {"v2", "v3", "v4"}) {
+    int blocks = (layout[1] == '3' ? (m_blocks + 1) / 2 : m_blocks) * p.hq * p.b;
+    if (layout[1] == '4') blocks = std::min(blocks, sms);  // a block an SM
     const std::vector<unsigned long long> h =
         print_trace(layout, blocks, hk_flash::kFwdTracePhases, names, [&](unsigned long long* dev) {
           EnvScope scope("HK_FLASH_SM90_FWD", layout);
@@ -223,7 +227,8 @@ int main(int argc, char** argv) {
     };
     std::string json = "{\"gpu\": \"" + std::string(prop.name) + "\", \"shapes\": [";
     std::string table =
-        "shape                                   | fwd   | fwd v1 | fwd v2 | fwd v3 | v2/v1 | "
+        "shape                                   | fwd   | fwd v1 | fwd v2 | fwd v3 | fwd v4 | "
+        "v2/v1 | "
         "v3/v1 | "
         "bwd sm80 | "
         "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | fwd+bwd (default) | fwd+bwd (v2) | "
@@ -271,6 +276,7 @@ int main(int argc, char** argv) {
       const double t_v2a = fwd_layout_time("v2"), t_v3a = fwd_layout_time("v3");
       const double t_v3b = fwd_layout_time("v3"), t_v2b = fwd_layout_time("v2");
       const double t_v2 = 0.5 * (t_v2a + t_v2b), t_v3 = 0.5 * (t_v3a + t_v3b);
+      const double t_v4 = fwd_layout_time("v4");
       auto bwd_time = [&](Bwd k, bool det) {
         BwdScope scope(k);
         const hk_flash::BackwardParams bp = backward_params(p, bf, det);
@@ -294,13 +300,15 @@ int main(int argc, char** argv) {
       print_backward_trace(p, bf);
 #endif
       char row[512];
-      std::snprintf(row, sizeof row,
-                    "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
-                    "%15.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
-                    sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
-                    tf(fwd_flops, t_v3), t_v1 / t_v2, t_v1 / t_v3, tf(2.5 * fwd_flops, t80),
-                    tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
-                    tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2), t80 / t90);
+      std::snprintf(
+          row, sizeof row,
+          "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
+          "%15.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
+          sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
+          tf(fwd_flops, t_v3), tf(fwd_flops, t_v4), t_v1 / t_v2, t_v1 / t_v3,
+          tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
+          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2),
+          t80 / t90);
       table += row;
       std::fprintf(stderr, "%s", row);
       std::fprintf(stderr,
@@ -312,7 +320,8 @@ int main(int argc, char** argv) {
           "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
           "\"fwd_ms\": %.5f, \"fwd_sm90_v1_ms\": %.5f, \"fwd_sm90_v2_ms\": %.5f, "
           "\"fwd_sm90_v1_tflops\": %.2f, \"fwd_sm90_v2_tflops\": %.2f, \"fwd_sm90_v3_ms\": %.5f, "
-          "\"fwd_sm90_v3_tflops\": %.2f, \"fwdbwd_v2_ms\": %.5f, "
+          "\"fwd_sm90_v3_tflops\": %.2f, \"fwd_sm90_v4_ms\": %.5f, \"fwd_sm90_v4_tflops\": %.2f, "
+          "\"fwdbwd_v2_ms\": %.5f, "
           "\"fwdbwd_v2_tflops\": %.2f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
           "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
           "\"fwdbwd_ms\": %.5f, \"fwd_tflops\": %.2f, \"bwd_sm80_tflops\": %.2f, "
@@ -321,10 +330,11 @@ int main(int argc, char** argv) {
           "\"sm_clock_mhz_after_fwd\": %.0f, \"sm_clock_mhz_after_fwdbwd\": %.0f, "
           "\"sm_clock_mhz_after_bwd_sm90\": %.0f}",
           json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1,
-          t_v2, tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_fb2,
-          tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd),
-          tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
-          tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), mhz_fwd, mhz_fb, mhz_bwd);
+          t_v2, tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_v4,
+          tf(fwd_flops, t_v4), t_fb2, tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb,
+          tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
+          tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), mhz_fwd,
+          mhz_fb, mhz_bwd);
       json += js;
     }
     json += "]}\n";

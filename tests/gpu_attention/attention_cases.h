@@ -44,17 +44,15 @@ inline int64_t key_start_of(const Case& c, int64_t batch) {
   return (batch * 37 + 3) % (c.t + 2);
 }
 
-// Sets an environment variable (or unsets it: value null) for a scope, then restores it.
+// Sets an environment variable for a scope (value null: leaves it as the environment has it),
+// then restores it.
 class EnvScope {
  public:
   EnvScope(const char* name, const char* value) : name_(name) {
     const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) old_ = old;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
+    if (value) setenv(name, value, 1);
   }
   EnvScope(const EnvScope&) = delete;
   EnvScope& operator=(const EnvScope&) = delete;

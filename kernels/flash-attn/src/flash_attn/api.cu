@@ -3,8 +3,8 @@
 // Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
-// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3 forcing one; its
-// block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section);
+// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3|v4 forcing one;
+// its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section);
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
@@ -122,6 +122,11 @@ int forward_heads_per_section(const Params& p, int head_row_bytes) {
   const int64_t l2_bytes = attribute(cudaDevAttrL2CacheSize);
   const int64_t groups = std::max<int64_t>(1, l2_bytes / 2 / kv_head_bytes);
   return static_cast<int>(std::min<int64_t>(heads, groups * (p.heads_q / p.heads_kv)));
+}
+
+int forward_stream_blocks(const Params& p) {
+  const int forced = env_int("HK_FLASH_FWD_V4_BLOCKS", 0);
+  return forced > 0 ? forced : std::max(1, p.device_sms);
 }
 
 bool forward_adjacent_pairs() {
@@ -271,11 +276,11 @@ std::string unsupported_reason(const Params& p) {
 
 namespace {
 // HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
-// "v1" or unset the producer-warpgroup one; any other value is a typo that would silently measure
-// the wrong kernel, so it fails the call.
-// Unset: at head dim 128 v2, or v3 where v2's grid would be under 12 waves of blocks; v1 at 64 —
-// measured on the H200 (bf16, causal, 2026-12-04, since the softmax's quad shuffles run only in
-// tiles where a row's reference max moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 /
+// "v4" the same streaming its query tiles (a block an SM), "v1" or unset the producer-warpgroup
+// one; any other value is a typo that would silently measure the wrong kernel, so it fails the
+// call. Unset: at head dim 128 v2, or v3 where v2's grid would be under 12 waves of blocks; v1 at
+// 64 — measured on the H200 (bf16, causal, 2026-12-04, since the softmax's quad shuffles run only
+// in tiles where a row's reference max moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 /
 // B2×S8192 / B1×H32×S16384 against v3's 441-445 / 514-526 / 518-537, v3 ahead only at the
 // training step's B4×S2048 (416-427 against 406-415); at D64 v1 stays ahead (312 TF/s against
 // v2's 286 and v3's 276).
@@ -293,14 +298,16 @@ Sm90Forward sm90_forward_layout(const Params& p) {
   if (std::strcmp(v, "v1") == 0) return Sm90Forward::kProducerWarpgroup;
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
   if (std::strcmp(v, "v3") == 0) return Sm90Forward::kTwoWarpgroupsPaired;
+  if (std::strcmp(v, "v4") == 0) return Sm90Forward::kStreaming;
   throw std::invalid_argument(
       std::string("HK_FLASH_SM90_FWD=") + v +
-      " is not a Hopper forward layout: set it to v1, v2 or v3, or unset it");
+      " is not a Hopper forward layout: set it to v1, v2, v3 or v4, or unset it");
 }
 
 const char* sm90_forward_name(Sm90Forward layout) {
   return layout == Sm90Forward::kTwoWarpgroups         ? "sm90 wgmma v2"
          : layout == Sm90Forward::kTwoWarpgroupsPaired ? "sm90 wgmma v3"
+         : layout == Sm90Forward::kStreaming           ? "sm90 wgmma v4"
                                                        : "sm90 wgmma";
 }
 

@@ -57,9 +57,13 @@ struct Sm90Config {
   static constexpr uint32_t kQTile = kColBlocks * kQBox;    // the Q tile
   static constexpr uint32_t kKVTile = kColBlocks * kKVBox;  // a K or V tile
   static_assert(kKVBox % 1024 == 0, "swizzle atoms need 1024-byte aligned boxes");
+  // v4 (kTiles 0) keeps a ring of kStages + 1 Q tiles: its copies run at most kStages key tiles,
+  // so kStages query tiles, ahead of the consumers
+  static constexpr int kQTiles = kTiles == 0 ? kStages + 1 : kTiles;
   static constexpr uint32_t kSmem =
-      kTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ + 1024 /* alignment */;
-  static_assert(kTiles == 1 || (kTiles == 2 && !kProducerWg), "v3 pairs tiles; v1, v2 do not");
+      kQTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ + 1024 /* alignment */;
+  static_assert(kTiles == 1 || (kTiles != 1 && !kProducerWg),
+                "v3 pairs tiles and v4 streams them; v1, v2 do neither");
 };
 
 struct Sm90Maps {
@@ -78,12 +82,15 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   constexpr uint32_t kTile = Cfg::kKVTile, kBox = Cfg::kKVBox;
   extern __shared__ unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024 B
-  const uint32_t s_q = base;                                    // [kTiles] Q tiles
+  const uint32_t s_q = base;                                    // [kQTiles] Q tiles
   // (after the Q tiles: kQTile, not the K/V tile size, which is smaller when kBlockN < 128)
-  const uint32_t s_k = s_q + kTiles * kQTile;    // [kStages] K tiles
-  const uint32_t s_v = s_k + kStages * kTile;    // [kStages] V tiles
-  const uint32_t s_bar = s_v + kStages * kTile;  // mbarriers (8 bytes each)
-  auto bar_q = [&](int t) { return t == 0 ? s_bar : s_bar + 8 * (1 + 4 * kStages); };
+  const uint32_t s_k = s_q + Cfg::kQTiles * kQTile;  // [kStages] K tiles
+  const uint32_t s_v = s_k + kStages * kTile;        // [kStages] V tiles
+  const uint32_t s_bar = s_v + kStages * kTile;      // mbarriers (8 bytes each)
+  auto bar_q = [&](int t) { return t == 0 ? s_bar : s_bar + 8 * (4 * kStages + t); };
+  // v4: Q tile t read by every consumer (256 arrivals), so the ring may refill it
+  auto bar_q_empty = [&](int t) { return s_bar + 8 * (4 * kStages + Cfg::kQTiles + t); };
+  constexpr bool kStream = kTiles == 0;  // v4
   auto bar_full_k = [&](int s) { return s_bar + 8 * (1 + s); };
   auto bar_full_v = [&](int s) { return s_bar + 8 * (1 + kStages + s); };
   auto bar_empty_k = [&](int s) { return s_bar + 8 * (1 + 2 * kStages + s); };
@@ -92,8 +99,11 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int tid = threadIdx.x;
   const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  const BlockOrder order =
-      block_order(p.heads_q * p.batch, (m_blocks + kTiles - 1) / kTiles, heads_per_section);
+  // positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
+  const int positions = kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;
+  const int total_blocks = positions * p.heads_q * p.batch;
+  // v4 takes every gridDim.x-th entry of that order, from its own index on
+  const BlockOrder order = block_order(p.heads_q * p.batch, positions, heads_per_section);
   const int h = order.head % p.heads_q, b = order.head / p.heads_q;
   const int hk = h / (p.heads_q / p.heads_kv);
   const SeqInfo seq = seq_info(p, b);
@@ -108,21 +118,46 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int m_light = kTiles == 2 && adjacent_pairs ? m_heavy - 1 : order.x;
   const int n_tiles = kTiles == 2 && m_light < m_heavy && m_light >= 0 ? 2 : 1;
   auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
-  if (seq.S - m_heavy * kBlockM <= 0) return;  // the whole block: before any barrier exists
-  // rows of tile t and the key tiles [n_hi - n_iters, n_hi) any of them sees
+  // v4: the block's query tiles ("jobs"), blockIdx.x + j · gridDim.x in block order
+  const int n_jobs =
+      kStream ? (total_blocks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
+                    static_cast<int>(gridDim.x)
+              : 0;
+  if (kStream ? n_jobs <= 0 : seq.S - m_heavy * kBlockM <= 0)
+    return;  // the whole block: before any barrier exists
+  // rows of a query tile and the key tiles [n_hi - n_iters, n_hi) any of them sees
   struct TileKeys {
     int m0, valid_rows, n_hi, n_iters;
   };
-  auto tile_keys = [&](int t) {
+  auto keys_of = [&](const SeqInfo& sq, int m_block) {
     TileKeys k;
-    k.m0 = m_block_of(t) * kBlockM;
-    k.valid_rows = min(kBlockM, seq.S - k.m0);
-    const KeyRange first = key_range(p, seq, k.m0);
-    const KeyRange last = key_range(p, seq, k.m0 + k.valid_rows - 1);
+    k.m0 = m_block * kBlockM;
+    k.valid_rows = min(kBlockM, sq.S - k.m0);
+    const KeyRange first = key_range(p, sq, k.m0);
+    const KeyRange last = key_range(p, sq, k.m0 + k.valid_rows - 1);
     const int n_lo = first.lo / kBlockN;
     k.n_hi = last.hi > first.lo ? (last.hi + kBlockN - 1) / kBlockN : n_lo;
     k.n_iters = k.n_hi - n_lo;
     return k;
+  };
+  auto tile_keys = [&](int t) { return keys_of(seq, m_block_of(t)); };
+  // A query tile with its head: v1-v3's tile t of this block, v4's job j.
+  struct Job {
+    int h, b, hk;
+    SeqInfo seq;
+    TileKeys keys;
+  };
+  auto job_of = [&](int j) {
+    Job jb;
+    const BlockOrder o =
+        block_order_of(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x),
+                       p.heads_q * p.batch, positions, heads_per_section);
+    jb.h = o.head % p.heads_q;
+    jb.b = o.head / p.heads_q;
+    jb.hk = jb.h / (p.heads_q / p.heads_kv);
+    jb.seq = seq_info(p, jb.b);
+    jb.keys = keys_of(jb.seq, m_blocks - 1 - o.x);
+    return jb;
   };
   // One stream of key tiles over the block's query tiles: index g < total_iters is key tile
   // g - iters0 of query tile 1 when g ≥ iters0, else key tile g of query tile 0. Stages and
@@ -131,11 +166,17 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int iters0 = keys0.n_iters;
   // v3's second tile, worked out once: the copies' issuer needs its n_hi for every key tile
   const TileKeys keys1 = n_tiles == 2 ? tile_keys(1) : keys0;
-  const int total_iters = iters0 + (n_tiles == 2 ? keys1.n_iters : 0);
+  int total_iters = iters0 + (n_tiles == 2 ? keys1.n_iters : 0);
+  if constexpr (kStream) {  // the key tiles of every job
+    total_iters = 0;
+    for (int j = 0; j < n_jobs; ++j) total_iters += job_of(j).keys.n_iters;
+  }
 
   if (tid == 0) {
-    mbar_init(bar_q(0), 1);
-    if (kTiles == 2) mbar_init(bar_q(1), 1);
+    for (int t = 0; t < Cfg::kQTiles; ++t) {
+      mbar_init(bar_q(t), 1);
+      if (kStream) mbar_init(bar_q_empty(t), 256);
+    }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), 1);
       mbar_init(bar_full_v(s), 1);
@@ -152,7 +193,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     prefetch_tma(&maps.q);
     prefetch_tma(&maps.k);
     prefetch_tma(&maps.v);
-    for (int t = 0; t < n_tiles; ++t) {
+    // v4: each job's Q goes with its first K (load_k)
+    for (int t = 0; t < (kStream ? 0 : n_tiles); ++t) {
       const TileKeys k = tile_keys(t);
       if (k.n_iters == 0) continue;
       mbar_expect_tx(bar_q(t), kQTile);
@@ -162,9 +204,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     // the one that starts as this one ends, on whichever SM — into L2, so its first S waits on an
     // L2 hit instead of DRAM (short blocks pay that wait once each: ~8 key tiles at S = 2048)
     const int ahead = static_cast<int>(blockIdx.x) + prefetch_ahead;
-    if (prefetch_ahead > 0 && ahead < static_cast<int>(gridDim.x)) {
-      const BlockOrder next = block_order_of(ahead, p.heads_q * p.batch,
-                                             (m_blocks + kTiles - 1) / kTiles, heads_per_section);
+    if (prefetch_ahead > 0 && ahead < static_cast<int>(gridDim.x) && !kStream) {
+      const BlockOrder next =
+          block_order_of(ahead, p.heads_q * p.batch, positions, heads_per_section);
       const int nh = next.head % p.heads_q, nb = next.head / p.heads_q;
       const int next_heavy =
           kTiles == 2 && adjacent_pairs ? m_blocks - 1 - 2 * next.x : m_blocks - 1 - next.x;
@@ -182,8 +224,52 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     mbar_expect_tx(bar_full, kTile);
     tma_load_5d(s_tiles + stage * kTile, map, bar_full, 0, key_block * kBlockN, 0, hk, b);
   };
-  auto load_k = [&](int g) { load_kv(g, s_k, &maps.k, bar_full_k(g % kStages)); };
-  auto load_v = [&](int g) { load_kv(g, s_v, &maps.v, bar_full_v(g % kStages)); };
+  // v4: where the issuer's K and V copies are in the job sequence (each moves forward only; V
+  // trails K by one key tile); `keyed` counts the jobs with keys before this one (their Q tiles
+  // go round the ring in that order)
+  struct Cursor {
+    int j = 0, keyed = 0, g_first = 0;
+    Job job;
+  };
+  Cursor kc, vc;
+  auto advance = [&](Cursor& c, int g) {
+    while (g >= c.g_first + c.job.keys.n_iters) {
+      if (c.job.keys.n_iters > 0) ++c.keyed;
+      c.g_first += c.job.keys.n_iters;
+      c.job = job_of(++c.j);
+    }
+  };
+  auto load_stream = [&](Cursor& c, int g, uint32_t s_tiles, const CUtensorMap* map,
+                         uint32_t bar_full) {
+    mbar_expect_tx(bar_full, kTile);
+    tma_load_5d(s_tiles + (g % kStages) * kTile, map, bar_full, 0,
+                (c.job.keys.n_hi - 1 - (g - c.g_first)) * kBlockN, 0, c.job.hk, c.job.b);
+  };
+  auto load_k = [&](int g) {
+    if constexpr (kStream) {
+      advance(kc, g);
+      if (g == kc.g_first) {  // a job's first key tile: its Q first, into the ring
+        const int t = kc.keyed % Cfg::kQTiles, use = kc.keyed / Cfg::kQTiles;
+        if (use > 0) mbar_wait(bar_q_empty(t), (use - 1) & 1);
+        mbar_expect_tx(bar_q(t), kQTile);
+        tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, kc.job.keys.m0, 0, kc.job.h, kc.job.b);
+      }
+      load_stream(kc, g, s_k, &maps.k, bar_full_k(g % kStages));
+    } else {
+      load_kv(g, s_k, &maps.k, bar_full_k(g % kStages));
+    }
+  };
+  auto load_v = [&](int g) {
+    if constexpr (kStream) {
+      advance(vc, g);
+      load_stream(vc, g, s_v, &maps.v, bar_full_v(g % kStages));
+    } else {
+      load_kv(g, s_v, &maps.v, bar_full_v(g % kStages));
+    }
+  };
+  if constexpr (kStream) {
+    if (tid == 128) kc.job = vc.job = job_of(0);
+  }
 
   if (kProducerWg && wg == 0) {
     // ---------------- producer (v1) ----------------
@@ -261,12 +347,22 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 
     // One query tile, every per-tile value local to it (a one-tile block compiles as the
     // single-tile kernel always did).
-    auto query_tile = [&](int t) {
-      const TileKeys tk = t == 0 ? keys0 : keys1;
+    // t: the block's tile (v1-v3) or job index (v4); g0: its first stream index; q_slot, q_use:
+    // its Q tile in the ring and how many times that slot was filled before
+    auto query_tile = [&](int t, const Job& jb, int g0, int q_slot, int q_use) {
+      const TileKeys tk = jb.keys;
       const int m0 = tk.m0, valid_rows = tk.valid_rows, n_hi = tk.n_hi, n_iters = tk.n_iters;
-      const int g0 = t == 0 ? 0 : iters0;              // the tile's first stream index
+      const int h = jb.h, b = jb.b;
+      const SeqInfo& seq = jb.seq;
       const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
-      const uint32_t s_q_tile = s_q + t * kQTile;
+      const uint32_t s_q_tile = s_q + q_slot * kQTile;
+      const bool last_job = kStream ? t == n_jobs - 1 : t == n_tiles - 1;
+      // v4: this job's last S has read its Q tile: the ring may refill the slot
+      auto release_q = [&](int it) {
+        if constexpr (kStream) {
+          if (it == n_iters - 1) mbar_arrive(bar_q_empty(q_slot));
+        }
+      };
 
       KeyRange rng[2];
 #pragma unroll
@@ -391,7 +487,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       };
 
       if (n_iters > 0) {
-        mbar_wait(bar_q(t), 0);
+        mbar_wait(bar_q(q_slot), q_use & 1);
         float s[kNS];
         // first key tile: S only
         mbar_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
@@ -401,6 +497,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         pass_turn();
         wgmma_wait<0>();
         fence_regs(s);
+        release_q(0);
         mbar_arrive(bar_empty_k(g0 % kStages));
         refill_k(g0);
         {
@@ -426,6 +523,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           HK_FWD_STAMP(gi, 5);
           wgmma_wait<1>();  // S done, P·V may still run
           fence_regs(s);
+          release_q(it);
           HK_FWD_STAMP(gi, 6);
           mbar_arrive(bar_empty_k(stage));
           refill_k(gi);
@@ -463,7 +561,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         mbar_arrive(bar_empty_v(last_stage));
         refill_v(g_last);
       }
-      if (t == n_tiles - 1) HK_FWD_BLOCK(kTraceEpilogue);
+      if (last_job) HK_FWD_BLOCK(kTraceEpilogue);
 
         // epilogue: O / l, lse
 #pragma unroll
@@ -485,7 +583,18 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
               l_row[r] > 0.0f ? (m_row[r] + __log2f(l_row[r])) * kLn2 : INFINITY;
       }
     };
-    for (int t = 0; t < n_tiles; ++t) query_tile(t);
+    if constexpr (kStream) {
+      int g0 = 0, keyed = 0;
+      for (int j = 0; j < n_jobs; ++j) {
+        const Job jb = job_of(j);
+        query_tile(j, jb, g0, keyed % Cfg::kQTiles, keyed / Cfg::kQTiles);
+        if (jb.keys.n_iters > 0) ++keyed;
+        g0 += jb.keys.n_iters;
+      }
+    } else {
+      for (int t = 0; t < n_tiles; ++t)
+        query_tile(t, Job{h, b, hk, seq, t == 0 ? keys0 : keys1}, t == 0 ? 0 : iters0, t, 0);
+    }
     HK_FWD_BLOCK(kTraceEnd);
 #undef HK_FWD_STAMP
 #undef HK_FWD_BLOCK

@@ -54,6 +54,8 @@ int forward_heads_per_section(const Params& p, int head_row_bytes);
 // How many blocks ahead the forward prefetches Q into L2 (fwd_sm90.cuh): the SM count, or 0
 // (none) under HK_FLASH_FWD_PREFETCH=0.
 int forward_prefetch_ahead(const Params& p);
+// v4's grid: the SM count, or HK_FLASH_FWD_V4_BLOCKS=N blocks (tests: many query tiles a block).
+int forward_stream_blocks(const Params& p);
 // Whether v3 pairs neighbouring m-blocks (HK_FLASH_FWD_PAIRS=adjacent) instead of a heavy and a
 // light one (the default) — fwd_sm90.cuh.
 bool forward_adjacent_pairs();
@@ -73,13 +75,19 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg, kTiles>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  const int positions = (m_blocks + kTiles - 1) / kTiles;  // v3: pairs of m-blocks
+  const int positions = kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;  // v3: pairs of m-blocks
   const int heads = p.heads_q * p.batch;
-  kernel<<<static_cast<unsigned>(positions) * heads, Cfg::kThreads, Cfg::kSmem, stream>>>(
+  // v4: one block an SM (or fewer), each taking every grid-th query tile of the order
+  const int64_t tiles = static_cast<int64_t>(positions) * heads;
+  const unsigned blocks =
+      kTiles == 0 ? static_cast<unsigned>(std::min<int64_t>(tiles, forward_stream_blocks(p)))
+                  : static_cast<unsigned>(tiles);
+  kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
       p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))),
       forward_prefetch_ahead(p), forward_adjacent_pairs() ? 1 : 0);
   check_cuda(cudaGetLastError(), kProducerWg   ? "flash forward (sm90 v1) launch"
                                  : kTiles == 2 ? "flash forward (sm90 v3) launch"
+                                 : kTiles == 0 ? "flash forward (sm90 v4) launch"
                                                : "flash forward (sm90 v2) launch");
 }
 
@@ -90,6 +98,8 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layou
     launch_forward_sm90_layout<T, D, false, 1>(p, stream);
   else if (layout == Sm90Forward::kTwoWarpgroupsPaired)
     launch_forward_sm90_layout<T, D, false, 2>(p, stream);
+  else if (layout == Sm90Forward::kStreaming)
+    launch_forward_sm90_layout<T, D, false, 0>(p, stream);
   else
     launch_forward_sm90_layout<T, D, true, 1>(p, stream);
   return true;
