@@ -227,17 +227,6 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
       run({std::string("canary_sections_") + heads, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16,
           {}, 0, 1, kAllForward);
     }
-    // v3 pairing neighbouring m-blocks (odd and even counts: 5 and 4 m-blocks, a lone last one),
-    // every mask and softcap, S≠T
-    EnvScope pairs("HK_FLASH_FWD_PAIRS", "adjacent");
-    run({"canary_adjacent_5_mblocks", 1, 600, 600, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1,
-        {Fwd::Sm90V3});
-    run({"canary_adjacent_4_mblocks", 2, 512, 512, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1,
-        {Fwd::Sm90V3});
-    run({"canary_adjacent_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
-        hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V3});
-    run({"canary_adjacent_noncausal", 2, 300, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
-        {Fwd::Sm90V3});
     // batch 4's key_start (151) hides every key from its first query tile
     for (const char* blocks : {"3", "1"}) {
       EnvScope grid("HK_FLASH_FWD_V4_BLOCKS", blocks);

@@ -129,14 +129,6 @@ int forward_stream_blocks(const Params& p) {
   return forced > 0 ? forced : std::max(1, p.device_sms);
 }
 
-bool forward_adjacent_pairs() {
-  return env_is("HK_FLASH_FWD_PAIRS", "adjacent");
-}
-
-int forward_prefetch_ahead(const Params& p) {
-  return env_is("HK_FLASH_FWD_PREFETCH", "0") ? 0 : std::max(0, p.device_sms);
-}
-
 namespace {
 // How the GPU schedules the backward's blocks in block_order with `section` kv heads a section:
 // each block starts on the SM that frees first, its work the 64-query tiles of its GQA group that

@@ -25,6 +25,15 @@
 //   head (equal work per block under causal masks); their key tiles form one stream through the
 //   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
 //   and v2 wait for them at every block start; at S = 2048 a block has ~8 key tiles).
+// v4 (!kProducerWg, kTiles 0): v2 with a block an SM, each taking every grid-th query tile of the
+//   block order: one K/V stream across its tiles and a ring of kStages + 1 Q tiles (the consumers
+//   release a slot after its tile's last S), so the next tile's copies land under the current
+//   tile's GEMMs and stores and no block starts or ends in between. Measured slower than v2 on
+//   the H200 (2026-12-04: 356-505 against 399-602 TF/s; its tile period 3,500-3,700 cycles
+//   against v2's 2,800-3,000, the S issue and the issuer's releases longer), so only
+//   HK_FLASH_SM90_FWD=v4 selects it — the skeleton for removing v2's per-block costs (at
+//   B8 × H16 × S2048: 2,560 cycles from a block's start to its first S, ~3,600 from its last P·V to
+//   its end, 2,450 idle between blocks on an SM, against a block's ~30,600).
 // Masks (causal, window, key_start, sequence end), softcap and lse follow fwd_sm80.cuh exactly.
 // HK_FLASH_TRACE builds stamp each phase of a key tile (Params::trace; the benchmark prints them),
 // a measurement build only.
@@ -73,7 +82,7 @@ struct Sm90Maps {
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
 __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps,
-                          int heads_per_section, int prefetch_ahead, int adjacent_pairs) {
+                          int heads_per_section) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   using namespace hk::sdk::cuda::sm90;
@@ -109,14 +118,12 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const SeqInfo seq = seq_info(p, b);
   // The block's query tiles: m-block m_blocks-1-x (heavy ones launched first); v3 (kTiles 2) also
   // m-block x, so under causal masks every block does the same work (the middle m-block of an odd
-  // count alone), and the second tile's copies overlap the first tile's GEMMs. With
-  // adjacent_pairs, v3 pairs neighbours instead, m-blocks m_blocks-1-2x and the one below (the
-  // last alone when the count is odd): blocks then shrink from the first to the last, so they
-  // start longest-first as v2's do, while half as many blocks start and end.
-  const int m_heavy =
-      kTiles == 2 && adjacent_pairs ? m_blocks - 1 - 2 * order.x : m_blocks - 1 - order.x;
-  const int m_light = kTiles == 2 && adjacent_pairs ? m_heavy - 1 : order.x;
-  const int n_tiles = kTiles == 2 && m_light < m_heavy && m_light >= 0 ? 2 : 1;
+  // count alone), and the second tile's copies overlap the first tile's GEMMs. (Pairing
+  // neighbouring m-blocks instead, so that blocks start longest-first as v2's do, measured slower
+  // on the H200: 339-403 against 420-442 TF/s at S = 2048, 488 against 517 at S = 8192.)
+  const int m_heavy = m_blocks - 1 - order.x;
+  const int m_light = order.x;
+  const int n_tiles = kTiles == 2 && m_light < m_heavy ? 2 : 1;
   auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
   // v4: the block's query tiles ("jobs"), blockIdx.x + j · gridDim.x in block order
   const int n_jobs =
@@ -199,21 +206,6 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       if (k.n_iters == 0) continue;
       mbar_expect_tx(bar_q(t), kQTile);
       tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, k.m0, 0, h, b);
-    }
-    // the Q tiles of the block launched `prefetch_ahead` (the SM count) after this one — about
-    // the one that starts as this one ends, on whichever SM — into L2, so its first S waits on an
-    // L2 hit instead of DRAM (short blocks pay that wait once each: ~8 key tiles at S = 2048)
-    const int ahead = static_cast<int>(blockIdx.x) + prefetch_ahead;
-    if (prefetch_ahead > 0 && ahead < static_cast<int>(gridDim.x) && !kStream) {
-      const BlockOrder next =
-          block_order_of(ahead, p.heads_q * p.batch, positions, heads_per_section);
-      const int nh = next.head % p.heads_q, nb = next.head / p.heads_q;
-      const int next_heavy =
-          kTiles == 2 && adjacent_pairs ? m_blocks - 1 - 2 * next.x : m_blocks - 1 - next.x;
-      const int next_light = kTiles == 2 && adjacent_pairs ? next_heavy - 1 : next.x;
-      tma_prefetch_l2_5d(&maps.q, 0, next_heavy * kBlockM, 0, nh, nb);
-      if (kTiles == 2 && next_light < next_heavy && next_light >= 0)
-        tma_prefetch_l2_5d(&maps.q, 0, next_light * kBlockM, 0, nh, nb);
     }
   };
   // stream index g of K or V into its stage, completing on that stage's full barrier

@@ -51,14 +51,8 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
 // (the other half for the Q and O streams), at least one group. HK_FLASH_FWD_SECTION=N forces N
 // heads (1: every position of one head, then the next head — the order before sections, for A/Bs).
 int forward_heads_per_section(const Params& p, int head_row_bytes);
-// How many blocks ahead the forward prefetches Q into L2 (fwd_sm90.cuh): the SM count, or 0
-// (none) under HK_FLASH_FWD_PREFETCH=0.
-int forward_prefetch_ahead(const Params& p);
 // v4's grid: the SM count, or HK_FLASH_FWD_V4_BLOCKS=N blocks (tests: many query tiles a block).
 int forward_stream_blocks(const Params& p);
-// Whether v3 pairs neighbouring m-blocks (HK_FLASH_FWD_PAIRS=adjacent) instead of a heavy and a
-// light one (the default) — fwd_sm90.cuh.
-bool forward_adjacent_pairs();
 // The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
 // accumulator rows of their GQA groups in half of L2, at least one. HK_FLASH_BWD_SECTION=N forces
 // N kv heads (N ≥ batch × kv heads: every head in one section, key-position-major — the order
@@ -83,8 +77,7 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
       kTiles == 0 ? static_cast<unsigned>(std::min<int64_t>(tiles, forward_stream_blocks(p)))
                   : static_cast<unsigned>(tiles);
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))),
-      forward_prefetch_ahead(p), forward_adjacent_pairs() ? 1 : 0);
+      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))));
   check_cuda(cudaGetLastError(), kProducerWg   ? "flash forward (sm90 v1) launch"
                                  : kTiles == 2 ? "flash forward (sm90 v3) launch"
                                  : kTiles == 0 ? "flash forward (sm90 v4) launch"
