@@ -22,14 +22,13 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <queue>
 #include <set>
 #include <stdexcept>
 #include <string>
 #include <tuple>
 #include <type_traits>
-#include <vector>
 
+#include "flash_attn/block_schedule.h"
 #include "flash_attn/flash.h"
 #include "flash_attn/launch.h"
 #include "flash_attn/launch_sm90.cuh"
@@ -129,34 +128,6 @@ int forward_stream_blocks(const Params& p) {
   return forced > 0 ? forced : std::max(1, p.device_sms);
 }
 
-namespace {
-// How the GPU schedules the backward's blocks in block_order with `section` kv heads a section:
-// each block starts on the SM that frees first, its work the 64-query tiles of its GQA group that
-// see its 128 keys (causal, bottom-right aligned; windows ignored) plus one for its start. Returns
-// the last block's end over an SM's mean work (1: no tail).
-double backward_schedule_tail(const BackwardParams& p, int heads, int section) {
-  const int n_blocks = (p.seqlen_k + 127) / 128, group = p.heads_q / p.heads_kv;
-  std::vector<double> work(n_blocks);
-  for (int n = 0; n < n_blocks; ++n) {
-    const int m_lo = p.causal ? std::max(0, 128 * n - (p.seqlen_k - p.seqlen_q)) : 0;
-    work[n] = 1.0 + group * std::max(0, (p.seqlen_q - m_lo + 63) / 64);
-  }
-  std::priority_queue<double, std::vector<double>, std::greater<double>> free_at;
-  for (int i = 0; i < p.device_sms; ++i) free_at.push(0.0);
-  double end = 0.0, total = 0.0;
-  for (int first = 0; first < heads; first += section)
-    for (int n = 0; n < n_blocks; ++n)
-      for (int h = first; h < std::min(heads, first + section); ++h) {
-        const double done = free_at.top() + work[n];
-        free_at.pop();
-        free_at.push(done);
-        end = std::max(end, done);
-        total += work[n];
-      }
-  return total > 0.0 ? end / (total / p.device_sms) : 1.0;
-}
-}  // namespace
-
 int backward_heads_per_section(const BackwardParams& p) {
   const int heads = p.heads_kv * p.batch;
   const int forced = env_int("HK_FLASH_BWD_SECTION", 0);
@@ -183,10 +154,9 @@ int backward_heads_per_section(const BackwardParams& p) {
                 p.causal, p.device_sms,           l2_bytes};
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = chosen.find(key); it != chosen.end()) return it->second;
-  const double one_section = backward_schedule_tail(p, heads, heads);
-  int pick = heads;
-  for (int s = fit; s >= 1 && pick == heads; --s)
-    if (backward_schedule_tail(p, heads, s) <= one_section + 0.01) pick = s;
+  const int pick =
+      choose_section(backward_block_work(p.seqlen_q, p.seqlen_k, p.heads_q / p.heads_kv, p.causal),
+                     heads, fit, p.device_sms);
   chosen.emplace(key, pick);
   return pick;
 }
