@@ -47,6 +47,24 @@ hk_flash::Params params_of(const void* q, const void* k, const void* v, void* ou
   return p;
 }
 
+// The backward's parameters: gradients in the layouts of their inputs.
+hk_flash::BackwardParams backward_params_of(const void* q, const void* k, const void* v,
+                                            const void* out, const float* lse, const void* dout,
+                                            void* dq, void* dk, void* dv, int b, int s, int t,
+                                            int hq, int hkv, int d, int f16, int causal) {
+  hk_flash::BackwardParams p;
+  static_cast<hk_flash::Params&>(p) =
+      params_of(q, k, v, const_cast<void*>(out), nullptr, b, s, t, hq, hkv, d, f16, causal);
+  p.lse_in = lse;
+  p.dout = dout;
+  p.dq = dq;
+  p.dk = dk;
+  p.dv = dv;
+  p.dout_strides = p.dq_strides = p.q_strides;
+  p.dk_strides = p.dv_strides = p.k_strides;
+  return p;
+}
+
 template <class Body>
 int guarded(Body&& body) {
   try {
@@ -75,25 +93,6 @@ __attribute__((visibility("default"))) int hkb_flash_forward(const void* q, cons
     hk_flash::forward(params_of(q, k, v, out, lse, b, s, t, hq, hkv, d, f16, causal),
                       static_cast<hk_flash::Stream>(stream));
   });
-}
-
-// The backward's parameters: gradients in the layouts of their inputs.
-static hk_flash::BackwardParams backward_params_of(const void* q, const void* k, const void* v,
-                                                   const void* out, const float* lse,
-                                                   const void* dout, void* dq, void* dk, void* dv,
-                                                   int b, int s, int t, int hq, int hkv, int d,
-                                                   int f16, int causal) {
-  hk_flash::BackwardParams p;
-  static_cast<hk_flash::Params&>(p) =
-      params_of(q, k, v, const_cast<void*>(out), nullptr, b, s, t, hq, hkv, d, f16, causal);
-  p.lse_in = lse;
-  p.dout = dout;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  p.dout_strides = p.dq_strides = p.q_strides;
-  p.dk_strides = p.dv_strides = p.k_strides;
-  return p;
 }
 
 __attribute__((visibility("default"))) size_t hkb_flash_backward_workspace(int b, int s, int t,

@@ -28,15 +28,15 @@ __global__ void __launch_bounds__(256)
   const T* dout = static_cast<const T*>(p.dout);
   float dots[kDqTileRows / kRowsPerPass];
   // every load issued before any is used: the pass is bound by how many bytes are in flight
-  uint4 ov[kDqTileRows / kRowsPerPass], dv[kDqTileRows / kRowsPerPass];
+  uint4 ov[kDqTileRows / kRowsPerPass], dov[kDqTileRows / kRowsPerPass];
 #pragma unroll
   for (int i = 0; i < kDqTileRows / kRowsPerPass; ++i) {
     const int s = m0 + r_in_pass + i * kRowsPerPass;
-    ov[i] = dv[i] = make_uint4(0, 0, 0, 0);
+    ov[i] = dov[i] = make_uint4(0, 0, 0, 0);
     if (s < seq.S) {
       ov[i] = __ldg(reinterpret_cast<const uint4*>(
           o + row_offset(p.out_strides, b, seq.q_row0, s, h) + 8 * c));
-      dv[i] = __ldg(reinterpret_cast<const uint4*>(
+      dov[i] = __ldg(reinterpret_cast<const uint4*>(
           dout + row_offset(p.dout_strides, b, seq.q_row0, s, h) + 8 * c));
     }
   }
@@ -46,7 +46,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int i = 0; i < kDqTileRows / kRowsPerPass; ++i) {
     const uint32_t* ow = reinterpret_cast<const uint32_t*>(&ov[i]);
-    const uint32_t* dw = reinterpret_cast<const uint32_t*>(&dv[i]);
+    const uint32_t* dw = reinterpret_cast<const uint32_t*>(&dov[i]);
     float acc = 0.0f;
 #pragma unroll
     for (int w = 0; w < 4; ++w) {

@@ -73,6 +73,10 @@ struct Sm90Config {
       kQTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ + 1024 /* alignment */;
   static_assert(kTiles == 1 || (kTiles != 1 && !kProducerWg),
                 "v3 pairs tiles and v4 streams them; v1, v2 do neither");
+  // block_order's positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
+  __host__ __device__ static constexpr int positions(int m_blocks) {
+    return kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;
+  }
 };
 
 struct Sm90Maps {
@@ -108,8 +112,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int tid = threadIdx.x;
   const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
-  // positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
-  const int positions = kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;
+  const int positions = Cfg::positions(m_blocks);
   const int total_blocks = positions * p.heads_q * p.batch;
   // v4 takes every gridDim.x-th entry of that order, from its own index on
   const BlockOrder order = block_order(p.heads_q * p.batch, positions, heads_per_section);

@@ -69,7 +69,7 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg, kTiles>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  const int positions = kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;  // v3: pairs of m-blocks
+  const int positions = Cfg::positions(m_blocks);
   const int heads = p.heads_q * p.batch;
   // v4: one block an SM (or fewer), each taking every grid-th query tile of the order
   const int64_t tiles = static_cast<int64_t>(positions) * heads;
