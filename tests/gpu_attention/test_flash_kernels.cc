@@ -205,8 +205,8 @@ TEST(FlashKernels, Sm90BackwardCanary) {
 // a block an SM; no backward): odd lengths, S≠T, GQA, every mask and softcap, long enough to wrap
 // the stage ring several times, odd and even m-block counts (v3's lone middle tile), the block
 // order's head sections, v4 on 3 blocks and on one (many query tiles a block: its Q ring wraps,
-// tiles with no visible key among them); and a bad HK_FLASH_SM90_FWD value refused with a
-// message.
+// tiles with no visible key among them); O stored from registers as well as by TMA; and a bad
+// HK_FLASH_SM90_FWD value refused with a message.
 TEST(FlashKernels, Sm90ForwardV2Canary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
@@ -226,6 +226,14 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
       EnvScope sections("HK_FLASH_FWD_SECTION", heads);
       run({std::string("canary_sections_") + heads, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16,
           {}, 0, 1, kAllForward);
+    }
+    // O stored from registers (HK_FLASH_FWD_O=direct, the path of outs TMA cannot write) beside
+    // the default TMA stores the cases above ran
+    {
+      EnvScope direct("HK_FLASH_FWD_O", "direct");
+      run({"canary_odd7_o_direct", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, kAllForward);
+      run({"canary_everything_o_direct", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
+          hk_flash::Dtype::BF16, {}, 0, 1, kAllForward);
     }
     // batch 4's key_start (151) hides every key from its first query tile
     for (const char* blocks : {"3", "1"}) {

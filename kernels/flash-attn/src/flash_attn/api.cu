@@ -128,6 +128,11 @@ int forward_stream_blocks(const Params& p) {
   return forced > 0 ? forced : std::max(1, p.device_sms);
 }
 
+bool forward_out_by_tma(const Params& p) {
+  return aligned(p.out, 16) && strides_multiple(p.out_strides, 8, true) &&
+         !env_is("HK_FLASH_FWD_O", "direct");
+}
+
 int backward_heads_per_section(const BackwardParams& p) {
   const int heads = p.heads_kv * p.batch;
   const int forced = env_int("HK_FLASH_BWD_SECTION", 0);

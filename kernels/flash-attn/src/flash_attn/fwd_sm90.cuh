@@ -25,15 +25,24 @@
 //   head (equal work per block under causal masks); their key tiles form one stream through the
 //   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
 //   and v2 wait for them at every block start; at S = 2048 a block has ~8 key tiles).
-// v4 (!kProducerWg, kTiles 0): v2 with a block an SM, each taking every grid-th query tile of the
-//   block order: one K/V stream across its tiles and a ring of kStages + 1 Q tiles (the consumers
-//   release a slot after its tile's last S), so the next tile's copies land under the current
-//   tile's GEMMs and stores and no block starts or ends in between. Measured slower than v2 on
-//   the H200 (2026-12-04: 356-505 against 399-602 TF/s; its tile period 3,500-3,700 cycles
-//   against v2's 2,800-3,000, the S issue and the issuer's releases longer), so only
-//   HK_FLASH_SM90_FWD=v4 selects it — the skeleton for removing v2's per-block costs (at
-//   B8 × H16 × S2048: 2,560 cycles from a block's start to its first S, ~3,600 from its last P·V to
-//   its end, 2,450 idle between blocks on an SM, against a block's ~30,600).
+// v4 (!kProducerWg, kTiles 0): v2 with a block an SM, each taking one query tile ("job") of each
+//   round of the block order (a snake: forwards, then backwards, so heavy tiles spread evenly):
+//   one K/V stream across its jobs and a ring of kStages Q tiles (the consumers release a slot
+//   after its job's last S), so the next job's copies land under the current job's GEMMs and
+//   stores and no block starts or ends in between. Its jobs sit in a shared-memory table worked
+//   out once at the start. Still slower than v2 on the H200 (2026-12-04: 412-418 against 456-473
+//   TF/s at B8 × S2048, 510-523 against 603-629 at S16384): its tile period is 3,240-3,420
+//   cycles against v2's 2,760-2,920 (trace), and under ncu its warps wait at the ping-pong's turn
+//   barrier for 12 % of their samples against v2's 7 % — the issuer's warp, which runs the
+//   refills, reaches its turn late — so only HK_FLASH_SM90_FWD=v4 selects it. What it would
+//   remove (v2 at B8 × H16 × S2048, TMA epilogue): 2,410 cycles from a block's start to its
+//   first S (6 % of all warp samples wait for Q there), ~3,000 from the last P·V to the end, and
+//   2,110 idle between blocks on an SM, against a block's ~29,700.
+// The epilogue (v1-v3): each warpgroup writes O / l into its own 64 rows of the Q tile (free once
+// its last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at
+// a time — where out is a TMA target (16-byte aligned rows; else, and in v4, whose Q slots are
+// refilled, 4-byte stores from registers). On the H200 (2026-12-04) the TMA epilogue made v2 5-11 %
+// faster at S = 2048 and ~1 % at 8192.
 // Masks (causal, window, key_start, sequence end), softcap and lse follow fwd_sm80.cuh exactly.
 // HK_FLASH_TRACE builds stamp each phase of a key tile (Params::trace; the benchmark prints them),
 // a measurement build only.
@@ -66,11 +75,17 @@ struct Sm90Config {
   static constexpr uint32_t kQTile = kColBlocks * kQBox;    // the Q tile
   static constexpr uint32_t kKVTile = kColBlocks * kKVBox;  // a K or V tile
   static_assert(kKVBox % 1024 == 0, "swizzle atoms need 1024-byte aligned boxes");
-  // v4 (kTiles 0) keeps a ring of kStages + 1 Q tiles: its copies run at most kStages key tiles,
-  // so kStages query tiles, ahead of the consumers
-  static constexpr int kQTiles = kTiles == 0 ? kStages + 1 : kTiles;
-  static constexpr uint32_t kSmem =
-      kQTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ + 1024 /* alignment */;
+  // v4 (kTiles 0) keeps a ring of kStages Q tiles: the copy of key tile g waits for the release
+  // of stage g - kStages, i.e. for both warpgroups' S of that tile, and the job kStages query
+  // tiles back (in the ring's slot) has its last S at or before it, so its release (after that
+  // S) is never later
+  static constexpr int kQTiles = kTiles == 0 ? kStages : kTiles;
+  // v4's jobs (query tiles) in shared memory, worked out once at the start: the issuer reads an
+  // entry where a job's copies begin instead of recomputing the block order there (16 bytes each;
+  // the launcher adds blocks so that none has more)
+  static constexpr int kJobTable = kTiles == 0 ? 1024 : 0;
+  static constexpr uint32_t kSmem = kQTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ +
+                                    16 * kJobTable + 1024 /* alignment */;
   static_assert(kTiles == 1 || (kTiles != 1 && !kProducerWg),
                 "v3 pairs tiles and v4 streams them; v1, v2 do neither");
   // block_order's positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
@@ -81,6 +96,8 @@ struct Sm90Config {
 
 struct Sm90Maps {
   CUtensorMap q, k, v;
+  CUtensorMap o;  // boxes of 64 rows × 64 columns; valid when o_by_tma
+  bool o_by_tma;
 };
 
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
@@ -100,6 +117,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const uint32_t s_k = s_q + Cfg::kQTiles * kQTile;  // [kStages] K tiles
   const uint32_t s_v = s_k + kStages * kTile;        // [kStages] V tiles
   const uint32_t s_bar = s_v + kStages * kTile;      // mbarriers (8 bytes each)
+  // v4: [kJobTable] jobs, (h | b << 16, hk, m0, n_hi | n_iters << 16)
+  uint4* const jobs = reinterpret_cast<uint4*>(smem_raw + (s_bar + 1024 - smem_u32(smem_raw)));
   auto bar_q = [&](int t) { return t == 0 ? s_bar : s_bar + 8 * (4 * kStages + t); };
   // v4: Q tile t read by every consumer (256 arrivals), so the ring may refill it
   auto bar_q_empty = [&](int t) { return s_bar + 8 * (4 * kStages + Cfg::kQTiles + t); };
@@ -128,11 +147,17 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int m_light = order.x;
   const int n_tiles = kTiles == 2 && m_light < m_heavy ? 2 : 1;
   auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
-  // v4: the block's query tiles ("jobs"), blockIdx.x + j · gridDim.x in block order
-  const int n_jobs =
-      kStream ? (total_blocks - static_cast<int>(blockIdx.x) + static_cast<int>(gridDim.x) - 1) /
-                    static_cast<int>(gridDim.x)
-              : 0;
+  // v4: the block's query tiles ("jobs"): round j of the order (gridDim.x tiles) gives each block
+  // one, forwards in even rounds and backwards in odd ones — heavy tiles come first, so a plain
+  // stride would hand block 0 the heaviest tile of every round (at S = 16384, ~17 % more key
+  // tiles than the last block); the snake evens that out over pairs of rounds
+  const int grid = static_cast<int>(gridDim.x), bx = static_cast<int>(blockIdx.x);
+  auto job_index = [&](int j) { return j * grid + ((j & 1) ? grid - 1 - bx : bx); };
+  int n_jobs = 0;
+  if constexpr (kStream) {
+    const int rounds = total_blocks / grid, rest = total_blocks % grid;
+    n_jobs = rounds + (rest > 0 && job_index(rounds) < total_blocks ? 1 : 0);
+  }
   if (kStream ? n_jobs <= 0 : seq.S - m_heavy * kBlockM <= 0)
     return;  // the whole block: before any barrier exists
   // rows of a query tile and the key tiles [n_hi - n_iters, n_hi) any of them sees
@@ -160,8 +185,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   auto job_of = [&](int j) {
     Job jb;
     const BlockOrder o =
-        block_order_of(static_cast<int>(blockIdx.x) + j * static_cast<int>(gridDim.x),
-                       p.heads_q * p.batch, positions, heads_per_section);
+        block_order_of(job_index(j), p.heads_q * p.batch, positions, heads_per_section);
     jb.h = o.head % p.heads_q;
     jb.b = o.head / p.heads_q;
     jb.hk = jb.h / (p.heads_q / p.heads_kv);
@@ -177,9 +201,14 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // v3's second tile, worked out once: the copies' issuer needs its n_hi for every key tile
   const TileKeys keys1 = n_tiles == 2 ? tile_keys(1) : keys0;
   int total_iters = iters0 + (n_tiles == 2 ? keys1.n_iters : 0);
-  if constexpr (kStream) {  // the key tiles of every job
-    total_iters = 0;
-    for (int j = 0; j < n_jobs; ++j) total_iters += job_of(j).keys.n_iters;
+  if constexpr (kStream) {
+    for (int j = tid; j < n_jobs; j += Cfg::kThreads) {
+      const Job jb = job_of(j);
+      jobs[j] = make_uint4(
+          static_cast<uint32_t>(jb.h) | static_cast<uint32_t>(jb.b) << 16,
+          static_cast<uint32_t>(jb.hk), static_cast<uint32_t>(jb.keys.m0),
+          static_cast<uint32_t>(jb.keys.n_hi) | static_cast<uint32_t>(jb.keys.n_iters) << 16);
+    }
   }
 
   if (tid == 0) {
@@ -196,6 +225,31 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     fence_barrier_init();
   }
   __syncthreads();
+  auto job_iters = [&](const uint4& e) { return static_cast<int>(e.w >> 16); };
+  if constexpr (kStream) {  // the key tiles of every job
+    total_iters = 0;
+    for (int j = 0; j < n_jobs; ++j) total_iters += job_iters(jobs[j]);
+  }
+  // v4: job j from the table (the consumers' view: with its sequence and rows)
+  auto job_at = [&](int j) {
+    // broadcast from lane 0: the compiler then knows every value below is warp-uniform (stages,
+    // parities and descriptors derived from them stay in uniform registers)
+    uint4 e = jobs[j];
+    e.x = __shfl_sync(0xffffffffu, e.x, 0);
+    e.y = __shfl_sync(0xffffffffu, e.y, 0);
+    e.z = __shfl_sync(0xffffffffu, e.z, 0);
+    e.w = __shfl_sync(0xffffffffu, e.w, 0);
+    Job jb;
+    jb.h = static_cast<int>(e.x & 0xffffu);
+    jb.b = static_cast<int>(e.x >> 16);
+    jb.hk = static_cast<int>(e.y);
+    jb.seq = seq_info(p, jb.b);
+    jb.keys.m0 = static_cast<int>(e.z);
+    jb.keys.valid_rows = min(kBlockM, jb.seq.S - jb.keys.m0);
+    jb.keys.n_hi = static_cast<int>(e.w & 0xffffu);
+    jb.keys.n_iters = job_iters(e);
+    return jb;
+  };
 
   // The copies of the Q tiles (those that see keys) and of stream index g (key tiles run from
   // the last key block down).
@@ -224,21 +278,23 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // go round the ring in that order)
   struct Cursor {
     int j = 0, keyed = 0, g_first = 0;
-    Job job;
+    uint4 job;  // jobs[j]
   };
   Cursor kc, vc;
   auto advance = [&](Cursor& c, int g) {
-    while (g >= c.g_first + c.job.keys.n_iters) {
-      if (c.job.keys.n_iters > 0) ++c.keyed;
-      c.g_first += c.job.keys.n_iters;
-      c.job = job_of(++c.j);
+    while (g >= c.g_first + job_iters(c.job)) {
+      if (job_iters(c.job) > 0) ++c.keyed;
+      c.g_first += job_iters(c.job);
+      c.job = jobs[++c.j];
     }
   };
   auto load_stream = [&](Cursor& c, int g, uint32_t s_tiles, const CUtensorMap* map,
                          uint32_t bar_full) {
+    const int n_hi = static_cast<int>(c.job.w & 0xffffu);
     mbar_expect_tx(bar_full, kTile);
     tma_load_5d(s_tiles + (g % kStages) * kTile, map, bar_full, 0,
-                (c.job.keys.n_hi - 1 - (g - c.g_first)) * kBlockN, 0, c.job.hk, c.job.b);
+                (n_hi - 1 - (g - c.g_first)) * kBlockN, 0, static_cast<int>(c.job.y),
+                static_cast<int>(c.job.x >> 16));
   };
   auto load_k = [&](int g) {
     if constexpr (kStream) {
@@ -247,7 +303,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         const int t = kc.keyed % Cfg::kQTiles, use = kc.keyed / Cfg::kQTiles;
         if (use > 0) mbar_wait(bar_q_empty(t), (use - 1) & 1);
         mbar_expect_tx(bar_q(t), kQTile);
-        tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, kc.job.keys.m0, 0, kc.job.h, kc.job.b);
+        tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, static_cast<int>(kc.job.z), 0,
+                    static_cast<int>(kc.job.x & 0xffffu), static_cast<int>(kc.job.x >> 16));
       }
       load_stream(kc, g, s_k, &maps.k, bar_full_k(g % kStages));
     } else {
@@ -263,7 +320,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     }
   };
   if constexpr (kStream) {
-    if (tid == 128) kc.job = vc.job = job_of(0);
+    if (tid == 128) kc.job = vc.job = jobs[0];
   }
 
   if (kProducerWg && wg == 0) {
@@ -381,25 +438,38 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           for (int e = 0; e < 4; ++e) fence_regs_u32(pa[kk][e]);
       };
 
+      // v4: each chain's descriptors are one base in uniform registers (warp-uniform by a
+      // broadcast) plus a constant a wgmma, since its Q slot and stages follow job entries the
+      // compiler cannot prove uniform. (The same in v1-v3 measured no different on the H200,
+      // 2026-12-04: v2 456-467 against 456-472 TF/s at B8 × S2048, so they keep the plain form.)
+      constexpr bool kUniformDesc = kStream;
+      const uint64_t q_desc =
+          kUniformDesc ? uniform_desc(make_desc(s_q_tile + wg_row0 * 128, 16, 1024)) : 0;
       auto issue_s = [&](float(&s)[kNS], int stage) {
         const uint32_t k_tile = s_k + stage * kTile;
+        const uint64_t k_desc = kUniformDesc ? uniform_desc(make_desc(k_tile, 16, 1024)) : 0;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < D / 16; ++kk) {
           const uint32_t within = (kk % 4) * 32;
           const uint64_t da =
-              make_desc(s_q_tile + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
-          const uint64_t db = make_desc(k_tile + (kk / 4) * kBox + within, 16, 1024);
+              kUniformDesc
+                  ? desc_add(q_desc, (kk / 4) * kQBox + within)
+                  : make_desc(s_q_tile + (kk / 4) * kQBox + within + wg_row0 * 128, 16, 1024);
+          const uint64_t db = kUniformDesc ? desc_add(k_desc, (kk / 4) * kBox + within)
+                                           : make_desc(k_tile + (kk / 4) * kBox + within, 16, 1024);
           wgmma_ss<kBlockN, T>(s, da, db, kk > 0 ? 1 : 0);
         }
         wgmma_commit();
       };
       auto issue_pv = [&](int stage) {
         const uint32_t v_tile = s_v + stage * kTile;
+        const uint64_t v_desc = kUniformDesc ? uniform_desc(make_desc(v_tile, kBox, 1024)) : 0;
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
-          const uint64_t db = make_desc(v_tile + kk * 16 * 128, kBox, 1024);
+          const uint64_t db = kUniformDesc ? desc_add(v_desc, kk * 16 * 128)
+                                           : make_desc(v_tile + kk * 16 * 128, kBox, 1024);
           wgmma_rs<D, T>(o, pa[kk], db);
         }
         wgmma_commit();
@@ -561,27 +631,72 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         // epilogue: O / l, lse
 #pragma unroll
       for (int r = 0; r < 2; ++r) l_row[r] = quad_sum(l_row[r]);
-      T* out = static_cast<T*>(p.out);
+      float inv[2];
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = warp_in_wg * 16 + g + 8 * r;  // within the warpgroup
-        if (row >= wg_rows_valid) continue;
-        const int s_idx = m0 + wg_row0 + row;
-        const float inv = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
-        T* dst = out + row_offset(p.out_strides, b, seq.q_row0, s_idx, h);
+      for (int r = 0; r < 2; ++r) inv[r] = l_row[r] > 0.0f ? 1.0f / l_row[r] : 0.0f;
+      if (p.lse != nullptr && t4 == 0) {
 #pragma unroll
-        for (int j = 0; j < D / 8; ++j)
-          *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * t4) =
-              pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-        if (p.lse != nullptr && t4 == 0)
-          p.lse[lse_offset(p, b, seq.q_row0, s_idx, h)] =
+        for (int r = 0; r < 2; ++r) {
+          const int row = warp_in_wg * 16 + g + 8 * r;  // within the warpgroup
+          if (row >= wg_rows_valid) continue;
+          p.lse[lse_offset(p, b, seq.q_row0, m0 + wg_row0 + row, h)] =
               l_row[r] > 0.0f ? (m_row[r] + __log2f(l_row[r])) * kLn2 : INFINITY;
+        }
+      }
+      if (!kStream && maps.o_by_tma) {
+        // This warpgroup's last S has completed, so its 64 rows of the Q tile are free: O goes
+        // there in the 128-byte swizzle's layout, and one TMA store a 64-column block writes it
+        // (rows past the sequence skipped by the map). Scattered 4-byte stores from registers —
+        // 64 a thread, each warp store touching 8 rows — kept the block alive ~2,500 cycles
+        // after its last P·V at S = 2048 (trace).
+        if (wg_rows_valid > 0) {  // warpgroup-uniform
+          // stmatrix: lane 8m + i addresses row i of 8×8 matrix m = (row half m & 1, 8-column
+          // group 2jp + (m >> 1)); each lane's word of matrix m is its accumulator pair there
+          const int mat = lane >> 3, i = lane & 7;
+          const uint32_t row_at =
+              s_q_tile + static_cast<uint32_t>(wg_row0 + warp_in_wg * 16 + 8 * (mat & 1) + i) * 128;
+#pragma unroll
+          for (int jp = 0; jp < D / 16; ++jp) {
+            uint32_t w[4];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              const int j = 2 * jp + (m >> 1), r = m & 1;
+              w[m] = pack2<T>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+            }
+            const int jj = 2 * jp + (mat >> 1);
+            const uint32_t at = row_at + (jj / 8) * kQBox + (((jj % 8) ^ i) << 4);
+            asm volatile(
+                "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
+                "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
+                : "memory");
+          }
+          fence_proxy_async();
+          named_sync(3 + cw, 128);  // the warpgroup's rows are in shared memory
+          if (ltid == 0) {
+#pragma unroll
+            for (int c = 0; c < D / 64; ++c)
+              tma_store_5d(&maps.o, s_q_tile + c * kQBox + wg_row0 * 128, 0, m0 + wg_row0, c, h, b);
+            bulk_commit();
+          }
+        }
+      } else {
+        T* out = static_cast<T*>(p.out);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = warp_in_wg * 16 + g + 8 * r;  // within the warpgroup
+          if (row >= wg_rows_valid) continue;
+          T* dst = out + row_offset(p.out_strides, b, seq.q_row0, m0 + wg_row0 + row, h);
+#pragma unroll
+          for (int j = 0; j < D / 8; ++j)
+            *reinterpret_cast<uint32_t*>(dst + 8 * j + 2 * t4) =
+                pack2<T>(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+        }
       }
     };
     if constexpr (kStream) {
       int g0 = 0, keyed = 0;
       for (int j = 0; j < n_jobs; ++j) {
-        const Job jb = job_of(j);
+        const Job jb = job_at(j);
         query_tile(j, jb, g0, keyed % Cfg::kQTiles, keyed / Cfg::kQTiles);
         if (jb.keys.n_iters > 0) ++keyed;
         g0 += jb.keys.n_iters;
@@ -590,6 +705,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       for (int t = 0; t < n_tiles; ++t)
         query_tile(t, Job{h, b, hk, seq, t == 0 ? keys0 : keys1}, t == 0 ? 0 : iters0, t, 0);
     }
+    // the O stores' reads of shared memory end before the block's shared memory does
+    if (!kStream && maps.o_by_tma && ltid == 0) bulk_wait_read_all();
     HK_FWD_BLOCK(kTraceEnd);
 #undef HK_FWD_STAMP
 #undef HK_FWD_BLOCK

@@ -18,9 +18,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 // rows, column blocks 128 bytes apart, H, B) and boxes of 64 × box_rows × D/64: one copy brings a
 // whole tile, its column blocks one after the other in shared memory (box_rows × 128 bytes
 // each, the 128-byte swizzle's 64-column layout the kernels read), instead of one copy a block.
+// box_col_blocks < D/64: boxes of fewer column blocks (the forward's O stores, one a block).
 template <class T>
 CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int head_dim,
-                          const Strides& st, int box_rows) {
+                          const Strides& st, int box_rows, int box_col_blocks = 0) {
   CUtensorMap map;
   const cuuint64_t row_bytes = static_cast<cuuint64_t>(st.row) * sizeof(T);
   // A dimension of size 1 is never stepped over; give it a stride TMA accepts.
@@ -32,8 +33,9 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
                               static_cast<cuuint64_t>(head_dim / 64),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[4] = {row_bytes, 128, head_bytes, batch_bytes};
-  const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(box_rows),
-                             static_cast<cuuint32_t>(head_dim / 64), 1, 1};
+  const cuuint32_t box[5] = {
+      64, static_cast<cuuint32_t>(box_rows),
+      static_cast<cuuint32_t>(box_col_blocks > 0 ? box_col_blocks : head_dim / 64), 1, 1};
   const cuuint32_t elem[5] = {1, 1, 1, 1, 1};
   const CUtensorMapDataType type = std::is_same_v<T, __nv_bfloat16>
                                        ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
@@ -51,6 +53,9 @@ CUtensorMap make_tile_map(const void* data, int rows, int heads, int batch, int 
 // (the other half for the Q and O streams), at least one group. HK_FLASH_FWD_SECTION=N forces N
 // heads (1: every position of one head, then the next head — the order before sections, for A/Bs).
 int forward_heads_per_section(const Params& p, int head_row_bytes);
+// Whether the forward may store O by TMA: out 16-byte aligned with strides of 8 elements, and
+// HK_FLASH_FWD_O not "direct" (stores from registers, for A/Bs).
+bool forward_out_by_tma(const Params& p);
 // v4's grid: the SM count, or HK_FLASH_FWD_V4_BLOCKS=N blocks (tests: many query tiles a block).
 int forward_stream_blocks(const Params& p);
 // The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
@@ -66,15 +71,28 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
+  // O through shared memory and TMA stores where out is a TMA target (v4 refills its Q slots,
+  // so it stores from registers)
+  maps.o_by_tma = kTiles != 0 && forward_out_by_tma(p);
+  if (maps.o_by_tma)
+    maps.o = make_tile_map<T>(p.out, p.seqlen_q, p.heads_q, p.batch, D, p.out_strides,
+                              Cfg::kBlockM / 2, 1);
   auto kernel = flash_fwd_sm90_kernel<T, D, kProducerWg, kTiles>;
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int positions = Cfg::positions(m_blocks);
   const int heads = p.heads_q * p.batch;
-  // v4: one block an SM (or fewer), each taking every grid-th query tile of the order
+  // v4: one block an SM (or fewer), each taking a query tile of each round of the order — more
+  // blocks where a block's tiles would overflow its job table
   const int64_t tiles = static_cast<int64_t>(positions) * heads;
+  if (kTiles == 0 && (p.heads_q >= 65536 || p.batch >= 65536 || p.seqlen_k / Cfg::kBlockN >= 65535))
+    throw std::invalid_argument(
+        "HK_FLASH_SM90_FWD=v4 packs heads, batch and key blocks in 16 bits each; this call "
+        "exceeds that: use v2 (unset HK_FLASH_SM90_FWD)");
+  const int64_t table_blocks = kTiles == 0 ? (tiles + Cfg::kJobTable - 1) / Cfg::kJobTable : 0;
   const unsigned blocks =
-      kTiles == 0 ? static_cast<unsigned>(std::min<int64_t>(tiles, forward_stream_blocks(p)))
+      kTiles == 0 ? static_cast<unsigned>(std::max<int64_t>(
+                        table_blocks, std::min<int64_t>(tiles, forward_stream_blocks(p))))
                   : static_cast<unsigned>(tiles);
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
       p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))));
