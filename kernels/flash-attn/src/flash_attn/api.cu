@@ -4,7 +4,9 @@
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
 // for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3|v4 forcing one;
-// its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section);
+// its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section;
+// O by TMA stores where out allows, forward_out_by_tma, HK_FLASH_FWD_O=direct storing from
+// registers);
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
