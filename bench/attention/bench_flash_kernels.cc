@@ -10,7 +10,8 @@
 //   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
 //   TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 2.5× that backward, 3.5× forward+backward.
 // Method: random inputs in [-1, 1); at each shape the dispatcher's forward and forward+backward
-// are timed first (the peer's order), then the layouts and backward kernels one by one; 2 warm-up
+// are timed first (the peer's order), then the layouts (v2, v3, v4 in a mirrored order, pairs
+// averaged) and backward kernels one by one; 2 warm-up
 // calls; each call between two CUDA events, repeated to ~150 ms (at least 5), the median reported.
 // The SM clock is probed right after the forward, the forward+backward and the Hopper backward
 // timings (clock_probe.h; a line a shape on stderr and three JSON keys): at the power cap a figure
