@@ -30,14 +30,15 @@
 //   one K/V stream across its jobs and a ring of kStages Q tiles (the consumers release a slot
 //   after its job's last S), so the next job's copies land under the current job's GEMMs and
 //   stores and no block starts or ends in between. Its jobs sit in a shared-memory table worked
-//   out once at the start. Still slower than v2 on the H200 (2026-12-04: 412-418 against 456-473
-//   TF/s at B8 × S2048, 510-523 against 603-629 at S16384): its tile period is 3,240-3,420
-//   cycles against v2's 2,760-2,920 (trace), and under ncu its warps wait at the ping-pong's turn
-//   barrier for 12 % of their samples against v2's 7 % — the issuer's warp, which runs the
-//   refills, reaches its turn late — so only HK_FLASH_SM90_FWD=v4 selects it. What it would
-//   remove (v2 at B8 × H16 × S2048, TMA epilogue): 2,410 cycles from a block's start to its
-//   first S (6 % of all warp samples wait for Q there), ~3,000 from the last P·V to the end, and
-//   2,110 idle between blocks on an SM, against a block's ~29,700.
+//   out once at the start. Still slower than v2 on the H200 (2026-12-04, v2 and v4 timed in a
+//   mirrored order: 409 against 446 TF/s at B8 × S2048, 534 against 611 at S16384); a bisect
+//   with one job a block put 3-5 % in the issuer's cursor and the run-time stream offsets, 3-5 %
+//   at S16384 in streaming itself, and 1-2 % (5-11 % at S2048) in the register epilogue (under
+//   ncu its warps wait at the ping-pong's turn barrier for 12 % of their samples against v2's 7 %:
+//   the issuer's warp reaches its turn late) — so only HK_FLASH_SM90_FWD=v4 selects it. What it
+//   would remove (v2 at B8 × H16 × S2048, TMA epilogue): 2,410 cycles from a block's start to
+//   its first S (6 % of all warp samples wait for Q there), ~3,000 from the last P·V to the end,
+//   and 2,110 idle between blocks on an SM, against a block's ~29,700.
 // The epilogue (v1-v3): each warpgroup writes O / l into its own 64 rows of the Q tile (free once
 // its last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at
 // a time — where out is a TMA target (16-byte aligned rows; else, and in v4, whose Q slots are
