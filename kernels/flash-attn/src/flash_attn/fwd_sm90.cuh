@@ -647,9 +647,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       if (!kStream && maps.o_by_tma) {
         // This warpgroup's last S has completed, so its 64 rows of the Q tile are free: O goes
         // there in the 128-byte swizzle's layout, and one TMA store a 64-column block writes it
-        // (rows past the sequence skipped by the map). Scattered 4-byte stores from registers —
-        // 64 a thread, each warp store touching 8 rows — kept the block alive ~2,500 cycles
-        // after its last P·V at S = 2048 (trace).
+        // (rows past the sequence skipped by the map). With scattered 4-byte stores from
+        // registers — 64 a thread, each warp store touching 8 rows — a block at S = 2048 lived
+        // ~3,600 cycles past its last P·V, with these ~3,000 (trace, H200, 2026-12-04).
         if (wg_rows_valid > 0) {  // warpgroup-uniform
           // stmatrix: lane 8m + i addresses row i of 8×8 matrix m = (row half m & 1, 8-column
           // group 2jp + (m >> 1)); each lane's word of matrix m is its accumulator pair there
