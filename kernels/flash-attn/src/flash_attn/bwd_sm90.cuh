@@ -347,9 +347,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const uint32_t at = ds_buf + key * 128 + (((2 * q + (mat >> 1)) ^ row) << 4);
-        asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
-                     "r"(dsa[q][0]), "r"(dsa[q][1]), "r"(dsa[q][2]), "r"(dsa[q][3])
-                     : "memory");
+        stmatrix_x4(at, dsa[q][0], dsa[q][1], dsa[q][2], dsa[q][3]);
       }
     }
     HK_BWD_STAMP(5);

@@ -666,10 +666,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
             }
             const int jj = 2 * jp + (mat >> 1);
             const uint32_t at = row_at + (jj / 8) * kQBox + (((jj % 8) ^ i) << 4);
-            asm volatile(
-                "stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(at),
-                "r"(w[0]), "r"(w[1]), "r"(w[2]), "r"(w[3])
-                : "memory");
+            stmatrix_x4(at, w[0], w[1], w[2], w[3]);
           }
           fence_proxy_async();
           named_sync(3 + cw, 128);  // the warpgroup's rows are in shared memory
