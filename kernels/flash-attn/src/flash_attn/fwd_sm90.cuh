@@ -27,23 +27,26 @@
 //   and v2 wait for them at every block start; at S = 2048 a block has ~8 key tiles).
 // v4 (!kProducerWg, kTiles 0): v2 with a block an SM, each taking one query tile ("job") of each
 //   round of the block order (a snake: forwards, then backwards, so heavy tiles spread evenly):
-//   one K/V stream across its jobs and a ring of kStages Q tiles (the consumers release a slot
-//   after its job's last S), so the next job's copies land under the current job's GEMMs and
-//   stores and no block starts or ends in between. Its jobs sit in a shared-memory table worked
-//   out once at the start. Still slower than v2 on the H200 (2026-12-04, v2 and v4 timed in a
-//   mirrored order: 409 against 446 TF/s at B8 × S2048, 534 against 611 at S16384); a bisect
-//   with one job a block put 3-5 % in the issuer's cursor and the run-time stream offsets, 3-5 %
-//   at S16384 in streaming itself, and 1-2 % (5-11 % at S2048) in the register epilogue (under
-//   ncu its warps wait at the ping-pong's turn barrier for 12 % of their samples against v2's 7 %:
-//   the issuer's warp reaches its turn late) — so only HK_FLASH_SM90_FWD=v4 selects it. What it
-//   would remove (v2 at B8 × H16 × S2048, TMA epilogue): 2,410 cycles from a block's start to
-//   its first S (6 % of all warp samples wait for Q there), ~3,000 from the last P·V to the end,
-//   and 2,110 idle between blocks on an SM, against a block's ~29,700.
-// The epilogue (v1-v3): each warpgroup writes O / l into its own 64 rows of the Q tile (free once
-// its last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at
-// a time — where out is a TMA target (16-byte aligned rows; else, and in v4, whose Q slots are
-// refilled, 4-byte stores from registers). On the H200 (2026-12-04) the TMA epilogue made v2 5-11 %
-// faster at S = 2048 and ~1 % at 8192.
+//   one K/V stream across its jobs and a ring of kStages + 1 Q tiles, so the next job's copies
+//   land under the current job's GEMMs and stores and no block starts or ends in between. Its
+//   jobs sit in a shared-memory table worked out once at the start; the issuer copies inside a
+//   job from the job's own fields (as v2 does) and reads the table only where its copies cross
+//   into the next job. Still slower than v2 on the H200 (2026-12-04, same binary, mirrored
+//   order): 455 against 468 TF/s at B8 × S2048, 482 against 574 at S8192, 556 against 613 at
+//   S16384 — its key-tile period is 3,163 / 3,263 cycles (warpgroups 0 / 1) against v2's 2,764 /
+//   2,922 at B8 × S2048 (v3's is 3,064 / 3,188: both streams compute their stages, parities and
+//   descriptors on the vector pipes where v2's are uniform-datapath values), and with the head
+//   sections of the block order its static rounds leave the heaviest block 21 % above the mean
+//   at S8192 (10 % at S16384, 3 % at S2048) — so only HK_FLASH_SM90_FWD=v4 selects it. What it
+//   removes (v2 at B8 × H16 × S2048): 2,530 cycles from a block's start to its first S, ~3,000
+//   from the last P·V to the end and 2,117 idle between blocks on an SM, against a block's
+//   ~29,800.
+// The epilogue: each warpgroup writes O / l into its own 64 rows of the Q tile (free once its
+// last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at a
+// time — where out is a TMA target (16-byte aligned rows; else 4-byte stores from registers). In
+// v4 the storing thread frees the slot for the ring once the store has read it, at the start of
+// its next job. On the H200 (2026-12-04) the TMA epilogue made v2 5-11 % faster at S = 2048 and
+// ~1 % at 8192, and v4 3-5 % faster at S = 2048.
 // Masks (causal, window, key_start, sequence end), softcap and lse follow fwd_sm80.cuh exactly.
 // HK_FLASH_TRACE builds stamp each phase of a key tile (Params::trace; the benchmark prints them),
 // a measurement build only.
@@ -76,17 +79,24 @@ struct Sm90Config {
   static constexpr uint32_t kQTile = kColBlocks * kQBox;    // the Q tile
   static constexpr uint32_t kKVTile = kColBlocks * kKVBox;  // a K or V tile
   static_assert(kKVBox % 1024 == 0, "swizzle atoms need 1024-byte aligned boxes");
-  // v4 (kTiles 0) keeps a ring of kStages Q tiles: the copy of key tile g waits for the release
-  // of stage g - kStages, i.e. for both warpgroups' S of that tile, and the job kStages query
-  // tiles back (in the ring's slot) has its last S at or before it, so its release (after that
-  // S) is never later
-  static constexpr int kQTiles = kTiles == 0 ? kStages : kTiles;
+  // v4 (kTiles 0) keeps a ring of kStages + 1 Q tiles. A slot is free again once its job's O
+  // stores (by TMA, from the slot) have read it, which each warpgroup's storing thread signals at
+  // the start of the next job; the copy of the job kStages + 1 keyed jobs later waits for that
+  // signal, and is issued with key tile g + kStages at the refill after key tile g, where g
+  // already lies in the next job (every keyed job has a key tile) — so the issuer never waits for
+  // its own later signal.
+  static constexpr int kQTiles = kTiles == 0 ? kStages + 1 : kTiles;
+  // mbarriers (8 bytes each); v4's fit in 256 bytes, the rest of its shared memory is Q, K, V
+  static constexpr uint32_t kBarrierBytes = kTiles == 0 ? 256 : 1024;
   // v4's jobs (query tiles) in shared memory, worked out once at the start: the issuer reads an
   // entry where a job's copies begin instead of recomputing the block order there (16 bytes each;
-  // the launcher adds blocks so that none has more)
-  static constexpr int kJobTable = kTiles == 0 ? 1024 : 0;
-  static constexpr uint32_t kSmem = kQTiles * kQTile + 2 * kStages * kKVTile + 1024 /* barriers */ +
+  // as many as fit beside the ring at head dim 128, and the launcher adds blocks so that none has
+  // more)
+  static constexpr int kJobTable = kTiles == 0 ? 96 : 0;
+  static constexpr uint32_t kSmem = kQTiles * kQTile + 2 * kStages * kKVTile + kBarrierBytes +
                                     16 * kJobTable + 1024 /* alignment */;
+  static_assert(8 * (4 * kStages + 2 * kQTiles) <= kBarrierBytes, "the mbarriers must fit");
+  static_assert(kSmem <= 227 * 1024, "over the H100/H200 shared memory a block may opt into");
   static_assert(kTiles == 1 || (kTiles != 1 && !kProducerWg),
                 "v3 pairs tiles and v4 streams them; v1, v2 do neither");
   // block_order's positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
@@ -119,9 +129,11 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const uint32_t s_v = s_k + kStages * kTile;        // [kStages] V tiles
   const uint32_t s_bar = s_v + kStages * kTile;      // mbarriers (8 bytes each)
   // v4: [kJobTable] jobs, (h | b << 16, hk, m0, n_hi | n_iters << 16)
-  uint4* const jobs = reinterpret_cast<uint4*>(smem_raw + (s_bar + 1024 - smem_u32(smem_raw)));
+  uint4* const jobs =
+      reinterpret_cast<uint4*>(smem_raw + (s_bar + Cfg::kBarrierBytes - smem_u32(smem_raw)));
   auto bar_q = [&](int t) { return t == 0 ? s_bar : s_bar + 8 * (4 * kStages + t); };
-  // v4: Q tile t read by every consumer (256 arrivals), so the ring may refill it
+  // v4: Q tile t done with — read by every consumer (256 arrivals), or, with O stored by TMA
+  // from the slot, that store's reads done (one arrival a warpgroup) — so the ring may refill it
   auto bar_q_empty = [&](int t) { return s_bar + 8 * (4 * kStages + Cfg::kQTiles + t); };
   constexpr bool kStream = kTiles == 0;  // v4
   auto bar_full_k = [&](int s) { return s_bar + 8 * (1 + s); };
@@ -215,7 +227,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   if (tid == 0) {
     for (int t = 0; t < Cfg::kQTiles; ++t) {
       mbar_init(bar_q(t), 1);
-      if (kStream) mbar_init(bar_q_empty(t), 256);
+      if (kStream) mbar_init(bar_q_empty(t), maps.o_by_tma ? 2 : 256);
     }
     for (int s = 0; s < kStages; ++s) {
       mbar_init(bar_full_k(s), 1);
@@ -274,55 +286,56 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     mbar_expect_tx(bar_full, kTile);
     tma_load_5d(s_tiles + stage * kTile, map, bar_full, 0, key_block * kBlockN, 0, hk, b);
   };
-  // v4: where the issuer's K and V copies are in the job sequence (each moves forward only; V
-  // trails K by one key tile); `keyed` counts the jobs with keys before this one (their Q tiles
-  // go round the ring in that order)
-  struct Cursor {
-    int j = 0, keyed = 0, g_first = 0;
-    uint4 job;  // jobs[j]
+  // v4: where key tile `it` of job j lies when it is past that job's last (the copies run
+  // kStages key tiles ahead, so across job boundaries): the job holding it, its index there, and
+  // the keyed jobs before that job (their Q tiles go round the ring in that order). `keyed`
+  // counts those before job j. Only the issuing thread walks, and only where a job's copies end.
+  struct StreamAt {
+    uint4 job;  // jobs[] entry
+    int it, keyed;
   };
-  Cursor kc, vc;
-  auto advance = [&](Cursor& c, int g) {
-    while (g >= c.g_first + job_iters(c.job)) {
-      if (job_iters(c.job) > 0) ++c.keyed;
-      c.g_first += job_iters(c.job);
-      c.job = jobs[++c.j];
+  auto stream_at = [&](int j, int it, int keyed) {
+    uint4 e = jobs[j];
+    while (it >= job_iters(e)) {
+      it -= job_iters(e);
+      if (job_iters(e) > 0) ++keyed;
+      e = jobs[++j];
     }
+    return StreamAt{e, it, keyed};
   };
-  auto load_stream = [&](Cursor& c, int g, uint32_t s_tiles, const CUtensorMap* map,
-                         uint32_t bar_full) {
-    const int n_hi = static_cast<int>(c.job.w & 0xffffu);
-    mbar_expect_tx(bar_full, kTile);
-    tma_load_5d(s_tiles + (g % kStages) * kTile, map, bar_full, 0,
-                (n_hi - 1 - (g - c.g_first)) * kBlockN, 0, static_cast<int>(c.job.y),
-                static_cast<int>(c.job.x >> 16));
+  // v4: the K and V copies of stream index g, key tile `it` of the job with those fields, and the
+  // Q copy of a job into its ring slot
+  auto load_stream_kv = [&](bool k, int g, int hk_at, int b_at, int n_hi_at, int it) {
+    const uint32_t bar = k ? bar_full_k(g % kStages) : bar_full_v(g % kStages);
+    mbar_expect_tx(bar, kTile);
+    tma_load_5d((k ? s_k : s_v) + (g % kStages) * kTile, k ? &maps.k : &maps.v, bar, 0,
+                (n_hi_at - 1 - it) * kBlockN, 0, hk_at, b_at);
+  };
+  auto load_stream_q = [&](const StreamAt& at) {
+    const int t = at.keyed % Cfg::kQTiles, use = at.keyed / Cfg::kQTiles;
+    if (use > 0) mbar_wait(bar_q_empty(t), (use - 1) & 1);
+    mbar_expect_tx(bar_q(t), kQTile);
+    tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, static_cast<int>(at.job.z), 0,
+                static_cast<int>(at.job.x & 0xffffu), static_cast<int>(at.job.x >> 16));
+  };
+  // v4: key tile `it` of a job (its Q first where it is the job's first) found by stream_at
+  auto load_stream_found = [&](bool k, int g, const StreamAt& at) {
+    if (k && at.it == 0) load_stream_q(at);
+    load_stream_kv(k, g, static_cast<int>(at.job.y), static_cast<int>(at.job.x >> 16),
+                   static_cast<int>(at.job.w & 0xffffu), at.it);
   };
   auto load_k = [&](int g) {
-    if constexpr (kStream) {
-      advance(kc, g);
-      if (g == kc.g_first) {  // a job's first key tile: its Q first, into the ring
-        const int t = kc.keyed % Cfg::kQTiles, use = kc.keyed / Cfg::kQTiles;
-        if (use > 0) mbar_wait(bar_q_empty(t), (use - 1) & 1);
-        mbar_expect_tx(bar_q(t), kQTile);
-        tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, static_cast<int>(kc.job.z), 0,
-                    static_cast<int>(kc.job.x & 0xffffu), static_cast<int>(kc.job.x >> 16));
-      }
-      load_stream(kc, g, s_k, &maps.k, bar_full_k(g % kStages));
-    } else {
+    if constexpr (kStream)
+      load_stream_found(true, g, stream_at(0, g, 0));
+    else
       load_kv(g, s_k, &maps.k, bar_full_k(g % kStages));
-    }
   };
   auto load_v = [&](int g) {
-    if constexpr (kStream) {
-      advance(vc, g);
-      load_stream(vc, g, s_v, &maps.v, bar_full_v(g % kStages));
-    } else {
+    if constexpr (kStream)
+      load_stream_found(false, g, stream_at(0, g, 0));
+    else
       load_kv(g, s_v, &maps.v, bar_full_v(g % kStages));
-    }
   };
-  if constexpr (kStream) {
-    if (tid == 128) kc.job = vc.job = jobs[0];
-  }
 
   if (kProducerWg && wg == 0) {
     // ---------------- producer (v1) ----------------
@@ -368,6 +381,20 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       }
       if constexpr (!kProducerWg) __syncwarp();
     };
+    // v4: once stream index g (key tile `it` of job j, `keyed` keyed jobs before it) is released,
+    // the copy of index g + kStages: inside job j from the job's own fields, as v2's copies are;
+    // past its end through the job table
+    auto refill_stream = [&](bool k, int g, int j, int it, int keyed, int hk_j, int b_j, int n_hi_j,
+                             int n_iters_j) {
+      if (issuer && g + kStages < total_iters) {
+        mbar_wait(k ? bar_empty_k(g % kStages) : bar_empty_v(g % kStages), (g / kStages) & 1);
+        if (it + kStages < n_iters_j)
+          load_stream_kv(k, g + kStages, hk_j, b_j, n_hi_j, it + kStages);
+        else
+          load_stream_found(k, g + kStages, stream_at(j + 1, it + kStages - n_iters_j, keyed + 1));
+      }
+      __syncwarp();
+    };
     const int warp_in_wg = ltid / 32, lane = ltid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
@@ -398,6 +425,19 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     };
     if (cw == 0 && total_iters > 0) named_arrive(my_bar, 256);  // consumer 0 starts
 
+    // v4 with O stored by TMA: the Q slot whose O this warpgroup stored last; its storing thread
+    // waits for the store's reads at the start of the next job (the store has long run by then)
+    // and frees the slot for the ring
+    int stored_q_slot = -1;
+    auto release_stored_q = [&] {
+      if constexpr (kStream) {
+        if (stored_q_slot >= 0 && ltid == 0) {
+          bulk_wait_read_all();
+          mbar_arrive(bar_q_empty(stored_q_slot));
+        }
+        stored_q_slot = -1;
+      }
+    };
     // One query tile, every per-tile value local to it (a one-tile block compiles as the
     // single-tile kernel always did).
     // t: the block's tile (v1-v3) or job index (v4); g0: its first stream index; q_slot, q_use:
@@ -410,10 +450,26 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
       const uint32_t s_q_tile = s_q + q_slot * kQTile;
       const bool last_job = kStream ? t == n_jobs - 1 : t == n_tiles - 1;
-      // v4: this job's last S has read its Q tile: the ring may refill the slot
+      // the copies once key tile `it` of this tile (v4: job) is released
+      auto refill_k_at = [&](int it) {
+        if constexpr (kStream)
+          refill_stream(true, g0 + it, t, it, q_use * Cfg::kQTiles + q_slot, jb.hk, b, n_hi,
+                        n_iters);
+        else
+          refill_k(g0 + it);
+      };
+      auto refill_v_at = [&](int it) {
+        if constexpr (kStream)
+          refill_stream(false, g0 + it, t, it, q_use * Cfg::kQTiles + q_slot, jb.hk, b, n_hi,
+                        n_iters);
+        else
+          refill_v(g0 + it);
+      };
+      // v4, O stored from registers: this job's last S has read its Q tile, so the ring may
+      // refill the slot (by TMA the slot holds O until its store has read it: release_stored_q)
       auto release_q = [&](int it) {
         if constexpr (kStream) {
-          if (it == n_iters - 1) mbar_arrive(bar_q_empty(q_slot));
+          if (!maps.o_by_tma && it == n_iters - 1) mbar_arrive(bar_q_empty(q_slot));
         }
       };
 
@@ -552,6 +608,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         }
       };
 
+      if (n_iters == 0) release_stored_q();
       if (n_iters > 0) {
         mbar_wait(bar_q(q_slot), q_use & 1);
         float s[kNS];
@@ -561,11 +618,12 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         issue_s(s, g0 % kStages);
         if (t == 0) HK_FWD_BLOCK(kTraceFirstS);
         pass_turn();
+        release_stored_q();  // before this thread's first refill (the issuer may wait on it)
         wgmma_wait<0>();
         fence_regs(s);
         release_q(0);
         mbar_arrive(bar_empty_k(g0 % kStages));
-        refill_k(g0);
+        refill_k_at(0);
         {
           float alpha[2];
           softmax(s, n_hi - 1, alpha);
@@ -592,7 +650,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           release_q(it);
           HK_FWD_STAMP(gi, 6);
           mbar_arrive(bar_empty_k(stage));
-          refill_k(gi);
+          refill_k_at(it);
           HK_FWD_STAMP(gi, 7);
           float alpha[2];
           const bool rescale = softmax(s, n_hi - 1 - it, alpha);
@@ -602,7 +660,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           fence_pa();
           HK_FWD_STAMP(gi, 9);
           mbar_arrive(bar_empty_v(prev));
-          refill_v(gi - 1);
+          refill_v_at(it - 1);
           HK_FWD_STAMP(gi, 10);
           if (rescale) {  // warp-uniform
 #pragma unroll
@@ -625,7 +683,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         fence_regs(o);
         fence_pa();
         mbar_arrive(bar_empty_v(last_stage));
-        refill_v(g_last);
+        refill_v_at(n_iters - 1);
       }
       if (last_job) HK_FWD_BLOCK(kTraceEpilogue);
 
@@ -644,7 +702,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
               l_row[r] > 0.0f ? (m_row[r] + __log2f(l_row[r])) * kLn2 : INFINITY;
         }
       }
-      if (!kStream && maps.o_by_tma) {
+      if (maps.o_by_tma && (!kStream || n_iters > 0)) {  // v4: a job without keys has no slot
         // This warpgroup's last S has completed, so its 64 rows of the Q tile are free: O goes
         // there in the 128-byte swizzle's layout, and one TMA store a 64-column block writes it
         // (rows past the sequence skipped by the map). With scattered 4-byte stores from
@@ -677,6 +735,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
             bulk_commit();
           }
         }
+        stored_q_slot = q_slot;
       } else {
         T* out = static_cast<T*>(p.out);
 #pragma unroll
@@ -704,7 +763,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         query_tile(t, Job{h, b, hk, seq, t == 0 ? keys0 : keys1}, t == 0 ? 0 : iters0, t, 0);
     }
     // the O stores' reads of shared memory end before the block's shared memory does
-    if (!kStream && maps.o_by_tma && ltid == 0) bulk_wait_read_all();
+    if (maps.o_by_tma && ltid == 0) bulk_wait_read_all();
     HK_FWD_BLOCK(kTraceEnd);
 #undef HK_FWD_STAMP
 #undef HK_FWD_BLOCK

@@ -71,9 +71,8 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   maps.q = make_tile_map<T>(p.q, p.seqlen_q, p.heads_q, p.batch, D, p.q_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
-  // O through shared memory and TMA stores where out is a TMA target (v4 refills its Q slots,
-  // so it stores from registers)
-  maps.o_by_tma = kTiles != 0 && forward_out_by_tma(p);
+  // O through shared memory and TMA stores where out is a TMA target
+  maps.o_by_tma = forward_out_by_tma(p);
   if (maps.o_by_tma)
     maps.o = make_tile_map<T>(p.out, p.seqlen_q, p.heads_q, p.batch, D, p.out_strides,
                               Cfg::kBlockM / 2, 1);
