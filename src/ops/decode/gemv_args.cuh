@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "ops/decode/decode_common.cuh"
 #include "ops/decode/decode_kernels.h"
@@ -25,6 +27,9 @@ struct GemvArgs {
   int tile_begin[4] = {};
   int num_segments = 0;
   uint64_t* trace = nullptr;  // GemvParams::trace
+  // The staged gemv lets its successor launch once its x is read instead of right after its wait
+  // (HK_DECODE_TRIGGER=after-x, an A/B switch).
+  bool trigger_after_x = false;
 };
 
 // Thread 0's %globaltimer at phase `point` of a traced launch (GemvParams::trace).
@@ -86,6 +91,11 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
   }
   a.tile_begin[p.num_segments] = tiles;
   a.trace = p.trace;
+  static const bool after_x = [] {
+    const char* v = std::getenv("HK_DECODE_TRIGGER");
+    return v != nullptr && std::string(v) == "after-x";
+  }();
+  a.trigger_after_x = after_x;
   return a;
 }
 

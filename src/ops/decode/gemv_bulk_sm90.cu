@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
   trace_point(a, 1);
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
   grid_wait();
-  grid_launch_dependents();
+  if (!a.trigger_after_x) grid_launch_dependents();
   trace_point(a, 2);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     }
   }
   __syncthreads();
+  if (a.trigger_after_x) grid_launch_dependents();
   trace_point(a, 3);
   mbar_wait(bar_w, 0);
   trace_point(a, 4);
