@@ -6,8 +6,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "ops/decode/decode_common.cuh"
 #include "ops/decode/decode_kernels.h"
@@ -27,9 +25,6 @@ struct GemvArgs {
   int tile_begin[4] = {};
   int num_segments = 0;
   uint64_t* trace = nullptr;  // GemvParams::trace
-  // The staged gemv's RMSNorm prologue loads the norm weight with the rows it normalises, after
-  // the wait, instead of staging it by bulk copy before (HK_DECODE_NORM_WEIGHT=load, an A/B switch).
-  bool norm_weight_by_load = false;
 };
 
 // Thread 0's %globaltimer at phase `point` of a traced launch (GemvParams::trace).
@@ -91,11 +86,6 @@ inline GemvArgs gemv_args(const GemvParams& p, int rows_per_tile) {
   }
   a.tile_begin[p.num_segments] = tiles;
   a.trace = p.trace;
-  static const bool norm_by_load = [] {
-    const char* v = std::getenv("HK_DECODE_NORM_WEIGHT");
-    return v != nullptr && std::string(v) == "load";
-  }();
-  a.norm_weight_by_load = norm_by_load;
   return a;
 }
 

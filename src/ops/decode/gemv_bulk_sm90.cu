@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
     mbar_init(bar_w, 1);
     mbar_init(bar_norm, 1);
     fence_barrier_init();
-    if (kPrologue && !a.norm_weight_by_load) {
+    if constexpr (kPrologue) {
       mbar_expect_tx(bar_norm, k_bytes);
       bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
     }
@@ -110,15 +110,12 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
       const T* del = a.prologue.delta
                          ? static_cast<const T*>(a.prologue.delta) + row * a.prologue.delta_stride
                          : nullptr;
-      uint4 v[kPieces], d[kPieces], nwl[kPieces];
-      const bool nw_load = a.norm_weight_by_load;
-      const T* nwg = static_cast<const T*>(a.prologue.norm_weight);
+      uint4 v[kPieces], d[kPieces];
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) {
         const int c = lane * 8 + 256 * i;
         v[i] = c < k ? load_ro16(res + c) : zero16();
         d[i] = del && c < k ? load_ro16(del + c) : zero16();
-        nwl[i] = nw_load && c < k ? load_ro16(nwg + c) : zero16();
       }
       T* out = a.prologue.residual_out && del && blockIdx.x == 0
                    ? static_cast<T*>(a.prologue.residual_out) + row * a.prologue.residual_out_stride
@@ -144,13 +141,13 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
       }
       ss = warp_sum(ss);
       const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
-      if (!nw_load) mbar_wait(bar_norm, 0);
+      mbar_wait(bar_norm, 0);
       const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) {
         const int c = lane * 8 + 256 * i;
         if (c >= k) continue;
-        const uint4 wv = nw_load ? nwl[i] : *reinterpret_cast<const uint4*>(nw + c);
+        const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
         uint4 o;
         uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
