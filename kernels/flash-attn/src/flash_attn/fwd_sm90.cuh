@@ -37,7 +37,7 @@
 //   2,922 at B8 × S2048 (v3's is 3,064 / 3,188: both streams compute their stages, parities and
 //   descriptors on the vector pipes where v2's are uniform-datapath values), and with the head
 //   sections of the block order its static rounds leave the heaviest block 21 % above the mean
-//   at S8192 (10 % at S16384, 3 % at S2048) — so only HK_FLASH_SM90_FWD=v4 selects it. What it
+//   at S8192 (6 % at S16384, 4 % at S2048) — so only HK_FLASH_SM90_FWD=v4 selects it. What it
 //   removes (v2 at B8 × H16 × S2048): 2,530 cycles from a block's start to its first S, ~3,000
 //   from the last P·V to the end and 2,117 idle between blocks on an SM, against a block's
 //   ~29,800.
