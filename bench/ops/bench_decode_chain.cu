@@ -467,7 +467,7 @@ int main(int argc, char** argv) try {
   if (trace) {
     // Where a staged gemv launch's time goes inside a chain (--trace): every block's %globaltimer
     // at the kernel's phases, from the last of a few graph replays, over launches 1..n-2
-    constexpr int kMaxBlocks = 1024, P = decode::kGemvTracePoints;
+    constexpr int kMaxBlocks = 1024, P = decode::kGemvTracePoints, M = decode::kGemvTraceMainPoints;
     for (int64_t m : rows) {
       auto traced = [&](const std::string& what, const std::vector<std::pair<int, size_t>>& seq) {
         const size_t n = seq.size();
@@ -486,9 +486,12 @@ int main(int argc, char** argv) try {
         std::vector<uint64_t> h(n * kMaxBlocks * P);
         CK(cudaMemcpy(h.data(), t, h.size() * 8, cudaMemcpyDeviceToHost));
         // per launch: first/last start, wait return, end; mean phase lengths over blocks
+        // phases: the M - 1 between the main points, then the RMSNorm prologue's four (wait
+        // return to the row sums, to the scale, to the row stored, to x in shared memory)
+        constexpr int kPro = 4;
         struct Launch {
           double start_min = 1e300, wait_min = 1e300, wait_max = 0, end_max = 0, blocks = 0;
-          double phase[P - 1] = {};
+          double phase[M - 1 + kPro] = {};
         };
         std::vector<Launch> L(n);
         for (size_t i = 0; i < n; ++i)
@@ -501,9 +504,14 @@ int main(int argc, char** argv) try {
             l.wait_min = std::min(l.wait_min, double(q[2]));
             l.wait_max = std::max(l.wait_max, double(q[2]));
             l.end_max = std::max(l.end_max, double(q[6]));
-            for (int p = 0; p + 1 < P; ++p) l.phase[p] += double(q[p + 1]) - double(q[p]);
+            for (int p = 0; p + 1 < M; ++p) l.phase[p] += double(q[p + 1]) - double(q[p]);
+            if (q[7] != 0) {
+              const uint64_t pro[kPro + 1] = {q[2], q[7], q[8], q[9], q[3]};
+              for (int p = 0; p < kPro; ++p)
+                l.phase[M - 1 + p] += double(pro[p + 1]) - double(pro[p]);
+            }
           }
-        double period = 0, gap = 0, lead = 0, spread = 0, body = 0, phase[P - 1] = {};
+        double period = 0, gap = 0, lead = 0, spread = 0, body = 0, phase[M - 1 + kPro] = {};
         int count = 0;
         for (size_t i = 1; i + 1 < n; ++i) {
           const Launch& l = L[i];
@@ -514,7 +522,7 @@ int main(int argc, char** argv) try {
           lead += l.wait_min - l.start_min;
           spread += l.wait_max - l.wait_min;
           body += l.end_max - l.wait_min;
-          for (int p = 0; p + 1 < P; ++p) phase[p] += l.phase[p] / l.blocks;
+          for (int p = 0; p < M - 1 + kPro; ++p) phase[p] += l.phase[p] / l.blocks;
         }
         if (count == 0) return;
         auto us = [&](double ns) { return ns / count / 1000.0; };
@@ -526,17 +534,24 @@ int main(int argc, char** argv) try {
             static_cast<long long>(m), what.c_str(), L[1].blocks, us(period), us(gap), us(lead),
             us(spread), us(body), us(phase[0]), us(phase[1]), us(phase[2]), us(phase[3]),
             us(phase[4]), us(phase[5]));
-        results.push_back({{"kernel", "bulk"},
-                           {"rows", m},
-                           {"trace", what},
-                           {"period_us", us(period)},
-                           {"store_to_next_wait_us", us(gap)},
-                           {"start_before_wait_us", us(lead)},
-                           {"wait_spread_us", us(spread)},
-                           {"wait_to_last_store_us", us(body)},
-                           {"phase_us",
-                            {us(phase[0]), us(phase[1]), us(phase[2]), us(phase[3]), us(phase[4]),
-                             us(phase[5])}}});
+        if (phase[M - 1] > 0)  // the RMSNorm prologue's steps inside the x phase
+          std::printf(
+              "                 %-30s prologue: wait return to row sums %.2f us, to scale %.2f, to "
+              "row stored %.2f, to x in shared memory %.2f\n",
+              what.c_str(), us(phase[M - 1]), us(phase[M]), us(phase[M + 1]), us(phase[M + 2]));
+        results.push_back(
+            {{"kernel", "bulk"},
+             {"rows", m},
+             {"trace", what},
+             {"period_us", us(period)},
+             {"store_to_next_wait_us", us(gap)},
+             {"start_before_wait_us", us(lead)},
+             {"wait_spread_us", us(spread)},
+             {"wait_to_last_store_us", us(body)},
+             {"phase_us",
+              {us(phase[0]), us(phase[1]), us(phase[2]), us(phase[3]), us(phase[4]), us(phase[5])}},
+             {"prologue_phase_us",
+              {us(phase[M - 1]), us(phase[M]), us(phase[M + 1]), us(phase[M + 2])}}});
       };
       if (!decode::gemv_kernel_unsupported(o_product(decode::GemvKernel::Bulk, m, layers[0], b))
                .empty())

@@ -85,8 +85,12 @@ struct GemvParams {
   // %globaltimer at its kGemvTracePoints phases to trace[i * kGemvTracePoints + p]; null: none.
   uint64_t* trace = nullptr;
 };
-// start, copies issued, wait returned, x in shared memory, weights landed, products done, stored
-constexpr int kGemvTracePoints = 7;
+// start, copies issued, wait returned, x in shared memory, weights landed, products done, stored;
+// then, in launches with the RMSNorm prologue (its first row's warp): the row's sum of squares
+// formed (its loads returned), the scale ready (warp sum, norm weight landed), the row normalised
+// into shared memory
+constexpr int kGemvTracePoints = 10;
+constexpr int kGemvTraceMainPoints = 7;
 constexpr int64_t kGemvMaxRows = 64;     // 16-bit weights (tensor cores, 8 x rows per n-tile)
 constexpr int64_t kGemvMaxRowsF32 = 16;  // f32 weights (CUDA cores)
 // Batches the decode step hands to the gemv (larger ones go through the layers' own products,

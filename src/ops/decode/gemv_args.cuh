@@ -36,6 +36,15 @@ __device__ __forceinline__ void trace_point(const GemvArgs& a, int point) {
   }
 }
 
+// trace_point once `after` has been computed (the stamp waits for the loads behind it).
+__device__ __forceinline__ void trace_point_after(const GemvArgs& a, int point, float after) {
+  if (a.trace && threadIdx.x == 0) {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(after));
+    a.trace[blockIdx.x * kGemvTracePoints + point] = t;
+  }
+}
+
 __device__ __forceinline__ int segment_of(const GemvArgs& a, int tile) {
   int s = 0;
   while (s + 1 < a.num_segments && tile >= a.tile_begin[s + 1]) ++s;

@@ -139,9 +139,11 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
         }
         if (out) *reinterpret_cast<uint4*>(out + c) = v[i];
       }
+      trace_point_after(a, 7, ss);
       ss = warp_sum(ss);
       const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
       mbar_wait(bar_norm, 0);
+      trace_point_after(a, 8, r);
       const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) {
@@ -157,6 +159,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
               round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
         *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
       }
+      trace_point(a, 9);
     }
   } else {
     // x rows into shared memory: every thread's 16-byte pieces loaded at once
