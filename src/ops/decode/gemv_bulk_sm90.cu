@@ -19,14 +19,8 @@
 // fit in shared memory across the SMs in one pass (lm_head), devices before sm_90
 // (bulk_groups names which; gemv then takes the mma.sync kernel).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
-#include <tuple>
 
-#include "hk/error.h"
 #include "hk/kernel_sdk_sm90.cuh"
 #include "ops/decode/decode_common.cuh"
 #include "ops/decode/gemv_args.cuh"
@@ -46,17 +40,12 @@ constexpr size_t kSmemBudget = 128 * 1024;
 
 // Dynamic shared memory of one block: two mbarriers, the staged weight rows (one set, or gate then
 // up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x.
-// Weight rows copied one bulk copy a row land row_bytes apart (padded, so the products' reads
-// spread over the banks); copied as one TMA box a set (by_tma) they land in 64-column blocks of
-// the tile's rows, 128 bytes a row, in the 128-byte swizzle (which spreads them instead).
 struct BulkLayout {
-  uint32_t row_bytes = 0, w = 0, set_bytes = 0, norm_w = 0, x = 0, total = 0;
-  __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets, int groups, bool by_tma) {
+  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, total = 0;
+  __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets, int groups) {
     row_bytes = uint32_t(k) * 2 + kRowPadBytes;
     w = 128;
-    set_bytes = uint32_t(groups * kGroupRows) * (by_tma ? uint32_t(k) * 2 : row_bytes);
-    // by TMA the sets start at the first 1024-byte aligned address from w (swizzle atoms)
-    const uint32_t staged = uint32_t(sets) * set_bytes + (by_tma ? 1024u : 0u);
+    const uint32_t staged = uint32_t(sets * groups * kGroupRows) * row_bytes;
     const uint32_t partials = uint32_t(kWarps * sets * groups) * 64 * 4;
     norm_w = w + (staged > partials ? staged : partials);
     x = norm_w + (prologue ? uint32_t(k) * 2 : 0u);
@@ -66,29 +55,15 @@ struct BulkLayout {
 
 // kGroups: n-tiles of 8 weight rows a block (host: as few blocks as cover the SMs once, so the
 // next launch's blocks fit beside them and stage their weights while this one computes).
-// One TMA map a weight (segment, or gate and up) for the by-TMA copy: [n rows, k] as 64-column
-// blocks (dims {64, n, k/64}, boxes of the tile's rows and every column block).
-struct BulkWeightMaps {
-  CUtensorMap w[3];
-  bool by_tma = false;
-  // lets the successor launch once x is read instead of right after the wait
-  // (HK_DECODE_TRIGGER=after-x, an A/B switch)
-  bool trigger_after_x = false;
-};
-
 template <class T, bool kPrologue, bool kPair, int kGroups>
-__global__ void __launch_bounds__(kThreads)
-    gemv_bulk_kernel(const __grid_constant__ GemvArgs a,
-                     const __grid_constant__ BulkWeightMaps maps) {
+__global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace hk::sdk::cuda::sm90;
   constexpr int kSets = kPair ? 2 : 1;
   constexpr int kTileRows = kGroups * kGroupRows;
   extern __shared__ __align__(128) unsigned char smem[];
-  const bool by_tma = maps.by_tma;
-  const BulkLayout lay(a.m, a.k, kPrologue, kSets, kGroups, by_tma);
+  const BulkLayout lay(a.m, a.k, kPrologue, kSets, kGroups);
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t w_at = by_tma ? ((base + lay.w + 1023u) & ~1023u) - base : lay.w;
   const uint32_t bar_w = base, bar_norm = base + 8;
   const int tile = blockIdx.x;
   const int s = kPair ? 0 : segment_of(a, tile);
@@ -107,26 +82,19 @@ __global__ void __launch_bounds__(kThreads)
       mbar_expect_tx(bar_norm, k_bytes);
       bulk_load(base + lay.norm_w, a.prologue.norm_weight, k_bytes, bar_norm);
     }
-    if (by_tma) {  // a box counts its rows past the weight's end too (TMA fills them with zeros)
-      mbar_expect_tx(bar_w, uint32_t(kSets * kTileRows) * k_bytes);
+    mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
 #pragma unroll
-      for (int q = 0; q < kSets; ++q)
-        tma_load_5d(base + w_at + q * lay.set_bytes, &maps.w[kPair ? q : s], bar_w, 0, r0, 0, 0, 0);
-    } else {
-      mbar_expect_tx(bar_w, uint32_t(kSets * rows_here) * k_bytes);
-#pragma unroll
-      for (int q = 0; q < kSets; ++q) {
-        const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes;
-        for (int r = 0; r < rows_here; ++r)
-          bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes,
-                    w + int64_t(r) * k_bytes, k_bytes, bar_w);
-      }
+    for (int q = 0; q < kSets; ++q) {
+      const char* w = static_cast<const char*>(a.w[kPair ? q : s]) + int64_t(r0) * k_bytes;
+      for (int r = 0; r < rows_here; ++r)
+        bulk_load(base + lay.w + uint32_t(q * kTileRows + r) * lay.row_bytes,
+                  w + int64_t(r) * k_bytes, k_bytes, bar_w);
     }
   }
   trace_point(a, 1);
   __syncthreads();  // the mbarriers are initialised before any thread waits on them
   grid_wait();
-  if (!maps.trigger_after_x) grid_launch_dependents();
+  grid_launch_dependents();
   trace_point(a, 2);
 
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -203,7 +171,6 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   __syncthreads();
-  if (maps.trigger_after_x) grid_launch_dependents();
   trace_point(a, 3);
   mbar_wait(bar_w, 0);
   trace_point(a, 4);
@@ -213,13 +180,7 @@ __global__ void __launch_bounds__(kThreads)
   const int g = lane >> 2, t = lane & 3;
   const bool x_ok = g < a.m;
   const T* xr = xs + (x_ok ? g : 0) * x_stride + t * 8;
-  // this lane's 16 bytes of chunk c (32 columns) of weight row 8gi + g of set q: padded rows, or
-  // by TMA, 16-byte unit (c & 1)·4 + t of column block c / 2 at its swizzled place in the row
-  // (c & 1 is the warp's parity: warps take chunks kWarps apart)
-  const unsigned char* wr = by_tma ? smem + w_at + g * 128 + ((((warp & 1) * 4 + t) ^ g) << 4)
-                                   : smem + w_at + g * lay.row_bytes + (warp & 1) * 64 + t * 16;
-  const uint32_t group_step = by_tma ? 1024u : kGroupRows * lay.row_bytes;
-  const uint32_t chunk_pair_step = by_tma ? uint32_t(kTileRows) * 128u : 128u;
+  const unsigned char* wr = smem + lay.w + g * lay.row_bytes + t * 16;
   float acc[kSets][kGroups][4];
 #pragma unroll
   for (int q = 0; q < kSets; ++q)
@@ -235,8 +196,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < kSets; ++q)
 #pragma unroll
       for (int gi = 0; gi < kGroups; ++gi) {
-        const uint4 wv = *reinterpret_cast<const uint4*>(wr + q * lay.set_bytes + gi * group_step +
-                                                         (c >> 1) * chunk_pair_step);
+        const uint4 wv = *reinterpret_cast<const uint4*>(
+            wr + (q * kTileRows + gi * kGroupRows) * lay.row_bytes + c * 64);
         mma16816<T>(acc[q][gi], xv.x, 0u, xv.y, 0u, wv.x, wv.y);
         mma16816<T>(acc[q][gi], xv.z, 0u, xv.w, 0u, wv.z, wv.w);
       }
@@ -274,80 +235,35 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, bool kPrologue, bool kPair, int kGroups>
-void launch_bulk(const GemvArgs& a, const BulkWeightMaps& maps, Stream stream) {
-  const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1, kGroups, maps.by_tma);
+void launch_bulk(const GemvArgs& a, Stream stream) {
+  const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1, kGroups);
   auto kernel = gemv_bulk_kernel<T, kPrologue, kPair, kGroups>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), lay.total);
-  launch(kernel, dim3(a.tile_begin[a.num_segments]), dim3(kThreads), lay.total, stream, a, maps);
+  launch(kernel, dim3(a.tile_begin[a.num_segments]), dim3(kThreads), lay.total, stream, a);
 }
 
 template <class T, bool kPrologue, bool kPair>
-void launch_bulk_groups(const GemvArgs& a, const BulkWeightMaps& maps, int groups, Stream stream) {
+void launch_bulk_groups(const GemvArgs& a, int groups, Stream stream) {
   switch (groups) {
     case 1:
-      return launch_bulk<T, kPrologue, kPair, 1>(a, maps, stream);
+      return launch_bulk<T, kPrologue, kPair, 1>(a, stream);
     case 2:
-      return launch_bulk<T, kPrologue, kPair, 2>(a, maps, stream);
+      return launch_bulk<T, kPrologue, kPair, 2>(a, stream);
     case 3:
-      return launch_bulk<T, kPrologue, kPair, 3>(a, maps, stream);
+      return launch_bulk<T, kPrologue, kPair, 3>(a, stream);
     default:
-      return launch_bulk<T, kPrologue, kPair, 4>(a, maps, stream);
+      return launch_bulk<T, kPrologue, kPair, 4>(a, stream);
   }
 }
 
 template <class T>
-void launch_bulk_dispatch(const GemvArgs& a, const BulkWeightMaps& maps, bool prologue, bool pair,
-                          int groups, Stream stream) {
+void launch_bulk_dispatch(const GemvArgs& a, bool prologue, bool pair, int groups, Stream stream) {
   if (prologue)
-    pair ? launch_bulk_groups<T, true, true>(a, maps, groups, stream)
-         : launch_bulk_groups<T, true, false>(a, maps, groups, stream);
+    pair ? launch_bulk_groups<T, true, true>(a, groups, stream)
+         : launch_bulk_groups<T, true, false>(a, groups, stream);
   else
-    pair ? launch_bulk_groups<T, false, true>(a, maps, groups, stream)
-         : launch_bulk_groups<T, false, false>(a, maps, groups, stream);
-}
-
-// Whether the weights go by one TMA box a set (HK_DECODE_WEIGHT_COPY=tma; "rows", the default
-// for now, copies them a row at a time): 64-column blocks need k % 64 == 0, TMA 16-byte aligned
-// weights.
-bool weights_by_tma(const GemvParams& p) {
-  static const bool asked = [] {
-    const char* v = std::getenv("HK_DECODE_WEIGHT_COPY");
-    return v != nullptr && std::strcmp(v, "tma") == 0;
-  }();
-  if (!asked || p.k % 64 != 0 || p.k / 64 > 256) return false;
-  for (int s = 0; s < p.num_segments; ++s)
-    if (reinterpret_cast<uintptr_t>(p.segments[s].weight) % 16 != 0) return false;
-  return hk::sdk::cuda::sm90::tensor_map_encoder() != nullptr;
-}
-
-// The TMA map of a [n, k] 16-bit weight for boxes of `rows` rows, encoded once per (weights,
-// shape, box) for the process: the decode step launches the same weights every token.
-const CUtensorMap& weight_map(const void* w, int64_t n, int64_t k, int rows, DType dtype) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int64_t, int64_t, int, int>, CUtensorMap> maps;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(w, n, k, rows, static_cast<int>(dtype));
-  if (auto it = maps.find(key); it != maps.end()) return it->second;
-  CUtensorMap map;
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(k) * 2;
-  const cuuint64_t dims[5] = {64, static_cast<cuuint64_t>(n), static_cast<cuuint64_t>(k / 64), 1,
-                              1};
-  const cuuint64_t whole = row_bytes * static_cast<cuuint64_t>(n);
-  const cuuint64_t strides[4] = {row_bytes, 128, whole, whole};
-  const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(rows), static_cast<cuuint32_t>(k / 64), 1,
-                             1};
-  const cuuint32_t elem[5] = {1, 1, 1, 1, 1};
-  const CUresult r = hk::sdk::cuda::sm90::tensor_map_encoder()(
-      &map,
-      dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 5,
-      const_cast<void*>(w), dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw RuntimeFailure("decode gemv: cuTensorMapEncodeTiled failed for a [" + std::to_string(n) +
-                         ", " + std::to_string(k) + "] weight (CUresult " + std::to_string(r) +
-                         ")");
-  return maps.emplace(key, map).first->second;
+    pair ? launch_bulk_groups<T, false, true>(a, groups, stream)
+         : launch_bulk_groups<T, false, false>(a, groups, stream);
 }
 
 }  // namespace
@@ -377,12 +293,9 @@ int bulk_groups(const GemvParams& p, std::string* why) {
   const int64_t sms = device_sm_count();
   int groups =
       static_cast<int>(std::clamp<int64_t>((blocks_of(kGroupRows) + sms - 1) / sms, 1, kMaxGroups));
-  auto fits = [&](int gr) {  // in either copy's layout
-    for (bool by_tma : {false, true})
-      if (BulkLayout(static_cast<int>(p.m), static_cast<int>(p.k), p.has_prologue, sets, gr, by_tma)
-              .total > kSmemBudget)
-        return false;
-    return true;
+  auto fits = [&](int gr) {
+    return BulkLayout(static_cast<int>(p.m), static_cast<int>(p.k), p.has_prologue, sets, gr)
+               .total <= kSmemBudget;
   };
   while (groups > 1 && !fits(groups)) --groups;
   if (!fits(groups) || blocks_of(groups * kGroupRows) > 2 * sms) {
@@ -398,21 +311,10 @@ int bulk_groups(const GemvParams& p, std::string* why) {
 void gemv_bulk(const GemvParams& p, int groups, Stream stream) {
   const GemvArgs a = gemv_args(p, groups * kGroupRows);
   const bool prologue = p.has_prologue, pair = p.epilogue == GemvEpilogue::SiluMul;
-  BulkWeightMaps maps;
-  maps.by_tma = weights_by_tma(p);
-  static const bool after_x = [] {
-    const char* v = std::getenv("HK_DECODE_TRIGGER");
-    return v != nullptr && std::strcmp(v, "after-x") == 0;
-  }();
-  maps.trigger_after_x = after_x;
-  if (maps.by_tma)
-    for (int s = 0; s < p.num_segments; ++s)
-      maps.w[s] =
-          weight_map(p.segments[s].weight, p.segments[s].n, p.k, groups * kGroupRows, p.dtype);
   if (p.dtype == DType::BF16)
-    launch_bulk_dispatch<__nv_bfloat16>(a, maps, prologue, pair, groups, stream);
+    launch_bulk_dispatch<__nv_bfloat16>(a, prologue, pair, groups, stream);
   else
-    launch_bulk_dispatch<__half>(a, maps, prologue, pair, groups, stream);
+    launch_bulk_dispatch<__half>(a, prologue, pair, groups, stream);
 }
 
 }  // namespace hk::decode::detail
