@@ -450,18 +450,12 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const int wg_rows_valid = valid_rows - wg_row0;  // may be ≤ 0 (nothing to write)
       const uint32_t s_q_tile = s_q + q_slot * kQTile;
       const bool last_job = kStream ? t == n_jobs - 1 : t == n_tiles - 1;
-      // the copies once key tile `it` of this tile (v4: job) is released
-      auto refill_k_at = [&](int it) {
+      // the K (k) or V copy once key tile `it` of this tile (v4: job) is released
+      auto refill_at = [&](bool k, int it) {
         if constexpr (kStream)
-          refill_stream(true, g0 + it, t, it, q_use * Cfg::kQTiles + q_slot, jb.hk, b, n_hi,
-                        n_iters);
-        else
+          refill_stream(k, g0 + it, t, it, q_use * Cfg::kQTiles + q_slot, jb.hk, b, n_hi, n_iters);
+        else if (k)
           refill_k(g0 + it);
-      };
-      auto refill_v_at = [&](int it) {
-        if constexpr (kStream)
-          refill_stream(false, g0 + it, t, it, q_use * Cfg::kQTiles + q_slot, jb.hk, b, n_hi,
-                        n_iters);
         else
           refill_v(g0 + it);
       };
@@ -623,7 +617,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         fence_regs(s);
         release_q(0);
         mbar_arrive(bar_empty_k(g0 % kStages));
-        refill_k_at(0);
+        refill_at(true, 0);
         {
           float alpha[2];
           softmax(s, n_hi - 1, alpha);
@@ -650,7 +644,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           release_q(it);
           HK_FWD_STAMP(gi, 6);
           mbar_arrive(bar_empty_k(stage));
-          refill_k_at(it);
+          refill_at(true, it);
           HK_FWD_STAMP(gi, 7);
           float alpha[2];
           const bool rescale = softmax(s, n_hi - 1 - it, alpha);
@@ -660,7 +654,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           fence_pa();
           HK_FWD_STAMP(gi, 9);
           mbar_arrive(bar_empty_v(prev));
-          refill_v_at(it - 1);
+          refill_at(false, it - 1);
           HK_FWD_STAMP(gi, 10);
           if (rescale) {  // warp-uniform
 #pragma unroll
@@ -683,7 +677,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         fence_regs(o);
         fence_pa();
         mbar_arrive(bar_empty_v(last_stage));
-        refill_v_at(n_iters - 1);
+        refill_at(false, n_iters - 1);
       }
       if (last_job) HK_FWD_BLOCK(kTraceEpilogue);
 
