@@ -27,17 +27,9 @@ struct GemvArgs {
   uint64_t* trace = nullptr;  // GemvParams::trace
 };
 
-// Thread 0's %globaltimer at phase `point` of a traced launch (GemvParams::trace).
-__device__ __forceinline__ void trace_point(const GemvArgs& a, int point) {
-  if (a.trace && threadIdx.x == 0) {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    a.trace[blockIdx.x * kGemvTracePoints + point] = t;
-  }
-}
-
-// trace_point once `after` has been computed (the stamp waits for the loads behind it).
-__device__ __forceinline__ void trace_point_after(const GemvArgs& a, int point, float after) {
+// Thread 0's %globaltimer at phase `point` of a traced launch (GemvParams::trace), read once
+// `after` has been computed (so a stamp can wait for the loads behind a value).
+__device__ __forceinline__ void trace_point(const GemvArgs& a, int point, float after = 0.0f) {
   if (a.trace && threadIdx.x == 0) {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "f"(after));

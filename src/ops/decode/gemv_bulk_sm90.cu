@@ -139,11 +139,11 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
         }
         if (out) *reinterpret_cast<uint4*>(out + c) = v[i];
       }
-      trace_point_after(a, 7, ss);
+      trace_point(a, 7, ss);
       ss = warp_sum(ss);
       const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
       mbar_wait(bar_norm, 0);
-      trace_point_after(a, 8, r);
+      trace_point(a, 8, r);
       const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
 #pragma unroll
       for (int i = 0; i < kPieces; ++i) {
