@@ -105,6 +105,24 @@ struct Sm90Config {
   }
 };
 
+// v4's job table entry (a query tile with its head), 16 bytes: (h | b << 16, hk, m0,
+// n_hi | n_iters << 16) — the launcher refuses calls whose heads, batch or key blocks need more
+// than 16 bits.
+struct JobEntry {
+  uint4 e;
+  __device__ static JobEntry pack(int h, int b, int hk, int m0, int n_hi, int n_iters) {
+    return {make_uint4(static_cast<uint32_t>(h) | static_cast<uint32_t>(b) << 16,
+                       static_cast<uint32_t>(hk), static_cast<uint32_t>(m0),
+                       static_cast<uint32_t>(n_hi) | static_cast<uint32_t>(n_iters) << 16)};
+  }
+  __device__ int h() const { return static_cast<int>(e.x & 0xffffu); }
+  __device__ int b() const { return static_cast<int>(e.x >> 16); }
+  __device__ int hk() const { return static_cast<int>(e.y); }
+  __device__ int m0() const { return static_cast<int>(e.z); }
+  __device__ int n_hi() const { return static_cast<int>(e.w & 0xffffu); }
+  __device__ int n_iters() const { return static_cast<int>(e.w >> 16); }
+};
+
 struct Sm90Maps {
   CUtensorMap q, k, v;
   CUtensorMap o;  // boxes of 64 rows × 64 columns; valid when o_by_tma
@@ -128,9 +146,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const uint32_t s_k = s_q + Cfg::kQTiles * kQTile;  // [kStages] K tiles
   const uint32_t s_v = s_k + kStages * kTile;        // [kStages] V tiles
   const uint32_t s_bar = s_v + kStages * kTile;      // mbarriers (8 bytes each)
-  // v4: [kJobTable] jobs, (h | b << 16, hk, m0, n_hi | n_iters << 16)
-  uint4* const jobs =
-      reinterpret_cast<uint4*>(smem_raw + (s_bar + Cfg::kBarrierBytes - smem_u32(smem_raw)));
+  // v4: [kJobTable] jobs
+  JobEntry* const jobs =
+      reinterpret_cast<JobEntry*>(smem_raw + (s_bar + Cfg::kBarrierBytes - smem_u32(smem_raw)));
   auto bar_q = [&](int t) { return t == 0 ? s_bar : s_bar + 8 * (4 * kStages + t); };
   // v4: Q tile t done with — read by every consumer (256 arrivals), or, with O stored by TMA
   // from the slot, that store's reads done (one arrival a warpgroup) — so the ring may refill it
@@ -146,7 +164,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int positions = Cfg::positions(m_blocks);
   const int total_blocks = positions * p.heads_q * p.batch;
-  // v4 takes every gridDim.x-th entry of that order, from its own index on
+  // (v4 takes one entry of each round of that order: job_index below)
   const BlockOrder order = block_order(p.heads_q * p.batch, positions, heads_per_section);
   const int h = order.head % p.heads_q, b = order.head / p.heads_q;
   const int hk = h / (p.heads_q / p.heads_kv);
@@ -217,10 +235,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   if constexpr (kStream) {
     for (int j = tid; j < n_jobs; j += Cfg::kThreads) {
       const Job jb = job_of(j);
-      jobs[j] = make_uint4(
-          static_cast<uint32_t>(jb.h) | static_cast<uint32_t>(jb.b) << 16,
-          static_cast<uint32_t>(jb.hk), static_cast<uint32_t>(jb.keys.m0),
-          static_cast<uint32_t>(jb.keys.n_hi) | static_cast<uint32_t>(jb.keys.n_iters) << 16);
+      jobs[j] = JobEntry::pack(jb.h, jb.b, jb.hk, jb.keys.m0, jb.keys.n_hi, jb.keys.n_iters);
     }
   }
 
@@ -238,29 +253,29 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     fence_barrier_init();
   }
   __syncthreads();
-  auto job_iters = [&](const uint4& e) { return static_cast<int>(e.w >> 16); };
   if constexpr (kStream) {  // the key tiles of every job
     total_iters = 0;
-    for (int j = 0; j < n_jobs; ++j) total_iters += job_iters(jobs[j]);
+    for (int j = 0; j < n_jobs; ++j) total_iters += jobs[j].n_iters();
   }
   // v4: job j from the table (the consumers' view: with its sequence and rows)
   auto job_at = [&](int j) {
-    // broadcast from lane 0: the compiler then knows every value below is warp-uniform (stages,
-    // parities and descriptors derived from them stay in uniform registers)
-    uint4 e = jobs[j];
-    e.x = __shfl_sync(0xffffffffu, e.x, 0);
-    e.y = __shfl_sync(0xffffffffu, e.y, 0);
-    e.z = __shfl_sync(0xffffffffu, e.z, 0);
-    e.w = __shfl_sync(0xffffffffu, e.w, 0);
+    // broadcast from lane 0, so the compiler knows every value below is warp-uniform (it may move
+    // them to uniform registers; the H200 SASS of 2026-12-04 still does v4's stage and parity
+    // arithmetic on the vector pipes)
+    JobEntry e = jobs[j];
+    e.e.x = __shfl_sync(0xffffffffu, e.e.x, 0);
+    e.e.y = __shfl_sync(0xffffffffu, e.e.y, 0);
+    e.e.z = __shfl_sync(0xffffffffu, e.e.z, 0);
+    e.e.w = __shfl_sync(0xffffffffu, e.e.w, 0);
     Job jb;
-    jb.h = static_cast<int>(e.x & 0xffffu);
-    jb.b = static_cast<int>(e.x >> 16);
-    jb.hk = static_cast<int>(e.y);
+    jb.h = e.h();
+    jb.b = e.b();
+    jb.hk = e.hk();
     jb.seq = seq_info(p, jb.b);
-    jb.keys.m0 = static_cast<int>(e.z);
+    jb.keys.m0 = e.m0();
     jb.keys.valid_rows = min(kBlockM, jb.seq.S - jb.keys.m0);
-    jb.keys.n_hi = static_cast<int>(e.w & 0xffffu);
-    jb.keys.n_iters = job_iters(e);
+    jb.keys.n_hi = e.n_hi();
+    jb.keys.n_iters = e.n_iters();
     return jb;
   };
 
@@ -291,14 +306,14 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // the keyed jobs before that job (their Q tiles go round the ring in that order). `keyed`
   // counts those before job j. Only the issuing thread walks, and only where a job's copies end.
   struct StreamAt {
-    uint4 job;  // jobs[] entry
+    JobEntry job;
     int it, keyed;
   };
   auto stream_at = [&](int j, int it, int keyed) {
-    uint4 e = jobs[j];
-    while (it >= job_iters(e)) {
-      it -= job_iters(e);
-      if (job_iters(e) > 0) ++keyed;
+    JobEntry e = jobs[j];
+    while (it >= e.n_iters()) {
+      it -= e.n_iters();
+      if (e.n_iters() > 0) ++keyed;
       e = jobs[++j];
     }
     return StreamAt{e, it, keyed};
@@ -315,14 +330,12 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     const int t = at.keyed % Cfg::kQTiles, use = at.keyed / Cfg::kQTiles;
     if (use > 0) mbar_wait(bar_q_empty(t), (use - 1) & 1);
     mbar_expect_tx(bar_q(t), kQTile);
-    tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, static_cast<int>(at.job.z), 0,
-                static_cast<int>(at.job.x & 0xffffu), static_cast<int>(at.job.x >> 16));
+    tma_load_5d(s_q + t * kQTile, &maps.q, bar_q(t), 0, at.job.m0(), 0, at.job.h(), at.job.b());
   };
   // v4: key tile `it` of a job (its Q first where it is the job's first) found by stream_at
   auto load_stream_found = [&](bool k, int g, const StreamAt& at) {
     if (k && at.it == 0) load_stream_q(at);
-    load_stream_kv(k, g, static_cast<int>(at.job.y), static_cast<int>(at.job.x >> 16),
-                   static_cast<int>(at.job.w & 0xffffu), at.it);
+    load_stream_kv(k, g, at.job.hk(), at.job.b(), at.job.n_hi(), at.it);
   };
   auto load_k = [&](int g) {
     if constexpr (kStream)
@@ -381,17 +394,17 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       }
       if constexpr (!kProducerWg) __syncwarp();
     };
-    // v4: once stream index g (key tile `it` of job j, `keyed` keyed jobs before it) is released,
-    // the copy of index g + kStages: inside job j from the job's own fields, as v2's copies are;
-    // past its end through the job table
-    auto refill_stream = [&](bool k, int g, int j, int it, int keyed, int hk_j, int b_j, int n_hi_j,
-                             int n_iters_j) {
+    // v4: once stream index g (key tile `it` of job j, jb, with `keyed` keyed jobs before it) is
+    // released, the copy of index g + kStages: inside job j from the job's own fields, as v2's
+    // copies are; past its end through the job table
+    auto refill_stream = [&](bool k, int g, int j, const Job& jb, int it, int keyed) {
       if (issuer && g + kStages < total_iters) {
         mbar_wait(k ? bar_empty_k(g % kStages) : bar_empty_v(g % kStages), (g / kStages) & 1);
-        if (it + kStages < n_iters_j)
-          load_stream_kv(k, g + kStages, hk_j, b_j, n_hi_j, it + kStages);
+        const int ahead = it + kStages;
+        if (ahead < jb.keys.n_iters)
+          load_stream_kv(k, g + kStages, jb.hk, jb.b, jb.keys.n_hi, ahead);
         else
-          load_stream_found(k, g + kStages, stream_at(j + 1, it + kStages - n_iters_j, keyed + 1));
+          load_stream_found(k, g + kStages, stream_at(j + 1, ahead - jb.keys.n_iters, keyed + 1));
       }
       __syncwarp();
     };
@@ -453,7 +466,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       // the K (k) or V copy once key tile `it` of this tile (v4: job) is released
       auto refill_at = [&](bool k, int it) {
         if constexpr (kStream)
-          refill_stream(k, g0 + it, t, it, q_use * Cfg::kQTiles + q_slot, jb.hk, b, n_hi, n_iters);
+          refill_stream(k, g0 + it, t, jb, it, q_use * Cfg::kQTiles + q_slot);
         else if (k)
           refill_k(g0 + it);
         else
