@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "../cuda_check.h"
+#include "../pdl_launch.h"
 #include "flash_attn/flash.h"
 #include "flash_attn/from_views.h"
 #include "hk/device.h"
@@ -434,16 +435,7 @@ int main(int argc, char** argv) try {
     const int n = 168;
     const double us = time_graph(cs, reps, [&] {
       for (int i = 0; i < n; ++i) {
-        cudaLaunchConfig_t c{};
-        c.gridDim = dim3(132);
-        c.blockDim = dim3(256);
-        c.stream = cs;
-        cudaLaunchAttribute at[1];
-        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        at[0].val.programmaticStreamSerializationAllowed = 1;
-        c.attrs = at;
-        c.numAttrs = 1;
-        CK(cudaLaunchKernelEx(&c, empty_pdl_kernel));
+        launch_pdl(empty_pdl_kernel, dim3(132), dim3(256), 0, cs);
       }
     });
     report("none", 0, "empty PDL kernel", n, 0, us);

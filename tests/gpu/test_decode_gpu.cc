@@ -130,72 +130,74 @@ TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
   uint32_t seed = 100;
   for (DType dt : {DType::BF16, DType::F16})
     for (int64_t m : {1, 4, 8, 13})
-      for (bool with_delta : {false, true}) {
-        const int64_t k = 1024, n = 384;
-        const std::string what =
-            std::string(dtype_name(dt)) + " m" + std::to_string(m) + (with_delta ? " +delta" : "");
-        Tensor h = random_cpu({m, k}, dt, seed++), delta = random_cpu({m, k}, dt, seed++);
-        Tensor nw = random_cpu({k}, dt, seed++, 0.5f, 1.5f);
-        Tensor wg = random_cpu({n, k}, dt, seed++), wu = random_cpu({n, k}, dt, seed++);
-        // reference: residual add + norm, gate/up linears, act_mul
-        Tensor h_ref = h.clone(), normed = Tensor::empty({m, k}, dt);
-        if (with_delta)
-          ops::add_rms_norm(h_ref, delta, nw, 1e-6f, normed);
-        else
-          ops::rms_norm(h_ref, nw, 1e-6f, normed);
-        Tensor gate = Tensor::empty({m, n}, dt), up = Tensor::empty({m, n}, dt);
-        ops::linear(normed, wg, nullptr, gate);
-        ops::linear(normed, wu, nullptr, up);
-        Tensor act = Tensor::empty({m, n}, dt);
-        ops::act_mul(ops::Activation::SiLU, gate, up, act);
+      for (bool with_delta : {false, true})
+        // (k = 896: a row's 112 16-byte pieces straddle the warps of the staged gemv's prologue)
+        for (int64_t k : {1024, 896}) {
+          const int64_t n = 384;
+          const std::string what = std::string(dtype_name(dt)) + " m" + std::to_string(m) + " k" +
+                                   std::to_string(k) + (with_delta ? " +delta" : "");
+          Tensor h = random_cpu({m, k}, dt, seed++), delta = random_cpu({m, k}, dt, seed++);
+          Tensor nw = random_cpu({k}, dt, seed++, 0.5f, 1.5f);
+          Tensor wg = random_cpu({n, k}, dt, seed++), wu = random_cpu({n, k}, dt, seed++);
+          // reference: residual add + norm, gate/up linears, act_mul
+          Tensor h_ref = h.clone(), normed = Tensor::empty({m, k}, dt);
+          if (with_delta)
+            ops::add_rms_norm(h_ref, delta, nw, 1e-6f, normed);
+          else
+            ops::rms_norm(h_ref, nw, 1e-6f, normed);
+          Tensor gate = Tensor::empty({m, n}, dt), up = Tensor::empty({m, n}, dt);
+          ops::linear(normed, wg, nullptr, gate);
+          ops::linear(normed, wu, nullptr, up);
+          Tensor act = Tensor::empty({m, n}, dt);
+          ops::act_mul(ops::Activation::SiLU, gate, up, act);
 
-        Tensor gh = to_gpu(h), gd = to_gpu(delta), gn = to_gpu(nw), gwg = to_gpu(wg),
-               gwu = to_gpu(wu);
-        Tensor h_out = gpu_output({m, k}, dt), out = gpu_output({m, n}, dt);
-        decode::GemvParams p;
-        p.dtype = dt;
-        p.m = m;
-        p.k = k;
-        p.has_prologue = true;
-        p.prologue.residual = gh.view().ptr();
-        p.prologue.residual_stride = k;
-        p.prologue.delta = with_delta ? gd.view().ptr() : nullptr;
-        p.prologue.delta_stride = k;
-        p.prologue.residual_out = with_delta ? h_out.view().ptr() : nullptr;
-        p.prologue.residual_out_stride = k;
-        p.prologue.norm_weight = gn.view().ptr();
-        p.prologue.eps = 1e-6f;
-        p.segments[0] = {gwg.view().ptr(), nullptr, out.view().ptr(), n, n};
-        p.segments[1] = {gwu.view().ptr(), nullptr, out.view().ptr(), n, n};
-        p.num_segments = 2;
-        p.epilogue = decode::GemvEpilogue::SiluMul;
-        ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
-        for (decode::GemvKernel kernel : kGemvKernels) {
-          p.kernel = kernel;
-          if (!serves(p)) continue;
-          const std::string run = what + " kernel " + kernel_name(kernel);
-          ops::fill(out, NAN);
-          ops::fill(h_out, NAN);
-          decode::gemv(p, {});
-          // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
-          // one-ulp flip of a normalised element moves gate or up by that element's weight, and
-          // the product amplifies it where the other factor is large. So: almost every element
-          // within the elementwise tolerance, none off by more than a few percent of the scale.
-          const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
-          double scale = 0, worst = 0;
-          size_t off = 0;
-          for (double w : want) scale = std::max(scale, std::abs(w));
-          for (size_t i = 0; i < got.size(); ++i) {
-            const double diff = std::abs(got[i] - want[i]);
-            worst = std::max(worst, diff);
-            off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
+          Tensor gh = to_gpu(h), gd = to_gpu(delta), gn = to_gpu(nw), gwg = to_gpu(wg),
+                 gwu = to_gpu(wu);
+          Tensor h_out = gpu_output({m, k}, dt), out = gpu_output({m, n}, dt);
+          decode::GemvParams p;
+          p.dtype = dt;
+          p.m = m;
+          p.k = k;
+          p.has_prologue = true;
+          p.prologue.residual = gh.view().ptr();
+          p.prologue.residual_stride = k;
+          p.prologue.delta = with_delta ? gd.view().ptr() : nullptr;
+          p.prologue.delta_stride = k;
+          p.prologue.residual_out = with_delta ? h_out.view().ptr() : nullptr;
+          p.prologue.residual_out_stride = k;
+          p.prologue.norm_weight = gn.view().ptr();
+          p.prologue.eps = 1e-6f;
+          p.segments[0] = {gwg.view().ptr(), nullptr, out.view().ptr(), n, n};
+          p.segments[1] = {gwu.view().ptr(), nullptr, out.view().ptr(), n, n};
+          p.num_segments = 2;
+          p.epilogue = decode::GemvEpilogue::SiluMul;
+          ASSERT_EQ(decode::gemv_unsupported(p), "") << what;
+          for (decode::GemvKernel kernel : kGemvKernels) {
+            p.kernel = kernel;
+            if (!serves(p)) continue;
+            const std::string run = what + " kernel " + kernel_name(kernel);
+            ops::fill(out, NAN);
+            ops::fill(h_out, NAN);
+            decode::gemv(p, {});
+            // Two separately rounded chains (x normalised, gate and up rounded, then multiplied): a
+            // one-ulp flip of a normalised element moves gate or up by that element's weight, and
+            // the product amplifies it where the other factor is large. So: almost every element
+            // within the elementwise tolerance, none off by more than a few percent of the scale.
+            const std::vector<double> got = to_cpu(out).to_doubles(), want = act.to_doubles();
+            double scale = 0, worst = 0;
+            size_t off = 0;
+            for (double w : want) scale = std::max(scale, std::abs(w));
+            for (size_t i = 0; i < got.size(); ++i) {
+              const double diff = std::abs(got[i] - want[i]);
+              worst = std::max(worst, diff);
+              off += !(diff <= atol_mm(dt) + 2 * rtol_for(dt) * std::abs(want[i]));
+            }
+            EXPECT_LE(off, got.size() / 100)
+                << run << " (" << off << " elements off, worst " << worst << ")";
+            EXPECT_LE(worst, 0.03 * scale) << run << " (scale " << scale << ")";
+            if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << run << " residual";
           }
-          EXPECT_LE(off, got.size() / 100)
-              << run << " (" << off << " elements off, worst " << worst << ")";
-          EXPECT_LE(worst, 0.03 * scale) << run << " (scale " << scale << ")";
-          if (with_delta) EXPECT_TRUE(close(h_out, h_ref, 0.0, 0.0)) << run << " residual";
         }
-      }
 }
 
 TEST(DecodeGemv, RefusesWhatItCannotServe) {
