@@ -9,8 +9,8 @@
 // the same moment, and a line's requests are served one after another by its L2 slice.
 //
 // Method: a chain of 64 PDL launches captured as one CUDA graph, each of 128 blocks × 256 threads
-// with the staged gemv's ~100 KB of shared memory (104 KB) (so the successor's block fits beside
-// it, as in the step). A launch waits, lets its successor launch, reads the row (`--bytes`) from
+// with 104 KB of shared memory (about the staged gemv's, so the successor's block fits beside it,
+// as in the step). A launch waits, lets its successor launch, reads the row (2 KB, then 4 KB) from
 // copy blockIdx % R — by one warp, every piece loaded before any is used, or by all threads, a
 // piece each — and then every block writes its slice of the next launch's row into all R copies (so
 // the reads find lines just written by other SMs, as in the step). clock64 from the wait's return
@@ -19,7 +19,9 @@
 // in the step: before its wait each block's thread 0 asks for 16–96 KB of its own rows of a 1 GB
 // buffer (HBM) by 1-D bulk copies of 2 KB on an mbarrier, waited for after the row is read, and
 // the successor's blocks (launched at the wait) do the same — whether the row's loads queue
-// behind that traffic. Checks nothing numerical; it times a read pattern, not an hk kernel.
+// behind that traffic. Checks nothing numerical; it times a read pattern, not an hk kernel. (On
+// the H200, 2026-12-04: no hot spot — R changes nothing beyond 3 % — but the loads queue behind
+// more than ~32 KB of weight copies in flight; docs/performance.md, decode.)
 //
 // Usage: hk_bench_x_read [--out FILE.json]
 #include <cuda_runtime.h>

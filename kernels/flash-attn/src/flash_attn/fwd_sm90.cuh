@@ -37,8 +37,10 @@
 //   2,922 at B8 × S2048 (v3's is 3,064 / 3,188). Not L2 bandwidth (the same period on half the
 //   SMs), not its job boundaries (+10 % at S8192 too), not the stream's run-time offset (literal
 //   values gain nothing): with one job a block v4 runs ~6 % behind v2, ~2 % of it the issuer's
-//   cross-job copy path inside the loop (worse out of line), the rest its per-job work. With the
-//   head sections of the block order its static rounds leave the heaviest block 21 % above the mean
+//   cross-job copy path inside the loop — but with that path out of the loop (a table of the next
+//   copies filled at a job's start) only the issuer's warpgroup speeds up, and warpgroup 0's S
+//   issue (~880 cycles against v2's ~640) still sets the period. With the head sections of the
+//   block order its static rounds leave the heaviest block 21 % above the mean
 //   at S8192 (6 % at S16384, 4 % at S2048) — so only HK_FLASH_SM90_FWD=v4 selects it. What it
 //   removes (v2 at B8 × H16 × S2048): 2,530 cycles from a block's start to its first S, ~3,000
 //   from the last P·V to the end and 2,117 idle between blocks on an SM, against a block's
