@@ -129,7 +129,7 @@ TEST(DecodeGemv, NormPrologueAndSwiGLUEpilogueMatchTheOps) {
   HK_REQUIRE_REAL_CUDA();
   uint32_t seed = 100;
   for (DType dt : {DType::BF16, DType::F16})
-    for (int64_t m : {1, 4, 8, 13})
+    for (int64_t m : {1, 2, 4, 8, 13})
       for (bool with_delta : {false, true})
         // (k = 896: a row's 112 16-byte pieces straddle the warps of the staged gemv's prologue)
         for (int64_t k : {1024, 896}) {

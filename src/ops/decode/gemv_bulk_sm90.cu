@@ -19,6 +19,7 @@
 // fit in shared memory across the SMs in one pass (lm_head), devices before sm_90
 // (bulk_groups names which; gemv then takes the mma.sync kernel).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "hk/kernel_sdk_sm90.cuh"
@@ -39,9 +40,10 @@ constexpr int kMaxPrologueK = 2048;  // the prologue keeps a row's k/256 16-byte
 constexpr size_t kSmemBudget = 128 * 1024;
 
 // Dynamic shared memory of one block: two mbarriers, the staged weight rows (one set, or gate then
-// up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x.
+// up; the warps' partial sums reuse them once the products are done), the RMSNorm weight, x, and
+// with the prologue the rows' scales.
 struct BulkLayout {
-  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, total = 0;
+  uint32_t row_bytes = 0, w = 0, norm_w = 0, x = 0, scale = 0, total = 0;
   __host__ __device__ BulkLayout(int m, int k, bool prologue, int sets, int groups) {
     row_bytes = uint32_t(k) * 2 + kRowPadBytes;
     w = 128;
@@ -49,13 +51,16 @@ struct BulkLayout {
     const uint32_t partials = uint32_t(kWarps * sets * groups) * 64 * 4;
     norm_w = w + (staged > partials ? staged : partials);
     x = norm_w + (prologue ? uint32_t(k) * 2 : 0u);
-    total = x + uint32_t(m) * row_bytes;
+    scale = x + uint32_t(m) * row_bytes;
+    total = scale + (prologue ? uint32_t(kMaxRows) * 4 : 0u);
   }
 };
 
 // kGroups: n-tiles of 8 weight rows a block (host: as few blocks as cover the SMs once, so the
 // next launch's blocks fit beside them and stage their weights while this one computes).
-template <class T, bool kPrologue, bool kPair, int kGroups>
+// kNormSpread: the prologue's rows scaled by every thread rather than by each row's warp (at up to
+// norm_spread_rows() rows).
+template <class T, bool kPrologue, bool kPair, int kGroups, bool kNormSpread>
 __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   using namespace hk::sdk::cuda::sm90;
@@ -141,23 +146,60 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
       }
       trace_point(a, 7, ss);
       ss = warp_sum(ss);
-      const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
-      mbar_wait(bar_norm, 0);
-      trace_point(a, 8, r);
-      const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
+      if constexpr (kNormSpread) {
+        // the summed row into shared memory as it stands and its scale beside it; every thread
+        // then normalises a share of the pieces in place
 #pragma unroll
-      for (int i = 0; i < kPieces; ++i) {
-        const int c = lane * 8 + 256 * i;
-        if (c >= k) continue;
-        const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
+        for (int i = 0; i < kPieces; ++i) {
+          const int c = lane * 8 + 256 * i;
+          if (c < k) *reinterpret_cast<uint4*>(xs + row * x_stride + c) = v[i];
+        }
+        if (lane == 0)
+          reinterpret_cast<float*>(smem + lay.scale)[row] =
+              rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
+      } else {
+        const float r = rsqrtf(ss / static_cast<float>(k) + a.prologue.eps);
+        mbar_wait(bar_norm, 0);
+        trace_point(a, 8, r);
+        const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) {
+          const int c = lane * 8 + 256 * i;
+          if (c >= k) continue;
+          const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
+          uint4 o;
+          uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            ow[e] = pack2<T>(
+                round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
+                round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
+          *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
+        }
+        trace_point(a, 9);
+      }
+    }
+    if constexpr (kNormSpread) {
+      __syncthreads();
+      mbar_wait(bar_norm, 0);
+      trace_point(a, 8);
+      const T* nw = reinterpret_cast<const T*>(smem + lay.norm_w);
+      const float* scale = reinterpret_cast<const float*>(smem + lay.scale);
+      for (int i = threadIdx.x; i < a.m * (k / 8); i += kThreads) {
+        const int row = i / (k / 8), c = (i % (k / 8)) * 8;
+        uint4* at = reinterpret_cast<uint4*>(xs + row * x_stride + c);
+        const uint4 xv = *at, wv = *reinterpret_cast<const uint4*>(nw + c);
+        const float r = scale[row];
+        // (the warp form's rounding; written out as there — a shared helper changed the PTX of
+        // both)
         uint4 o;
         uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           ow[e] = pack2<T>(
-              round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
-              round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
-        *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
+              round_as<T>(lane_value<T>(xv, 2 * e) * r) * lane_value<T>(wv, 2 * e),
+              round_as<T>(lane_value<T>(xv, 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
+        *at = o;
       }
       trace_point(a, 9);
     }
@@ -234,10 +276,27 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
 #endif
 }
 
+// Rows of x up to which the RMSNorm prologue normalises with every thread (each row's warp sums
+// it, then all 256 threads scale its pieces) instead of with each row's own warp. At one row that
+// warp's normalisation was the prologue's longest step after the loads (0.48 of 1.8 µs on the
+// H200, 2026-12-04; 0.23 spread); measured in one call, decode at 16+128 with the spread up to
+// 0 / 1 / 4 rows: batch 1 1,503–1,509 / 1,525–1,527 / 1,526 tok/s, batch 2 2,821 / 2,824–2,827 /
+// 2,843, batch 4 5,537–5,540 / 5,534–5,539 / 5,464–5,469 (batch 8 the same throughout) — so up to
+// 2 rows. HK_DECODE_NORM_SPREAD_ROWS=N overrides it (0: never).
+int norm_spread_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("HK_DECODE_NORM_SPREAD_ROWS");
+    return v ? std::atoi(v) : 2;
+  }();
+  return rows;
+}
+
 template <class T, bool kPrologue, bool kPair, int kGroups>
 void launch_bulk(const GemvArgs& a, Stream stream) {
   const BulkLayout lay(a.m, a.k, kPrologue, kPair ? 2 : 1, kGroups);
-  auto kernel = gemv_bulk_kernel<T, kPrologue, kPair, kGroups>;
+  auto kernel = gemv_bulk_kernel<T, kPrologue, kPair, kGroups, false>;
+  if constexpr (kPrologue)
+    if (a.m <= norm_spread_rows()) kernel = gemv_bulk_kernel<T, kPrologue, kPair, kGroups, true>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), lay.total);
   launch(kernel, dim3(a.tile_begin[a.num_segments]), dim3(kThreads), lay.total, stream, a);
 }
