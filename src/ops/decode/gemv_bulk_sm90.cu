@@ -56,6 +56,19 @@ struct BulkLayout {
   }
 };
 
+// One 16-byte piece (eight values) of a row normalised: x·r rounded to T, times the norm weight —
+// the mma.sync gemv's prologue rounding.
+template <class T>
+__device__ __forceinline__ uint4 normalised_piece(const uint4& x, float r, const uint4& w) {
+  uint4 o;
+  uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+  for (int e = 0; e < 4; ++e)
+    ow[e] = pack2<T>(round_as<T>(lane_value<T>(x, 2 * e) * r) * lane_value<T>(w, 2 * e),
+                     round_as<T>(lane_value<T>(x, 2 * e + 1) * r) * lane_value<T>(w, 2 * e + 1));
+  return o;
+}
+
 // kGroups: n-tiles of 8 weight rows a block (host: as few blocks as cover the SMs once, so the
 // next launch's blocks fit beside them and stage their weights while this one computes).
 // kNormSpread: the prologue's rows scaled by every thread rather than by each row's warp (at up to
@@ -167,14 +180,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
           const int c = lane * 8 + 256 * i;
           if (c >= k) continue;
           const uint4 wv = *reinterpret_cast<const uint4*>(nw + c);
-          uint4 o;
-          uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            ow[e] = pack2<T>(
-                round_as<T>(lane_value<T>(v[i], 2 * e) * r) * lane_value<T>(wv, 2 * e),
-                round_as<T>(lane_value<T>(v[i], 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
-          *reinterpret_cast<uint4*>(xs + row * x_stride + c) = o;
+          *reinterpret_cast<uint4*>(xs + row * x_stride + c) = normalised_piece<T>(v[i], r, wv);
         }
         trace_point(a, 9);
       }
@@ -189,17 +195,7 @@ __global__ void __launch_bounds__(kThreads) gemv_bulk_kernel(const GemvArgs a) {
         const int row = i / (k / 8), c = (i % (k / 8)) * 8;
         uint4* at = reinterpret_cast<uint4*>(xs + row * x_stride + c);
         const uint4 xv = *at, wv = *reinterpret_cast<const uint4*>(nw + c);
-        const float r = scale[row];
-        // (the warp form's rounding; written out as there — a shared helper changed the PTX of
-        // both)
-        uint4 o;
-        uint32_t* ow = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          ow[e] = pack2<T>(
-              round_as<T>(lane_value<T>(xv, 2 * e) * r) * lane_value<T>(wv, 2 * e),
-              round_as<T>(lane_value<T>(xv, 2 * e + 1) * r) * lane_value<T>(wv, 2 * e + 1));
-        *at = o;
+        *at = normalised_piece<T>(xv, scale[row], wv);
       }
       trace_point(a, 9);
     }
