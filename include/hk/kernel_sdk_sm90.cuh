@@ -361,11 +361,17 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
       : "memory");
   return done != 0;
 }
+// The trap of a wait that never ends, out of line: an inline trap inside a setmaxnreg region
+// made ptxas (CUDA 13.0) allocate that region no more than the kernel's entry count — the flash
+// forward's v1 at head dim 128 (384 threads, consumers raised to 240) got 168 registers, 208
+// bytes of spills and serialised wgmma (C7512); with the trap behind a call, 236 and none. The
+// kernels without setmaxnreg compile to the same register counts either way.
+static __device__ __noinline__ void mbar_wait_timed_out() { __trap(); }
 // Waits for the phase of `parity`; a wait that never ends (a protocol bug) traps after ~2^24
 // tries — seconds, far beyond any copy — so it fails the launch instead of hanging the GPU.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   for (uint32_t tries = 0; !mbar_try_wait(bar, parity); ++tries)
-    if (tries > (1u << 24)) __trap();
+    if (tries > (1u << 24)) mbar_wait_timed_out();
 }
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1, int c2, int c3) {
