@@ -366,7 +366,9 @@ __device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
 // forward's v1 at head dim 128 (384 threads, consumers raised to 240) got 168 registers, 208
 // bytes of spills and serialised wgmma (C7512); with the trap behind a call, 236 and none. The
 // kernels without setmaxnreg compile to the same register counts either way.
-static __device__ __noinline__ void mbar_wait_timed_out() { __trap(); }
+static __device__ __noinline__ void mbar_wait_timed_out() {
+  __trap();
+}
 // Waits for the phase of `parity`; a wait that never ends (a protocol bug) traps after ~2^24
 // tries — seconds, far beyond any copy — so it fails the launch instead of hanging the GPU.
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {

@@ -245,14 +245,14 @@ std::string unsupported_reason(const Params& p) {
 
 namespace {
 // HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
-// "v4" the same streaming its query tiles (a block an SM), "v1" or unset the producer-warpgroup
-// one; any other value is a typo that would silently measure the wrong kernel, so it fails the
-// call. Unset: at head dim 128 v2, or v3 where v2's grid would be under 12 waves of blocks; v1 at
-// 64 — measured on the H200 (bf16, causal, 2026-12-04, since the softmax's quad shuffles run only
-// in tiles where a row's reference max moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 /
-// B2×S8192 / B1×H32×S16384 against v3's 441-445 / 514-526 / 518-537, v3 ahead only at the
-// training step's B4×S2048 (416-427 against 406-415); at D64 v1 stays ahead (312 TF/s against
-// v2's 286 and v3's 276).
+// "v4" the same streaming its query tiles (a block an SM), "v5" that streaming with a producer
+// warpgroup, "v1" or unset the producer-warpgroup one; any other value is a typo that would
+// silently measure the wrong kernel, so it fails the call. Unset: at head dim 128 v2, or v3 where
+// v2's grid would be under 12 waves of blocks; v1 at 64 — measured on the H200 (bf16, causal,
+// 2026-12-04, since the softmax's quad shuffles run only in tiles where a row's reference max
+// moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 / B2×S8192 / B1×H32×S16384 against v3's
+// 441-445 / 514-526 / 518-537, v3 ahead only at the training step's B4×S2048 (416-427 against
+// 406-415); at D64 v1 stays ahead (312 TF/s against v2's 286 and v3's 276).
 Sm90Forward sm90_forward_layout(const Params& p) {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
   if (v == nullptr || *v == '\0') {
@@ -268,15 +268,17 @@ Sm90Forward sm90_forward_layout(const Params& p) {
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
   if (std::strcmp(v, "v3") == 0) return Sm90Forward::kTwoWarpgroupsPaired;
   if (std::strcmp(v, "v4") == 0) return Sm90Forward::kStreaming;
+  if (std::strcmp(v, "v5") == 0) return Sm90Forward::kProducerStreaming;
   throw std::invalid_argument(
       std::string("HK_FLASH_SM90_FWD=") + v +
-      " is not a Hopper forward layout: set it to v1, v2, v3 or v4, or unset it");
+      " is not a Hopper forward layout: set it to v1, v2, v3, v4 or v5, or unset it");
 }
 
 const char* sm90_forward_name(Sm90Forward layout) {
   return layout == Sm90Forward::kTwoWarpgroups         ? "sm90 wgmma v2"
          : layout == Sm90Forward::kTwoWarpgroupsPaired ? "sm90 wgmma v3"
          : layout == Sm90Forward::kStreaming           ? "sm90 wgmma v4"
+         : layout == Sm90Forward::kProducerStreaming   ? "sm90 wgmma v5"
                                                        : "sm90 wgmma";
 }
 

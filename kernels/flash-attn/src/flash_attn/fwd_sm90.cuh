@@ -15,12 +15,14 @@
 //     forth (ping-pong), so one warpgroup's softmax overlaps the other's GEMMs.
 // v2 (!kProducerWg): the same two consumer warpgroups and nothing else (256 threads), so ptxas
 //   compiles every thread to the 255-register budget of __launch_bounds__(256, 1) instead of the
-//   168 of 384 threads — v1's consumers raise theirs to 240 with setmaxnreg, but ptxas allocates
-//   them no more than 168 (SASS: no register above R165), spills ~240 bytes at head dim 128 and
-//   serialises wgmma (C7512). One thread of consumer warpgroup 1 (the one that trails in the
-//   ping-pong, so its release of a stage is usually the last) issues the copies: Q and the first
-//   kStages K/V tiles at the start, then each refill right after its own warpgroup has released
-//   the stage (it waits there for the other warpgroup's release, normally long done).
+//   168 of 384 threads. (v1's consumers raise theirs to 240 with setmaxnreg; until 2026-12-05
+//   ptxas allocated them no more than 168 at head dim 128 — spilling 208 bytes and serialising
+//   wgmma, C7512 — because of the inline trap in mbar_wait; out of line, v1 compiles to 236
+//   registers without spills. v2 was measured against the spilling v1.) One thread of consumer
+//   warpgroup 1 (the one that trails in the ping-pong, so its release of a stage is usually the
+//   last) issues the copies: Q and the first kStages K/V tiles at the start, then each refill right
+//   after its own warpgroup has released the stage (it waits there for the other warpgroup's
+//   release, normally long done).
 // v3 (!kProducerWg, kTiles 2): v2 with two query tiles a block, m-blocks M-1-x and x of the same
 //   head (equal work per block under causal masks); their key tiles form one stream through the
 //   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
@@ -45,6 +47,11 @@
 //   removes (v2 at B8 × H16 × S2048): 2,530 cycles from a block's start to its first S, ~3,000
 //   from the last P·V to the end and 2,117 idle between blocks on an SM, against a block's
 //   ~29,800.
+// v5 (kProducerWg, kTiles 0): v4's jobs, Q ring and one K/V stream with v1's producer
+//   warpgroup issuing every copy, so the consumers' loop holds no copy code at all (v4's issuer
+//   paths, inlined into warpgroup 1's loop, are what its slower key-tile period was traced to).
+//   v1 could not be the base until the trap of mbar_wait's timeout moved out of line (kernel SDK,
+//   2026-12-05): with it inline ptxas held v1's consumers to 168 registers at head dim 128.
 // The epilogue: each warpgroup writes O / l into its own 64 rows of the Q tile (free once its
 // last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at a
 // time — where out is a TMA target (16-byte aligned rows; else 4-byte stores from registers). In
@@ -77,6 +84,9 @@ struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
   static constexpr int kThreads = kProducerWg ? 384 : 256;
   static constexpr int kFirstConsumerWg = kProducerWg ? 1 : 0;
+  // the softmax's reference max moves only by more than kRescaleLog2 (the kernel's softmax says
+  // why); v1 at head dim 64 keeps the exact running max
+  static constexpr bool kLazyMax = !kProducerWg || D >= 128;
   static constexpr int kColBlocks = D / 64;                 // 64-column blocks, one TMA box
   static constexpr uint32_t kQBox = 128 * 128;              // 128 rows × 128 bytes
   static constexpr uint32_t kKVBox = kBlockN * 128;         // kBlockN rows × 128 bytes
@@ -101,8 +111,7 @@ struct Sm90Config {
                                     16 * kJobTable + 1024 /* alignment */;
   static_assert(8 * (4 * kStages + 2 * kQTiles) <= kBarrierBytes, "the mbarriers must fit");
   static_assert(kSmem <= 227 * 1024, "over the H100/H200 shared memory a block may opt into");
-  static_assert(kTiles == 1 || (kTiles != 1 && !kProducerWg),
-                "v3 pairs tiles and v4 streams them; v1, v2 do neither");
+  static_assert(kTiles != 2 || !kProducerWg, "v3 pairs tiles in the two-warpgroup layout only");
   // block_order's positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
   __host__ __device__ static constexpr int positions(int m_blocks) {
     return kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;
@@ -157,7 +166,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // v4: Q tile t done with — read by every consumer (256 arrivals), or, with O stored by TMA
   // from the slot, that store's reads done (one arrival a warpgroup) — so the ring may refill it
   auto bar_q_empty = [&](int t) { return s_bar + 8 * (4 * kStages + Cfg::kQTiles + t); };
-  constexpr bool kStream = kTiles == 0;  // v4
+  constexpr bool kStream = kTiles == 0;  // v4, v5
   auto bar_full_k = [&](int s) { return s_bar + 8 * (1 + s); };
   auto bar_full_v = [&](int s) { return s_bar + 8 * (1 + kStages + s); };
   auto bar_empty_k = [&](int s) { return s_bar + 8 * (1 + 2 * kStages + s); };
@@ -359,13 +368,34 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     regs_decrease<24>();
     if (tid == 0 && total_iters > 0) {  // no keys: no copies (none may land after the exit)
       load_q();
-      for (int it = 0; it < total_iters; ++it) {
-        const int stage = it % kStages;
-        const uint32_t parity = ((it / kStages) & 1) ^ 1;
-        mbar_wait(bar_empty_k(stage), parity);
-        load_k(it);
-        mbar_wait(bar_empty_v(stage), parity);
-        load_v(it);
+      if constexpr (kStream) {
+        // v5: the block's jobs in order, each keyed job's Q into the ring (waiting for its slot's
+        // last O store) and then its key tiles, each K and V as soon as its stage is released —
+        // so the next job's Q and first K/V land under the current job's last GEMMs and stores
+        int g = 0, keyed = 0;
+        for (int j = 0; j < n_jobs; ++j) {
+          const JobEntry e = jobs[j];
+          const int n = e.n_iters();
+          if (n == 0) continue;
+          load_stream_q(StreamAt{e, 0, keyed});
+          for (int it = 0; it < n; ++it, ++g) {
+            const uint32_t parity = ((g / kStages) & 1) ^ 1;
+            mbar_wait(bar_empty_k(g % kStages), parity);
+            load_stream_kv(true, g, e.hk(), e.b(), e.n_hi(), it);
+            mbar_wait(bar_empty_v(g % kStages), parity);
+            load_stream_kv(false, g, e.hk(), e.b(), e.n_hi(), it);
+          }
+          ++keyed;
+        }
+      } else {
+        for (int it = 0; it < total_iters; ++it) {
+          const int stage = it % kStages;
+          const uint32_t parity = ((it / kStages) & 1) ^ 1;
+          mbar_wait(bar_empty_k(stage), parity);
+          load_k(it);
+          mbar_wait(bar_empty_v(stage), parity);
+          load_v(it);
+        }
       }
     }
   } else {
@@ -469,7 +499,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const bool last_job = kStream ? t == n_jobs - 1 : t == n_tiles - 1;
       // the K (k) or V copy once key tile `it` of this tile (v4: job) is released
       auto refill_at = [&](bool k, int it) {
-        if constexpr (kStream)
+        if constexpr (kProducerWg)
+          return;  // v1, v5: the producer warpgroup refills
+        else if constexpr (kStream)
           refill_stream(k, g0 + it, t, jb, it, q_use * Cfg::kQTiles + q_slot);
         else if (k)
           refill_k(g0 + it);
@@ -577,10 +609,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         // the same up to rounding. Each thread first tests its own scores, so the quad's shuffles
         // run only in a tile where a row of the warp moves: on the H200 a softmax overlapping the
         // other warpgroup's stalled wgmma issue took 2-3× its exponentials' MUFU time, and
-        // leaving out the four shuffles made v2 7-10 % faster. v1 keeps the exact running max
-        // (the lazy form measured 6% slower there at head dim 64, where v1 is the default).
+        // leaving out the four shuffles made v2 7-10 % faster. v1 keeps the exact running max at
+        // head dim 64 (the lazy form measured 6% slower there, where v1 is the default).
         bool moved = true;
-        if constexpr (!kProducerWg) {
+        if constexpr (Cfg::kLazyMax) {
           bool want = false;
 #pragma unroll
           for (int r = 0; r < 2; ++r) want = want || mx[r] * sl2 > m_row[r] + kRescaleLog2;
@@ -593,8 +625,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float tile_max = mx[r] * sl2;
-          const bool move = kProducerWg ? true : moved && tile_max > m_row[r] + kRescaleLog2;
-          const float m_new = kProducerWg ? fmaxf(m_row[r], tile_max) : move ? tile_max : m_row[r];
+          const bool move = !Cfg::kLazyMax || (moved && tile_max > m_row[r] + kRescaleLog2);
+          const float m_new = !Cfg::kLazyMax ? fmaxf(m_row[r], tile_max)
+                              : move         ? tile_max
+                                             : m_row[r];
           const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
           alpha[r] = move ? fast_exp2(m_row[r] - m_ref) : 1.0f;
           m_row[r] = m_new;
