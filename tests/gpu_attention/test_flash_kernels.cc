@@ -209,9 +209,10 @@ TEST(FlashKernels, Sm90BackwardCanary) {
 // block an SM, v5 streaming them with a producer warpgroup; no backward): odd lengths, S≠T, GQA,
 // every mask and softcap, long enough to wrap the stage ring several times, odd and even m-block
 // counts (v3's lone middle tile), the block order's head sections, v4 and v5 on 3 blocks and on
-// one (many query tiles a block: the Q ring wraps, tiles with no visible key among them); O
-// stored from registers as well as by TMA; and a bad HK_FLASH_SM90_FWD value refused with a
-// message.
+// one (many query tiles a block: the Q ring wraps, tiles with no visible key among them) with
+// their jobs in pairs of m-blocks (the middle one's empty partner) and in the snake; O stored
+// from registers as well as by TMA; and bad HK_FLASH_SM90_FWD and HK_FLASH_FWD_STREAM_ORDER
+// values refused with a message.
 TEST(FlashKernels, Sm90ForwardV2Canary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
@@ -241,24 +242,29 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
           hk_flash::Dtype::BF16, {}, 0, 1, kAllForward);
     }
     // batch 4's key_start (151) hides every key from its first query tile
-    for (const char* blocks : {"3", "1"}) {
-      EnvScope grid("HK_FLASH_FWD_V4_BLOCKS", blocks);
-      const std::string tag = std::string("_stream_blocks_") + blocks;
-      run({"canary_5_mblocks" + tag, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16, {}, 0, 1,
-          kStreamingForwards);
-      run({"canary_odd7" + tag, 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1,
-          kStreamingForwards);
-      run({"canary_everything" + tag, 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
-          hk_flash::Dtype::BF16, {}, 0, 1, kStreamingForwards);
-      run({"canary_noncausal" + tag, 2, 300, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
-          kStreamingForwards);
-      run({"canary_key_start_tiles" + tag, 5, 520, 520, 2, 1, true, 0, -1, true}, d,
-          hk_flash::Dtype::BF16, {}, 0, 1, kStreamingForwards);
-    }
+    for (const char* order : {"pairs", "snake"})
+      for (const char* blocks : {"3", "1"}) {
+        EnvScope grid("HK_FLASH_FWD_V4_BLOCKS", blocks), jobs("HK_FLASH_FWD_STREAM_ORDER", order);
+        const std::string tag = std::string("_stream_blocks_") + blocks + "_" + order;
+        run({"canary_5_mblocks" + tag, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16, {}, 0, 1,
+            kStreamingForwards);
+        run({"canary_odd7" + tag, 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1,
+            kStreamingForwards);
+        run({"canary_everything" + tag, 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
+            hk_flash::Dtype::BF16, {}, 0, 1, kStreamingForwards);
+        run({"canary_noncausal" + tag, 2, 300, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0,
+            1, kStreamingForwards);
+        run({"canary_key_start_tiles" + tag, 5, 520, 520, 2, 1, true, 0, -1, true}, d,
+            hk_flash::Dtype::BF16, {}, 0, 1, kStreamingForwards);
+      }
   }
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
   Buffers bf(p);
-  EnvScope typo("HK_FLASH_SM90_FWD", "v9");
+  {
+    EnvScope typo("HK_FLASH_SM90_FWD", "v9");
+    EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
+  }
+  EnvScope v5("HK_FLASH_SM90_FWD", "v5"), typo("HK_FLASH_FWD_STREAM_ORDER", "zigzag");
   EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
 }
 

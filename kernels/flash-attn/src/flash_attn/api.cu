@@ -3,8 +3,9 @@
 // Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
-// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3|v4 forcing one;
-// its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section;
+// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3|v4|v5 forcing
+// one; its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a
+// section, and the streaming layouts' jobs by forward_stream_pairs, HK_FLASH_FWD_STREAM_ORDER;
 // O by TMA stores where out allows, forward_out_by_tma, HK_FLASH_FWD_O=direct storing from
 // registers);
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
@@ -128,6 +129,16 @@ int forward_heads_per_section(const Params& p, int head_row_bytes) {
 int forward_stream_blocks(const Params& p) {
   const int forced = env_int("HK_FLASH_FWD_V4_BLOCKS", 0);
   return forced > 0 ? forced : std::max(1, p.device_sms);
+}
+
+bool forward_stream_pairs(bool producer_warpgroup) {
+  const char* v = std::getenv("HK_FLASH_FWD_STREAM_ORDER");
+  if (v == nullptr || *v == '\0') return producer_warpgroup;
+  if (std::strcmp(v, "pairs") == 0) return true;
+  if (std::strcmp(v, "snake") == 0) return false;
+  throw std::invalid_argument(std::string("HK_FLASH_FWD_STREAM_ORDER=") + v +
+                              " is not a job order of the streaming forwards: set it to pairs or "
+                              "snake, or unset it");
 }
 
 bool forward_out_by_tma(const Params& p) {

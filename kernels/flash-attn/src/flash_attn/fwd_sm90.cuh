@@ -145,7 +145,7 @@ struct Sm90Maps {
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
 __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps,
-                          int heads_per_section) {
+                          int heads_per_section, int paired_jobs) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   using namespace hk::sdk::cuda::sm90;
@@ -197,10 +197,22 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // tiles than the last block); the snake evens that out over pairs of rounds
   const int grid = static_cast<int>(gridDim.x), bx = static_cast<int>(blockIdx.x);
   auto job_index = [&](int j) { return j * grid + ((j & 1) ? grid - 1 - bx : bx); };
+  // v4, v5 with paired_jobs: the order's positions are pairs of m-blocks as v3's (M-1-x and x:
+  // equal work under causal masks), a plain stride of them a block, each pair two jobs (heavy,
+  // then light; a pair's light job is empty — no rows, no keys — at the middle m-block of an odd
+  // count). Every pair weighs the same, so the blocks balance to one pair whatever the head
+  // sections (the snake's rounds cut across sections: 21 % over the mean at S = 8192).
+  const bool pairs = kStream && paired_jobs != 0;
+  const int pair_positions = (m_blocks + 1) / 2;
+  const int total_pairs = pair_positions * p.heads_q * p.batch;
   int n_jobs = 0;
   if constexpr (kStream) {
-    const int rounds = total_blocks / grid, rest = total_blocks % grid;
-    n_jobs = rounds + (rest > 0 && job_index(rounds) < total_blocks ? 1 : 0);
+    if (pairs) {
+      n_jobs = bx < total_pairs ? 2 * ((total_pairs - 1 - bx) / grid + 1) : 0;
+    } else {
+      const int rounds = total_blocks / grid, rest = total_blocks % grid;
+      n_jobs = rounds + (rest > 0 && job_index(rounds) < total_blocks ? 1 : 0);
+    }
   }
   if (kStream ? n_jobs <= 0 : seq.S - m_heavy * kBlockM <= 0)
     return;  // the whole block: before any barrier exists
@@ -229,12 +241,24 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   auto job_of = [&](int j) {
     Job jb;
     const BlockOrder o =
-        block_order_of(job_index(j), p.heads_q * p.batch, positions, heads_per_section);
+        pairs ? block_order_of((j / 2) * grid + bx, p.heads_q * p.batch, pair_positions,
+                               heads_per_section)
+              : block_order_of(job_index(j), p.heads_q * p.batch, positions, heads_per_section);
     jb.h = o.head % p.heads_q;
     jb.b = o.head / p.heads_q;
     jb.hk = jb.h / (p.heads_q / p.heads_kv);
     jb.seq = seq_info(p, jb.b);
-    jb.keys = keys_of(jb.seq, m_blocks - 1 - o.x);
+    const int heavy = m_blocks - 1 - o.x;
+    if (!pairs || (j & 1) == 0) {
+      jb.keys = keys_of(jb.seq, heavy);
+    } else if (o.x < heavy) {
+      jb.keys = keys_of(jb.seq, o.x);
+    } else {  // the middle m-block's empty partner: past every row, no keys
+      jb.keys.m0 = m_blocks * kBlockM;
+      jb.keys.valid_rows = 0;
+      jb.keys.n_hi = 0;
+      jb.keys.n_iters = 0;
+    }
     return jb;
   };
   // One stream of key tiles over the block's query tiles: index g < total_iters is key tile

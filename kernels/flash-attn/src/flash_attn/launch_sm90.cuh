@@ -59,6 +59,9 @@ bool forward_out_by_tma(const Params& p);
 // v4's and v5's grid: the SM count, or HK_FLASH_FWD_V4_BLOCKS=N blocks (tests: many query tiles
 // a block).
 int forward_stream_blocks(const Params& p);
+// Whether v4 / v5 take their jobs in pairs of m-blocks (fwd_sm90.cuh): v5 does, v4 keeps the snake
+// it was measured with; HK_FLASH_FWD_STREAM_ORDER=pairs|snake forces one for both.
+bool forward_stream_pairs(bool producer_warpgroup);
 // The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
 // accumulator rows of their GQA groups in half of L2, at least one. HK_FLASH_BWD_SECTION=N forces
 // N kv heads (N ≥ batch × kv heads: every head in one section, key-position-major — the order
@@ -89,13 +92,17 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
     throw std::invalid_argument(
         "HK_FLASH_SM90_FWD=v4 and v5 pack heads, batch and key blocks in 16 bits each; this call "
         "exceeds that: use v2 (unset HK_FLASH_SM90_FWD)");
-  const int64_t table_blocks = kTiles == 0 ? (tiles + Cfg::kJobTable - 1) / Cfg::kJobTable : 0;
+  // what the blocks stride over: query tiles, or pairs of them (two jobs each)
+  const bool pairs = kTiles == 0 && forward_stream_pairs(kProducerWg);
+  const int64_t units = pairs ? static_cast<int64_t>((m_blocks + 1) / 2) * heads : tiles;
+  const int64_t units_per_table = pairs ? Cfg::kJobTable / 2 : Cfg::kJobTable;
+  const int64_t table_blocks = kTiles == 0 ? (units + units_per_table - 1) / units_per_table : 0;
   const unsigned blocks =
       kTiles == 0 ? static_cast<unsigned>(std::max<int64_t>(
-                        table_blocks, std::min<int64_t>(tiles, forward_stream_blocks(p))))
+                        table_blocks, std::min<int64_t>(units, forward_stream_blocks(p))))
                   : static_cast<unsigned>(tiles);
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))));
+      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))), pairs ? 1 : 0);
   check_cuda(cudaGetLastError(), kProducerWg && kTiles == 0 ? "flash forward (sm90 v5) launch"
                                  : kProducerWg              ? "flash forward (sm90 v1) launch"
                                  : kTiles == 2              ? "flash forward (sm90 v3) launch"
