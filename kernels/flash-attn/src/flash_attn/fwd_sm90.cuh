@@ -17,8 +17,9 @@
 //   compiles every thread to the 255-register budget of __launch_bounds__(256, 1) instead of the
 //   168 of 384 threads. (v1's consumers raise theirs to 240 with setmaxnreg; until 2026-12-05
 //   ptxas allocated them no more than 168 at head dim 128 — spilling 208 bytes and serialising
-//   wgmma, C7512 — because of the inline trap in mbar_wait; out of line, v1 compiles to 236
-//   registers without spills. v2 was measured against the spilling v1.) One thread of consumer
+//   wgmma, C7512 — because of the inline trap in its consumers' mbar_waits; with the trap behind
+//   a call there, v1 compiles to 236 registers without spills. v2 was measured against the
+//   spilling v1.) One thread of consumer
 //   warpgroup 1 (the one that trails in the ping-pong, so its release of a stage is usually the
 //   last) issues the copies: Q and the first kStages K/V tiles at the start, then each refill right
 //   after its own warpgroup has released the stage (it waits there for the other warpgroup's
@@ -50,7 +51,7 @@
 // v5 (kProducerWg, kTiles 0): v4's jobs, Q ring and one K/V stream with v1's producer
 //   warpgroup issuing every copy, so the consumers' loop holds no copy code at all (v4's issuer
 //   paths, inlined into warpgroup 1's loop, are what its slower key-tile period was traced to).
-//   v1 could not be the base until the trap of mbar_wait's timeout moved out of line (kernel SDK,
+//   v1 could not be the base until its consumers' waits took the trap behind a call (kernel SDK,
 //   2026-12-05): with it inline ptxas held v1's consumers to 168 registers at head dim 128.
 // The epilogue: each warpgroup writes O / l into its own 64 rows of the Q tile (free once its
 // last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at a
@@ -466,6 +467,14 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       }
       __syncwarp();
     };
+    // the consumers' waits: v1 and v5 run them in a setmaxnreg region, where only the trap behind
+    // a call keeps ptxas from holding the consumers to 168 registers (kernel SDK)
+    auto consumer_wait = [](uint32_t bar, uint32_t parity) {
+      if constexpr (kProducerWg)
+        mbar_wait_trap_out_of_line(bar, parity);
+      else
+        mbar_wait(bar, parity);
+    };
     const int warp_in_wg = ltid / 32, lane = ltid & 31;
     const int g = lane >> 2, t4 = lane & 3;
     const float scale = p.scale != 0.0f ? p.scale : rsqrtf(static_cast<float>(D));
@@ -679,10 +688,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 
       if (n_iters == 0) release_stored_q();
       if (n_iters > 0) {
-        mbar_wait(bar_q(q_slot), q_use & 1);
+        consumer_wait(bar_q(q_slot), q_use & 1);
         float s[kNS];
         // first key tile: S only
-        mbar_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
+        consumer_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
         take_turn();
         issue_s(s, g0 % kStages);
         if (t == 0) HK_FWD_BLOCK(kTraceFirstS);
@@ -703,13 +712,13 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           const int stage = gi % kStages, prev = (gi - 1) % kStages;
           const uint32_t parity = (gi / kStages) & 1, prev_parity = ((gi - 1) / kStages) & 1;
           HK_FWD_STAMP(gi, 0);
-          mbar_wait(bar_full_k(stage), parity);
+          consumer_wait(bar_full_k(stage), parity);
           HK_FWD_STAMP(gi, 1);
           take_turn();
           HK_FWD_STAMP(gi, 2);
           issue_s(s, stage);
           HK_FWD_STAMP(gi, 3);
-          mbar_wait(bar_full_v(prev), prev_parity);
+          consumer_wait(bar_full_v(prev), prev_parity);
           HK_FWD_STAMP(gi, 4);
           issue_pv(prev);
           pass_turn();
@@ -746,7 +755,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         HK_FWD_STAMP(g0 + n_iters, 0);  // the period's end of the tile's last key tile
         const int g_last = g0 + n_iters - 1;
         const int last_stage = g_last % kStages;
-        mbar_wait(bar_full_v(last_stage), (g_last / kStages) & 1);
+        consumer_wait(bar_full_v(last_stage), (g_last / kStages) & 1);
         issue_pv(last_stage);
         wgmma_wait<0>();
         fence_regs(o);
