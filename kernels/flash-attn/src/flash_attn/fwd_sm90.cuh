@@ -19,11 +19,10 @@
 //   ptxas allocated them no more than 168 at head dim 128 — spilling 208 bytes and serialising
 //   wgmma, C7512 — because of the inline trap in its consumers' mbar_waits; with the trap behind
 //   a call there, v1 compiles to 236 registers without spills. v2 was measured against the
-//   spilling v1.) One thread of consumer
-//   warpgroup 1 (the one that trails in the ping-pong, so its release of a stage is usually the
-//   last) issues the copies: Q and the first kStages K/V tiles at the start, then each refill right
-//   after its own warpgroup has released the stage (it waits there for the other warpgroup's
-//   release, normally long done).
+//   spilling v1.) One thread of consumer warpgroup 1 (the one that trails in the ping-pong, so
+//   its release of a stage is usually the last) issues the copies: Q and the first kStages K/V
+//   tiles at the start, then each refill right after its own warpgroup has released the stage
+//   (it waits there for the other warpgroup's release, normally long done).
 // v3 (!kProducerWg, kTiles 2): v2 with two query tiles a block, m-blocks M-1-x and x of the same
 //   head (equal work per block under causal masks); their key tiles form one stream through the
 //   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
