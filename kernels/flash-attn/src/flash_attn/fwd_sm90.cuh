@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int positions = Cfg::positions(m_blocks);
-  const int total_blocks = positions * p.heads_q * p.batch;
-  // (v4 takes one entry of each round of that order: job_index below)
+  // (v1-v3: this block's; v4, v5 take jobs of the order's rounds instead: stream_jobs.h)
   const BlockOrder order = block_order(p.heads_q * p.batch, positions, heads_per_section);
   const int h = order.head % p.heads_q, b = order.head / p.heads_q;
   const int hk = h / (p.heads_q / p.heads_kv);
@@ -191,29 +190,11 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int m_light = order.x;
   const int n_tiles = kTiles == 2 && m_light < m_heavy ? 2 : 1;
   auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
-  // v4: the block's query tiles ("jobs"): round j of the order (gridDim.x tiles) gives each block
-  // one, forwards in even rounds and backwards in odd ones — heavy tiles come first, so a plain
-  // stride would hand block 0 the heaviest tile of every round (at S = 16384, ~17 % more key
-  // tiles than the last block); the snake evens that out over pairs of rounds
+  // v4, v5: the block's query tiles ("jobs"), in the snake or in pairs of m-blocks
+  // (stream_jobs.h; paired_jobs)
   const int grid = static_cast<int>(gridDim.x), bx = static_cast<int>(blockIdx.x);
-  auto job_index = [&](int j) { return j * grid + ((j & 1) ? grid - 1 - bx : bx); };
-  // v4, v5 with paired_jobs: the order's positions are pairs of m-blocks as v3's (M-1-x and x:
-  // equal work under causal masks), a plain stride of them a block, each pair two jobs (heavy,
-  // then light; a pair's light job is empty — no rows, no keys — at the middle m-block of an odd
-  // count). Every pair weighs the same, so the blocks balance to one pair whatever the head
-  // sections (the snake's rounds cut across sections: 21 % over the mean at S = 8192).
   const bool pairs = kStream && paired_jobs != 0;
-  const int pair_positions = (m_blocks + 1) / 2;
-  const int total_pairs = pair_positions * p.heads_q * p.batch;
-  int n_jobs = 0;
-  if constexpr (kStream) {
-    if (pairs) {
-      n_jobs = bx < total_pairs ? 2 * ((total_pairs - 1 - bx) / grid + 1) : 0;
-    } else {
-      const int rounds = total_blocks / grid, rest = total_blocks % grid;
-      n_jobs = rounds + (rest > 0 && job_index(rounds) < total_blocks ? 1 : 0);
-    }
-  }
+  const int n_jobs = kStream ? stream_job_count(pairs, bx, grid, m_blocks, p.heads_q * p.batch) : 0;
   if (kStream ? n_jobs <= 0 : seq.S - m_heavy * kBlockM <= 0)
     return;  // the whole block: before any barrier exists
   // rows of a query tile and the key tiles [n_hi - n_iters, n_hi) any of them sees
@@ -240,20 +221,15 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   };
   auto job_of = [&](int j) {
     Job jb;
-    const BlockOrder o =
-        pairs ? block_order_of((j / 2) * grid + bx, p.heads_q * p.batch, pair_positions,
-                               heads_per_section)
-              : block_order_of(job_index(j), p.heads_q * p.batch, positions, heads_per_section);
-    jb.h = o.head % p.heads_q;
-    jb.b = o.head / p.heads_q;
+    const StreamJob sj =
+        stream_job(pairs, j, bx, grid, m_blocks, p.heads_q * p.batch, heads_per_section);
+    jb.h = sj.head % p.heads_q;
+    jb.b = sj.head / p.heads_q;
     jb.hk = jb.h / (p.heads_q / p.heads_kv);
     jb.seq = seq_info(p, jb.b);
-    const int heavy = m_blocks - 1 - o.x;
-    if (!pairs || (j & 1) == 0) {
-      jb.keys = keys_of(jb.seq, heavy);
-    } else if (o.x < heavy) {
-      jb.keys = keys_of(jb.seq, o.x);
-    } else {  // the middle m-block's empty partner: past every row, no keys
+    if (sj.m_block >= 0) {
+      jb.keys = keys_of(jb.seq, sj.m_block);
+    } else {  // an empty job (a pair's missing partner): past every row, no keys
       jb.keys.m0 = m_blocks * kBlockM;
       jb.keys.valid_rows = 0;
       jb.keys.n_hi = 0;

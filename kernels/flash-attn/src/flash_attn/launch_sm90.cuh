@@ -85,22 +85,17 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int positions = Cfg::positions(m_blocks);
   const int heads = p.heads_q * p.batch;
-  // v4, v5: one block an SM (or fewer), each taking a query tile of each round of the order —
-  // more blocks where a block's tiles would overflow its job table
-  const int64_t tiles = static_cast<int64_t>(positions) * heads;
+  // v4, v5: one block an SM (or fewer), each taking jobs of each round of the order
+  // (stream_jobs.h) — more blocks where a block's jobs would overflow its job table
   if (kTiles == 0 && (p.heads_q >= 65536 || p.batch >= 65536 || p.seqlen_k / Cfg::kBlockN >= 65535))
     throw std::invalid_argument(
         "HK_FLASH_SM90_FWD=v4 and v5 pack heads, batch and key blocks in 16 bits each; this call "
         "exceeds that: use v2 (unset HK_FLASH_SM90_FWD)");
-  // what the blocks stride over: query tiles, or pairs of them (two jobs each)
   const bool pairs = kTiles == 0 && forward_stream_pairs(kProducerWg);
-  const int64_t units = pairs ? static_cast<int64_t>((m_blocks + 1) / 2) * heads : tiles;
-  const int64_t units_per_table = pairs ? Cfg::kJobTable / 2 : Cfg::kJobTable;
-  const int64_t table_blocks = kTiles == 0 ? (units + units_per_table - 1) / units_per_table : 0;
   const unsigned blocks =
-      kTiles == 0 ? static_cast<unsigned>(std::max<int64_t>(
-                        table_blocks, std::min<int64_t>(units, forward_stream_blocks(p))))
-                  : static_cast<unsigned>(tiles);
+      kTiles == 0 ? static_cast<unsigned>(stream_grid(pairs, m_blocks, heads, Cfg::kJobTable,
+                                                      forward_stream_blocks(p)))
+                  : static_cast<unsigned>(static_cast<int64_t>(positions) * heads);
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
       p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))), pairs ? 1 : 0);
   check_cuda(cudaGetLastError(), kProducerWg && kTiles == 0 ? "flash forward (sm90 v5) launch"
