@@ -368,34 +368,31 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     regs_decrease<24>();
     if (tid == 0 && total_iters > 0) {  // no keys: no copies (none may land after the exit)
       load_q();
+      // stream index g's K, then its V, each once its stage's last use is released
+      auto produce = [&](int g, auto&& copy) {
+        const uint32_t parity = ((g / kStages) & 1) ^ 1;
+        mbar_wait(bar_empty_k(g % kStages), parity);
+        copy(true);
+        mbar_wait(bar_empty_v(g % kStages), parity);
+        copy(false);
+      };
       if constexpr (kStream) {
         // v5: the block's jobs in order, each keyed job's Q into the ring (waiting for its slot's
-        // last O store) and then its key tiles, each K and V as soon as its stage is released —
-        // so the next job's Q and first K/V land under the current job's last GEMMs and stores
+        // last O store) and then its key tiles — so the next job's Q and first K/V land under the
+        // current job's last GEMMs and stores
         int g = 0, keyed = 0;
         for (int j = 0; j < n_jobs; ++j) {
           const JobEntry e = jobs[j];
           const int n = e.n_iters();
           if (n == 0) continue;
           load_stream_q(StreamAt{e, 0, keyed});
-          for (int it = 0; it < n; ++it, ++g) {
-            const uint32_t parity = ((g / kStages) & 1) ^ 1;
-            mbar_wait(bar_empty_k(g % kStages), parity);
-            load_stream_kv(true, g, e.hk(), e.b(), e.n_hi(), it);
-            mbar_wait(bar_empty_v(g % kStages), parity);
-            load_stream_kv(false, g, e.hk(), e.b(), e.n_hi(), it);
-          }
+          for (int it = 0; it < n; ++it, ++g)
+            produce(g, [&](bool k) { load_stream_kv(k, g, e.hk(), e.b(), e.n_hi(), it); });
           ++keyed;
         }
       } else {
-        for (int it = 0; it < total_iters; ++it) {
-          const int stage = it % kStages;
-          const uint32_t parity = ((it / kStages) & 1) ^ 1;
-          mbar_wait(bar_empty_k(stage), parity);
-          load_k(it);
-          mbar_wait(bar_empty_v(stage), parity);
-          load_v(it);
-        }
+        for (int it = 0; it < total_iters; ++it)
+          produce(it, [&](bool k) { k ? load_k(it) : load_v(it); });
       }
     }
   } else {
