@@ -1,7 +1,7 @@
 // hk_bench_flash_kernels — device timings of each flash kernel called directly (flash.h, no libhk):
 // the forward (dispatcher's choice, and each Hopper layout forced: HK_FLASH_SM90_FWD=v1 with a
 // producer warpgroup, v2 with two warpgroups, v3 = v2 with two query tiles a block, v4 = v2
-// streaming query tiles, a block an SM) and every
+// streaming query tiles, a block an SM, v5 = v1 streaming them) and every
 // backward variant (mma.sync; Hopper with dq
 // by TMA reduce-add, by atomics; deterministic), so a kernel change is measured without building
 // libhk. fwd+bwd is timed with the dispatcher's forward and with v2's.
@@ -10,7 +10,7 @@
 //   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
 //   TFLOP/s with causal FLOPs = ½·4·B·Hq·S·T·D forward, 2.5× that backward, 3.5× forward+backward.
 // Method: random inputs in [-1, 1); at each shape the dispatcher's forward and forward+backward
-// are timed first (the peer's order), then the layouts (v2, v3, v4 in a mirrored order, pairs
+// are timed first (the peer's order), then the layouts (v1-v5 in a mirrored order, pairs
 // averaged) and backward kernels one by one; 2 warm-up
 // calls; each call between two CUDA events, repeated to ~150 ms (at least 5), the median reported.
 // The SM clock is probed right after the forward, the forward+backward and the Hopper backward
@@ -174,7 +174,7 @@ void print_backward_trace(const Problem& p, Buffers& bf) {
               });
 }
 
-// The forward's v2 and v3 layouts (a block's stream index over its key tiles).
+// The forward's layouts (a block's stream index over its key tiles).
 void print_forward_trace(const Problem& p, Buffers& bf) {
   static const char* const names[hk_flash::kFwdTracePhases - 1] = {
       "wait K",    "take turn", "S issue", "wait V",    "PV issue, pass", "wait S",
@@ -182,9 +182,9 @@ void print_forward_trace(const Problem& p, Buffers& bf) {
   const int m_blocks = (p.s + 127) / 128;
   int sms = 0;
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "SM count");
-  for (const char* layout : {"v2", "v3", "v4"}) {
+  for (const char* layout : {"v1", "v2", "v3", "v4", "v5"}) {
     int blocks = (layout[1] == '3' ? (m_blocks + 1) / 2 : m_blocks) * p.hq * p.b;
-    if (layout[1] == '4') blocks = std::min(blocks, sms);  // a block an SM
+    if (layout[1] == '4' || layout[1] == '5') blocks = std::min(blocks, sms);  // a block an SM
     const std::vector<unsigned long long> h =
         print_trace(layout, blocks, hk_flash::kFwdTracePhases, names, [&](unsigned long long* dev) {
           EnvScope scope("HK_FLASH_SM90_FWD", layout);
@@ -228,7 +228,8 @@ int main(int argc, char** argv) {
     };
     std::string json = "{\"gpu\": \"" + std::string(prop.name) + "\", \"shapes\": [";
     std::string table =
-        "shape                                   | fwd   | fwd v1 | fwd v2 | fwd v3 | fwd v4 | "
+        "shape                                   | fwd   | fwd v1 | fwd v2 | fwd v3 | fwd v4 | fwd "
+        "v5 | "
         "v2/v1 | "
         "v3/v1 | "
         "bwd sm80 | "
@@ -270,16 +271,16 @@ int main(int argc, char** argv) {
           throw std::runtime_error(std::string("HK_FLASH_SM90_FWD=") + layout + " ran " + kernel);
         return time_ms([&] { hk_flash::forward(fp, nullptr); });
       };
-      // v2, v3 and v4 timed in the order v2 v3 v4 v4 v3 v2 and each pair averaged: the GPU runs
-      // slower as a run warms up (the dispatcher's kernel, timed first, measured 6-8% above the
-      // same kernel timed third, and 665-678 against 605-628 TF/s at S16384), which a one-pass
-      // order would credit to the earlier layout
-      const double t_v1 = fwd_layout_time("v1");
-      const double t_v2a = fwd_layout_time("v2"), t_v3a = fwd_layout_time("v3");
-      const double t_v4a = fwd_layout_time("v4"), t_v4b = fwd_layout_time("v4");
-      const double t_v3b = fwd_layout_time("v3"), t_v2b = fwd_layout_time("v2");
-      const double t_v2 = 0.5 * (t_v2a + t_v2b), t_v3 = 0.5 * (t_v3a + t_v3b);
-      const double t_v4 = 0.5 * (t_v4a + t_v4b);
+      // the layouts timed in the order v1 v2 v3 v4 v5 v5 v4 v3 v2 v1 and each pair averaged: the
+      // GPU runs slower as a run warms up (the dispatcher's kernel, timed first, measured 6-8%
+      // above the same kernel timed third, and 665-678 against 605-628 TF/s at S16384), which a
+      // one-pass order would credit to the earlier layout
+      const char* const layouts[5] = {"v1", "v2", "v3", "v4", "v5"};
+      double t_layout[5] = {};
+      for (int i = 0; i < 5; ++i) t_layout[i] = fwd_layout_time(layouts[i]);
+      for (int i = 4; i >= 0; --i) t_layout[i] = 0.5 * (t_layout[i] + fwd_layout_time(layouts[i]));
+      const double t_v1 = t_layout[0], t_v2 = t_layout[1], t_v3 = t_layout[2], t_v4 = t_layout[3],
+                   t_v5 = t_layout[4];
       auto bwd_time = [&](Bwd k, bool det) {
         BwdScope scope(k);
         const hk_flash::BackwardParams bp = backward_params(p, bf, det);
@@ -305,10 +306,10 @@ int main(int argc, char** argv) {
       char row[512];
       std::snprintf(
           row, sizeof row,
-          "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
+          "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
           "%15.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
           sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
-          tf(fwd_flops, t_v3), tf(fwd_flops, t_v4), t_v1 / t_v2, t_v1 / t_v3,
+          tf(fwd_flops, t_v3), tf(fwd_flops, t_v4), tf(fwd_flops, t_v5), t_v1 / t_v2, t_v1 / t_v3,
           tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
           tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2),
           t80 / t90);
@@ -324,6 +325,7 @@ int main(int argc, char** argv) {
           "\"fwd_ms\": %.5f, \"fwd_sm90_v1_ms\": %.5f, \"fwd_sm90_v2_ms\": %.5f, "
           "\"fwd_sm90_v1_tflops\": %.2f, \"fwd_sm90_v2_tflops\": %.2f, \"fwd_sm90_v3_ms\": %.5f, "
           "\"fwd_sm90_v3_tflops\": %.2f, \"fwd_sm90_v4_ms\": %.5f, \"fwd_sm90_v4_tflops\": %.2f, "
+          "\"fwd_sm90_v5_ms\": %.5f, \"fwd_sm90_v5_tflops\": %.2f, "
           "\"fwdbwd_v2_ms\": %.5f, "
           "\"fwdbwd_v2_tflops\": %.2f, \"bwd_sm80_ms\": %.5f, \"bwd_sm90_tma_ms\": %.5f, "
           "\"bwd_sm90_atomic_ms\": %.5f, \"bwd_sm90_deterministic_ms\": %.5f, "
@@ -334,10 +336,10 @@ int main(int argc, char** argv) {
           "\"sm_clock_mhz_after_bwd_sm90\": %.0f}",
           json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1,
           t_v2, tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_v4,
-          tf(fwd_flops, t_v4), t_fb2, tf(3.5 * fwd_flops, t_fb2), t80, t90, t90a, t90d, t_fb,
-          tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90),
-          tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), mhz_fwd,
-          mhz_fb, mhz_bwd);
+          tf(fwd_flops, t_v4), t_v5, tf(fwd_flops, t_v5), t_fb2, tf(3.5 * fwd_flops, t_fb2), t80,
+          t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80),
+          tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
+          tf(3.5 * fwd_flops, t_fb), mhz_fwd, mhz_fb, mhz_bwd);
       json += js;
     }
     json += "]}\n";

@@ -367,6 +367,19 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   for (uint32_t tries = 0; !mbar_try_wait(bar, parity); ++tries)
     if (tries > (1u << 24)) __trap();
 }
+// mbar_wait with its trap behind a call, for waits inside a setmaxnreg region that runs wgmma: an
+// inline trap there made ptxas (CUDA 13.0) hold the region to the kernel's entry register count —
+// the flash forward's v1 consumers (384 threads, raised to 240) got 168 registers at head dim
+// 128, 208 bytes of spills and serialised wgmma (C7512); with this form, 236 and none. Not the
+// default: elsewhere the call is what costs — in the flash backward (no setmaxnreg) it made
+// ptxas serialise wgmma (C7514), as an inline `brkpt` did; `exit` instead of the trap was worse.
+static __device__ __noinline__ void mbar_wait_timed_out() {
+  __trap();
+}
+__device__ __forceinline__ void mbar_wait_trap_out_of_line(uint32_t bar, uint32_t parity) {
+  for (uint32_t tries = 0; !mbar_try_wait(bar, parity); ++tries)
+    if (tries > (1u << 24)) mbar_wait_timed_out();
+}
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1, int c2, int c3) {
   asm volatile(

@@ -84,12 +84,13 @@ AttnProblem reference_problem(const Problem& p) {
 // The forward kernels a case runs on: each Hopper layout forced (HK_FLASH_SM90_FWD, and
 // HK_FLASH_DECODE=0 so that decode-shaped calls reach it too), then the dispatcher's choice (under
 // whatever the environment sets).
-enum class Fwd { Sm90V1, Sm90V2, Sm90V3, Sm90V4, Dispatch };
+enum class Fwd { Sm90V1, Sm90V2, Sm90V3, Sm90V4, Sm90V5, Dispatch };
 const char* fwd_name(Fwd f) {
   return f == Fwd::Sm90V1   ? "sm90 wgmma"
          : f == Fwd::Sm90V2 ? "sm90 wgmma v2"
          : f == Fwd::Sm90V3 ? "sm90 wgmma v3"
          : f == Fwd::Sm90V4 ? "sm90 wgmma v4"
+         : f == Fwd::Sm90V5 ? "sm90 wgmma v5"
                             : "dispatch";
 }
 struct FwdScope {
@@ -98,13 +99,16 @@ struct FwdScope {
                                     : f == Fwd::Sm90V2 ? "v2"
                                     : f == Fwd::Sm90V3 ? "v3"
                                     : f == Fwd::Sm90V4 ? "v4"
+                                    : f == Fwd::Sm90V5 ? "v5"
                                                        : nullptr),
         decode("HK_FLASH_DECODE", f == Fwd::Dispatch ? nullptr : "0") {}
   EnvScope layout, decode;
 };
-const std::vector<Fwd> kAllForward = {Fwd::Sm90V1, Fwd::Sm90V2, Fwd::Sm90V3, Fwd::Sm90V4,
-                                      Fwd::Dispatch};
-const std::vector<Fwd> kTwoWarpgroupForwards = {Fwd::Sm90V2, Fwd::Sm90V3, Fwd::Sm90V4};
+const std::vector<Fwd> kAllForward = {Fwd::Sm90V1, Fwd::Sm90V2, Fwd::Sm90V3,
+                                      Fwd::Sm90V4, Fwd::Sm90V5, Fwd::Dispatch};
+// the layouts other than v1 (the canary's), and those streaming query tiles
+const std::vector<Fwd> kCanaryForwards = {Fwd::Sm90V2, Fwd::Sm90V3, Fwd::Sm90V4, Fwd::Sm90V5};
+const std::vector<Fwd> kStreamingForwards = {Fwd::Sm90V4, Fwd::Sm90V5};
 
 // Each forward kernel (out and lse against the reference), then each backward variant against
 // the reference, from the dispatcher's forward (the last one run).
@@ -201,25 +205,27 @@ TEST(FlashKernels, Sm90BackwardCanary) {
   }
 }
 
-// The two-warpgroup Hopper forwards alone (v2, v3 with two query tiles a block, v4 streaming them,
-// a block an SM; no backward): odd lengths, S≠T, GQA, every mask and softcap, long enough to wrap
-// the stage ring several times, odd and even m-block counts (v3's lone middle tile), the block
-// order's head sections, v4 on 3 blocks and on one (many query tiles a block: its Q ring wraps,
-// tiles with no visible key among them); O stored from registers as well as by TMA; and a bad
-// HK_FLASH_SM90_FWD value refused with a message.
+// The Hopper forwards after v1 alone (v2, v3 with two query tiles a block, v4 streaming them, a
+// block an SM, v5 streaming them with a producer warpgroup; no backward): odd lengths, S≠T, GQA,
+// every mask and softcap, long enough to wrap the stage ring several times, odd and even m-block
+// counts (v3's lone middle tile), the block order's head sections, v4 and v5 on 3 blocks and on
+// one (many query tiles a block: the Q ring wraps, tiles with no visible key among them) with
+// their jobs in pairs of m-blocks (the middle one's empty partner) and in the snake; O stored
+// from registers as well as by TMA; and bad HK_FLASH_SM90_FWD and HK_FLASH_FWD_STREAM_ORDER
+// values refused with a message.
 TEST(FlashKernels, Sm90ForwardV2Canary) {
   REQUIRE_HOPPER();
   for (int d : {64, 128}) {
-    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
+    run({"canary", 1, 256, 256, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1, kCanaryForwards);
     run({"canary_5_mblocks", 1, 600, 600, 2, 1}, d, hk_flash::Dtype::BF16, {}, 0, 1,
-        kTwoWarpgroupForwards);
-    run({"canary_odd7", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, kTwoWarpgroupForwards);
+        kCanaryForwards);
+    run({"canary_odd7", 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, kCanaryForwards);
     run({"canary_noncausal", 2, 130, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
-        kTwoWarpgroupForwards);
+        kCanaryForwards);
     run({"canary_everything", 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
-        hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
+        hk_flash::Dtype::BF16, {}, 0, 1, kCanaryForwards);
     run({"canary_large_scores", 1, 1100, 1100, 2, 1, true, 0, -1, false, 3.0f}, d,
-        hk_flash::Dtype::BF16, {}, 0, 1, kTwoWarpgroupForwards);
+        hk_flash::Dtype::BF16, {}, 0, 1, kCanaryForwards);
     // the block order's head sections, a short last one included: 8 heads in 3 + 3 + 2, and one
     // head a section (the cases above fit all their heads in one)
     for (const char* heads : {"3", "1"}) {
@@ -236,23 +242,29 @@ TEST(FlashKernels, Sm90ForwardV2Canary) {
           hk_flash::Dtype::BF16, {}, 0, 1, kAllForward);
     }
     // batch 4's key_start (151) hides every key from its first query tile
-    for (const char* blocks : {"3", "1"}) {
-      EnvScope grid("HK_FLASH_FWD_V4_BLOCKS", blocks);
-      const std::string tag = std::string("_v4_blocks_") + blocks;
-      run({"canary_5_mblocks" + tag, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16, {}, 0, 1,
-          {Fwd::Sm90V4});
-      run({"canary_odd7" + tag, 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1, {Fwd::Sm90V4});
-      run({"canary_everything" + tag, 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
-          hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V4});
-      run({"canary_noncausal" + tag, 2, 300, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0, 1,
-          {Fwd::Sm90V4});
-      run({"canary_key_start_tiles" + tag, 5, 520, 520, 2, 1, true, 0, -1, true}, d,
-          hk_flash::Dtype::BF16, {}, 0, 1, {Fwd::Sm90V4});
-    }
+    for (const char* order : {"pairs", "snake"})
+      for (const char* blocks : {"3", "1"}) {
+        EnvScope grid("HK_FLASH_FWD_V4_BLOCKS", blocks), jobs("HK_FLASH_FWD_STREAM_ORDER", order);
+        const std::string tag = std::string("_stream_blocks_") + blocks + "_" + order;
+        run({"canary_5_mblocks" + tag, 2, 600, 600, 4, 2}, d, hk_flash::Dtype::BF16, {}, 0, 1,
+            kStreamingForwards);
+        run({"canary_odd7" + tag, 2, 7, 7, 4, 2}, d, hk_flash::Dtype::F16, {}, 0, 1,
+            kStreamingForwards);
+        run({"canary_everything" + tag, 2, 129, 257, 4, 2, true, 10.0f, 50, true, 0.1f}, d,
+            hk_flash::Dtype::BF16, {}, 0, 1, kStreamingForwards);
+        run({"canary_noncausal" + tag, 2, 300, 1030, 4, 2, false}, d, hk_flash::Dtype::F16, {}, 0,
+            1, kStreamingForwards);
+        run({"canary_key_start_tiles" + tag, 5, 520, 520, 2, 1, true, 0, -1, true}, d,
+            hk_flash::Dtype::BF16, {}, 0, 1, kStreamingForwards);
+      }
   }
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
   Buffers bf(p);
-  EnvScope typo("HK_FLASH_SM90_FWD", "v9");
+  {
+    EnvScope typo("HK_FLASH_SM90_FWD", "v9");
+    EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
+  }
+  EnvScope v5("HK_FLASH_SM90_FWD", "v5"), typo("HK_FLASH_FWD_STREAM_ORDER", "zigzag");
   EXPECT_THROW(hk_flash::forward(forward_params(p, bf), nullptr), std::invalid_argument);
 }
 

@@ -3,8 +3,9 @@
 // Choice for the forward: the split-KV decode form when a kv head has at most 64 query rows
 // (S·Hq/Hkv ≤ 64: its GQA group reads the cache once, split over a cluster sized to fill the GPU);
 // else the Hopper kernel on sm_90 for head dim 64/128 batch layouts (HK_FLASH_SM90=0 turns it off,
-// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3|v4 forcing one;
-// its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a section;
+// for comparisons; its layout by sm90_forward_layout, HK_FLASH_SM90_FWD=v1|v2|v3|v4|v5 forcing
+// one; its block order by forward_heads_per_section, HK_FLASH_FWD_SECTION=N forcing N heads a
+// section, and the streaming layouts' jobs by forward_stream_pairs, HK_FLASH_FWD_STREAM_ORDER;
 // O by TMA stores where out allows, forward_out_by_tma, HK_FLASH_FWD_O=direct storing from
 // registers);
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
@@ -130,6 +131,16 @@ int forward_stream_blocks(const Params& p) {
   return forced > 0 ? forced : std::max(1, p.device_sms);
 }
 
+bool forward_stream_pairs(bool producer_warpgroup) {
+  const char* v = std::getenv("HK_FLASH_FWD_STREAM_ORDER");
+  if (v == nullptr || *v == '\0') return producer_warpgroup;
+  if (std::strcmp(v, "pairs") == 0) return true;
+  if (std::strcmp(v, "snake") == 0) return false;
+  throw std::invalid_argument(std::string("HK_FLASH_FWD_STREAM_ORDER=") + v +
+                              " is not a job order of the streaming forwards: set it to pairs or "
+                              "snake, or unset it");
+}
+
 bool forward_out_by_tma(const Params& p) {
   return aligned(p.out, 16) && strides_multiple(p.out_strides, 8, true) &&
          !env_is("HK_FLASH_FWD_O", "direct");
@@ -245,14 +256,14 @@ std::string unsupported_reason(const Params& p) {
 
 namespace {
 // HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
-// "v4" the same streaming its query tiles (a block an SM), "v1" or unset the producer-warpgroup
-// one; any other value is a typo that would silently measure the wrong kernel, so it fails the
-// call. Unset: at head dim 128 v2, or v3 where v2's grid would be under 12 waves of blocks; v1 at
-// 64 — measured on the H200 (bf16, causal, 2026-12-04, since the softmax's quad shuffles run only
-// in tiles where a row's reference max moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 /
-// B2×S8192 / B1×H32×S16384 against v3's 441-445 / 514-526 / 518-537, v3 ahead only at the
-// training step's B4×S2048 (416-427 against 406-415); at D64 v1 stays ahead (312 TF/s against
-// v2's 286 and v3's 276).
+// "v4" the same streaming its query tiles (a block an SM), "v5" that streaming with a producer
+// warpgroup, "v1" or unset the producer-warpgroup one; any other value is a typo that would
+// silently measure the wrong kernel, so it fails the call. Unset: at head dim 128 v2, or v3 where
+// v2's grid would be under 12 waves of blocks; v1 at 64 — measured on the H200 (bf16, causal,
+// 2026-12-04, since the softmax's quad shuffles run only in tiles where a row's reference max
+// moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 / B2×S8192 / B1×H32×S16384 against v3's
+// 441-445 / 514-526 / 518-537, v3 ahead only at the training step's B4×S2048 (416-427 against
+// 406-415); at D64 v1 stays ahead (312 TF/s against v2's 286 and v3's 276).
 Sm90Forward sm90_forward_layout(const Params& p) {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
   if (v == nullptr || *v == '\0') {
@@ -268,15 +279,17 @@ Sm90Forward sm90_forward_layout(const Params& p) {
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
   if (std::strcmp(v, "v3") == 0) return Sm90Forward::kTwoWarpgroupsPaired;
   if (std::strcmp(v, "v4") == 0) return Sm90Forward::kStreaming;
+  if (std::strcmp(v, "v5") == 0) return Sm90Forward::kProducerStreaming;
   throw std::invalid_argument(
       std::string("HK_FLASH_SM90_FWD=") + v +
-      " is not a Hopper forward layout: set it to v1, v2, v3 or v4, or unset it");
+      " is not a Hopper forward layout: set it to v1, v2, v3, v4 or v5, or unset it");
 }
 
 const char* sm90_forward_name(Sm90Forward layout) {
   return layout == Sm90Forward::kTwoWarpgroups         ? "sm90 wgmma v2"
          : layout == Sm90Forward::kTwoWarpgroupsPaired ? "sm90 wgmma v3"
          : layout == Sm90Forward::kStreaming           ? "sm90 wgmma v4"
+         : layout == Sm90Forward::kProducerStreaming   ? "sm90 wgmma v5"
                                                        : "sm90 wgmma";
 }
 

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "flash_attn/flash.h"
+#include "flash_attn/stream_jobs.h"
 #include "hk/kernel_sdk_cuda.cuh"
 #include "hk/kernel_sdk_sm80.cuh"
 
@@ -211,33 +212,7 @@ __device__ __forceinline__ void trace_stamp(unsigned long long* row, int tile, i
 }
 #endif
 
-// Which (head, position) a block of a Hopper kernel's 1-D grid takes (the forward: a q head and
-// a query position; the backward: a kv head and a key position). Blocks start in launch order as
-// SMs free up, so the order is the schedule: heads (batch-major, GQA groups adjacent) go in
-// sections whose streamed tensors fit in L2 together (forward_heads_per_section,
-// backward_heads_per_section), and inside a section every head's heaviest position comes first,
-// then the next, the lightest last. Under causal masks a block's work grows with its position;
-// the order by head (every position of one head, then the next) left the last heads' heaviest
-// blocks to start among the last, with the other SMs idle while they ran: a list-scheduling model
-// of 132 SMs puts that tail at 5-7 % of the forward's run at B8 × H16 × S2048 and B2 × H16 ×
-// S8192, under 1 % longest-first. Measured on the H200 (same call): the forward's v2 at B2 × H16 ×
-// S8192 608-609 TF/s against 580 by head, B1 × H32 × S16384 645 against 626-643, B8 × H16 × S2048
-// 450-452 against 448-449; every head in one section (no L2 grouping) gained nothing (577-582,
-// 625-640, 456). One section of every head is position-major order across all heads.
-struct BlockOrder {
-  int head, x;  // head: b · heads + h; x: 0 = the heaviest position
-};
-// (of the block with launch index `index`; block_order: this block's)
-__device__ __forceinline__ BlockOrder block_order_of(int index, int heads, int positions,
-                                                     int heads_per_section) {
-  const int per_section = heads_per_section * positions;
-  const int section = index / per_section;
-  const int r = index - section * per_section;
-  const int first = section * heads_per_section;
-  const int here = min(heads_per_section, heads - first);
-  const int x = r / here;
-  return {first + (r - x * here), x};
-}
+// This block's (head, position) in block_order_of's order (stream_jobs.h says why that order).
 __device__ __forceinline__ BlockOrder block_order(int heads, int positions, int heads_per_section) {
   return block_order_of(static_cast<int>(blockIdx.x), heads, positions, heads_per_section);
 }

@@ -15,12 +15,14 @@
 //     forth (ping-pong), so one warpgroup's softmax overlaps the other's GEMMs.
 // v2 (!kProducerWg): the same two consumer warpgroups and nothing else (256 threads), so ptxas
 //   compiles every thread to the 255-register budget of __launch_bounds__(256, 1) instead of the
-//   168 of 384 threads — v1's consumers raise theirs to 240 with setmaxnreg, but ptxas allocates
-//   them no more than 168 (SASS: no register above R165), spills ~240 bytes at head dim 128 and
-//   serialises wgmma (C7512). One thread of consumer warpgroup 1 (the one that trails in the
-//   ping-pong, so its release of a stage is usually the last) issues the copies: Q and the first
-//   kStages K/V tiles at the start, then each refill right after its own warpgroup has released
-//   the stage (it waits there for the other warpgroup's release, normally long done).
+//   168 of 384 threads. (v1's consumers raise theirs to 240 with setmaxnreg; until 2026-12-05
+//   ptxas allocated them no more than 168 at head dim 128 — spilling 208 bytes and serialising
+//   wgmma, C7512 — because of the inline trap in its consumers' mbar_waits; with the trap behind
+//   a call there, v1 compiles to 236 registers without spills. v2 was measured against the
+//   spilling v1.) One thread of consumer warpgroup 1 (the one that trails in the ping-pong, so
+//   its release of a stage is usually the last) issues the copies: Q and the first kStages K/V
+//   tiles at the start, then each refill right after its own warpgroup has released the stage
+//   (it waits there for the other warpgroup's release, normally long done).
 // v3 (!kProducerWg, kTiles 2): v2 with two query tiles a block, m-blocks M-1-x and x of the same
 //   head (equal work per block under causal masks); their key tiles form one stream through the
 //   stages, so the second tile's Q and first K/V copies land while the first tile computes (v1
@@ -45,6 +47,11 @@
 //   removes (v2 at B8 × H16 × S2048): 2,530 cycles from a block's start to its first S, ~3,000
 //   from the last P·V to the end and 2,117 idle between blocks on an SM, against a block's
 //   ~29,800.
+// v5 (kProducerWg, kTiles 0): v4's jobs, Q ring and one K/V stream with v1's producer
+//   warpgroup issuing every copy, so the consumers' loop holds no copy code at all (v4's issuer
+//   paths, inlined into warpgroup 1's loop, are what its slower key-tile period was traced to).
+//   v1 could not be the base until its consumers' waits took the trap behind a call (kernel SDK,
+//   2026-12-05): with it inline ptxas held v1's consumers to 168 registers at head dim 128.
 // The epilogue: each warpgroup writes O / l into its own 64 rows of the Q tile (free once its
 // last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at a
 // time — where out is a TMA target (16-byte aligned rows; else 4-byte stores from registers). In
@@ -77,6 +84,9 @@ struct Sm90Config {
   static constexpr int kBlockM = 128, kBlockN = 128, kStages = D <= 64 ? 3 : 2;
   static constexpr int kThreads = kProducerWg ? 384 : 256;
   static constexpr int kFirstConsumerWg = kProducerWg ? 1 : 0;
+  // the softmax's reference max moves only by more than kRescaleLog2 (the kernel's softmax says
+  // why); v1 at head dim 64 keeps the exact running max
+  static constexpr bool kLazyMax = !kProducerWg || D >= 128;
   static constexpr int kColBlocks = D / 64;                 // 64-column blocks, one TMA box
   static constexpr uint32_t kQBox = 128 * 128;              // 128 rows × 128 bytes
   static constexpr uint32_t kKVBox = kBlockN * 128;         // kBlockN rows × 128 bytes
@@ -101,8 +111,7 @@ struct Sm90Config {
                                     16 * kJobTable + 1024 /* alignment */;
   static_assert(8 * (4 * kStages + 2 * kQTiles) <= kBarrierBytes, "the mbarriers must fit");
   static_assert(kSmem <= 227 * 1024, "over the H100/H200 shared memory a block may opt into");
-  static_assert(kTiles == 1 || (kTiles != 1 && !kProducerWg),
-                "v3 pairs tiles and v4 streams them; v1, v2 do neither");
+  static_assert(kTiles != 2 || !kProducerWg, "v3 pairs tiles in the two-warpgroup layout only");
   // block_order's positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
   __host__ __device__ static constexpr int positions(int m_blocks) {
     return kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;
@@ -136,7 +145,7 @@ struct Sm90Maps {
 template <class T, int D, bool kProducerWg = true, int kTiles = 1>
 __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ Params p, const __grid_constant__ Sm90Maps maps,
-                          int heads_per_section) {
+                          int heads_per_section, int paired_jobs) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90Config<D, kProducerWg, kTiles>;
   using namespace hk::sdk::cuda::sm90;
@@ -157,7 +166,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   // v4: Q tile t done with — read by every consumer (256 arrivals), or, with O stored by TMA
   // from the slot, that store's reads done (one arrival a warpgroup) — so the ring may refill it
   auto bar_q_empty = [&](int t) { return s_bar + 8 * (4 * kStages + Cfg::kQTiles + t); };
-  constexpr bool kStream = kTiles == 0;  // v4
+  constexpr bool kStream = kTiles == 0;  // v4, v5
   auto bar_full_k = [&](int s) { return s_bar + 8 * (1 + s); };
   auto bar_full_v = [&](int s) { return s_bar + 8 * (1 + kStages + s); };
   auto bar_empty_k = [&](int s) { return s_bar + 8 * (1 + 2 * kStages + s); };
@@ -167,8 +176,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int wg = tid / 128;  // v1: 0 producer, 1-2 consumers; v2: 0-1 consumers
   const int m_blocks = (p.seqlen_q + kBlockM - 1) / kBlockM;
   const int positions = Cfg::positions(m_blocks);
-  const int total_blocks = positions * p.heads_q * p.batch;
-  // (v4 takes one entry of each round of that order: job_index below)
+  // (v1-v3: this block's; v4, v5 take jobs of the order's rounds instead: stream_jobs.h)
   const BlockOrder order = block_order(p.heads_q * p.batch, positions, heads_per_section);
   const int h = order.head % p.heads_q, b = order.head / p.heads_q;
   const int hk = h / (p.heads_q / p.heads_kv);
@@ -182,17 +190,11 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   const int m_light = order.x;
   const int n_tiles = kTiles == 2 && m_light < m_heavy ? 2 : 1;
   auto m_block_of = [&](int t) { return t == 0 ? m_heavy : m_light; };
-  // v4: the block's query tiles ("jobs"): round j of the order (gridDim.x tiles) gives each block
-  // one, forwards in even rounds and backwards in odd ones — heavy tiles come first, so a plain
-  // stride would hand block 0 the heaviest tile of every round (at S = 16384, ~17 % more key
-  // tiles than the last block); the snake evens that out over pairs of rounds
+  // v4, v5: the block's query tiles ("jobs"), in the snake or in pairs of m-blocks
+  // (stream_jobs.h; paired_jobs)
   const int grid = static_cast<int>(gridDim.x), bx = static_cast<int>(blockIdx.x);
-  auto job_index = [&](int j) { return j * grid + ((j & 1) ? grid - 1 - bx : bx); };
-  int n_jobs = 0;
-  if constexpr (kStream) {
-    const int rounds = total_blocks / grid, rest = total_blocks % grid;
-    n_jobs = rounds + (rest > 0 && job_index(rounds) < total_blocks ? 1 : 0);
-  }
+  const bool pairs = kStream && paired_jobs != 0;
+  const int n_jobs = kStream ? stream_job_count(pairs, bx, grid, m_blocks, p.heads_q * p.batch) : 0;
   if (kStream ? n_jobs <= 0 : seq.S - m_heavy * kBlockM <= 0)
     return;  // the whole block: before any barrier exists
   // rows of a query tile and the key tiles [n_hi - n_iters, n_hi) any of them sees
@@ -219,13 +221,20 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
   };
   auto job_of = [&](int j) {
     Job jb;
-    const BlockOrder o =
-        block_order_of(job_index(j), p.heads_q * p.batch, positions, heads_per_section);
-    jb.h = o.head % p.heads_q;
-    jb.b = o.head / p.heads_q;
+    const StreamJob sj =
+        stream_job(pairs, j, bx, grid, m_blocks, p.heads_q * p.batch, heads_per_section);
+    jb.h = sj.head % p.heads_q;
+    jb.b = sj.head / p.heads_q;
     jb.hk = jb.h / (p.heads_q / p.heads_kv);
     jb.seq = seq_info(p, jb.b);
-    jb.keys = keys_of(jb.seq, m_blocks - 1 - o.x);
+    if (sj.m_block >= 0) {
+      jb.keys = keys_of(jb.seq, sj.m_block);
+    } else {  // an empty job (a pair's missing partner): past every row, no keys
+      jb.keys.m0 = m_blocks * kBlockM;
+      jb.keys.valid_rows = 0;
+      jb.keys.n_hi = 0;
+      jb.keys.n_iters = 0;
+    }
     return jb;
   };
   // One stream of key tiles over the block's query tiles: index g < total_iters is key tile
@@ -359,13 +368,31 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
     regs_decrease<24>();
     if (tid == 0 && total_iters > 0) {  // no keys: no copies (none may land after the exit)
       load_q();
-      for (int it = 0; it < total_iters; ++it) {
-        const int stage = it % kStages;
-        const uint32_t parity = ((it / kStages) & 1) ^ 1;
-        mbar_wait(bar_empty_k(stage), parity);
-        load_k(it);
-        mbar_wait(bar_empty_v(stage), parity);
-        load_v(it);
+      // stream index g's K, then its V, each once its stage's last use is released
+      auto produce = [&](int g, auto&& copy) {
+        const uint32_t parity = ((g / kStages) & 1) ^ 1;
+        mbar_wait(bar_empty_k(g % kStages), parity);
+        copy(true);
+        mbar_wait(bar_empty_v(g % kStages), parity);
+        copy(false);
+      };
+      if constexpr (kStream) {
+        // v5: the block's jobs in order, each keyed job's Q into the ring (waiting for its slot's
+        // last O store) and then its key tiles — so the next job's Q and first K/V land under the
+        // current job's last GEMMs and stores
+        int g = 0, keyed = 0;
+        for (int j = 0; j < n_jobs; ++j) {
+          const JobEntry e = jobs[j];
+          const int n = e.n_iters();
+          if (n == 0) continue;
+          load_stream_q(StreamAt{e, 0, keyed});
+          for (int it = 0; it < n; ++it, ++g)
+            produce(g, [&](bool k) { load_stream_kv(k, g, e.hk(), e.b(), e.n_hi(), it); });
+          ++keyed;
+        }
+      } else {
+        for (int it = 0; it < total_iters; ++it)
+          produce(it, [&](bool k) { k ? load_k(it) : load_v(it); });
       }
     }
   } else {
@@ -411,6 +438,14 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           load_stream_found(k, g + kStages, stream_at(j + 1, ahead - jb.keys.n_iters, keyed + 1));
       }
       __syncwarp();
+    };
+    // the consumers' waits: v1 and v5 run them in a setmaxnreg region, where only the trap behind
+    // a call keeps ptxas from holding the consumers to 168 registers (kernel SDK)
+    auto consumer_wait = [](uint32_t bar, uint32_t parity) {
+      if constexpr (kProducerWg)
+        mbar_wait_trap_out_of_line(bar, parity);
+      else
+        mbar_wait(bar, parity);
     };
     const int warp_in_wg = ltid / 32, lane = ltid & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -469,7 +504,9 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
       const bool last_job = kStream ? t == n_jobs - 1 : t == n_tiles - 1;
       // the K (k) or V copy once key tile `it` of this tile (v4: job) is released
       auto refill_at = [&](bool k, int it) {
-        if constexpr (kStream)
+        if constexpr (kProducerWg)
+          return;  // v1, v5: the producer warpgroup refills
+        else if constexpr (kStream)
           refill_stream(k, g0 + it, t, jb, it, q_use * Cfg::kQTiles + q_slot);
         else if (k)
           refill_k(g0 + it);
@@ -577,10 +614,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         // the same up to rounding. Each thread first tests its own scores, so the quad's shuffles
         // run only in a tile where a row of the warp moves: on the H200 a softmax overlapping the
         // other warpgroup's stalled wgmma issue took 2-3× its exponentials' MUFU time, and
-        // leaving out the four shuffles made v2 7-10 % faster. v1 keeps the exact running max
-        // (the lazy form measured 6% slower there at head dim 64, where v1 is the default).
+        // leaving out the four shuffles made v2 7-10 % faster. v1 keeps the exact running max at
+        // head dim 64 (the lazy form measured 6% slower there, where v1 is the default).
         bool moved = true;
-        if constexpr (!kProducerWg) {
+        if constexpr (Cfg::kLazyMax) {
           bool want = false;
 #pragma unroll
           for (int r = 0; r < 2; ++r) want = want || mx[r] * sl2 > m_row[r] + kRescaleLog2;
@@ -593,8 +630,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           const float tile_max = mx[r] * sl2;
-          const bool move = kProducerWg ? true : moved && tile_max > m_row[r] + kRescaleLog2;
-          const float m_new = kProducerWg ? fmaxf(m_row[r], tile_max) : move ? tile_max : m_row[r];
+          const bool move = !Cfg::kLazyMax || (moved && tile_max > m_row[r] + kRescaleLog2);
+          const float m_new = !Cfg::kLazyMax ? fmaxf(m_row[r], tile_max)
+                              : move         ? tile_max
+                                             : m_row[r];
           const float m_ref = m_new == -INFINITY ? 0.0f : m_new;
           alpha[r] = move ? fast_exp2(m_row[r] - m_ref) : 1.0f;
           m_row[r] = m_new;
@@ -621,10 +660,10 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
 
       if (n_iters == 0) release_stored_q();
       if (n_iters > 0) {
-        mbar_wait(bar_q(q_slot), q_use & 1);
+        consumer_wait(bar_q(q_slot), q_use & 1);
         float s[kNS];
         // first key tile: S only
-        mbar_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
+        consumer_wait(bar_full_k(g0 % kStages), (g0 / kStages) & 1);
         take_turn();
         issue_s(s, g0 % kStages);
         if (t == 0) HK_FWD_BLOCK(kTraceFirstS);
@@ -645,13 +684,13 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
           const int stage = gi % kStages, prev = (gi - 1) % kStages;
           const uint32_t parity = (gi / kStages) & 1, prev_parity = ((gi - 1) / kStages) & 1;
           HK_FWD_STAMP(gi, 0);
-          mbar_wait(bar_full_k(stage), parity);
+          consumer_wait(bar_full_k(stage), parity);
           HK_FWD_STAMP(gi, 1);
           take_turn();
           HK_FWD_STAMP(gi, 2);
           issue_s(s, stage);
           HK_FWD_STAMP(gi, 3);
-          mbar_wait(bar_full_v(prev), prev_parity);
+          consumer_wait(bar_full_v(prev), prev_parity);
           HK_FWD_STAMP(gi, 4);
           issue_pv(prev);
           pass_turn();
@@ -688,7 +727,7 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         HK_FWD_STAMP(g0 + n_iters, 0);  // the period's end of the tile's last key tile
         const int g_last = g0 + n_iters - 1;
         const int last_stage = g_last % kStages;
-        mbar_wait(bar_full_v(last_stage), (g_last / kStages) & 1);
+        consumer_wait(bar_full_v(last_stage), (g_last / kStages) & 1);
         issue_pv(last_stage);
         wgmma_wait<0>();
         fence_regs(o);

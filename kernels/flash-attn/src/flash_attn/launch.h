@@ -67,8 +67,15 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream);
 // threads), v2 the two consumers alone (256 threads, 255 registers each), v3 v2 with two query
 // tiles a block (a heavy and a light m-block; the second's copies overlap the first's GEMMs), v4
 // v2 with a block an SM streaming its query tiles (each block one tile of each round of the
-// order, snaking; the next tile's Q and K/V copies land under the current tile's GEMMs and stores).
-enum class Sm90Forward { kProducerWarpgroup, kTwoWarpgroups, kTwoWarpgroupsPaired, kStreaming };
+// order, snaking; the next tile's Q and K/V copies land under the current tile's GEMMs and stores),
+// v5 v4's streaming with v1's producer warpgroup issuing the copies.
+enum class Sm90Forward {
+  kProducerWarpgroup,
+  kTwoWarpgroups,
+  kTwoWarpgroupsPaired,
+  kStreaming,
+  kProducerStreaming
+};
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);

@@ -56,8 +56,12 @@ int forward_heads_per_section(const Params& p, int head_row_bytes);
 // Whether the forward may store O by TMA: out 16-byte aligned with strides of 8 elements, and
 // HK_FLASH_FWD_O not "direct" (stores from registers, for A/Bs).
 bool forward_out_by_tma(const Params& p);
-// v4's grid: the SM count, or HK_FLASH_FWD_V4_BLOCKS=N blocks (tests: many query tiles a block).
+// v4's and v5's grid: the SM count, or HK_FLASH_FWD_V4_BLOCKS=N blocks (tests: many query tiles
+// a block).
 int forward_stream_blocks(const Params& p);
+// Whether v4 / v5 take their jobs in pairs of m-blocks (fwd_sm90.cuh): v5 does, v4 keeps the snake
+// it was measured with; HK_FLASH_FWD_STREAM_ORDER=pairs|snake forces one for both.
+bool forward_stream_pairs(bool producer_warpgroup);
 // The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
 // accumulator rows of their GQA groups in half of L2, at least one. HK_FLASH_BWD_SECTION=N forces
 // N kv heads (N ≥ batch × kv heads: every head in one section, key-position-major — the order
@@ -81,24 +85,24 @@ void launch_forward_sm90_layout(const Params& p, cudaStream_t stream) {
   const int m_blocks = (p.seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
   const int positions = Cfg::positions(m_blocks);
   const int heads = p.heads_q * p.batch;
-  // v4: one block an SM (or fewer), each taking a query tile of each round of the order — more
-  // blocks where a block's tiles would overflow its job table
-  const int64_t tiles = static_cast<int64_t>(positions) * heads;
+  // v4, v5: one block an SM (or fewer), each taking jobs of each round of the order
+  // (stream_jobs.h) — more blocks where a block's jobs would overflow its job table
   if (kTiles == 0 && (p.heads_q >= 65536 || p.batch >= 65536 || p.seqlen_k / Cfg::kBlockN >= 65535))
     throw std::invalid_argument(
-        "HK_FLASH_SM90_FWD=v4 packs heads, batch and key blocks in 16 bits each; this call "
+        "HK_FLASH_SM90_FWD=v4 and v5 pack heads, batch and key blocks in 16 bits each; this call "
         "exceeds that: use v2 (unset HK_FLASH_SM90_FWD)");
-  const int64_t table_blocks = kTiles == 0 ? (tiles + Cfg::kJobTable - 1) / Cfg::kJobTable : 0;
+  const bool pairs = kTiles == 0 && forward_stream_pairs(kProducerWg);
   const unsigned blocks =
-      kTiles == 0 ? static_cast<unsigned>(std::max<int64_t>(
-                        table_blocks, std::min<int64_t>(tiles, forward_stream_blocks(p))))
-                  : static_cast<unsigned>(tiles);
+      kTiles == 0 ? static_cast<unsigned>(stream_grid(pairs, m_blocks, heads, Cfg::kJobTable,
+                                                      forward_stream_blocks(p)))
+                  : static_cast<unsigned>(static_cast<int64_t>(positions) * heads);
   kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(
-      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))));
-  check_cuda(cudaGetLastError(), kProducerWg   ? "flash forward (sm90 v1) launch"
-                                 : kTiles == 2 ? "flash forward (sm90 v3) launch"
-                                 : kTiles == 0 ? "flash forward (sm90 v4) launch"
-                                               : "flash forward (sm90 v2) launch");
+      p, maps, forward_heads_per_section(p, D * static_cast<int>(sizeof(T))), pairs ? 1 : 0);
+  check_cuda(cudaGetLastError(), kProducerWg && kTiles == 0 ? "flash forward (sm90 v5) launch"
+                                 : kProducerWg              ? "flash forward (sm90 v1) launch"
+                                 : kTiles == 2              ? "flash forward (sm90 v3) launch"
+                                 : kTiles == 0              ? "flash forward (sm90 v4) launch"
+                                                            : "flash forward (sm90 v2) launch");
 }
 
 template <class T, int D>
@@ -110,6 +114,8 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layou
     launch_forward_sm90_layout<T, D, false, 2>(p, stream);
   else if (layout == Sm90Forward::kStreaming)
     launch_forward_sm90_layout<T, D, false, 0>(p, stream);
+  else if (layout == Sm90Forward::kProducerStreaming)
+    launch_forward_sm90_layout<T, D, true, 0>(p, stream);
   else
     launch_forward_sm90_layout<T, D, true, 1>(p, stream);
   return true;
