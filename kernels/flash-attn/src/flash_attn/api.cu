@@ -255,26 +255,19 @@ std::string unsupported_reason(const Params& p) {
 }
 
 namespace {
-// HK_FLASH_SM90_FWD: "v2" the two-warpgroup layout, "v3" the same with two query tiles a block,
-// "v4" the same streaming its query tiles (a block an SM), "v5" that streaming with a producer
-// warpgroup, "v1" or unset the producer-warpgroup one; any other value is a typo that would
-// silently measure the wrong kernel, so it fails the call. Unset: at head dim 128 v2, or v3 where
-// v2's grid would be under 12 waves of blocks; v1 at 64 — measured on the H200 (bf16, causal,
-// 2026-12-04, since the softmax's quad shuffles run only in tiles where a row's reference max
-// moves): v2 439-454 / 554-562 / 587-596 TF/s at B8×S2048 / B2×S8192 / B1×H32×S16384 against v3's
-// 441-445 / 514-526 / 518-537, v3 ahead only at the training step's B4×S2048 (416-427 against
-// 406-415); at D64 v1 stays ahead (312 TF/s against v2's 286 and v3's 276).
-Sm90Forward sm90_forward_layout(const Params& p) {
+// HK_FLASH_SM90_FWD: "v1" the producer-warpgroup layout, "v2" the two-warpgroup one, "v3" v2 with
+// two query tiles a block, "v4" v2 streaming its query tiles (a block an SM), "v5" that streaming
+// with v1's producer warpgroup; any other value is a typo that would silently measure the wrong
+// kernel, so it fails the call. Unset: v5 at both head dims — measured on the H200 (bf16, causal,
+// 2026-12-05, hk_bench_flash_kernels, the layouts mirrored in one run): v5 523-542 / 635-642 /
+// 641 TF/s at B8×S2048 / B2×S8192 / B1×H32×S16384 against v1's 474-479 / 631-640 / 653 and v2's
+// 452-464 / 560-571 / 593, the training step's B4×S2048 533 against v1 432, v2 415, v3 450, and at
+// head dim 64 338 against v1's 294; beside cuDNN in one process (attention_interleaved.py) v5's
+// forward 1.18 / 1.22 / 1.06× against v1's 0.97 / 1.15 / 1.07× and the old default's (v2/v3)
+// 0.93 / 1.08 / 1.03×.
+Sm90Forward sm90_forward_layout() {
   const char* v = std::getenv("HK_FLASH_SM90_FWD");
-  if (v == nullptr || *v == '\0') {
-    if (p.head_dim != 128) return Sm90Forward::kProducerWarpgroup;
-    // v3's pairing lands a block's second Q tile and first K/V under its first tile's GEMMs,
-    // which pays only while v2's grid is a few waves (H200: B4×H16×S2048, 7.8 waves, v3 2 %
-    // ahead; B8, 15.5 waves, v2 2 % ahead; S8192 and S16384, v2 7-13 % ahead)
-    const int64_t v2_blocks = static_cast<int64_t>((p.seqlen_q + 127) / 128) * p.heads_q * p.batch;
-    return v2_blocks < 12 * static_cast<int64_t>(p.device_sms) ? Sm90Forward::kTwoWarpgroupsPaired
-                                                               : Sm90Forward::kTwoWarpgroups;
-  }
+  if (v == nullptr || *v == '\0') return Sm90Forward::kProducerStreaming;
   if (std::strcmp(v, "v1") == 0) return Sm90Forward::kProducerWarpgroup;
   if (std::strcmp(v, "v2") == 0) return Sm90Forward::kTwoWarpgroups;
   if (std::strcmp(v, "v3") == 0) return Sm90Forward::kTwoWarpgroupsPaired;
@@ -368,7 +361,7 @@ std::string forward_kernel_name(const Params& in, bool with_workspace) {
     return "sm80 split-kv x" + std::to_string(splits) +
            (d.through_workspace ? " (workspace)" : " (cluster)");
   if (!sm90_applies(p, splits)) return "sm80 mma";
-  return sm90_forward_name(sm90_forward_layout(p));
+  return sm90_forward_name(sm90_forward_layout());
 }
 
 void forward(const Params& in, Stream stream_handle) {
@@ -380,7 +373,7 @@ void forward(const Params& in, Stream stream_handle) {
   const DecodeSplit split = planned_split(p);
   const int splits = split.splits;
   const bool sm90 = sm90_applies(p, splits);
-  const Sm90Forward layout = sm90 ? sm90_forward_layout(p) : Sm90Forward::kProducerWarpgroup;
+  const Sm90Forward layout = sm90 ? sm90_forward_layout() : Sm90Forward::kProducerWarpgroup;
   if (verbose() && splits == 0)
     std::fprintf(stderr, "hk flash: forward on the %s kernel\n",
                  sm90 ? sm90_forward_name(layout) : "sm80 mma");
