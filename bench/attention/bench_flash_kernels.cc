@@ -121,9 +121,11 @@ std::vector<unsigned long long> print_trace(const char* what, int blocks, int ph
   return h;
 }
 
-// The forward's block lives (tile slot 0 of each warpgroup's row, trace_block): a block's start
-// (its first stamp) to its first S issue, its last epilogue, and per SM the idle cycles between
-// one block's end (the later warpgroup's) and the next block's start.
+// A kernel's block lives (tile slot 0 of each warpgroup's row, trace_block): a block's start
+// (its first stamp) to its first S issue, its last epilogue, per SM the idle cycles between
+// one block's end (the later warpgroup's) and the next block's start, and the balance: each SM's
+// span (its first block's start to its last block's end; clock64 counts per SM, so spans compare
+// across SMs only as lengths) against the longest.
 void print_block_lives(const char* what, const std::vector<unsigned long long>& h, int blocks,
                        int phases) {
   struct Life {
@@ -134,7 +136,7 @@ void print_block_lives(const char* what, const std::vector<unsigned long long>& 
   for (int blk = 0; blk < blocks; ++blk) {
     const unsigned long long* w0 = &h[(static_cast<size_t>(blk) * 2) * row];
     const unsigned long long* w1 = w0 + row;
-    if (w0[1] == 0 || w0[4] == 0) continue;  // a block with no keys
+    if (w0[1] == 0 || w0[2] == 0 || w0[4] == 0) continue;  // a block with no keys
     lives.push_back({w0[0], w0[1], w0[2], w0[3], std::max(w0[4], w1[4])});
   }
   std::sort(lives.begin(), lives.end(), [](const Life& a, const Life& b) {
@@ -152,7 +154,26 @@ void print_block_lives(const char* what, const std::vector<unsigned long long>& 
       ++n_gaps;
     }
   }
+  // per SM: span from its first start to its last end (lives are sorted by SM, then start)
+  std::vector<double> spans;
+  for (size_t i = 0; i < lives.size();) {
+    size_t j = i;
+    unsigned long long last_end = 0;
+    for (; j < lives.size() && lives[j].sm == lives[i].sm; ++j)
+      last_end = std::max(last_end, lives[j].end);
+    spans.push_back(static_cast<double>(last_end - lives[i].start));
+    i = j;
+  }
+  double span_sum = 0, span_max = 0;
+  for (double v : spans) {
+    span_sum += v;
+    span_max = std::max(span_max, v);
+  }
   const double n = std::max<size_t>(lives.size(), 1);
+  if (!spans.empty())
+    std::printf("SMs %s (%zu): span mean %.0f cycles, longest %.0f (mean / longest %.3f)\n", what,
+                spans.size(), span_sum / spans.size(), span_max,
+                span_max > 0 ? span_sum / spans.size() / span_max : 0.0);
   std::printf(
       "blocks %s (%zu): start to first S %.0f cycles, last epilogue to end %.0f, life %.0f; "
       "between blocks on an SM %.0f cycles (%ld gaps, %.1f %% of the lives' cycles)\n",
@@ -165,13 +186,15 @@ void print_backward_trace(const Problem& p, Buffers& bf) {
       "rows (+ late refill)", "dP issue, wait S", "P",        "dV issue, wait dP", "dS",
       "dK, barrier",          "dQ issue",         "wait all", "release, next S",   "dQ stores",
       "fence, barrier",       "reduce issue"};
-  print_trace("bwd", p.b * p.hkv * ((p.t + 127) / 128), hk_flash::kBwdTracePhases, names,
-              [&](unsigned long long* dev) {
-                BwdScope scope(Bwd::Sm90Tma);
-                hk_flash::BackwardParams bp = backward_params(p, bf, false);
-                bp.trace = dev;
-                hk_flash::backward(bp, nullptr);
-              });
+  const int blocks = p.b * p.hkv * ((p.t + 127) / 128);
+  const std::vector<unsigned long long> h =
+      print_trace("bwd", blocks, hk_flash::kBwdTracePhases, names, [&](unsigned long long* dev) {
+        BwdScope scope(Bwd::Sm90Tma);
+        hk_flash::BackwardParams bp = backward_params(p, bf, false);
+        bp.trace = dev;
+        hk_flash::backward(bp, nullptr);
+      });
+  print_block_lives("bwd", h, blocks, hk_flash::kBwdTracePhases);
 }
 
 // The forward's layouts (a block's stream index over its key tiles).

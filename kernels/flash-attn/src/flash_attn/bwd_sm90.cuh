@@ -97,6 +97,21 @@ __global__ void __launch_bounds__(256, 1)
   // derived from it then stay in uniform registers)
   const int tid = threadIdx.x, cw = __shfl_sync(0xffffffffu, tid / 128, 0), ltid = tid % 128;
   const int warp = ltid / 32, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+#ifdef HK_FLASH_TRACE
+  // tile stamps at it + 1: slot 0 holds the block's life (trace_block), as in the forward
+  unsigned long long* const trace_at = ltid == 0 ? trace_row(p, cw, kBwdTracePhases) : nullptr;
+#define HK_BWD_STAMP(k) trace_stamp(trace_at, it + 1, kBwdTracePhases, k)
+#define HK_BWD_BLOCK(slot) trace_block(trace_at, slot)
+  HK_BWD_BLOCK(kTraceSm);
+  HK_BWD_BLOCK(kTraceStart);
+#else
+#define HK_BWD_STAMP(k) \
+  do {                  \
+  } while (0)
+#define HK_BWD_BLOCK(slot) \
+  do {                     \
+  } while (0)
+#endif
   // (kv head, key block): heads in L2-sized sections, heavy (early, causal) key blocks first
   const BlockOrder order =
       block_order(p.heads_kv * p.batch, (p.seqlen_k + kBlockN - 1) / kBlockN, heads_per_section);
@@ -198,16 +213,9 @@ __global__ void __launch_bounds__(256, 1)
     mbar_wait(bar_kv, 0);
     mbar_wait(bar_full(0), 0);
     issue_s(0);
+    HK_BWD_BLOCK(kTraceFirstS);
   }
 
-#ifdef HK_FLASH_TRACE
-  unsigned long long* const trace_at = ltid == 0 ? trace_row(p, cw, kBwdTracePhases) : nullptr;
-#define HK_BWD_STAMP(k) trace_stamp(trace_at, it, kBwdTracePhases, k)
-#else
-#define HK_BWD_STAMP(k) \
-  do {                  \
-  } while (0)
-#endif
   // the coming tile's head and m-block, kept by increments (head_of / row0_of divide)
   int next_h = hk * group, next_m = 0;
   // thread 128 found the stage it released not yet free (the other warpgroup still reading it)
@@ -446,6 +454,7 @@ __global__ void __launch_bounds__(256, 1)
     HK_BWD_STAMP(12);
   }
 #undef HK_BWD_STAMP
+  HK_BWD_BLOCK(kTraceEpilogue);
   wgmma_wait<0>();  // the last, unread S
   fence_regs(s);
   if (dq_mode == 2 && ltid == 0) bulk_wait_all();
@@ -467,6 +476,8 @@ __global__ void __launch_bounds__(256, 1)
           pack2<T>(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
     }
   }
+  HK_BWD_BLOCK(kTraceEnd);
+#undef HK_BWD_BLOCK
 #else
   (void)p;
   (void)maps;
