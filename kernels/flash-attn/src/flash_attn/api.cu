@@ -155,16 +155,20 @@ int backward_heads_per_section(const BackwardParams& p) {
   const int64_t head_bytes = std::max<int64_t>(
       1, static_cast<int64_t>(p.heads_q / p.heads_kv) * p.seqlen_q * p.head_dim * 8);
   const int64_t l2_bytes = attribute(cudaDevAttrL2CacheSize);
-  const int fit =
-      static_cast<int>(std::min<int64_t>(heads, std::max<int64_t>(1, l2_bytes / 2 / head_bytes)));
+  const int fit = static_cast<int>(
+      std::min<int64_t>(heads, std::max<int64_t>(1, l2_bytes * 3 / 4 / head_bytes)));
   if (fit >= heads || p.device_sms <= 0) return heads;
   // Sections keep each tile's Q, dO and dq in L2 between the visits of its key blocks (B2 × H16 ×
   // S8192: the dK/dV kernel's DRAM traffic 3.56 → 0.65 GB, B1 × H32 × S16384 6.9 → 2.9 GB, H200
   // ncu), but blocks start longest-first only inside a section: the last sections' heaviest blocks
   // can start late and leave SMs idle at the end (B4 × H16 × S2048 in sections of 6 kv heads: the
-  // backward 345-356 TF/s against 407-411 in one section). So the largest section that fits in L2
-  // and whose schedule ends within 1 % of the one-section order's; else one section. Worked out
-  // once per shape.
+  // backward 345-356 TF/s against 407-411 in one section; the model's tail 1.29 against 1.03). So
+  // the largest section whose heads' Q, dO and dq fill at most 3/4 of L2 and whose schedule ends
+  // within 2 % of the one-section order's; else one section. The L2 saving outweighs a modelled
+  // 1-2 % tail: B8 × H16 × S2048 in sections of 8 kv heads (32 MB, tail 1.031 against 1.017), the
+  // dK/dV kernel 671 against 718 µs and 0.52 against 1.88 GB of DRAM traffic (H200, ncu,
+  // 2026-12-05; 16 heads 673 µs, 4 heads 713, 2 heads 729), the training step's B4 345 against 350
+  // µs; B2 × S8192 now takes 4 heads (was 2; not yet measured). Worked out once per shape.
   using Key = std::tuple<int, int, int, int, int, bool, int, int64_t>;
   static std::mutex mutex;
   static std::map<Key, int> chosen;

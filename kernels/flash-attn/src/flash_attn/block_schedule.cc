@@ -38,7 +38,7 @@ int choose_section(const std::vector<double>& work, int heads, int fit, int sms)
   if (fit >= heads || sms <= 0) return heads;
   const double one_section = schedule_tail(work, heads, heads, sms);
   for (int s = std::max(1, fit); s >= 1; --s)
-    if (schedule_tail(work, heads, s, sms) <= one_section + 0.01) return s;
+    if (schedule_tail(work, heads, s, sms) <= one_section + 0.02) return s;
   return heads;
 }
 

@@ -17,7 +17,7 @@ std::vector<double> backward_block_work(int seqlen_q, int seqlen_k, int group, b
 // `work` per position run in block_order with `section` heads a section on `sms` SMs.
 double schedule_tail(const std::vector<double>& work, int heads, int section, int sms);
 
-// The largest section of at most `fit` heads whose schedule ends within 1 % of the one-section
+// The largest section of at most `fit` heads whose schedule ends within 2 % of the one-section
 // order's (every head in one section: position-major, longest-first across all heads), else
 // `heads` (one section).
 int choose_section(const std::vector<double>& work, int heads, int fit, int sms);
