@@ -51,7 +51,8 @@
 //   warpgroup issuing every copy, so the consumers' loop holds no copy code at all (v4's issuer
 //   paths, inlined into warpgroup 1's loop, are what its slower key-tile period was traced to).
 //   v1 could not be the base until its consumers' waits took the trap behind a call (kernel SDK,
-//   2026-12-05): with it inline ptxas held v1's consumers to 168 registers at head dim 128.
+//   2026-12-05): with it inline ptxas held v1's consumers to 168 registers at head dim 128. The
+//   default at both head dims since 2026-12-05 (api.cu: sm90_forward_layout says by how much).
 // The epilogue: each warpgroup writes O / l into its own 64 rows of the Q tile (free once its
 // last S has completed) with stmatrix, and one thread stores them by TMA, a 64-column box at a
 // time — where out is a TMA target (16-byte aligned rows; else 4-byte stores from registers). In
@@ -71,9 +72,10 @@ namespace hk_flash {
 
 // 128 query rows (two consumer warpgroups of 64), 128-key tiles, three stages deep at head dim
 // 64 and two at 128 (shared memory). At head dim 128 a consumer thread holds S (64 floats), O (64)
-// and P (32 words) while both GEMMs run: v2 fits that in its 255 registers (226 used); v1, held
-// to 168, spills and serialises every wgmma (C7512). 64- and 96-key tiles (which fit v1) gave
-// wrong results on the H200 (2026-12-01) because the K stages began kKVTile after Q instead of
+// and P (32 words) while both GEMMs run: v2 fits that in its 255 registers (226 used), v1's and
+// v5's consumers in the 240 setmaxnreg gives them (236, their waits' trap out of line; inline,
+// ptxas held them to 168: spills, serialised wgmma, C7512). 64- and 96-key tiles (which fit 168)
+// gave wrong results on the H200 (2026-12-01) because the K stages began kKVTile after Q instead of
 // kQTile (the same size only at 128 keys; fixed since, not re-measured).
 // How far (log2) a row's running max may rise above the reference the exponentials use before the
 // reference moves and O is rescaled (a factor 256 in P, O and the row sums).
@@ -114,7 +116,7 @@ struct Sm90Config {
   static_assert(kTiles != 2 || !kProducerWg, "v3 pairs tiles in the two-warpgroup layout only");
   // block_order's positions a head: m-blocks (v1, v2, v4), pairs of them (v3)
   __host__ __device__ static constexpr int positions(int m_blocks) {
-    return kTiles == 2 ? (m_blocks + 1) / 2 : m_blocks;
+    return kTiles == 2 ? stream_pair_positions(m_blocks) : m_blocks;
   }
 };
 
@@ -614,8 +616,8 @@ __global__ void __launch_bounds__(Sm90Config<D, kProducerWg, kTiles>::kThreads, 
         // the same up to rounding. Each thread first tests its own scores, so the quad's shuffles
         // run only in a tile where a row of the warp moves: on the H200 a softmax overlapping the
         // other warpgroup's stalled wgmma issue took 2-3× its exponentials' MUFU time, and
-        // leaving out the four shuffles made v2 7-10 % faster. v1 keeps the exact running max at
-        // head dim 64 (the lazy form measured 6% slower there, where v1 is the default).
+        // leaving out the four shuffles made v2 7-10 % faster. The producer-warpgroup layouts keep
+        // the exact running max at head dim 64 (the lazy form measured 6 % slower in v1 there).
         bool moved = true;
         if constexpr (Cfg::kLazyMax) {
           bool want = false;

@@ -62,8 +62,9 @@ int forward_stream_blocks(const Params& p);
 // Whether v4 / v5 take their jobs in pairs of m-blocks (fwd_sm90.cuh): v5 does, v4 keeps the snake
 // it was measured with; HK_FLASH_FWD_STREAM_ORDER=pairs|snake forces one for both.
 bool forward_stream_pairs(bool producer_warpgroup);
-// The backward's section (bwd_sm90.cuh): as many kv heads as leave the Q, dO and f32 dq
-// accumulator rows of their GQA groups in half of L2, at least one. HK_FLASH_BWD_SECTION=N forces
+// The backward's section (bwd_sm90.cuh): the most kv heads whose GQA groups' Q, dO and f32 dq
+// accumulator rows fill at most 3/4 of L2 and whose modelled schedule ends within 2 % of one
+// section's (block_schedule.h), at least one. HK_FLASH_BWD_SECTION=N forces
 // N kv heads (N ≥ batch × kv heads: every head in one section, key-position-major — the order
 // before sections, for A/Bs).
 int backward_heads_per_section(const BackwardParams& p);

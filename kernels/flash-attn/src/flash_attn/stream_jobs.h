@@ -54,6 +54,8 @@ struct StreamJob {
   int head;     // b · heads + h
   int m_block;  // < 0: an empty job (no rows, no keys)
 };
+// Positions of pairs of m-blocks a head (v3's blocks, v5's units): the middle one of an odd count
+// alone.
 HK_FLASH_HD int stream_pair_positions(int m_blocks) {
   return (m_blocks + 1) / 2;
 }
