@@ -22,9 +22,16 @@ sides — which windows hide as they would in a training step's stream. bf16, ca
 TFLOP/s with causal FLOPs = half of 4*B*H*S*T*D forward, 3.5x that for forward+backward. The SM
 clock is probed after every timing (attention_torch's probe).
 
+--hk-variant LABEL:NAME=VALUE[,NAME=VALUE...] (repeatable) adds a side "hk_LABEL": hk's dispatcher
+with those environment variables set while it is timed (the flash kernels read their HK_FLASH_*
+switches at each call), so kernel forms are compared beside each other and beside the peer at the
+same clocks; each round alternates every side (hk, the variants, the peer, then the reverse).
+
 Usage: python3 bench/peers/attention_interleaved.py --lib build/bench/attention/libhk_bench_flash_peer.so
          [--out attention-interleaved.json] [--quick] [--rounds N] [--backend cudnn|flash]
+         [--training-shape] [--hk-variant LABEL:NAME=VALUE[,NAME=VALUE...]]...
 """
+import contextlib
 import argparse
 import ctypes
 import json
@@ -130,33 +137,66 @@ def peer_calls(backend, B, Hq, Hkv, S, D, dtype):
     return fwd, fwd_bwd, repeated
 
 
-def shape_rows(lib, backend, rounds, B, Hq, Hkv, S, D=128, dtype=torch.bfloat16):
+def parse_variant(text):
+    """'LABEL:NAME=VALUE,NAME=VALUE' -> (LABEL, {NAME: VALUE}); a bad form is refused."""
+    label, sep, assignments = text.partition(":")
+    env = dict(a.split("=", 1) for a in assignments.split(",") if "=" in a)
+    if not sep or not label.isidentifier() or not env or len(env) != len(assignments.split(",")):
+        raise ValueError(f"--hk-variant {text!r}: expected LABEL:NAME=VALUE[,NAME=VALUE...]")
+    return label, env
+
+
+@contextlib.contextmanager
+def environment(env):
+    """The variables of `env` set (os.environ, so the library's getenv sees them), then restored."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def shape_rows(lib, backend, rounds, B, Hq, Hkv, S, variants=(), D=128, dtype=torch.bfloat16):
     flops = 0.5 * 4.0 * B * Hq * S * S * D
     hk = HkFlash(lib, B, Hq, Hkv, S, D, dtype)
     peer_fwd, peer_fb, repeated = peer_calls(backend, B, Hq, Hkv, S, D, dtype)
     sides = {"hk": {"fwd": hk.forward, "fwdbwd": hk.forward_backward},
              backend: {"fwd": peer_fwd, "fwdbwd": peer_fb}}
+    envs = {"hk": {}, backend: {}}
+    for label, env in variants:
+        sides["hk_" + label], envs["hk_" + label] = sides["hk"], env
+    hk_sides = ["hk"] + ["hk_" + label for label, _ in variants]
     row = {"shape": f"B{B}xH{Hq}(kv{Hkv})xS{S}", "B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "D": D,
            "peer": backend, "kv_repeated_for_gqa": repeated, "rounds": []}
     for r in range(rounds):
-        order = ["hk", backend] if r % 2 == 0 else [backend, "hk"]
+        order = hk_sides + [backend] if r % 2 == 0 else [backend] + hk_sides[::-1]
         entry = {"order": order}
         for pass_name, mult in (("fwd", 1.0), ("fwdbwd", 3.5)):
             for side in order:
-                t = time_saturated_ms(sides[side][pass_name])
+                with environment(envs[side]):
+                    t = time_saturated_ms(sides[side][pass_name])
                 entry[f"{side}_{pass_name}_ms"] = t
                 entry[f"{side}_{pass_name}_tflops"] = mult * flops / (t * 1e-3) / 1e12
                 entry[f"{side}_{pass_name}_sm_clock_mhz"] = attention_torch.sm_clock_mhz()
-            entry[f"{pass_name}_ratio"] = entry[f"{backend}_{pass_name}_ms"] / entry[f"hk_{pass_name}_ms"]
+            for side in hk_sides:  # "hk" keeps the unprefixed key of the records before variants
+                key = f"{pass_name}_ratio" if side == "hk" else f"{side}_{pass_name}_ratio"
+                entry[key] = entry[f"{backend}_{pass_name}_ms"] / entry[f"{side}_{pass_name}_ms"]
         row["rounds"].append(entry)
         print(json.dumps({"shape": row["shape"], "round": r, **entry}), flush=True)
     for pass_name in ("fwd", "fwdbwd"):
-        ratios = [e[f"{pass_name}_ratio"] for e in row["rounds"]]
-        for side in ("hk", backend):
+        for side in hk_sides + [backend]:
             row[f"{side}_{pass_name}_tflops_median"] = statistics.median(
                 e[f"{side}_{pass_name}_tflops"] for e in row["rounds"])
-        row[f"{pass_name}_ratio_median"] = statistics.median(ratios)
-        row[f"{pass_name}_ratio_min"], row[f"{pass_name}_ratio_max"] = min(ratios), max(ratios)
+        for side in hk_sides:
+            key = f"{pass_name}_ratio" if side == "hk" else f"{side}_{pass_name}_ratio"
+            ratios = [e[key] for e in row["rounds"]]
+            row[f"{key}_median"] = statistics.median(ratios)
+            row[f"{key}_min"], row[f"{key}_max"] = min(ratios), max(ratios)
     del hk
     torch.cuda.empty_cache()
     return row
@@ -171,9 +211,17 @@ def main():
     p.add_argument("--backend", default="cudnn", choices=sorted(attention_torch.BACKENDS))
     p.add_argument("--training-shape", action="store_true",
                    help="also the training step's B4xH16(kv8)xS2048")
+    p.add_argument("--hk-variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
+                   help="also hk with these environment variables set, as side hk_LABEL")
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
+    try:
+        variants = [parse_variant(v) for v in args.hk_variant]
+    except ValueError as e:
+        p.error(str(e))
+    if len({label for label, _ in variants}) != len(variants):
+        p.error("--hk-variant labels must differ")
     if not os.path.isfile(args.lib):
         p.error(f"{args.lib} does not exist: build the target hk_bench_flash_peer "
                 "(cmake -DHK_BUILD_BENCHMARKS=ON, CUDA on)")
@@ -181,20 +229,24 @@ def main():
     lib = load_lib(args.lib)
     result = {"torch": torch.__version__, "cuda": torch.version.cuda,
               "gpu": torch.cuda.get_device_name(0), "peer": args.backend,
-              "sm_clock_mhz_idle": attention_torch.sm_clock_mhz(), "shapes": []}
+              "sm_clock_mhz_idle": attention_torch.sm_clock_mhz(),
+              "hk_variants": {label: env for label, env in variants}, "shapes": []}
     shapes = SHAPES + ([TRAINING_SHAPE] if args.training_shape else [])
     for B, Hq, Hkv, S in shapes:
-        result["shapes"].append(shape_rows(lib, args.backend, args.rounds, B, Hq, Hkv, S))
+        result["shapes"].append(shape_rows(lib, args.backend, args.rounds, B, Hq, Hkv, S, variants))
     print(f"\nhk / {args.backend}, same process, alternating ({args.rounds} rounds; median "
           "[min, max] of the rounds' ratios)")
     for row in result["shapes"]:
-        print(f"{row['shape']:24s} fwd {row['fwd_ratio_median']:.3f} "
-              f"[{row['fwd_ratio_min']:.3f}, {row['fwd_ratio_max']:.3f}]  "
-              f"(hk {row['hk_fwd_tflops_median']:.0f} / {row[args.backend + '_fwd_tflops_median']:.0f} TF/s)"
-              f"  fwd+bwd {row['fwdbwd_ratio_median']:.3f} "
-              f"[{row['fwdbwd_ratio_min']:.3f}, {row['fwdbwd_ratio_max']:.3f}]  "
-              f"(hk {row['hk_fwdbwd_tflops_median']:.0f} / "
-              f"{row[args.backend + '_fwdbwd_tflops_median']:.0f} TF/s)")
+        for side in ["hk"] + ["hk_" + label for label, _ in variants]:
+            pre = "" if side == "hk" else side + "_"
+            print(f"{row['shape']:24s} {side:10s} fwd {row[pre + 'fwd_ratio_median']:.3f} "
+                  f"[{row[pre + 'fwd_ratio_min']:.3f}, {row[pre + 'fwd_ratio_max']:.3f}]  "
+                  f"({side} {row[side + '_fwd_tflops_median']:.0f} / "
+                  f"{row[args.backend + '_fwd_tflops_median']:.0f} TF/s)"
+                  f"  fwd+bwd {row[pre + 'fwdbwd_ratio_median']:.3f} "
+                  f"[{row[pre + 'fwdbwd_ratio_min']:.3f}, {row[pre + 'fwdbwd_ratio_max']:.3f}]  "
+                  f"({side} {row[side + '_fwdbwd_tflops_median']:.0f} / "
+                  f"{row[args.backend + '_fwdbwd_tflops_median']:.0f} TF/s)")
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
 
