@@ -31,8 +31,8 @@ Usage: python3 bench/peers/attention_interleaved.py --lib build/bench/attention/
          [--out attention-interleaved.json] [--quick] [--rounds N] [--backend cudnn|flash]
          [--training-shape] [--hk-variant LABEL:NAME=VALUE[,NAME=VALUE...]]...
 """
-import contextlib
 import argparse
+import contextlib
 import ctypes
 import json
 import os
@@ -146,6 +146,15 @@ def parse_variant(text):
     return label, env
 
 
+def ratio_key(side, pass_name):
+    """The key of a side's ratio to the peer: the default side keeps the records' unprefixed key."""
+    return f"{pass_name}_ratio" if side == "hk" else f"{side}_{pass_name}_ratio"
+
+
+def hk_side_names(variants):
+    return ["hk"] + ["hk_" + label for label, _ in variants]
+
+
 @contextlib.contextmanager
 def environment(env):
     """The variables of `env` set (os.environ, so the library's getenv sees them), then restored."""
@@ -170,7 +179,7 @@ def shape_rows(lib, backend, rounds, B, Hq, Hkv, S, variants=(), D=128, dtype=to
     envs = {"hk": {}, backend: {}}
     for label, env in variants:
         sides["hk_" + label], envs["hk_" + label] = sides["hk"], env
-    hk_sides = ["hk"] + ["hk_" + label for label, _ in variants]
+    hk_sides = hk_side_names(variants)
     row = {"shape": f"B{B}xH{Hq}(kv{Hkv})xS{S}", "B": B, "Hq": Hq, "Hkv": Hkv, "S": S, "D": D,
            "peer": backend, "kv_repeated_for_gqa": repeated, "rounds": []}
     for r in range(rounds):
@@ -183,9 +192,9 @@ def shape_rows(lib, backend, rounds, B, Hq, Hkv, S, variants=(), D=128, dtype=to
                 entry[f"{side}_{pass_name}_ms"] = t
                 entry[f"{side}_{pass_name}_tflops"] = mult * flops / (t * 1e-3) / 1e12
                 entry[f"{side}_{pass_name}_sm_clock_mhz"] = attention_torch.sm_clock_mhz()
-            for side in hk_sides:  # "hk" keeps the unprefixed key of the records before variants
-                key = f"{pass_name}_ratio" if side == "hk" else f"{side}_{pass_name}_ratio"
-                entry[key] = entry[f"{backend}_{pass_name}_ms"] / entry[f"{side}_{pass_name}_ms"]
+            for side in hk_sides:
+                entry[ratio_key(side, pass_name)] = (entry[f"{backend}_{pass_name}_ms"] /
+                                                     entry[f"{side}_{pass_name}_ms"])
         row["rounds"].append(entry)
         print(json.dumps({"shape": row["shape"], "round": r, **entry}), flush=True)
     for pass_name in ("fwd", "fwdbwd"):
@@ -193,7 +202,7 @@ def shape_rows(lib, backend, rounds, B, Hq, Hkv, S, variants=(), D=128, dtype=to
             row[f"{side}_{pass_name}_tflops_median"] = statistics.median(
                 e[f"{side}_{pass_name}_tflops"] for e in row["rounds"])
         for side in hk_sides:
-            key = f"{pass_name}_ratio" if side == "hk" else f"{side}_{pass_name}_ratio"
+            key = ratio_key(side, pass_name)
             ratios = [e[key] for e in row["rounds"]]
             row[f"{key}_median"] = statistics.median(ratios)
             row[f"{key}_min"], row[f"{key}_max"] = min(ratios), max(ratios)
@@ -237,16 +246,15 @@ def main():
     print(f"\nhk / {args.backend}, same process, alternating ({args.rounds} rounds; median "
           "[min, max] of the rounds' ratios)")
     for row in result["shapes"]:
-        for side in ["hk"] + ["hk_" + label for label, _ in variants]:
-            pre = "" if side == "hk" else side + "_"
-            print(f"{row['shape']:24s} {side:10s} fwd {row[pre + 'fwd_ratio_median']:.3f} "
-                  f"[{row[pre + 'fwd_ratio_min']:.3f}, {row[pre + 'fwd_ratio_max']:.3f}]  "
-                  f"({side} {row[side + '_fwd_tflops_median']:.0f} / "
-                  f"{row[args.backend + '_fwd_tflops_median']:.0f} TF/s)"
-                  f"  fwd+bwd {row[pre + 'fwdbwd_ratio_median']:.3f} "
-                  f"[{row[pre + 'fwdbwd_ratio_min']:.3f}, {row[pre + 'fwdbwd_ratio_max']:.3f}]  "
-                  f"({side} {row[side + '_fwdbwd_tflops_median']:.0f} / "
-                  f"{row[args.backend + '_fwdbwd_tflops_median']:.0f} TF/s)")
+        for side in hk_side_names(variants):
+            line = f"{row['shape']:24s} {side:10s}"
+            for pass_name, title in (("fwd", "fwd"), ("fwdbwd", "fwd+bwd")):
+                key = ratio_key(side, pass_name)
+                line += (f" {title} {row[key + '_median']:.3f} "
+                         f"[{row[key + '_min']:.3f}, {row[key + '_max']:.3f}]  "
+                         f"({side} {row[f'{side}_{pass_name}_tflops_median']:.0f} / "
+                         f"{row[f'{args.backend}_{pass_name}_tflops_median']:.0f} TF/s) ")
+            print(line.rstrip())
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
 
