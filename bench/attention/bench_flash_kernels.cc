@@ -4,7 +4,8 @@
 // streaming query tiles, a block an SM, v5 = v1 streaming them) and every
 // backward variant (mma.sync; Hopper with dq
 // by TMA reduce-add, by atomics; deterministic), so a kernel change is measured without building
-// libhk. fwd+bwd is timed with the dispatcher's forward and with v2's.
+// libhk. fwd+bwd is timed with the dispatcher's forward and with v2's. The columns marked * time
+// the Hopper backward's dq forms (HK_FLASH_BWD_DQ=tma, warp, wg) in a mirrored order.
 //
 //   shapes (bf16, causal): issue 11's B8×H16(kv8)×S2048, B2×H16×S8192, B1×H32(kv8)×S16384 at head
 //   dim 128, the training step's B4×H16(kv8)×S2048 at 128, and B8×H16(kv8)×S2048 at head dim 64.
@@ -181,20 +182,24 @@ void print_block_lives(const char* what, const std::vector<unsigned long long>& 
       n_gaps, busy > 0 ? 100.0 * gaps / busy : 0.0);
 }
 
+// the default dq form's and the dQ warpgroup form's (whose main warpgroups stamp no dQ phases)
 void print_backward_trace(const Problem& p, Buffers& bf) {
   static const char* const names[hk_flash::kBwdTracePhases - 1] = {
       "rows (+ late refill)", "dP issue, wait S", "P",        "dV issue, wait dP", "dS",
       "dK, barrier",          "dQ issue",         "wait all", "release, next S",   "dQ stores",
       "fence, barrier",       "reduce issue"};
   const int blocks = p.b * p.hkv * ((p.t + 127) / 128);
-  const std::vector<unsigned long long> h =
-      print_trace("bwd", blocks, hk_flash::kBwdTracePhases, names, [&](unsigned long long* dev) {
-        BwdScope scope(Bwd::Sm90Tma);
-        hk_flash::BackwardParams bp = backward_params(p, bf, false);
-        bp.trace = dev;
-        hk_flash::backward(bp, nullptr);
-      });
-  print_block_lives("bwd", h, blocks, hk_flash::kBwdTracePhases);
+  for (Bwd form : {Bwd::Sm90Tma, Bwd::Sm90DqWarpgroup}) {
+    const char* what = form == Bwd::Sm90Tma ? "bwd" : "bwd wg";
+    const std::vector<unsigned long long> h =
+        print_trace(what, blocks, hk_flash::kBwdTracePhases, names, [&](unsigned long long* dev) {
+          BwdScope scope(form);
+          hk_flash::BackwardParams bp = backward_params(p, bf, false);
+          bp.trace = dev;
+          hk_flash::backward(bp, nullptr);
+        });
+    print_block_lives(what, h, blocks, hk_flash::kBwdTracePhases);
+  }
 }
 
 // The forward's layouts (a block's stream index over its key tiles).
@@ -257,7 +262,7 @@ int main(int argc, char** argv) {
         "v3/v1 | "
         "bwd sm80 | "
         "bwd sm90 tma | bwd sm90 atomic | bwd sm90 det | fwd+bwd (default) | fwd+bwd (v2) | "
-        "sm90/sm80 bwd\n";
+        "sm90/sm80 bwd | dq tma* | dq warp* | dq wg*\n";
     if (only_shape >= static_cast<int>(shapes.size()))
       throw std::runtime_error("--shape " + std::to_string(only_shape) + ": there are " +
                                std::to_string(shapes.size()) + " shapes (0-based)");
@@ -313,6 +318,12 @@ int main(int argc, char** argv) {
       const double t90 = bwd_time(Bwd::Sm90Tma, false);
       const double mhz_bwd = sm_clock_mhz();
       const double t90a = bwd_time(Bwd::Sm90Atomic, false);
+      // how dq leaves the Hopper kernel (HK_FLASH_BWD_DQ tma / warp / wg), mirrored as the
+      // layouts are: tma warp wg wg warp tma, each pair averaged
+      const Bwd dq_forms[3] = {Bwd::Sm90Tma, Bwd::Sm90TmaWarp, Bwd::Sm90DqWarpgroup};
+      double t_dq[3] = {};
+      for (int i = 0; i < 3; ++i) t_dq[i] = bwd_time(dq_forms[i], false);
+      for (int i = 2; i >= 0; --i) t_dq[i] = 0.5 * (t_dq[i] + bwd_time(dq_forms[i], false));
       const double t90d = bwd_time(Bwd::Sm90Tma, true);
       double t_fb2 = 0;
       {
@@ -330,18 +341,19 @@ int main(int argc, char** argv) {
       std::snprintf(
           row, sizeof row,
           "%-40s| %5.0f | %6.0f | %6.0f | %6.0f | %6.0f | %6.0f | %5.2f | %5.2f | %8.0f | %12.0f | "
-          "%15.0f | %12.0f | %17.0f | %12.0f | %.2f\n",
+          "%15.0f | %12.0f | %17.0f | %12.0f | %13.2f | %7.0f | %8.0f | %6.0f\n",
           sh.name, tf(fwd_flops, t_fwd), tf(fwd_flops, t_v1), tf(fwd_flops, t_v2),
           tf(fwd_flops, t_v3), tf(fwd_flops, t_v4), tf(fwd_flops, t_v5), t_v1 / t_v2, t_v1 / t_v3,
           tf(2.5 * fwd_flops, t80), tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a),
           tf(2.5 * fwd_flops, t90d), tf(3.5 * fwd_flops, t_fb), tf(3.5 * fwd_flops, t_fb2),
-          t80 / t90);
+          t80 / t90, tf(2.5 * fwd_flops, t_dq[0]), tf(2.5 * fwd_flops, t_dq[1]),
+          tf(2.5 * fwd_flops, t_dq[2]));
       table += row;
       std::fprintf(stderr, "%s", row);
       std::fprintf(stderr,
                    "%s: SM clock after fwd %.0f MHz, after fwd+bwd %.0f, after bwd sm90 %.0f\n",
                    sh.name, mhz_fwd, mhz_fb, mhz_bwd);
-      char js[2048];
+      char js[4096];
       std::snprintf(
           js, sizeof js,
           "%s{\"shape\": \"%s\", \"B\": %d, \"Hq\": %d, \"Hkv\": %d, \"S\": %d, \"D\": %d, "
@@ -356,13 +368,17 @@ int main(int argc, char** argv) {
           "\"bwd_sm90_tma_tflops\": %.2f, \"bwd_sm90_atomic_tflops\": %.2f, "
           "\"bwd_sm90_deterministic_tflops\": %.2f, \"fwdbwd_tflops\": %.2f, "
           "\"sm_clock_mhz_after_fwd\": %.0f, \"sm_clock_mhz_after_fwdbwd\": %.0f, "
-          "\"sm_clock_mhz_after_bwd_sm90\": %.0f}",
+          "\"sm_clock_mhz_after_bwd_sm90\": %.0f, \"bwd_sm90_dq_tma_mirrored_ms\": %.5f, "
+          "\"bwd_sm90_dq_warp_mirrored_ms\": %.5f, \"bwd_sm90_dq_wg_mirrored_ms\": %.5f, "
+          "\"bwd_sm90_dq_tma_mirrored_tflops\": %.2f, \"bwd_sm90_dq_warp_mirrored_tflops\": %.2f, "
+          "\"bwd_sm90_dq_wg_mirrored_tflops\": %.2f}",
           json.back() == '[' ? "" : ", ", sh.name, sh.b, sh.hq, sh.hkv, sh.s, sh.d, t_fwd, t_v1,
           t_v2, tf(fwd_flops, t_v1), tf(fwd_flops, t_v2), t_v3, tf(fwd_flops, t_v3), t_v4,
           tf(fwd_flops, t_v4), t_v5, tf(fwd_flops, t_v5), t_fb2, tf(3.5 * fwd_flops, t_fb2), t80,
           t90, t90a, t90d, t_fb, tf(fwd_flops, t_fwd), tf(2.5 * fwd_flops, t80),
           tf(2.5 * fwd_flops, t90), tf(2.5 * fwd_flops, t90a), tf(2.5 * fwd_flops, t90d),
-          tf(3.5 * fwd_flops, t_fb), mhz_fwd, mhz_fb, mhz_bwd);
+          tf(3.5 * fwd_flops, t_fb), mhz_fwd, mhz_fb, mhz_bwd, t_dq[0], t_dq[1], t_dq[2],
+          tf(2.5 * fwd_flops, t_dq[0]), tf(2.5 * fwd_flops, t_dq[1]), tf(2.5 * fwd_flops, t_dq[2]));
       json += js;
     }
     json += "]}\n";

@@ -380,6 +380,15 @@ __device__ __forceinline__ void mbar_wait_trap_out_of_line(uint32_t bar, uint32_
   for (uint32_t tries = 0; !mbar_try_wait(bar, parity); ++tries)
     if (tries > (1u << 24)) mbar_wait_timed_out();
 }
+// A wait with no watchdog at all, for the waits of a setmaxnreg region whose wgmma a trap in any
+// form serialises: in the flash backward's dQ warpgroup form (dPᵀ under the exponentials or not)
+// the inline trap held the main warpgroups to the entry's 168 registers (C7512) and the trap
+// behind a call serialised every wgmma (C7514). A protocol bug then hangs the launch instead of
+// failing it, so the callers keep these waits few and their tests run under a timeout.
+__device__ __forceinline__ void mbar_wait_in_wgmma_region(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1, int c2, int c3) {
   asm volatile(
@@ -439,6 +448,12 @@ __device__ __forceinline__ void bulk_commit() {
 // The issuing thread's bulk groups have read their shared memory (it may be written again).
 __device__ __forceinline__ void bulk_wait_read_all() {
   asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+// All but the issuing thread's newest `Pending` bulk groups have read their shared memory (so a
+// buffer the group before them read may be written again while the newest still reads its own).
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
 }
 // The issuing thread's bulk groups are complete (global memory written).
 __device__ __forceinline__ void bulk_wait_all() {

@@ -3,11 +3,12 @@
 // producer warpgroup; v2: two warpgroups; v3: v2 with two query tiles a block; HK_FLASH_SM90_FWD,
 // decode form off so even 1- and 7-row calls reach them; out and lse checked, the kernel name
 // asserted) and then the dispatcher's forward, and every backward kernel forced in turn: the
-// mma.sync backward and the Hopper (wgmma + TMA) backward with dq by TMA reduce-add and by atomics,
-// each also deterministic (bitwise repeatable). bf16 and f16, head dims 64 and 128, lengths 1, 7,
-// 129, 2049, S≠T both ways, GQA 1/2/3/8 and MQA, causal and not, softcap, window,
-// key_start, scale, tensors stored with padding between heads (strided views), every output
-// poisoned with NaN first. Head dim 256 and varlen run the mma.sync kernel (test_flash_attention).
+// mma.sync backward and the Hopper (wgmma + TMA) backward with dq by bulk reduce-add (a warpgroup's
+// or a warp's), by a third warpgroup and by atomics, each also deterministic (bitwise repeatable).
+// bf16 and f16, head dims 64 and 128, lengths 1, 7, 129, 2049, S≠T both ways, GQA 1/2/3/8 and MQA,
+// causal and not, softcap, window, key_start, scale, tensors stored with padding between heads
+// (strided views), every output poisoned with NaN first. Head dim 256 and varlen run the mma.sync
+// kernel (test_flash_attention).
 //
 // FlashKernels.Sm90BackwardCanary runs first and alone in scripts/gpu-test --attention: when it
 // fails, the script turns the Hopper backward off (HK_FLASH_SM90_BWD=0) for everything after it.
@@ -144,6 +145,9 @@ void run(const Case& c, int d, hk_flash::Dtype dt, const std::vector<Bwd>& kerne
   const auto gt = tolerance(dt, true);
   for (Bwd kernel : kernels)
     for (bool deterministic : {false, true}) {
+      // deterministic mode takes dq out of the Hopper kernel, so the forms that differ only in how
+      // dq leaves it would run Sm90Tma's deterministic kernel again
+      if (deterministic && (kernel == Bwd::Sm90TmaWarp || kernel == Bwd::Sm90DqWarpgroup)) continue;
       SCOPED_TRACE(std::string(bwd_name(kernel)) + (deterministic ? " deterministic" : ""));
       BwdScope scope(kernel);
       std::vector<double> first[3];
@@ -180,10 +184,12 @@ const std::vector<Case>& cases() {
   return all;
 }
 
-const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90Atomic};
-const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90Atomic};
-const std::vector<Bwd> kSm90BackwardBothPasses = {Bwd::Sm90Tma, Bwd::Sm90TmaRowPasses,
-                                                  Bwd::Sm90Atomic};
+const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90TmaWarp,
+                                       Bwd::Sm90DqWarpgroup, Bwd::Sm90Atomic};
+const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90TmaWarp, Bwd::Sm90DqWarpgroup,
+                                        Bwd::Sm90Atomic};
+const std::vector<Bwd> kSm90BackwardBothPasses = {
+    Bwd::Sm90Tma, Bwd::Sm90TmaWarp, Bwd::Sm90DqWarpgroup, Bwd::Sm90TmaRowPasses, Bwd::Sm90Atomic};
 
 // First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards, with the dq
 // passes a tile a block (aligned tensors' default) and a row a warp; and the block order's kv-head
@@ -203,6 +209,11 @@ TEST(FlashKernels, Sm90BackwardCanary) {
           hk_flash::Dtype::BF16, kSm90Backward, 0, 1, {Fwd::Dispatch});
     }
   }
+  // a dq form that is none of tma / warp / wg / atomic fails the call instead of timing the default
+  const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
+  Buffers bf(p);
+  EnvScope typo("HK_FLASH_BWD_DQ", "warpgroup");
+  EXPECT_THROW(hk_flash::backward(backward_params(p, bf, false), nullptr), std::invalid_argument);
 }
 
 // The Hopper forwards after v1 alone (v2, v3 with two query tiles a block, v4 streaming them, a

@@ -10,8 +10,9 @@
 // registers);
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
-// (HK_FLASH_SM90_BWD=0 turns it alone off; HK_FLASH_BWD_DQ=atomic sends its dq by atomics into
-// the row-major accumulator instead of bulk reduce-adds into the tiled one; its block order by
+// (HK_FLASH_SM90_BWD=0 turns it alone off; its dq form by sm90_backward_dq, HK_FLASH_BWD_DQ=
+// tma|warp|wg|atomic — atomic into the row-major accumulator, the others into the tiled one; its
+// block order by
 // backward_heads_per_section, HK_FLASH_BWD_SECTION=N forcing N kv heads a section), else the
 // mma.sync one, between the Di pre-pass and the dq pass (a tile a block over the tiled accumulator,
 // HK_FLASH_BWD_PASSES=rows keeping the row-a-warp passes). Nothing here allocates or
@@ -282,6 +283,28 @@ Sm90Forward sm90_forward_layout() {
       " is not a Hopper forward layout: set it to v1, v2, v3, v4 or v5, or unset it");
 }
 
+// HK_FLASH_BWD_DQ: how the Hopper backward's dq leaves (launch.h's Sm90BwdDq), read at each call
+// so A/B runs can alternate forms in one process. Unset or `tma`: one bulk reduce-add a warpgroup,
+// the measured default; `warp`, `wg` (the dQ warpgroup form) and `atomic` for A/Bs. A value that
+// names none of them fails the call rather than silently timing the default.
+Sm90BwdDq sm90_backward_dq() {
+  const char* v = std::getenv("HK_FLASH_BWD_DQ");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "tma") == 0) return Sm90BwdDq::kReduceWarpgroup;
+  if (std::strcmp(v, "warp") == 0) return Sm90BwdDq::kReduceWarp;
+  if (std::strcmp(v, "wg") == 0) return Sm90BwdDq::kDqWarpgroup;
+  if (std::strcmp(v, "atomic") == 0) return Sm90BwdDq::kAtomic;
+  throw std::invalid_argument(std::string("HK_FLASH_BWD_DQ=") + v +
+                              " is not a dq form of the Hopper backward: set it to tma, warp, wg "
+                              "or atomic, or unset it");
+}
+
+const char* sm90_backward_dq_name(Sm90BwdDq form) {
+  return form == Sm90BwdDq::kReduceWarp    ? " (dq by bulk reduce-add a warp)"
+         : form == Sm90BwdDq::kDqWarpgroup ? " (dq by a third warpgroup, bulk reduce-add a warp)"
+         : form == Sm90BwdDq::kAtomic      ? " (dq by atomics)"
+                                           : " (dq by bulk reduce-add a warpgroup)";
+}
+
 const char* sm90_forward_name(Sm90Forward layout) {
   return layout == Sm90Forward::kTwoWarpgroups         ? "sm90 wgmma v2"
          : layout == Sm90Forward::kTwoWarpgroupsPaired ? "sm90 wgmma v3"
@@ -439,9 +462,9 @@ void backward(const BackwardParams& in, Stream stream_handle) {
                                                                round_up(q_rows(p) * p.heads_q * 4));
   if (p.seqlen_k == 0 || p.seqlen_q == 0) return;  // nothing the kernels would touch
   const bool sm90 = backward_sm90_applies(p);
-  const bool tma_dq = !env_is("HK_FLASH_BWD_DQ", "atomic");
-  // the Hopper kernel's TMA dq leaves in its tiled layout (bulk reduce-adds of whole tiles)
-  const bool tiled_dq = sm90 && tma_dq && dq_accum != nullptr;
+  const Sm90BwdDq dq_form = sm90_backward_dq();
+  // the Hopper kernel's bulk reduce-adds leave dq in its tiled layout (whole tiles)
+  const bool tiled_dq = sm90 && sm90_backward_dq_tiled(dq_form) && dq_accum != nullptr;
   // its passes a tile a block need 16-byte O and dO rows and 8-byte dq rows (batch layouts: the
   // Hopper kernel's); HK_FLASH_BWD_PASSES=rows keeps the row passes, for A/Bs
   const bool tile_passes =
@@ -452,16 +475,15 @@ void backward(const BackwardParams& in, Stream stream_handle) {
                           : tile_passes ? DqPasses::kTiled
                                         : DqPasses::kTiledByRows;
   if (verbose())
-    std::fprintf(
-        stderr, "hk flash: backward on the %s kernel%s\n", sm90 ? "sm90 wgmma" : "sm80 mma",
-        sm90 && dq_accum != nullptr ? (tiled_dq ? " (dq by bulk reduce-add)" : " (dq by atomics)")
-                                    : "");
+    std::fprintf(stderr, "hk flash: backward on the %s kernel%s\n",
+                 sm90 ? "sm90 wgmma" : "sm80 mma",
+                 sm90 && dq_accum != nullptr ? sm90_backward_dq_name(dq_form) : "");
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto steps = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
       launch_backward_prepare<T, D>(p, stream, di, dq_accum, passes);
-      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, tiled_dq)))
+      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, dq_form)))
         launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
       launch_backward_finish<T, D>(p, stream, di, dq_accum, passes);
     };

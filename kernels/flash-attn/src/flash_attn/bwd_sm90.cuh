@@ -25,10 +25,16 @@
 //     warpgroup takes 64 of the columns over all 128 keys; at 64, all columns over its own keys.
 // dQ leaves in f32 either by one bulk reduce-add a warpgroup (default) of its part staged in
 // shared memory in the order its threads hold it, into an accumulator tiled the same way
-// (dq_tiled_index: no swizzle arithmetic, 16-byte stores, one copy), or by red.global.add.v2 from
-// registers into the row-major accumulator (HK_FLASH_BWD_DQ=atomic); deterministic mode skips it
-// (the sm80 dq kernel runs after). Masks, softcap, window, key_start and lse follow bwd_sm80.cuh.
-// HK_FLASH_TRACE builds stamp each phase's clock (Params::trace; the benchmark prints
+// (dq_tiled_index, dq_tiles.h: no swizzle arithmetic, 16-byte stores, one copy), or by one a warp
+// of its own 16 rows (HK_FLASH_BWD_DQ=warp: no barrier across the warpgroup), or by
+// red.global.add.v2 from registers into the row-major accumulator (HK_FLASH_BWD_DQ=atomic);
+// deterministic mode skips it (the sm80 dq kernel runs after).
+// The dQ warpgroup form (kDqWg, HK_FLASH_BWD_DQ=wg; 384 threads, setmaxnreg 224 / 224 / 64): a
+// third warpgroup (bwd_dq_warpgroup) takes dQ over all 128 keys once both main warpgroups have
+// stored a tile's dSᵀ (an mbarrier of 256 arrivals; a second hands the buffer back), so the main
+// warpgroups lose dQ's GEMM, its stores and the block barrier — each keeps its own lse/Di rows —
+// and issue dPᵀ after the exponentials. Masks, softcap, window, key_start and lse follow
+// bwd_sm80.cuh. HK_FLASH_TRACE builds stamp each phase's clock (Params::trace; the benchmark prints
 // them), a measurement build only.
 // Not here: varlen and KV-cache layouts, head dim 256 (the mma.sync backward serves them).
 #pragma once
@@ -42,6 +48,9 @@ namespace hk_flash {
 template <int D>
 struct Sm90BwdConfig {
   static constexpr int kBlockM = 64, kBlockN = 128, kStages = 2, kThreads = 256;
+  // the dQ warpgroup form: a third warpgroup takes dQ (registers: 2 · 224 + 64 = 65,536 / 128)
+  static constexpr int kThreadsDqWg = 384, kMainRegs = 224, kDqRegs = 64;
+  static_assert(2 * kMainRegs + kDqRegs == 65536 / 128, "the register split fills the file");
   static constexpr int kColBlocks = D / 64;                   // 64-column blocks, one TMA box
   static constexpr uint32_t kQBox = kBlockM * 128;            // 64 rows × 128 bytes
   static constexpr uint32_t kKBox = kBlockN * 128;            // 128 rows × 128 bytes
@@ -55,9 +64,16 @@ struct Sm90BwdConfig {
   static constexpr uint32_t kOffDo = kOffQ + kStages * kQTile;
   static constexpr uint32_t kOffDs = kOffDo + kStages * kQTile;
   static constexpr uint32_t kOffDq = kOffDs + 2 * kDsTile;
-  static constexpr uint32_t kOffRows = kOffDq + 2 * kDqPart;  // [2][lse 64 | Di 64] f32
-  static constexpr uint32_t kOffBar = kOffRows + 2 * 2 * kBlockM * 4;
-  static constexpr uint32_t kSmem = kOffBar + 64 /* 5 mbarriers */ + 1024 /* alignment */;
+  // [warpgroup][buffer][lse 64 | Di 64] f32: the 256-thread form uses warpgroup 0's for both
+  // (one block barrier a tile), the dQ warpgroup form one set a main warpgroup (no block barrier)
+  static constexpr uint32_t kOffRows = kOffDq + 2 * kDqPart;
+  static constexpr uint32_t kRowsPerWg = 2 * 2 * kBlockM;  // floats
+  static constexpr uint32_t kOffBar = kOffRows + 2 * kRowsPerWg * 4;
+  // mbarriers (8 bytes each): K/V, Q/dO full [2], Q/dO empty [2], and the dQ warpgroup form's
+  // dSᵀ full [2] (main warpgroups → dQ warpgroup) and dSᵀ empty [2] (back)
+  static constexpr uint32_t kBarKv = 0, kBarFull = 1, kBarEmpty = 3, kBarDsFull = 5,
+                            kBarDsEmpty = 7, kBars = 9;
+  static constexpr uint32_t kSmem = kOffBar + 8 * kBars + 1024 /* alignment */;
   static_assert(D == 64 || D == 128, "the Hopper backward takes head dim 64 or 128");
   static_assert(kQBox % 1024 == 0 && kOffRows % 1024 == 0, "swizzle atoms need 1024-byte tiles");
 };
@@ -66,13 +82,78 @@ struct Sm90BwdMaps {
   CUtensorMap q, k, v, dout;
 };
 
+// The dQ warpgroup of the kDqWg form: per tile, once both main warpgroups' dSᵀ is in shared memory
+// (dSᵀ full), dQ = dS·K over the block's 128 keys, 64 columns at a time (32 accumulator registers
+// under the warpgroup's 64), each part staged in dq_tiles.h's order into one of two buffers and
+// sent by one bulk reduce-add a warp; the dSᵀ buffer goes back (dSᵀ empty) once the tile's last
+// part has read it. Tiles come in the main warpgroups' order (heads of the group, then m-blocks).
+template <class T, int D>
+__device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float* dq_accum,
+                                                 uint32_t base, int b, int first_head, int m_first,
+                                                 int m_blocks, int n_iters) {
+  using Cfg = Sm90BwdConfig<D>;
+  using namespace hk::sdk::cuda::sm90;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x % 128) / 32;
+  int h = first_head, m_block = 0, part = 0;
+  for (int it = 0; it < n_iters; ++it) {
+    const int buf = it & 1, m0 = (m_first + m_block) * Cfg::kBlockM, head = h;
+    if (++m_block == m_blocks) {
+      m_block = 0;
+      ++h;
+    }
+    mbar_wait_in_wgmma_region(base + Cfg::kOffBar + 8 * (Cfg::kBarDsFull + buf), (it >> 1) & 1);
+    // addresses from an opaque copy of the base (as the main loop's, for the same reason)
+    const uint32_t sb = opaque_u32(base);
+    const uint64_t ds_mn =
+        uniform_desc(make_desc(sb + Cfg::kOffDs + buf * Cfg::kDsTile, Cfg::kDsTile, 1024));
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c, ++part) {
+      // dQ[:, 64c, +64) = dS·K: A = dSᵀ (MN-major, keys as K), B = K's column block c (MN-major)
+      const uint64_t k_mn =
+          uniform_desc(make_desc(sb + Cfg::kOffK + c * Cfg::kKBox, Cfg::kKBox, 1024));
+      float dq[32];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kBlockN / 16; ++kk)
+        wgmma_ss<64, T, 1, 1>(dq, desc_add(ds_mn, kk * 16 * 128), desc_add(k_mn, kk * 16 * 128),
+                              kk > 0 ? 1 : 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_regs(dq);
+      if (c == D / 64 - 1) mbar_arrive(base + Cfg::kOffBar + 8 * (Cfg::kBarDsEmpty + buf));
+      // staging buffer part % 2, whose last reader (this warp's part before last) must be done
+      const uint32_t stage = sb + Cfg::kOffDq + (part & 1) * Cfg::kDqPart;
+      if (lane == 0) bulk_wait_read<1>();
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                         stage + dq_tile_word(warp, j, lane) * 16),
+                     "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                     : "memory");
+      fence_proxy_async();
+      __syncwarp();
+      if (lane == 0) {
+        // the warp's run begins at its first element, (m0 + 16·warp, 64c)
+        bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, head, 64 * c),
+                            stage + dq_tile_word(warp, 0, 0) * 16, kDqWordsPerWarp * 16);
+        bulk_commit();
+      }
+    }
+  }
+  if (lane == 0) bulk_wait_all();
+}
+
 // dq_mode: 0 none (deterministic: another kernel computes dq), 1 red.global.add (rows), 2 bulk
-// reduce-add (the tiled accumulator).
+// reduce-add a warpgroup, 3 bulk reduce-add a warp (both into the tiled accumulator).
 // kCap: softcap (p.softcap > 0) compiled in. A run-time softcap branch kept the tanh derivatives'
 // 16 registers reserved on every path; without them the kernel runs 4-5% faster at head dim 128
 // (H200, 2026-12-02: 313-412 against 298-393 TF/s).
-template <class T, int D, bool kCap>
-__global__ void __launch_bounds__(256, 1)
+// kDqWg: the dQ warpgroup form (384 threads; dq_mode is 3's layout, and dq_accum is never null).
+template <class T, int D, bool kCap, bool kDqWg>
+__global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
+                                        : Sm90BwdConfig<D>::kThreads,
+                                  1)
     flash_bwd_dkdv_sm90_kernel(const __grid_constant__ BackwardParams p,
                                const __grid_constant__ Sm90BwdMaps maps, const float* di,
                                float* dq_accum, int dq_mode, int heads_per_section) {
@@ -88,18 +169,31 @@ __global__ void __launch_bounds__(256, 1)
   auto s_q = [&](int st) { return base + Cfg::kOffQ + st * kQTile; };
   auto s_do = [&](int st) { return base + Cfg::kOffDo + st * kQTile; };
   auto s_ds = [&](int buf) { return base + Cfg::kOffDs + buf * Cfg::kDsTile; };
-  float* rows = reinterpret_cast<float*>(smem_raw + (base - raw) + Cfg::kOffRows);
-  const uint32_t bar_kv = base + Cfg::kOffBar;
-  auto bar_full = [&](int st) { return bar_kv + 8 * (1 + st); };
-  auto bar_empty = [&](int st) { return bar_kv + 8 * (3 + st); };
+  const uint32_t bar_kv = base + Cfg::kOffBar + 8 * Cfg::kBarKv;
+  auto bar_full = [&](int st) { return base + Cfg::kOffBar + 8 * (Cfg::kBarFull + st); };
+  auto bar_empty = [&](int st) { return base + Cfg::kOffBar + 8 * (Cfg::kBarEmpty + st); };
+  auto bar_ds_full = [&](int buf) { return base + Cfg::kOffBar + 8 * (Cfg::kBarDsFull + buf); };
+  auto bar_ds_empty = [&](int buf) { return base + Cfg::kOffBar + 8 * (Cfg::kBarDsEmpty + buf); };
 
   // cw broadcast from lane 0 so the compiler knows it is warp-uniform (the wgmma descriptors
-  // derived from it then stay in uniform registers)
+  // derived from it then stay in uniform registers); cw 2 is the dQ warpgroup (kDqWg)
   const int tid = threadIdx.x, cw = __shfl_sync(0xffffffffu, tid / 128, 0), ltid = tid % 128;
   const int warp = ltid / 32, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  // who loads lse and Di: warpgroup 0 for both (256 threads), each main warpgroup its own (kDqWg)
+  const bool loads_rows = kDqWg ? cw < 2 : tid < 128;
+  float* rows = reinterpret_cast<float*>(smem_raw + (base - raw) + Cfg::kOffRows) +
+                (kDqWg && cw == 1 ? Cfg::kRowsPerWg : 0);
+  // a wait inside the main loops: the dQ warpgroup form's may not trap (mbar_wait_in_wgmma_region)
+  auto loop_wait = [&](uint32_t bar, uint32_t parity) {
+    if constexpr (kDqWg)
+      mbar_wait_in_wgmma_region(bar, parity);
+    else
+      mbar_wait(bar, parity);
+  };
 #ifdef HK_FLASH_TRACE
   // tile stamps at it + 1: slot 0 holds the block's life (trace_block), as in the forward
-  unsigned long long* const trace_at = ltid == 0 ? trace_row(p, cw, kBwdTracePhases) : nullptr;
+  unsigned long long* const trace_at =
+      ltid == 0 && cw < 2 ? trace_row(p, cw, kBwdTracePhases) : nullptr;
 #define HK_BWD_STAMP(k) trace_stamp(trace_at, it + 1, kBwdTracePhases, k)
 #define HK_BWD_BLOCK(slot) trace_block(trace_at, slot)
   HK_BWD_BLOCK(kTraceSm);
@@ -130,23 +224,24 @@ __global__ void __launch_bounds__(256, 1)
   const int n_iters = m_blocks * group;
   auto head_of = [&](int it) { return hk * group + it / m_blocks; };
   auto row0_of = [&](int it) { return (m_first + it % m_blocks) * kBlockM; };
-  // threads 0..127: lse (0..63) or Di (64..127) of row tid % 64 of tile (h, m0), as loaded: the
-  // ·log2e (store_row) waits until the value is needed, so the load's latency stays off the
-  // tile's path (applied at once, it stalled warpgroup 0 ~850 cycles a tile on the H200)
+  // threads ltid 0..127 of a loading warpgroup: lse (0..63) or Di (64..127) of row ltid % 64 of
+  // tile (h, m0), as loaded: the ·log2e (store_row) waits until the value is needed, so the
+  // load's latency stays off the tile's path (applied at once, it stalled warpgroup 0 ~850 cycles
+  // a tile on the H200)
   auto load_row = [&](int h, int m0) -> float {
-    const int s = m0 + (tid & 63);
-    const float* src = tid < 64 ? p.lse_in + lse_offset(p, b, seq.q_row0, s, h)
-                                : di + di_offset(p, b, seq.q_row0, s, h);
+    const int s = m0 + (ltid & 63);
+    const float* src = ltid < 64 ? p.lse_in + lse_offset(p, b, seq.q_row0, s, h)
+                                 : di + di_offset(p, b, seq.q_row0, s, h);
     // a predicated load into the register holding the fallback: nothing reads it before
     // store_row (a select after the load would wait for it)
-    float v = tid < 64 ? INFINITY : 0.0f;
+    float v = ltid < 64 ? INFINITY : 0.0f;
     asm volatile("{\n.reg .pred p;\nsetp.lt.s32 p, %1, %2;\n@p ld.global.nc.f32 %0, [%3];\n}\n"
                  : "+f"(v)
                  : "r"(s), "r"(seq.S), "l"(src));
     return v;
   };
   auto store_row = [&](int buf, float v) {
-    rows[buf * 2 * kBlockM + tid] = tid < 64 ? v * kLog2e : v;
+    rows[buf * 2 * kBlockM + ltid] = ltid < 64 ? v * kLog2e : v;
   };
   auto issue_qdo = [&](int it, int st) {
     const int h = head_of(it), m0 = row0_of(it);
@@ -159,11 +254,15 @@ __global__ void __launch_bounds__(256, 1)
     mbar_init(bar_kv, 1);
     for (int st = 0; st < Cfg::kStages; ++st) {
       mbar_init(bar_full(st), 1);
-      mbar_init(bar_empty(st), Cfg::kThreads);
+      mbar_init(bar_empty(st), Cfg::kThreads);  // the main warpgroups
+      if constexpr (kDqWg) {
+        mbar_init(bar_ds_full(st), Cfg::kThreads);  // every main thread's dSᵀ stored
+        mbar_init(bar_ds_empty(st), 128);           // the dQ warpgroup has read it
+      }
     }
     fence_barrier_init();
   }
-  if (n_iters > 0 && tid < 128) store_row(0, load_row(head_of(0), row0_of(0)));
+  if (n_iters > 0 && loads_rows) store_row(0, load_row(head_of(0), row0_of(0)));
   __syncthreads();
   if (tid == 0 && n_iters > 0) {  // no tiles: no copies (none may land after the block exits)
     prefetch_tma(&maps.q);
@@ -175,6 +274,19 @@ __global__ void __launch_bounds__(256, 1)
     if (n_iters > 1) issue_qdo(1, 1);
   }
 
+  if constexpr (kDqWg) {
+    // the waits before the loops keep mbar_wait's trap: outside the setmaxnreg regions it costs
+    // nothing (inside, mbar_wait_in_wgmma_region). The dQ warpgroup needs only K before its loop
+    // (a wait there for Q's first stage could meet that stage's third phase, of the same parity)
+    if (n_iters > 0) mbar_wait(bar_kv, 0);
+    if (cw == 2) {
+      regs_decrease<Cfg::kDqRegs>();
+      bwd_dq_warpgroup<T, D>(p, dq_accum, base, b, hk * group, m_first, m_blocks, n_iters);
+      return;
+    }
+    if (n_iters > 0) mbar_wait(bar_full(0), 0);
+    regs_increase<Cfg::kMainRegs>();
+  }
   const int key_row0 = 64 * cw + 16 * warp + g;  // this thread's first key row (and + 8)
   const int dq_col0 = D == 128 ? 64 * cw : 0;
   const int dq_key0 = D == 128 ? 0 : 64 * cw;
@@ -210,8 +322,10 @@ __global__ void __launch_bounds__(256, 1)
                     uniform_desc(make_desc(sb + Cfg::kOffQ + stage * kQTile, 16, 1024)));
   };
   if (n_iters > 0) {
-    mbar_wait(bar_kv, 0);
-    mbar_wait(bar_full(0), 0);
+    if constexpr (!kDqWg) {
+      mbar_wait(bar_kv, 0);
+      mbar_wait(bar_full(0), 0);
+    }
     issue_s(0);
     HK_BWD_BLOCK(kTraceFirstS);
   }
@@ -232,9 +346,9 @@ __global__ void __launch_bounds__(256, 1)
     }
     const bool more = it + 1 < n_iters;
     float next_row = 0.0f;  // lse / Di of the next tile, stored once this tile's S is in
-    if (more && tid < 128) next_row = load_row(next_h, (m_first + next_m) * kBlockM);
+    if (more && loads_rows) next_row = load_row(next_h, (m_first + next_m) * kBlockM);
     if (refill_pending) {  // (only thread 128 sets it) tile it + 1 into stage st ^ 1
-      mbar_wait(bar_empty(st ^ 1), ((it - 1) >> 1) & 1);
+      loop_wait(bar_empty(st ^ 1), ((it - 1) >> 1) & 1);
       issue_qdo(it + 1, st ^ 1);
       refill_pending = false;
     }
@@ -253,9 +367,11 @@ __global__ void __launch_bounds__(256, 1)
     const uint64_t do_mn = uniform_desc(make_desc(do_it, kQBox, 1024));
     // dPᵀ = V·dOᵀ (as S), issued before the exponentials so it runs under them — but after them
     // under softcap, whose tanh derivatives would hold 16 more registers beside dP's 32 (ptxas
-    // spilled 44 bytes)
+    // spilled 44 bytes), and in the dQ warpgroup form, where every form of it before them that
+    // was tried made ptxas serialise the wgmma (C7514) in the 224-register region
+    constexpr bool kDpLate = kCap || kDqWg;
     float dp[32];
-    if constexpr (!kCap) {
+    if constexpr (!kDpLate) {
       keys_by_queries(dp, v_kmaj, do_kmaj);
       wgmma_wait<1>();  // S done
     } else {
@@ -312,7 +428,7 @@ __global__ void __launch_bounds__(256, 1)
     need_mask ? probabilities(std::true_type{}) : probabilities(std::false_type{});
     HK_BWD_STAMP(3);
 
-    if constexpr (kCap) keys_by_queries(dp, v_kmaj, do_kmaj);
+    if constexpr (kDpLate) keys_by_queries(dp, v_kmaj, do_kmaj);
     // dV += Pᵀ·dO (A: Pᵀ in registers; B: dO MN-major, 16 queries a step)
     wgmma_fence();
 #pragma unroll
@@ -346,6 +462,10 @@ __global__ void __launch_bounds__(256, 1)
         dsa[j / 2][2 * (j & 1) + r] = pack2<T>(d0, d1);
       }
     }
+    // dQ warpgroup form: this dSᵀ buffer's last tile (it − 2) must have been read by the dQ
+    // warpgroup (its phase (it − 2) / 2 of dSᵀ empty)
+    if constexpr (kDqWg)
+      if (it >= 2) loop_wait(bar_ds_empty(it & 1), ((it >> 1) - 1) & 1);
     {
       // a thread's 16 words are sixteen 8×8 matrices (8 keys × 8 queries) in the layout stmatrix
       // takes: four stores of four (lane 8m + i gives row i of matrix m) instead of 16 st.shared
@@ -367,9 +487,55 @@ __global__ void __launch_bounds__(256, 1)
     for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
     wgmma_commit();
     fence_proxy_async();
-    if (more && tid < 128) store_row(st ^ 1, next_row);
+    if (more && loads_rows) store_row(st ^ 1, next_row);
 
-    if (dq_mode == 2 && ltid == 0) bulk_wait_read_all();  // the last dQ part has left s_dq
+    // The next tile's S (the last tile: one over its own stage, unread), and this tile's end:
+    // dK and dV done, so their register operands and this stage's Q and dO are free — thread 128
+    // refills the stage with tile it + 2 if the other warpgroup has released it too, else at the
+    // next tile's start (a thread waiting here held its warpgroup's next GEMMs back by the other
+    // warpgroup's: ~900 cycles a tile on the H200)
+    auto issue_next_s = [&] {
+      loop_wait(bar_full(more ? st ^ 1 : st), more ? ((it + 1) >> 1) & 1 : phase);
+      issue_s(more ? st ^ 1 : st);
+    };
+    auto release_stage = [&] {
+      fence_regs(dk);
+      fence_regs(dv);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          fence_regs_u32(pa[kk][e]);
+          fence_regs_u32(dsa[kk][e]);
+        }
+      mbar_arrive(bar_empty(st));
+      if (tid == 128 && it + 2 < n_iters) {
+        if (mbar_try_wait(bar_empty(st), phase))
+          issue_qdo(it + 2, st);
+        else
+          refill_pending = true;
+      }
+    };
+    if constexpr (kDqWg) {
+      // this tile's dSᵀ is the dQ warpgroup's; the next tile's rows are this warpgroup's own, so
+      // a barrier of its 128 threads makes them visible, and S goes in right behind dK
+      mbar_arrive(bar_ds_full(it & 1));
+      named_sync(1 + cw, 128);
+      HK_BWD_STAMP(6);
+      HK_BWD_STAMP(7);
+      issue_next_s();
+      wgmma_wait<1>();  // dV and dK done; S runs on
+      HK_BWD_STAMP(8);
+      release_stage();
+      HK_BWD_STAMP(9);
+      HK_BWD_STAMP(10);
+      HK_BWD_STAMP(11);
+      HK_BWD_STAMP(12);
+      continue;
+    }
+
+    // the last dQ part has left s_dq (its issuer: a warpgroup's first thread, or each warp's)
+    if (dq_mode >= 2 && (dq_mode == 3 ? lane : ltid) == 0) bulk_wait_read_all();
     __syncthreads();  // every dSᵀ of this tile is in shared memory; next rows stored
     HK_BWD_STAMP(6);
 
@@ -395,28 +561,8 @@ __global__ void __launch_bounds__(256, 1)
     else
       wgmma_wait<0>();
     HK_BWD_STAMP(8);
-    fence_regs(dk);
-    fence_regs(dv);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        fence_regs_u32(pa[kk][e]);
-        fence_regs_u32(dsa[kk][e]);
-      }
-    // this stage's Q/dO are read: thread 128 refills it with tile it + 2 if the other warpgroup
-    // has released it too, else at the next tile's start (a thread waiting here held its
-    // warpgroup's next GEMMs back by the other warpgroup's: ~900 cycles a tile on the H200)
-    mbar_arrive(bar_empty(st));
-    if (tid == 128 && it + 2 < n_iters) {
-      if (mbar_try_wait(bar_empty(st), phase))
-        issue_qdo(it + 2, st);
-      else
-        refill_pending = true;
-    }
-    // the next tile's S (the last tile: one over its own stage, unread)
-    mbar_wait(bar_full(more ? st ^ 1 : st), more ? ((it + 1) >> 1) & 1 : phase);
-    issue_s(more ? st ^ 1 : st);
+    release_stage();
+    issue_next_s();
     wgmma_wait<1>();  // dQ done; S runs on
     HK_BWD_STAMP(9);
     if (dq_mode == 0) continue;
@@ -433,22 +579,34 @@ __global__ void __launch_bounds__(256, 1)
       }
     } else {
       // stage the warpgroup's [64 rows][64 columns] in the accumulator's tiled order (a thread's
-      // four values of column group j at [j][ltid]: 16-byte stores, consecutive across a warp) and
-      // add it to the accumulator's tile with one bulk reduce-add
+      // four values of column group j as one 16-byte word, consecutive across a warp) and add it to
+      // the accumulator's tile by bulk reduce-adds: one a warpgroup after a named barrier (2), or
+      // one a warp of its own 16 rows (3: a warp's part is contiguous, so only __syncwarp)
 #pragma unroll
       for (int j = 0; j < 8; ++j)
-        asm volatile(
-            "st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(dq_it + (j * 128 + ltid) * 16),
-            "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
-            : "memory");
+        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                         dq_it + dq_tile_word(warp, j, lane) * 16),
+                     "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+                     : "memory");
       HK_BWD_STAMP(10);
       fence_proxy_async();
-      named_sync(1 + cw, 128);
-      HK_BWD_STAMP(11);
-      if (ltid == 0) {
-        // this part's first element, (m0, dq_col0), begins it in the tiled layout
-        bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0, h, dq_col0), dq_it, Cfg::kDqPart);
-        bulk_commit();
+      if (dq_mode == 3) {
+        __syncwarp();
+        HK_BWD_STAMP(11);
+        if (lane == 0) {
+          // the warp's first element, (m0 + 16·warp, dq_col0), begins its run
+          bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, h, dq_col0),
+                              dq_it + dq_tile_word(warp, 0, 0) * 16, kDqWordsPerWarp * 16);
+          bulk_commit();
+        }
+      } else {
+        named_sync(1 + cw, 128);
+        HK_BWD_STAMP(11);
+        if (ltid == 0) {
+          // this part's first element, (m0, dq_col0), begins it in the tiled layout
+          bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0, h, dq_col0), dq_it, Cfg::kDqPart);
+          bulk_commit();
+        }
       }
     }
     HK_BWD_STAMP(12);
@@ -457,7 +615,7 @@ __global__ void __launch_bounds__(256, 1)
   HK_BWD_BLOCK(kTraceEpilogue);
   wgmma_wait<0>();  // the last, unread S
   fence_regs(s);
-  if (dq_mode == 2 && ltid == 0) bulk_wait_all();
+  if (!kDqWg && dq_mode >= 2 && (dq_mode == 3 ? lane : ltid) == 0) bulk_wait_all();
 
   // dK·scale, dV → global (keys past the sequence end are not written)
   T* dkp = static_cast<T*>(p.dk);

@@ -67,9 +67,9 @@ __global__ void __launch_bounds__(256)
 }
 
 // 256 threads: the tile's float4 words (rows r and r + 8, two adjacent columns each, in the order
-// the dK/dV kernel's threads held them) are scattered into a [64][D + 8] f32 tile in shared
-// memory, then each thread writes 4 columns of a row at a time (8-byte stores; 16 threads cover
-// 128 contiguous bytes of a row at head dim 128).
+// of dq_tiles.h) are scattered into a [64][D + 8] f32 tile in shared memory, then each thread
+// writes 4 columns of a row at a time (8-byte stores; 16 threads cover 128 contiguous bytes of a
+// row at head dim 128).
 template <class T, int D>
 __global__ void __launch_bounds__(256)
     flash_bwd_convert_dq_tiles_kernel(const BackwardParams p, const float* dq_accum, float scale) {
@@ -83,9 +83,8 @@ __global__ void __launch_bounds__(256)
 #pragma unroll 4
   for (int f = threadIdx.x; f < kDqTileRows * D / 4; f += 256) {
     const float4 v = __ldg(tile + f);
-    // f = (column block · 8 + column group j) · 128 + thread of the dK/dV kernel's warpgroup
-    const int th = f % 128, j = (f / 128) % 8, cb = f / 1024;
-    const int r = 16 * (th / 32) + (th % 32) / 4, col = 64 * cb + 8 * j + 2 * (th % 4);
+    const DqWordPlace at = dq_tile_word_place(f % kDqWordsPerBlock);
+    const int r = at.row, col = 64 * (f / kDqWordsPerBlock) + at.col;
     *reinterpret_cast<float2*>(&rows[r * kStride + col]) = make_float2(v.x, v.y);
     *reinterpret_cast<float2*>(&rows[(r + 8) * kStride + col]) = make_float2(v.z, v.w);
   }

@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <cstdint>
 
+#include "flash_attn/dq_tiles.h"
 #include "flash_attn/flash.h"
 #include "flash_attn/stream_jobs.h"
 #include "hk/kernel_sdk_cuda.cuh"
@@ -161,19 +162,15 @@ __device__ __forceinline__ int64_t dq_accum_offset(const Params& p, int b, int64
       p.cu_seqlens_q != nullptr ? row0 + row : static_cast<int64_t>(b) * p.seqlen_q + row;
   return (r * p.heads_q + h) * p.head_dim;
 }
-// The Hopper backward's dq accumulator (batch layouts only) is tiled the way its warpgroups hold
-// dQ, so each leaves by one flat bulk reduce-add from shared memory: per (b, h, 64-row tile) a
-// block of 64 × D floats, per 64 columns [8 column groups j][128 threads][4], where thread
-// 32·warp + 4·g + t4 holds rows 16·warp + g (+ 8) and columns 8j + 2·t4 (+ 1). The rows past S in
-// the last tile are written, never read.
-constexpr int kDqTileRows = 64;
+// The Hopper backward's dq accumulator (batch layouts only) is tiled the way its warps hold dQ,
+// so each part leaves by one flat bulk reduce-add from shared memory: per (b, h, 64-row tile) a
+// block of 64 × D floats, per 64 columns in the word order of dq_tiles.h. The rows past S in the
+// last tile are written, never read.
 __device__ __forceinline__ int64_t dq_tiled_index(const Params& p, int b, int row, int h, int d) {
   const int tiles = (p.seqlen_q + kDqTileRows - 1) / kDqTileRows;
   const int64_t tile = (static_cast<int64_t>(b) * p.heads_q + h) * tiles + row / kDqTileRows;
-  const int rr = row % kDqTileRows, cc = d % 64;
-  const int thread = 32 * (rr / 16) + 4 * (rr % 8) + (cc % 8) / 2;
-  return tile * kDqTileRows * p.head_dim + (d / 64) * 64 * 64 + ((cc / 8) * 128 + thread) * 4 +
-         2 * ((rr / 8) & 1) + (cc & 1);
+  return tile * kDqTileRows * p.head_dim + (d / 64) * 64 * 64 +
+         dq_tile_float(row % kDqTileRows, d % 64);
 }
 
 #ifdef HK_FLASH_TRACE

@@ -79,12 +79,20 @@ enum class Sm90Forward {
 // Hopper forward; returns false (launching nothing) when the build has no sm_90a code.
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);
-// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum by bulk reduce-adds when the
-// accumulator is tiled (tiled_dq, the same flag prepare and finish take), else atomics into rows;
-// none when dq_accum is null); false when the build has no sm_90a code.
+// How the Hopper backward's dq leaves (HK_FLASH_BWD_DQ, api.cu's sm90_backward_dq): by bulk
+// reduce-adds into the tiled accumulator, one a warpgroup (tma, the default) or one a warp
+// (warp); from a third warpgroup that computes dQ while the two main ones go on (wg, 384
+// threads, one bulk reduce-add a warp); or by atomics into the row-major accumulator (atomic).
+enum class Sm90BwdDq { kReduceWarpgroup, kReduceWarp, kDqWarpgroup, kAtomic };
+inline bool sm90_backward_dq_tiled(Sm90BwdDq form) {
+  return form != Sm90BwdDq::kAtomic;
+}
+// Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum in `form` — tiled forms need the
+// accumulator that prepare and finish take as tiled —, none when dq_accum is null: then the
+// 256-thread kernel whatever the form); false when the build has no sm_90a code.
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, bool tiled_dq);
+                               float* dq_accum, Sm90BwdDq form);
 // Dynamic shared memory the Hopper backward needs at head dim 64 / 128.
 size_t backward_sm90_smem(int head_dim);
 

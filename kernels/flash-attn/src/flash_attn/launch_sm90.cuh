@@ -130,7 +130,7 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layou
 
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, bool tiled_dq) {
+                               float* dq_accum, Sm90BwdDq form) {
 #if HK_FLASH_HAVE_SM90A
   using Cfg = Sm90BwdConfig<D>;
   Sm90BwdMaps maps;
@@ -139,23 +139,33 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
       make_tile_map<T>(p.dout, p.seqlen_q, p.heads_q, p.batch, D, p.dout_strides, Cfg::kBlockM);
   maps.k = make_tile_map<T>(p.k, p.seqlen_k, p.heads_kv, p.batch, D, p.k_strides, Cfg::kBlockN);
   maps.v = make_tile_map<T>(p.v, p.seqlen_k, p.heads_kv, p.batch, D, p.v_strides, Cfg::kBlockN);
-  // 2: bulk reduce-adds into the tiled accumulator, 1: atomics into rows
-  const int dq_mode = dq_accum == nullptr ? 0 : tiled_dq ? 2 : 1;
-  auto kernel = p.softcap > 0.0f ? flash_bwd_dkdv_sm90_kernel<T, D, true>  // as score_map decides
-                                 : flash_bwd_dkdv_sm90_kernel<T, D, false>;
+  // 0: no dq (deterministic), 1: atomics into rows, 2 / 3: bulk reduce-adds into the tiled
+  // accumulator, a warpgroup's or a warp's at a time (3 is also the dQ warpgroup form's layout)
+  const int dq_mode = dq_accum == nullptr                   ? 0
+                      : form == Sm90BwdDq::kAtomic          ? 1
+                      : form == Sm90BwdDq::kReduceWarpgroup ? 2
+                                                            : 3;
+  const bool dq_warpgroup = dq_accum != nullptr && form == Sm90BwdDq::kDqWarpgroup;
+  const bool cap = p.softcap > 0.0f;  // as score_map decides
+  auto kernel = dq_warpgroup ? (cap ? flash_bwd_dkdv_sm90_kernel<T, D, true, true>
+                                    : flash_bwd_dkdv_sm90_kernel<T, D, false, true>)
+                             : (cap ? flash_bwd_dkdv_sm90_kernel<T, D, true, false>
+                                    : flash_bwd_dkdv_sm90_kernel<T, D, false, false>);
   allow_smem(reinterpret_cast<const void*>(kernel), Cfg::kSmem);
   const unsigned blocks = static_cast<unsigned>(p.heads_kv) * p.batch *
                           ((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
-  kernel<<<blocks, Cfg::kThreads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode,
-                                                        backward_heads_per_section(p));
-  check_cuda(cudaGetLastError(), "flash backward dk/dv (sm90) launch");
+  const int threads = dq_warpgroup ? Cfg::kThreadsDqWg : Cfg::kThreads;
+  kernel<<<blocks, threads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode,
+                                                  backward_heads_per_section(p));
+  check_cuda(cudaGetLastError(), dq_warpgroup ? "flash backward dk/dv (sm90, dQ warpgroup) launch"
+                                              : "flash backward dk/dv (sm90) launch");
   return true;
 #else
   (void)p;
   (void)stream;
   (void)di;
   (void)dq_accum;
-  (void)tiled_dq;
+  (void)form;
   return false;
 #endif
 }
@@ -163,6 +173,6 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
 #define HK_FLASH_INSTANTIATE_SM90(T, D)                                                            \
   template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t, Sm90Forward);               \
   template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t, const float*, \
-                                                float*, bool);
+                                                float*, Sm90BwdDq);
 
 }  // namespace hk_flash
