@@ -82,6 +82,27 @@ struct Sm90BwdMaps {
   CUtensorMap q, k, v, dout;
 };
 
+// A warpgroup's 64 × 64 f32 dQ part, as its threads hold it (thread 32·warp + lane: the wgmma m64
+// accumulator), into a 16 KB shared-memory buffer in the tiled accumulator's word order
+// (dq_tiles.h): 16-byte stores, consecutive across a warp.
+__device__ __forceinline__ void stage_dq_part(uint32_t part, const float (&dq)[32], int warp,
+                                              int lane) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    asm volatile(
+        "st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(part + dq_tile_word(warp, j, lane) * 16),
+        "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+        : "memory");
+}
+// One warp's 4 KB run of a staged part added to the accumulator by one bulk reduce-add (after the
+// warp's stores, fence_proxy_async and __syncwarp; lane 0 issues). `run_start` is the tiled index
+// of the run's first element, (row 16·warp of the tile, the part's first column).
+__device__ __forceinline__ void send_dq_warp_run(float* run_start, uint32_t part, int warp) {
+  hk::sdk::cuda::sm90::bulk_reduce_add_f32(run_start, part + dq_tile_word(warp, 0, 0) * 16,
+                                           kDqWordsPerWarp * 16);
+  hk::sdk::cuda::sm90::bulk_commit();
+}
+
 // The dQ warpgroup of the kDqWg form: per tile, once both main warpgroups' dSᵀ is in shared memory
 // (dSᵀ full), dQ = dS·K over the block's 128 keys, 64 columns at a time (32 accumulator registers
 // under the warpgroup's 64), each part staged in dq_tiles.h's order into one of two buffers and
@@ -125,20 +146,12 @@ __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float*
       const uint32_t stage = sb + Cfg::kOffDq + (part & 1) * Cfg::kDqPart;
       if (lane == 0) bulk_wait_read<1>();
       __syncwarp();
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                         stage + dq_tile_word(warp, j, lane) * 16),
-                     "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
-                     : "memory");
+      stage_dq_part(stage, dq, warp, lane);
       fence_proxy_async();
       __syncwarp();
-      if (lane == 0) {
-        // the warp's run begins at its first element, (m0 + 16·warp, 64c)
-        bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, head, 64 * c),
-                            stage + dq_tile_word(warp, 0, 0) * 16, kDqWordsPerWarp * 16);
-        bulk_commit();
-      }
+      if (lane == 0)
+        send_dq_warp_run(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, head, 64 * c), stage,
+                         warp);
     }
   }
   if (lane == 0) bulk_wait_all();
@@ -582,23 +595,15 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
       // four values of column group j as one 16-byte word, consecutive across a warp) and add it to
       // the accumulator's tile by bulk reduce-adds: one a warpgroup after a named barrier (2), or
       // one a warp of its own 16 rows (3: a warp's part is contiguous, so only __syncwarp)
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                         dq_it + dq_tile_word(warp, j, lane) * 16),
-                     "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
-                     : "memory");
+      stage_dq_part(dq_it, dq, warp, lane);
       HK_BWD_STAMP(10);
       fence_proxy_async();
       if (dq_mode == 3) {
         __syncwarp();
         HK_BWD_STAMP(11);
-        if (lane == 0) {
-          // the warp's first element, (m0 + 16·warp, dq_col0), begins its run
-          bulk_reduce_add_f32(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, h, dq_col0),
-                              dq_it + dq_tile_word(warp, 0, 0) * 16, kDqWordsPerWarp * 16);
-          bulk_commit();
-        }
+        if (lane == 0)
+          send_dq_warp_run(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, h, dq_col0), dq_it,
+                           warp);
       } else {
         named_sync(1 + cw, 128);
         HK_BWD_STAMP(11);
