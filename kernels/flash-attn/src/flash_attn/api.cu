@@ -462,7 +462,8 @@ void backward(const BackwardParams& in, Stream stream_handle) {
                                                                round_up(q_rows(p) * p.heads_q * 4));
   if (p.seqlen_k == 0 || p.seqlen_q == 0) return;  // nothing the kernels would touch
   const bool sm90 = backward_sm90_applies(p);
-  const Sm90BwdDq dq_form = sm90_backward_dq();
+  // (read only where the Hopper kernel runs, as the forward's layout switch is)
+  const Sm90BwdDq dq_form = sm90 ? sm90_backward_dq() : Sm90BwdDq::kReduceWarpgroup;
   // the Hopper kernel's bulk reduce-adds leave dq in its tiled layout (whole tiles)
   const bool tiled_dq = sm90 && sm90_backward_dq_tiled(dq_form) && dq_accum != nullptr;
   // its passes a tile a block need 16-byte O and dO rows and 8-byte dq rows (batch layouts: the

@@ -29,7 +29,7 @@
 // of its own 16 rows (HK_FLASH_BWD_DQ=warp: no barrier across the warpgroup), or by
 // red.global.add.v2 from registers into the row-major accumulator (HK_FLASH_BWD_DQ=atomic);
 // deterministic mode skips it (the sm80 dq kernel runs after).
-// The dQ warpgroup form (kDqWg, HK_FLASH_BWD_DQ=wg; 384 threads, setmaxnreg 224 / 224 / 64): a
+// The dQ warpgroup form (kDqWg, HK_FLASH_BWD_DQ=wg; 384 threads, setmaxnreg 216 / 216 / 72): a
 // third warpgroup (bwd_dq_warpgroup) takes dQ over all 128 keys once both main warpgroups have
 // stored a tile's dSᵀ (an mbarrier of 256 arrivals; a second hands the buffer back), so the main
 // warpgroups lose dQ's GEMM, its stores and the block barrier — each keeps its own lse/Di rows —
@@ -48,9 +48,16 @@ namespace hk_flash {
 template <int D>
 struct Sm90BwdConfig {
   static constexpr int kBlockM = 64, kBlockN = 128, kStages = 2, kThreads = 256;
-  // the dQ warpgroup form: a third warpgroup takes dQ (registers: 2 · 224 + 64 = 65,536 / 128)
-  static constexpr int kThreadsDqWg = 384, kMainRegs = 224, kDqRegs = 64;
-  static_assert(2 * kMainRegs + kDqRegs == 65536 / 128, "the register split fills the file");
+  // the dQ warpgroup form: a third warpgroup takes dQ. setmaxnreg moves registers within the
+  // block's own allocation — 384 threads × the 168 that __launch_bounds__(384, 1) gives each —,
+  // not the whole file: a split past 3 × 168 leaves a warp's increase waiting for registers that
+  // never free, and the block hangs (2 · 224 + 64 would). 216 / 72: ptxas ignores a decrease to
+  // 56 around the dQ warpgroup's wgmma (C7507, "minimum register requirements"), and the main
+  // warpgroups fit 216 (R0-R213) once their next S waits for dK and dV to finish.
+  static constexpr int kThreadsDqWg = 384, kMainRegs = 216, kDqRegs = 72;
+  static constexpr int kEntryRegs = (65536 / kThreadsDqWg) & ~7;  // 168
+  static_assert(2 * kMainRegs + kDqRegs <= 3 * kEntryRegs,
+                "setmaxnreg's split must fit the block's launch allocation");
   static constexpr int kColBlocks = D / 64;                   // 64-column blocks, one TMA box
   static constexpr uint32_t kQBox = kBlockM * 128;            // 64 rows × 128 bytes
   static constexpr uint32_t kKBox = kBlockN * 128;            // 128 rows × 128 bytes
@@ -105,7 +112,7 @@ __device__ __forceinline__ void send_dq_warp_run(float* run_start, uint32_t part
 
 // The dQ warpgroup of the kDqWg form: per tile, once both main warpgroups' dSᵀ is in shared memory
 // (dSᵀ full), dQ = dS·K over the block's 128 keys, 64 columns at a time (32 accumulator registers
-// under the warpgroup's 64), each part staged in dq_tiles.h's order into one of two buffers and
+// under the warpgroup's 72), each part staged in dq_tiles.h's order into one of two buffers and
 // sent by one bulk reduce-add a warp; the dSᵀ buffer goes back (dSᵀ empty) once the tile's last
 // part has read it. Tiles come in the main warpgroups' order (heads of the group, then m-blocks).
 template <class T, int D>
@@ -381,7 +388,7 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
     // dPᵀ = V·dOᵀ (as S), issued before the exponentials so it runs under them — but after them
     // under softcap, whose tanh derivatives would hold 16 more registers beside dP's 32 (ptxas
     // spilled 44 bytes), and in the dQ warpgroup form, where every form of it before them that
-    // was tried made ptxas serialise the wgmma (C7514) in the 224-register region
+    // was tried made ptxas serialise the wgmma (C7514) in the main warpgroups' setmaxnreg region
     constexpr bool kDpLate = kCap || kDqWg;
     float dp[32];
     if constexpr (!kDpLate) {
@@ -475,10 +482,22 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
         dsa[j / 2][2 * (j & 1) + r] = pack2<T>(d0, d1);
       }
     }
-    // dQ warpgroup form: this dSᵀ buffer's last tile (it − 2) must have been read by the dQ
-    // warpgroup (its phase (it − 2) / 2 of dSᵀ empty)
-    if constexpr (kDqWg)
+    // dK += dSᵀ·Q (A: dSᵀ from registers; B: Q MN-major): it needs no other thread's dSᵀ, and
+    // reading A from registers spares shared-memory bandwidth, which the tile's other GEMMs and
+    // copies use up. Issued after the dSᵀ stores (before the block barrier) in the 256-thread
+    // form, before them in the dQ warpgroup form, whose stores may first wait for the buffer.
+    auto issue_dk = [&] {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
+      wgmma_commit();
+    };
+    if constexpr (kDqWg) {
+      issue_dk();
+      // this dSᵀ buffer's last tile (it − 2) must have been read by the dQ warpgroup (phase
+      // (it − 2) / 2 of dSᵀ empty)
       if (it >= 2) loop_wait(bar_ds_empty(it & 1), ((it >> 1) - 1) & 1);
+    }
     {
       // a thread's 16 words are sixteen 8×8 matrices (8 keys × 8 queries) in the layout stmatrix
       // takes: four stores of four (lane 8m + i gives row i of matrix m) instead of 16 st.shared
@@ -492,13 +511,7 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
       }
     }
     HK_BWD_STAMP(5);
-    // dK += dSᵀ·Q (A: dSᵀ from registers; B: Q MN-major), issued before the block barrier: it
-    // needs no other thread's dSᵀ, and reading A from registers spares shared-memory bandwidth,
-    // which the tile's other GEMMs and copies use up
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
-    wgmma_commit();
+    if constexpr (!kDqWg) issue_dk();
     fence_proxy_async();
     if (more && loads_rows) store_row(st ^ 1, next_row);
 
@@ -531,15 +544,18 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
     };
     if constexpr (kDqWg) {
       // this tile's dSᵀ is the dQ warpgroup's; the next tile's rows are this warpgroup's own, so
-      // a barrier of its 128 threads makes them visible, and S goes in right behind dK
+      // a barrier of its 128 threads makes them visible. The next S waits for dK and dV: issued
+      // behind dK instead, its accumulators live beside P's and dSᵀ's registers need 224, which
+      // leaves the dQ warpgroup too few (see Sm90BwdConfig); the other warpgroup's GEMMs keep
+      // the tensor cores busy meanwhile
       mbar_arrive(bar_ds_full(it & 1));
       named_sync(1 + cw, 128);
       HK_BWD_STAMP(6);
       HK_BWD_STAMP(7);
-      issue_next_s();
-      wgmma_wait<1>();  // dV and dK done; S runs on
+      wgmma_wait<0>();  // dV and dK done
       HK_BWD_STAMP(8);
       release_stage();
+      issue_next_s();
       HK_BWD_STAMP(9);
       HK_BWD_STAMP(10);
       HK_BWD_STAMP(11);
