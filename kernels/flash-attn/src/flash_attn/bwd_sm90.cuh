@@ -15,8 +15,10 @@
 // warpgroup's 64 keys (the transposed products keep keys in the accumulator rows, so no
 // transposition is needed before dV and dK), in issue order:
 //   Sᵀ = K·Qᵀ                          issued at the end of the tile before, behind its dQ (it
-//                                      runs while dQ leaves and the loop turns)
-//   dPᵀ = V·dOᵀ                        issued before the exponentials, which it runs under
+//                                      runs while dQ leaves and the loop turns; dQ warpgroup form:
+//                                      once the tile's dK and dV are done)
+//   dPᵀ = V·dOᵀ                        issued before the exponentials, which it runs under (after
+//                                      them under softcap and in the dQ warpgroup form)
 //                                      (both: wgmma, operands in shared memory, K-major)
 //   Pᵀ = exp2(Sᵀ·scale·log2e − lse),  dSᵀ = Pᵀ∘(dPᵀ − Di) (∘ (1 − tanh²) under softcap), masks
 //   dV += Pᵀ·dO, dK += dSᵀ·Q           wgmma, A (Pᵀ, dSᵀ) in registers, B MN-major in shared memory
@@ -328,13 +330,13 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
     wgmma_commit();
   };
   // Sᵀ = K·Qᵀ (64 keys × 64 queries) of the tile in `stage`, both operands K-major in shared
-  // memory, issued at the end of the tile before (once its dK and dV are done, behind its dQ), so
-  // it runs while dQ leaves and the loop turns; the last tile issues one more, unread, over its
-  // own stage, so every iteration ends with one S in flight (H200, 2026-12-03: with dP below, the
-  // backward +3-7% over S issued at its tile's start; 2026-12-04: behind dQ instead of after it,
-  // +1-3%; dP issued behind it too measured 2% slower, branch bwd-early-dp). Addresses from an
-  // opaque copy of the base, so the compiler rebuilds the wgmma descriptors where they are used
-  // instead of holding dozens of them in registers.
+  // memory, issued at the end of the tile before (once its dK and dV are done, behind its dQ —
+  // the dQ warpgroup form has none), so it runs while dQ leaves and the loop turns; the last tile
+  // issues one more, unread, over its own stage, so every iteration ends with one S in flight
+  // (H200, 2026-12-03: with dP below, the backward +3-7% over S issued at its tile's start;
+  // 2026-12-04: behind dQ instead of after it, +1-3%; dP issued behind it too measured 2% slower,
+  // branch bwd-early-dp). Addresses from an opaque copy of the base, so the compiler rebuilds the
+  // wgmma descriptors where they are used instead of holding dozens of them in registers.
   float s[32];
   auto issue_s = [&](int stage) {
     const uint32_t sb = opaque_u32(base);
@@ -482,22 +484,10 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
         dsa[j / 2][2 * (j & 1) + r] = pack2<T>(d0, d1);
       }
     }
-    // dK += dSᵀ·Q (A: dSᵀ from registers; B: Q MN-major): it needs no other thread's dSᵀ, and
-    // reading A from registers spares shared-memory bandwidth, which the tile's other GEMMs and
-    // copies use up. Issued after the dSᵀ stores (before the block barrier) in the 256-thread
-    // form, before them in the dQ warpgroup form, whose stores may first wait for the buffer.
-    auto issue_dk = [&] {
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
-      wgmma_commit();
-    };
-    if constexpr (kDqWg) {
-      issue_dk();
-      // this dSᵀ buffer's last tile (it − 2) must have been read by the dQ warpgroup (phase
-      // (it − 2) / 2 of dSᵀ empty)
+    // dQ warpgroup form: this dSᵀ buffer's last tile (it − 2) must have been read by the dQ
+    // warpgroup (phase (it − 2) / 2 of dSᵀ empty)
+    if constexpr (kDqWg)
       if (it >= 2) loop_wait(bar_ds_empty(it & 1), ((it >> 1) - 1) & 1);
-    }
     {
       // a thread's 16 words are sixteen 8×8 matrices (8 keys × 8 queries) in the layout stmatrix
       // takes: four stores of four (lane 8m + i gives row i of matrix m) instead of 16 st.shared
@@ -511,7 +501,15 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
       }
     }
     HK_BWD_STAMP(5);
-    if constexpr (!kDqWg) issue_dk();
+    // dK += dSᵀ·Q (A: dSᵀ from registers; B: Q MN-major), issued before the block barrier: it
+    // needs no other thread's dSᵀ, and reading A from registers spares shared-memory bandwidth,
+    // which the tile's other GEMMs and copies use up. Issued after the stores that read dSᵀ's
+    // registers: the PTX ISA makes any access to a wgmma's A registers before its wait_group
+    // undefined (reads included), so nothing but dK itself touches them until dK is done
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs<D, T>(dk, dsa[kk], desc_add(q_mn, kk * 16 * 128));
+    wgmma_commit();
     fence_proxy_async();
     if (more && loads_rows) store_row(st ^ 1, next_row);
 
