@@ -312,6 +312,9 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
   const int key_row0 = 64 * cw + 16 * warp + g;  // this thread's first key row (and + 8)
   const int dq_col0 = D == 128 ? 64 * cw : 0;
   const int dq_key0 = D == 128 ? 0 : 64 * cw;
+  // whether this thread issues (and waits for) bulk reduce-adds of dQ: its warpgroup's first
+  // (dq_mode 2) or its warp's (3); none in the other modes
+  auto dq_issuer = [&] { return dq_mode >= 2 && (dq_mode == 3 ? lane : ltid) == 0; };
   const float sl2 = smap.scale_log2;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -561,8 +564,7 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
       continue;
     }
 
-    // the last dQ part has left s_dq (its issuer: a warpgroup's first thread, or each warp's)
-    if (dq_mode >= 2 && (dq_mode == 3 ? lane : ltid) == 0) bulk_wait_read_all();
+    if (dq_issuer()) bulk_wait_read_all();  // the last dQ part has left s_dq
     __syncthreads();  // every dSᵀ of this tile is in shared memory; next rows stored
     HK_BWD_STAMP(6);
 
@@ -634,7 +636,7 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
   HK_BWD_BLOCK(kTraceEpilogue);
   wgmma_wait<0>();  // the last, unread S
   fence_regs(s);
-  if (!kDqWg && dq_mode >= 2 && (dq_mode == 3 ? lane : ltid) == 0) bulk_wait_all();
+  if (!kDqWg && dq_issuer()) bulk_wait_all();
 
   // dK·scale, dV → global (keys past the sequence end are not written)
   T* dkp = static_cast<T*>(p.dk);
