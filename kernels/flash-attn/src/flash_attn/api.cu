@@ -11,12 +11,11 @@
 // else the mma.sync prefill kernel. HK_FLASH_DECODE=0 keeps decode
 // shapes on the prefill kernel. The backward: the Hopper dK/dV kernel under the same conditions
 // (HK_FLASH_SM90_BWD=0 turns it alone off; its dq form by sm90_backward_dq, HK_FLASH_BWD_DQ=
-// tma|warp|wg|atomic — atomic into the row-major accumulator, the others into the tiled one; its
-// block order by
-// backward_heads_per_section, HK_FLASH_BWD_SECTION=N forcing N kv heads a section), else the
-// mma.sync one, between the Di pre-pass and the dq pass (a tile a block over the tiled accumulator,
-// HK_FLASH_BWD_PASSES=rows keeping the row-a-warp passes). Nothing here allocates or
-// synchronises.
+// wg (default)|tma|warp|atomic — atomic into the row-major accumulator, the others into the tiled
+// one; its block order by backward_heads_per_section, HK_FLASH_BWD_SECTION=N forcing N kv heads a
+// section), else the mma.sync one, between the Di pre-pass and the dq pass (a tile a block over the
+// tiled accumulator, HK_FLASH_BWD_PASSES=rows keeping the row-a-warp passes). Nothing here
+// allocates or synchronises.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -284,14 +283,15 @@ Sm90Forward sm90_forward_layout() {
 }
 
 // HK_FLASH_BWD_DQ: how the Hopper backward's dq leaves (launch.h's Sm90BwdDq), read at each call
-// so A/B runs can alternate forms in one process. Unset or `tma`: one bulk reduce-add a warpgroup,
-// the measured default; `warp`, `wg` (the dQ warpgroup form) and `atomic` for A/Bs. A value that
-// names none of them fails the call rather than silently timing the default.
+// so A/B runs can alternate forms in one process. Unset or `wg`: the dQ warpgroup form, the
+// default since it measured faster (docs/performance.md, 2026-12-05); `tma` (one bulk reduce-add a
+// warpgroup, the earlier default), `warp` and `atomic` for A/Bs. A value that names none of them
+// fails the call rather than silently timing the default.
 Sm90BwdDq sm90_backward_dq() {
   const char* v = std::getenv("HK_FLASH_BWD_DQ");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "tma") == 0) return Sm90BwdDq::kReduceWarpgroup;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "wg") == 0) return Sm90BwdDq::kDqWarpgroup;
+  if (std::strcmp(v, "tma") == 0) return Sm90BwdDq::kReduceWarpgroup;
   if (std::strcmp(v, "warp") == 0) return Sm90BwdDq::kReduceWarp;
-  if (std::strcmp(v, "wg") == 0) return Sm90BwdDq::kDqWarpgroup;
   if (std::strcmp(v, "atomic") == 0) return Sm90BwdDq::kAtomic;
   throw std::invalid_argument(std::string("HK_FLASH_BWD_DQ=") + v +
                               " is not a dq form of the Hopper backward: set it to tma, warp, wg "

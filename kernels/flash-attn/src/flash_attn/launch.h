@@ -80,9 +80,9 @@ enum class Sm90Forward {
 template <class T, int D>
 bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layout);
 // How the Hopper backward's dq leaves (HK_FLASH_BWD_DQ, api.cu's sm90_backward_dq): by bulk
-// reduce-adds into the tiled accumulator, one a warpgroup (tma, the default) or one a warp
-// (warp); from a third warpgroup that computes dQ while the two main ones go on (wg, 384
-// threads, one bulk reduce-add a warp); or by atomics into the row-major accumulator (atomic).
+// reduce-adds into the tiled accumulator, one a warpgroup (tma) or one a warp (warp); from a third
+// warpgroup that computes dQ while the two main ones go on (wg, the default: 384 threads, one bulk
+// reduce-add a warp); or by atomics into the row-major accumulator (atomic).
 enum class Sm90BwdDq { kReduceWarpgroup, kReduceWarp, kDqWarpgroup, kAtomic };
 inline bool sm90_backward_dq_tiled(Sm90BwdDq form) {
   return form != Sm90BwdDq::kAtomic;
