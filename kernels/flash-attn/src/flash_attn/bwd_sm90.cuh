@@ -25,20 +25,20 @@
 //   dSᵀ → shared memory (16-bit, 128-byte swizzle) as well, then after one block barrier
 //   dQ (64 queries × 64 columns) = dS·K wgmma with both operands MN-major: at head dim 128 each
 //     warpgroup takes 64 of the columns over all 128 keys; at 64, all columns over its own keys.
-// In the 256-thread kernel dQ leaves in f32 either by one bulk reduce-add a warpgroup (tma) of its part staged in
-// shared memory in the order its threads hold it, into an accumulator tiled the same way
-// (dq_tiled_index, dq_tiles.h: no swizzle arithmetic, 16-byte stores, one copy), or by one a warp
-// of its own 16 rows (HK_FLASH_BWD_DQ=warp: no barrier across the warpgroup), or by
+// In the 256-thread kernel dQ leaves in f32 either by one bulk reduce-add a warpgroup (tma) of its
+// part staged in shared memory in the order its threads hold it, into an accumulator tiled the same
+// way (dq_tiled_index, dq_tiles.h: no swizzle arithmetic, 16-byte stores, one copy), or by one a
+// warp of its own 16 rows (HK_FLASH_BWD_DQ=warp: no barrier across the warpgroup), or by
 // red.global.add.v2 from registers into the row-major accumulator (HK_FLASH_BWD_DQ=atomic);
 // deterministic mode skips it (the sm80 dq kernel runs after).
-// The dQ warpgroup form (kDqWg, HK_FLASH_BWD_DQ unset or wg, the default; 384 threads, setmaxnreg 216 / 216 / 72): a
-// third warpgroup (bwd_dq_warpgroup) takes dQ over all 128 keys once both main warpgroups have
-// stored a tile's dSᵀ (an mbarrier of 256 arrivals; a second hands the buffer back), so the main
-// warpgroups lose dQ's GEMM, its stores and the block barrier — each keeps its own lse/Di rows —
-// and issue dPᵀ after the exponentials. Masks, softcap, window, key_start and lse follow
-// bwd_sm80.cuh. HK_FLASH_TRACE builds stamp each phase's clock (Params::trace; the benchmark prints
-// them), a measurement build only.
-// Not here: varlen and KV-cache layouts, head dim 256 (the mma.sync backward serves them).
+// The dQ warpgroup form (kDqWg, HK_FLASH_BWD_DQ unset or wg, the default; 384 threads, setmaxnreg
+// 216 / 216 / 72): a third warpgroup (bwd_dq_warpgroup) takes dQ over all 128 keys once both main
+// warpgroups have stored a tile's dSᵀ (an mbarrier of 256 arrivals; a second hands the buffer
+// back), so the main warpgroups lose dQ's GEMM, its stores and the block barrier — each keeps its
+// own lse/Di rows — and issue dPᵀ after the exponentials. Masks, softcap, window, key_start and lse
+// follow bwd_sm80.cuh. HK_FLASH_TRACE builds stamp each phase's clock (Params::trace; the benchmark
+// prints them), a measurement build only. Not here: varlen and KV-cache layouts, head dim 256 (the
+// mma.sync backward serves them).
 #pragma once
 
 #include "flash_attn/bwd_sm80.cuh"
