@@ -1,0 +1,644 @@
+// hk_bench_persistent_step — the weight stream and the grid-wide synchronisation of a persistent
+// batch-1 decode step at the Qwen3-0.6B shape, measured before the real step is built (issue 14).
+//
+// Why: batch-1 decode is bound by its chain of launches (~19.5 µs a layer in six launches against
+// ~7 µs of weight streaming). The way out named in docs/performance.md (issue 14) is one persistent
+// kernel a step whose weight stream runs ahead of the activation chain — each block streams its
+// slice of the coming phases' weights into a ring in shared memory while it waits for the vector
+// of the phase before — with grid-wide readiness counters instead of launches. Its budget
+// (twenty-seventh session) put a step between ~277 and ~447 µs against ≤ 406 µs for 70 % of the
+// bandwidth limit, depending on whether the stream keeps running through the ~140 sync points.
+// This program measures exactly that.
+//
+// What a step runs (one cooperative launch, one block an SM, 8 consumer warps + 1 producer warp):
+// 28 layers of five phases, then lm_head —
+//   qkv     x = rms_norm(h)·w_in (each block, redundantly), qkv = W_qkv·x          [4096 × 1024]
+//   attend  blocks 0–15 each attend one q head over a cache of T positions whose last is the
+//           step's own k, v (plain f32 online softmax, no weights), a = [2048]
+//   o       h' = h + W_o·a                                                          [1024 × 2048]
+//   gate/up x = rms_norm(h')·w_post, s = silu(W_gate·x)·(W_up·x)                  [2 × 3072 × 1024]
+//   down    h_next = h' + W_down·s                                                  [1024 × 3072]
+//   lm_head logits = W_lm·(rms_norm(h)·w_final)                                   [151936 × 1024]
+// with the built-in ops' rounding points (each product rounded to bf16, then the residual add;
+// silu rounded before the product with up). Every phase writes its own bf16 vector; a block that
+// has written its rows adds 1 to the phase's counter (release), and each phase starts in every
+// block when the previous phase's counter reaches the grid size (acquire). The producer thread
+// copies the block's row slices of every phase's weights, in phase order, by 1-D bulk copies into
+// a ring of 16 KB slots; consumers take the slots in the same order. Modes:
+//   persistent    the design: the producer runs as far ahead as the ring allows
+//   no-lookahead  the producer starts a phase's copies only when the phase's input is ready (what
+//                 the chain of launches gets: weights fetched after the wait)
+//   stream        nobody waits on counters: the weights-and-math floor (numbers not checked)
+//
+// Not an hk kernel: no q/k norm, rotary, cache write, split attention, sampling or batch > 1. It
+// checks itself: after the timed runs, each phase's output against a host computation from the
+// device's own input to that phase (f32 sums in another order), for persistent and no-lookahead.
+//
+// Usage: hk_bench_persistent_step [--out FILE.json] [--steps N] [--cache T] [--slots S]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../cuda_check.h"
+#include "hk/kernel_sdk_sm90.cuh"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kHidden = 1024, kQHeads = 16, kKvHeads = 8, kHeadDim = 128, kInter = 3072;
+constexpr int kLayers = 28, kVocab = 151936;
+constexpr int kQkv = (kQHeads + 2 * kKvHeads) * kHeadDim;  // 4096
+constexpr int kConsumerWarps = 8, kThreads = (kConsumerWarps + 1) * 32;
+constexpr int kSlotBytes = 16384, kMaxSlots = 12;
+constexpr int kMaxK = 3072, kMaxPartials = 2048;
+constexpr float kEps = 1e-6f;
+
+enum Kind : int { kGemv = 0, kAttend = 1 };
+enum Epilogue : int { kStore = 0, kResidual = 1, kSwiGlu = 2 };
+enum Mode : int { kPersistent = 0, kNoLookahead = 1, kStream = 2 };
+
+struct Phase {
+  int kind, epilogue, k, n, segments, split;  // split: warps a row (each a contiguous k part)
+  int rows_per_chunk;                         // whole rows a 16 KB slot holds (a power of 2)
+  const bf16* w[2];
+  const bf16* in;      // the previous phase's output (the chain is linear)
+  const bf16* norm_w;  // null: no norm
+  const bf16* resid;
+  bf16* out;
+  const bf16* k_cache;  // attend: [kKvHeads][T][kHeadDim], position T-1 from `in`
+  const bf16* v_cache;
+};
+
+// shared memory: ring | x (f32) | partial sums | attention scratch | reductions | barriers
+constexpr int kOffX = kMaxSlots * kSlotBytes;
+constexpr int kOffPartial = kOffX + kMaxK * 4;
+constexpr int kOffAttend = kOffPartial + kMaxPartials * 4;
+constexpr int kOffReduce = kOffAttend + kConsumerWarps * (kHeadDim + 2) * 4;
+constexpr int kOffBars = kOffReduce + 64;
+constexpr int kSmem = kOffBars + 2 * kMaxSlots * 8;
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// A counter that never arrives (a bug, or a grid not co-resident) traps after ~seconds.
+__device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
+  for (uint32_t tries = 0; load_acquire(c) < target; ++tries)
+    if (tries > (1u << 25)) __trap();
+}
+__device__ __forceinline__ float bf(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+__device__ __forceinline__ int64_t row_begin(int n, int block, int grid) {
+  return int64_t(n) * block / grid;
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    step_kernel(const Phase* phases, int n_phases, unsigned* counters, unsigned epoch, int mode,
+                int slots, int cache_t) {
+  using namespace hk::sdk::cuda::sm90;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  float* x = reinterpret_cast<float*>(smem + kOffX);
+  float* partial = reinterpret_cast<float*>(smem + kOffPartial);
+  float* attend = reinterpret_cast<float*>(smem + kOffAttend);
+  float* reduce = reinterpret_cast<float*>(smem + kOffReduce);
+  auto full = [&](int s) { return base + kOffBars + 8 * s; };
+  auto empty = [&](int s) { return base + kOffBars + 8 * (kMaxSlots + s); };
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int grid = gridDim.x, block = blockIdx.x;
+  const unsigned target = unsigned(grid) * (epoch + 1);
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < slots; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), kConsumerWarps);
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // the producer: every phase's row slices, in order
+    if (lane != 0) return;
+    int slot = 0;
+    uint32_t use = 0;  // how many times the ring has wrapped
+    for (int p = 0; p < n_phases; ++p) {
+      const Phase& ph = phases[p];
+      if (ph.kind != kGemv) continue;
+      if (mode == kNoLookahead && p > 0) wait_count(counters + p - 1, target);
+      const int64_t r0 = row_begin(ph.n, block, grid), r1 = row_begin(ph.n, block + 1, grid);
+      for (int seg = 0; seg < ph.segments; ++seg)
+        for (int64_t r = r0; r < r1; r += ph.rows_per_chunk) {
+          const int rows = int(min(int64_t(ph.rows_per_chunk), r1 - r));
+          const uint32_t bytes = uint32_t(rows) * ph.k * 2;
+          if (use > 0) mbar_wait(empty(slot), (use - 1) & 1);
+          mbar_expect_tx(full(slot), bytes);
+          bulk_load(base + slot * kSlotBytes, ph.w[seg] + r * ph.k, bytes, full(slot));
+          if (++slot == slots) slot = 0, ++use;
+        }
+    }
+    return;
+  }
+
+  // the consumers (256 threads, named barrier 1)
+  const int tid = threadIdx.x;
+  auto sync = [] { named_sync(1, kConsumerWarps * 32); };
+  int slot = 0;
+  uint32_t use = 0;
+  for (int p = 0; p < n_phases; ++p) {
+    const Phase& ph = phases[p];
+    if (mode != kStream && p > 0) {
+      if (tid == 0) wait_count(counters + p - 1, target);
+      sync();
+    }
+    if (ph.kind == kAttend) {
+      if (block < kQHeads) {
+        const int h = block, g = h / (kQHeads / kKvHeads);
+        const bf16* q = ph.in + h * kHeadDim;
+        const bf16* k_new = ph.in + kQHeads * kHeadDim + g * kHeadDim;
+        const bf16* v_new = k_new + kKvHeads * kHeadDim;
+        const bf16* kc = ph.k_cache + size_t(g) * cache_t * kHeadDim;
+        const bf16* vc = ph.v_cache + size_t(g) * cache_t * kHeadDim;
+        const float scale = rsqrtf(float(kHeadDim));
+        float qd[4], acc[4] = {0, 0, 0, 0}, m = -INFINITY, l = 0;
+        for (int i = 0; i < 4; ++i) qd[i] = __bfloat162float(__ldcg(q + lane * 4 + i));
+        for (int j = warp; j < cache_t; j += kConsumerWarps) {
+          const bool last = j == cache_t - 1;
+          const bf16* kj = last ? k_new : kc + size_t(j) * kHeadDim;
+          const bf16* vj = last ? v_new : vc + size_t(j) * kHeadDim;
+          float s = 0;
+          for (int i = 0; i < 4; ++i) s += qd[i] * __bfloat162float(__ldcg(kj + lane * 4 + i));
+          for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+          s *= scale;
+          const float m_new = fmaxf(m, s), corr = __expf(m - m_new), e = __expf(s - m_new);
+          l = l * corr + e;
+          for (int i = 0; i < 4; ++i)
+            acc[i] = acc[i] * corr + e * __bfloat162float(__ldcg(vj + lane * 4 + i));
+          m = m_new;
+        }
+        float* mine = attend + warp * (kHeadDim + 2);
+        for (int i = 0; i < 4; ++i) mine[lane * 4 + i] = acc[i];
+        if (lane == 0) mine[kHeadDim] = m, mine[kHeadDim + 1] = l;
+        sync();
+        if (tid < kHeadDim) {
+          float mm = -INFINITY;
+          for (int w = 0; w < kConsumerWarps; ++w)
+            mm = fmaxf(mm, attend[w * (kHeadDim + 2) + kHeadDim]);
+          float sum = 0, o = 0;
+          for (int w = 0; w < kConsumerWarps; ++w) {
+            const float* t = attend + w * (kHeadDim + 2);
+            const float f = t[kHeadDim] == -INFINITY ? 0.f : __expf(t[kHeadDim] - mm);
+            sum += t[kHeadDim + 1] * f;
+            o += t[tid] * f;
+          }
+          ph.out[h * kHeadDim + tid] = __float2bfloat16_rn(o / sum);
+        }
+      }
+    } else {
+      // the input row in f32, through the norm where the phase has one
+      if (ph.norm_w != nullptr) {
+        float ss = 0;
+        for (int i = tid; i < ph.k; i += kConsumerWarps * 32) {
+          const float v = __bfloat162float(__ldcg(ph.in + i));
+          ss += v * v;
+        }
+        for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if (lane == 0) reduce[warp] = ss;
+        sync();
+        float total = 0;
+        for (int w = 0; w < kConsumerWarps; ++w) total += reduce[w];
+        const float r = rsqrtf(total / float(ph.k) + kEps);
+        for (int i = tid; i < ph.k; i += kConsumerWarps * 32)
+          x[i] = bf(bf(__bfloat162float(__ldcg(ph.in + i)) * r) * __bfloat162float(ph.norm_w[i]));
+      } else {
+        for (int i = tid; i < ph.k; i += kConsumerWarps * 32)
+          x[i] = __bfloat162float(__ldcg(ph.in + i));
+      }
+      sync();
+      const int64_t r0 = row_begin(ph.n, block, grid), r1 = row_begin(ph.n, block + 1, grid);
+      const int rows_blk = int(r1 - r0), part_k = ph.k / ph.split;
+      for (int seg = 0; seg < ph.segments; ++seg)
+        for (int64_t r = r0; r < r1; r += ph.rows_per_chunk) {
+          const int rows = int(min(int64_t(ph.rows_per_chunk), r1 - r));
+          mbar_wait(full(slot), use & 1);
+          const unsigned char* w = smem + slot * kSlotBytes;
+          for (int item = warp; item < rows * ph.split; item += kConsumerWarps) {
+            const int row = item / ph.split, part = item % ph.split;
+            const int k0 = part * part_k;
+            float acc = 0;
+            for (int v = lane; v < part_k / 8; v += 32) {
+              const uint4 q =
+                  *reinterpret_cast<const uint4*>(w + (size_t(row) * ph.k + k0 + v * 8) * 2);
+              const bf16* e = reinterpret_cast<const bf16*>(&q);
+              const float* xs = x + k0 + v * 8;
+#pragma unroll
+              for (int i = 0; i < 8; ++i) acc += __bfloat162float(e[i]) * xs[i];
+            }
+            for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (lane == 0) partial[(seg * rows_blk + int(r - r0) + row) * ph.split + part] = acc;
+          }
+          __syncwarp();
+          if (lane == 0) mbar_arrive(empty(slot));
+          if (++slot == slots) slot = 0, ++use;
+        }
+      sync();
+      for (int i = tid; i < rows_blk; i += kConsumerWarps * 32) {
+        float y[2] = {0, 0};
+        for (int seg = 0; seg < ph.segments; ++seg)
+          for (int part = 0; part < ph.split; ++part)
+            y[seg] += partial[(seg * rows_blk + i) * ph.split + part];
+        float out;
+        if (ph.epilogue == kSwiGlu) {
+          const float g = bf(y[0]);
+          out = bf(g / (1.f + __expf(-g))) * bf(y[1]);
+        } else if (ph.epilogue == kResidual) {
+          out = __bfloat162float(__ldcg(ph.resid + r0 + i)) + bf(y[0]);
+        } else {
+          out = y[0];
+        }
+        ph.out[r0 + i] = __float2bfloat16_rn(out);
+      }
+    }
+    sync();
+    if (tid == 0) {
+      __threadfence();
+      atomicAdd(counters + p, 1u);
+    }
+  }
+}
+
+// ---- host
+// ----------------------------------------------------------------------------------------
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return uint16_t(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+float rb(float x) {
+  return from_bf16(to_bf16(x));
+}
+struct Rng {
+  uint64_t s;
+  float uniform() {  // [-1, 1)
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    return float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(int64_t(1) << 23);
+  }
+};
+
+struct HostPhase {
+  Phase d;
+  std::vector<size_t> w_off;  // into the host weight copy
+  size_t in_off, out_off, resid_off = 0, norm_off = 0, k_off = 0, v_off = 0;
+  bool norm = false;
+};
+
+// The phase from the device's own input, on the host; returns the worst |device − host| over
+// the tolerance (≤ 1 passes): 2^-7 of the value plus 2^-8 of the vector's largest.
+double check_phase(const HostPhase& hp, const std::vector<uint16_t>& w,
+                   const std::vector<uint16_t>& act, int cache_t) {
+  const Phase& ph = hp.d;
+  std::vector<float> ref(size_t(ph.n), 0.f);
+  if (ph.kind == kAttend) {
+    for (int h = 0; h < kQHeads; ++h) {
+      const int g = h / (kQHeads / kKvHeads);
+      std::vector<float> s(cache_t);
+      float m = -INFINITY;
+      for (int j = 0; j < cache_t; ++j) {
+        float d = 0;
+        for (int i = 0; i < kHeadDim; ++i) {
+          const float kv = j == cache_t - 1
+                               ? from_bf16(act[hp.in_off + kQHeads * kHeadDim + g * kHeadDim + i])
+                               : from_bf16(w[hp.k_off + (size_t(g) * cache_t + j) * kHeadDim + i]);
+          d += from_bf16(act[hp.in_off + h * kHeadDim + i]) * kv;
+        }
+        s[j] = d / std::sqrt(float(kHeadDim));
+        m = std::max(m, s[j]);
+      }
+      float l = 0;
+      for (int j = 0; j < cache_t; ++j) l += (s[j] = std::exp(s[j] - m));
+      for (int i = 0; i < kHeadDim; ++i) {
+        float o = 0;
+        for (int j = 0; j < cache_t; ++j) {
+          const float v =
+              j == cache_t - 1
+                  ? from_bf16(act[hp.in_off + (kQHeads + kKvHeads) * kHeadDim + g * kHeadDim + i])
+                  : from_bf16(w[hp.v_off + (size_t(g) * cache_t + j) * kHeadDim + i]);
+          o += s[j] * v;
+        }
+        ref[h * kHeadDim + i] = o / l;
+      }
+    }
+  } else {
+    std::vector<float> x(ph.k);
+    double ss = 0;
+    for (int i = 0; i < ph.k; ++i)
+      ss += double(from_bf16(act[hp.in_off + i])) * from_bf16(act[hp.in_off + i]);
+    const float r = 1.f / std::sqrt(float(ss / ph.k) + kEps);
+    for (int i = 0; i < ph.k; ++i) {
+      const float v = from_bf16(act[hp.in_off + i]);
+      x[i] = hp.norm ? rb(rb(v * r) * from_bf16(w[hp.norm_off + i])) : v;
+    }
+    for (int j = 0; j < ph.n; ++j) {
+      float y[2] = {0, 0};
+      for (int seg = 0; seg < ph.segments; ++seg) {
+        const uint16_t* row = w.data() + hp.w_off[seg] + size_t(j) * ph.k;
+        double acc = 0;
+        for (int i = 0; i < ph.k; ++i) acc += double(from_bf16(row[i])) * x[i];
+        y[seg] = float(acc);
+      }
+      if (ph.epilogue == kSwiGlu) {
+        const float g = rb(y[0]);
+        ref[j] = rb(g / (1.f + std::exp(-g))) * rb(y[1]);
+      } else if (ph.epilogue == kResidual) {
+        ref[j] = from_bf16(act[hp.resid_off + j]) + rb(y[0]);
+      } else {
+        ref[j] = y[0];
+      }
+    }
+  }
+  float big = 0;
+  for (float v : ref) big = std::max(big, std::fabs(v));
+  double worst = 0;
+  for (size_t j = 0; j < ref.size(); ++j) {
+    const double tol = std::fabs(ref[j]) / 128.0 + big / 256.0 + 1e-6;
+    worst = std::max(worst, std::fabs(from_bf16(act[hp.out_off + j]) - ref[j]) / tol);
+  }
+  return worst;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  int steps = 20, cache_t = 80, slots = kMaxSlots;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--out" && i + 1 < argc)
+      out_path = argv[++i];
+    else if (a == "--steps" && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (a == "--cache" && i + 1 < argc)
+      cache_t = std::atoi(argv[++i]);
+    else if (a == "--slots" && i + 1 < argc)
+      slots = std::atoi(argv[++i]);
+    else {
+      std::fprintf(stderr,
+                   "usage: hk_bench_persistent_step [--out FILE.json] [--steps N] [--cache T] "
+                   "[--slots S]\n");
+      return 1;
+    }
+  }
+  if (steps < 1 || cache_t < 1 || slots < 2 || slots > kMaxSlots) {
+    std::fprintf(stderr, "hk_bench_persistent_step: --steps ≥ 1, --cache ≥ 1, --slots 2..%d\n",
+                 kMaxSlots);
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major < 9) {
+    std::fprintf(stderr, "hk_bench_persistent_step: needs sm_90 (bulk copies); this is sm_%d%d\n",
+                 prop.major, prop.minor);
+    return 1;
+  }
+  const int grid = prop.multiProcessorCount;
+
+  // host copies: every weight (and the caches) in one array, every activation in another
+  std::vector<uint16_t> w;
+  std::vector<size_t> act_len;
+  size_t act_total = 0;
+  auto weight = [&](size_t count, float scale, float offset, uint64_t seed) {
+    const size_t at = w.size();
+    w.resize(at + count);
+    Rng rng{seed * 0x9E3779B97F4A7C15ull + 1};
+    for (size_t i = 0; i < count; ++i) w[at + i] = to_bf16(offset + scale * rng.uniform());
+    return at;
+  };
+  auto activation = [&](size_t count) {
+    const size_t at = act_total;
+    act_total += count;
+    return at;
+  };
+  std::vector<HostPhase> hps;
+  uint64_t seed = 1;
+  std::vector<size_t> h(kLayers + 1);
+  h[0] = activation(kHidden);
+  for (int l = 0; l < kLayers; ++l) {
+    const size_t w_qkv =
+        weight(size_t(kQkv) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
+    const size_t w_o =
+        weight(size_t(kHidden) * kQHeads * kHeadDim, 1.7f / std::sqrt(2048.f), 0, seed++);
+    const size_t w_gate =
+        weight(size_t(kInter) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
+    const size_t w_up =
+        weight(size_t(kInter) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
+    const size_t w_down =
+        weight(size_t(kHidden) * kInter, 1.7f / std::sqrt(float(kInter)), 0, seed++);
+    const size_t n_in = weight(kHidden, 0.1f, 1.f, seed++),
+                 n_post = weight(kHidden, 0.1f, 1.f, seed++);
+    const size_t kc = weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0, seed++);
+    const size_t vc = weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0, seed++);
+    const size_t qkv = activation(kQkv), a = activation(kQHeads * kHeadDim),
+                 hp = activation(kHidden), s = activation(kInter);
+    h[l + 1] = activation(kHidden);
+    HostPhase p;
+    p = {};
+    p.d.kind = kGemv, p.d.epilogue = kStore, p.d.k = kHidden, p.d.n = kQkv, p.d.segments = 1;
+    p.w_off = {w_qkv}, p.in_off = h[l], p.out_off = qkv, p.norm = true, p.norm_off = n_in;
+    hps.push_back(p);
+    p = {};
+    p.d.kind = kAttend, p.d.n = kQHeads * kHeadDim, p.in_off = qkv, p.out_off = a, p.k_off = kc,
+    p.v_off = vc;
+    hps.push_back(p);
+    p = {};
+    p.d.kind = kGemv, p.d.epilogue = kResidual, p.d.k = kQHeads * kHeadDim, p.d.n = kHidden;
+    p.d.segments = 1, p.w_off = {w_o}, p.in_off = a, p.out_off = hp, p.resid_off = h[l];
+    hps.push_back(p);
+    p = {};
+    p.d.kind = kGemv, p.d.epilogue = kSwiGlu, p.d.k = kHidden, p.d.n = kInter, p.d.segments = 2;
+    p.w_off = {w_gate, w_up}, p.in_off = hp, p.out_off = s, p.norm = true, p.norm_off = n_post;
+    hps.push_back(p);
+    p = {};
+    p.d.kind = kGemv, p.d.epilogue = kResidual, p.d.k = kInter, p.d.n = kHidden, p.d.segments = 1;
+    p.w_off = {w_down}, p.in_off = s, p.out_off = h[l + 1], p.resid_off = hp;
+    hps.push_back(p);
+  }
+  {
+    const size_t w_lm =
+        weight(size_t(kVocab) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
+    const size_t n_final = weight(kHidden, 0.1f, 1.f, seed++);
+    HostPhase p{};
+    p.d.kind = kGemv, p.d.epilogue = kStore, p.d.k = kHidden, p.d.n = kVocab, p.d.segments = 1;
+    p.w_off = {w_lm}, p.in_off = h[kLayers], p.out_off = activation(kVocab), p.norm = true;
+    p.norm_off = n_final;
+    hps.push_back(p);
+  }
+  std::vector<uint16_t> act(act_total, 0);
+  {
+    Rng rng{12345};
+    for (int i = 0; i < kHidden; ++i) act[h[0] + i] = to_bf16(rng.uniform() * 1.7f);
+  }
+  size_t weight_bytes = 0;  // the bytes a step streams: the weights, without caches and norms
+  for (const HostPhase& p : hps)
+    if (p.d.kind == kGemv) weight_bytes += size_t(p.d.segments) * p.d.n * p.d.k * 2;
+
+  bf16 *d_w = nullptr, *d_act = nullptr;
+  CK(cudaMalloc(&d_w, w.size() * 2));
+  CK(cudaMalloc(&d_act, act.size() * 2));
+  CK(cudaMemcpy(d_w, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
+  std::vector<Phase> phases;
+  for (HostPhase& p : hps) {
+    Phase d = p.d;
+    if (d.kind == kGemv) {
+      d.rows_per_chunk = 1;
+      while (d.rows_per_chunk * 2 * d.k * 2 <= kSlotBytes) d.rows_per_chunk *= 2;
+      d.split = d.rows_per_chunk >= kConsumerWarps ? 1 : kConsumerWarps / d.rows_per_chunk;
+      const int64_t rows_blk = (int64_t(d.n) + grid - 1) / grid;
+      if (d.k % (d.split * 8) != 0 || d.k > kMaxK ||
+          rows_blk * d.segments * d.split > kMaxPartials) {
+        std::fprintf(stderr, "hk_bench_persistent_step: a phase (k %d, n %d) does not fit\n", d.k,
+                     d.n);
+        return 1;
+      }
+      for (int s = 0; s < d.segments; ++s) d.w[s] = d_w + p.w_off[s];
+      d.norm_w = p.norm ? d_w + p.norm_off : nullptr;
+      d.resid = d.epilogue == kResidual ? d_act + p.resid_off : nullptr;
+    } else {
+      d.k_cache = d_w + p.k_off, d.v_cache = d_w + p.v_off;
+    }
+    d.in = d_act + p.in_off;
+    d.out = d_act + p.out_off;
+    phases.push_back(d);
+  }
+  Phase* d_phases = nullptr;
+  unsigned* d_counters = nullptr;
+  const int n_phases = int(phases.size());
+  CK(cudaMalloc(&d_phases, phases.size() * sizeof(Phase)));
+  CK(cudaMemcpy(d_phases, phases.data(), phases.size() * sizeof(Phase), cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&d_counters, n_phases * sizeof(unsigned)));
+  CK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  int per_sm = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, step_kernel, kThreads, kSmem));
+  if (per_sm < 1) {
+    std::fprintf(stderr, "hk_bench_persistent_step: the kernel does not fit an SM\n");
+    return 1;
+  }
+
+  // copy bandwidth (1 GiB device copy, read + write), as the decode benchmarks' limit uses
+  double copy_gbs = 0;
+  {
+    const size_t bytes = size_t(1) << 30;
+    void *a = nullptr, *b = nullptr;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+    std::vector<float> ms;
+    for (int i = 0; i < 5; ++i) {
+      CK(cudaEventRecord(e0));
+      CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    copy_gbs = 2.0 * bytes / (ms[2] * 1e-3) / 1e9;
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+  }
+
+  const char* mode_names[3] = {"persistent", "no-lookahead", "stream"};
+  nlohmann::json modes = nlohmann::json::array();
+  std::printf(
+      "persistent decode step probe (%s, %d blocks, %d slots of 16 KB, cache %d, %.3f GB "
+      "of weights a step, copy bandwidth %.0f GB/s -> %.1f us floor)\n",
+      prop.name, grid, slots, cache_t, weight_bytes / 1e9, copy_gbs,
+      weight_bytes / copy_gbs * 1e-3);
+  bool ok = true;
+  for (int mode = 0; mode < 3; ++mode) {
+    CK(cudaMemset(d_counters, 0, n_phases * sizeof(unsigned)));
+    CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::vector<float> us;
+    unsigned epoch = 0;
+    for (int s = 0; s < steps + 3; ++s, ++epoch) {
+      int m = mode, sl = slots, ct = cache_t, np = n_phases;
+      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m, &sl, &ct};
+      CK(cudaEventRecord(e0));
+      CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(step_kernel), dim3(grid),
+                                     dim3(kThreads), args, kSmem, nullptr));
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      if (s >= 3) us.push_back(t * 1e3f);
+    }
+    std::sort(us.begin(), us.end());
+    const double med = us[us.size() / 2], best = us.front();
+    double worst = 0;
+    int worst_phase = -1;
+    if (mode != kStream) {
+      std::vector<uint16_t> got(act.size());
+      CK(cudaMemcpy(got.data(), d_act, got.size() * 2, cudaMemcpyDeviceToHost));
+      for (int p = 0; p < n_phases; ++p) {
+        const double e = check_phase(hps[p], w, got, cache_t);
+        if (e > worst) worst = e, worst_phase = p;
+      }
+      if (!(worst <= 1.0)) ok = false;
+    }
+    std::printf(
+        "%-13s step %8.1f us median (best %.1f)  %6.0f tok/s  %5.1f %% of the weights' copy "
+        "time  %s\n",
+        mode_names[mode], med, best, 1e6 / med, weight_bytes / copy_gbs * 1e-3 / med * 100,
+        mode == kStream ? "(not checked)"
+        : worst <= 1.0  ? "checked"
+                        : "CHECK FAILED");
+    if (mode != kStream && worst > 1.0)
+      std::printf("  worst phase %d (layer %d, phase %d of 5): %.2f × the tolerance\n", worst_phase,
+                  worst_phase / 5, worst_phase % 5, worst);
+    modes.push_back({{"mode", mode_names[mode]},
+                     {"step_us_median", med},
+                     {"step_us_best", best},
+                     {"tok_per_s", 1e6 / med},
+                     {"fraction_of_weight_copy_time", weight_bytes / copy_gbs * 1e-3 / med},
+                     {"checked", mode != kStream},
+                     {"worst_error_over_tolerance", worst}});
+  }
+  if (!out_path.empty()) {
+    nlohmann::json j = {{"gpu", prop.name},
+                        {"blocks", grid},
+                        {"slots", slots},
+                        {"slot_bytes", kSlotBytes},
+                        {"cache_positions", cache_t},
+                        {"phases", n_phases},
+                        {"weight_bytes", weight_bytes},
+                        {"copy_gbs", copy_gbs},
+                        {"steps_timed", steps},
+                        {"modes", modes}};
+    std::ofstream(out_path) << j.dump(1) << "\n";
+  }
+  return ok ? 0 : 1;
+}
