@@ -44,13 +44,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cuda_check.h"
+#include "hk/dtype.h"
 #include "hk/kernel_sdk_sm90.cuh"
 
 namespace {
@@ -337,19 +338,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// ---- host
-// ----------------------------------------------------------------------------------------
-uint16_t to_bf16(float f) {  // round to nearest even
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
+// ---- host ----------------------------------------------------------------------------------
+// bf16 bits as the host copies hold them, through hk's conversions (round to nearest even)
+uint16_t to_bf16(float f) {
+  return hk::float_to_bf16(f).bits;
 }
 float from_bf16(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return hk::bf16_to_float(hk::bf16_t{h});
 }
 float rb(float x) {
   return from_bf16(to_bf16(x));
@@ -499,58 +494,49 @@ int main(int argc, char** argv) {
   };
   std::vector<HostPhase> hps;
   uint64_t seed = 1;
+  auto matrix = [&](int n, int k) {  // [n, k], uniform within ±1.7/√k: outputs stay O(1)
+    return weight(size_t(n) * k, 1.7f / std::sqrt(float(k)), 0, seed++);
+  };
+  auto norm_weight = [&] { return weight(kHidden, 0.1f, 1.f, seed++); };
+  auto gemv = [](Epilogue epilogue, int k, int n, std::vector<size_t> w_off, size_t in,
+                 size_t out) {
+    HostPhase p{};
+    p.d.kind = kGemv, p.d.epilogue = epilogue, p.d.k = k, p.d.n = n;
+    p.d.segments = int(w_off.size()), p.w_off = std::move(w_off), p.in_off = in, p.out_off = out;
+    return p;
+  };
+  auto normed = [](HostPhase p, size_t norm_off) {
+    p.norm = true, p.norm_off = norm_off;
+    return p;
+  };
+  auto plus = [](HostPhase p, size_t resid_off) {
+    p.resid_off = resid_off;
+    return p;
+  };
   std::vector<size_t> h(kLayers + 1);
   h[0] = activation(kHidden);
   for (int l = 0; l < kLayers; ++l) {
-    const size_t w_qkv =
-        weight(size_t(kQkv) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
-    const size_t w_o =
-        weight(size_t(kHidden) * kQHeads * kHeadDim, 1.7f / std::sqrt(2048.f), 0, seed++);
-    const size_t w_gate =
-        weight(size_t(kInter) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
-    const size_t w_up =
-        weight(size_t(kInter) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
-    const size_t w_down =
-        weight(size_t(kHidden) * kInter, 1.7f / std::sqrt(float(kInter)), 0, seed++);
-    const size_t n_in = weight(kHidden, 0.1f, 1.f, seed++),
-                 n_post = weight(kHidden, 0.1f, 1.f, seed++);
+    const size_t w_qkv = matrix(kQkv, kHidden), w_o = matrix(kHidden, kQHeads * kHeadDim);
+    const size_t w_gate = matrix(kInter, kHidden), w_up = matrix(kInter, kHidden);
+    const size_t w_down = matrix(kHidden, kInter);
+    const size_t n_in = norm_weight(), n_post = norm_weight();
     const size_t kc = weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0, seed++);
     const size_t vc = weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0, seed++);
     const size_t qkv = activation(kQkv), a = activation(kQHeads * kHeadDim),
                  hp = activation(kHidden), s = activation(kInter);
     h[l + 1] = activation(kHidden);
-    HostPhase p;
-    p = {};
-    p.d.kind = kGemv, p.d.epilogue = kStore, p.d.k = kHidden, p.d.n = kQkv, p.d.segments = 1;
-    p.w_off = {w_qkv}, p.in_off = h[l], p.out_off = qkv, p.norm = true, p.norm_off = n_in;
-    hps.push_back(p);
-    p = {};
-    p.d.kind = kAttend, p.d.n = kQHeads * kHeadDim, p.in_off = qkv, p.out_off = a, p.k_off = kc,
-    p.v_off = vc;
-    hps.push_back(p);
-    p = {};
-    p.d.kind = kGemv, p.d.epilogue = kResidual, p.d.k = kQHeads * kHeadDim, p.d.n = kHidden;
-    p.d.segments = 1, p.w_off = {w_o}, p.in_off = a, p.out_off = hp, p.resid_off = h[l];
-    hps.push_back(p);
-    p = {};
-    p.d.kind = kGemv, p.d.epilogue = kSwiGlu, p.d.k = kHidden, p.d.n = kInter, p.d.segments = 2;
-    p.w_off = {w_gate, w_up}, p.in_off = hp, p.out_off = s, p.norm = true, p.norm_off = n_post;
-    hps.push_back(p);
-    p = {};
-    p.d.kind = kGemv, p.d.epilogue = kResidual, p.d.k = kInter, p.d.n = kHidden, p.d.segments = 1;
-    p.w_off = {w_down}, p.in_off = s, p.out_off = h[l + 1], p.resid_off = hp;
-    hps.push_back(p);
+    hps.push_back(normed(gemv(kStore, kHidden, kQkv, {w_qkv}, h[l], qkv), n_in));
+    HostPhase attend{};
+    attend.d.kind = kAttend, attend.d.n = kQHeads * kHeadDim;
+    attend.in_off = qkv, attend.out_off = a, attend.k_off = kc, attend.v_off = vc;
+    hps.push_back(attend);
+    hps.push_back(plus(gemv(kResidual, kQHeads * kHeadDim, kHidden, {w_o}, a, hp), h[l]));
+    hps.push_back(normed(gemv(kSwiGlu, kHidden, kInter, {w_gate, w_up}, hp, s), n_post));
+    hps.push_back(plus(gemv(kResidual, kInter, kHidden, {w_down}, s, h[l + 1]), hp));
   }
-  {
-    const size_t w_lm =
-        weight(size_t(kVocab) * kHidden, 1.7f / std::sqrt(float(kHidden)), 0, seed++);
-    const size_t n_final = weight(kHidden, 0.1f, 1.f, seed++);
-    HostPhase p{};
-    p.d.kind = kGemv, p.d.epilogue = kStore, p.d.k = kHidden, p.d.n = kVocab, p.d.segments = 1;
-    p.w_off = {w_lm}, p.in_off = h[kLayers], p.out_off = activation(kVocab), p.norm = true;
-    p.norm_off = n_final;
-    hps.push_back(p);
-  }
+  const size_t w_lm = matrix(kVocab, kHidden), n_final = norm_weight();
+  hps.push_back(
+      normed(gemv(kStore, kHidden, kVocab, {w_lm}, h[kLayers], activation(kVocab)), n_final));
   std::vector<uint16_t> act(act_total, 0);
   {
     Rng rng{12345};
