@@ -203,21 +203,39 @@ __global__ void __launch_bounds__(kThreads, 1)
         const float scale = rsqrtf(float(kHeadDim));
         float qd[4], acc[4] = {0, 0, 0, 0}, m = -INFINITY, l = 0;
         bf16x4(load_act8(q + lane * 4), qd);
-        for (int j = warp; j < cache_t; j += kConsumerWarps) {
-          const bool last = j == cache_t - 1;
-          const bf16* kj = last ? k_new : kc + size_t(j) * kHeadDim;
-          const bf16* vj = last ? v_new : vc + size_t(j) * kHeadDim;
-          float kd[4], vd[4];
-          bf16x4(load_act8(kj + lane * 4), kd);
-          bf16x4(load_act8(vj + lane * 4), vd);
-          float s = 0;
-          for (int i = 0; i < 4; ++i) s += qd[i] * kd[i];
-          for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-          s *= scale;
-          const float m_new = fmaxf(m, s), corr = __expf(m - m_new), e = __expf(s - m_new);
-          l = l * corr + e;
-          for (int i = 0; i < 4; ++i) acc[i] = acc[i] * corr + e * vd[i];
-          m = m_new;
+        // a warp's positions in batches whose loads are all issued before any is used: the old
+        // positions are not written this step (read-only loads), the step's own from L2 behind
+        // the counter; one position a load round trip would put ~T/8 latencies a layer on the
+        // chain (the first run's stand-in did, and timed that instead of the synchronisation)
+        constexpr int kBatch = 8;
+        for (int j0 = warp; j0 < cache_t; j0 += kConsumerWarps * kBatch) {
+          uint2 kr[kBatch], vr[kBatch];
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            const int j = j0 + i * kConsumerWarps;
+            if (j < cache_t - 1) {
+              kr[i] = __ldg(reinterpret_cast<const uint2*>(kc + size_t(j) * kHeadDim) + lane);
+              vr[i] = __ldg(reinterpret_cast<const uint2*>(vc + size_t(j) * kHeadDim) + lane);
+            } else if (j == cache_t - 1) {
+              kr[i] = load_act8(k_new + lane * 4);
+              vr[i] = load_act8(v_new + lane * 4);
+            }
+          }
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            if (j0 + i * kConsumerWarps >= cache_t) break;
+            float kd[4], vd[4];
+            bf16x4(kr[i], kd);
+            bf16x4(vr[i], vd);
+            float s = 0;
+            for (int e = 0; e < 4; ++e) s += qd[e] * kd[e];
+            for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+            s *= scale;
+            const float m_new = fmaxf(m, s), corr = __expf(m - m_new), e = __expf(s - m_new);
+            l = l * corr + e;
+            for (int c = 0; c < 4; ++c) acc[c] = acc[c] * corr + e * vd[c];
+            m = m_new;
+          }
         }
         float* mine = attend + warp * (kHeadDim + 2);
         for (int i = 0; i < 4; ++i) mine[lane * 4 + i] = acc[i];
