@@ -66,6 +66,7 @@ constexpr int kQkv = (kQHeads + 2 * kKvHeads) * kHeadDim;  // 4096
 constexpr int kConsumerWarps = 8, kThreads = (kConsumerWarps + 1) * 32;
 constexpr int kSlotBytes = 16384, kMaxSlots = 12;
 constexpr int kMaxK = 3072, kMaxPartials = 2048;
+constexpr int kMaxItemPieces = 128;  // 16-byte pieces of one warp's part of a row
 constexpr float kEps = 1e-6f;
 
 enum Kind : int { kGemv = 0, kAttend = 1 };
@@ -311,19 +312,27 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int item = warp; item < rows * ph.split; item += kConsumerWarps) {
             const int row = item / ph.split, part = item % ph.split;
             const int k0 = part * part_k;
-            float acc = 0;
-            for (int v = lane; v < part_k / 8; v += 32) {
-              const uint4 q =
-                  *reinterpret_cast<const uint4*>(w + (size_t(row) * ph.k + k0 + v * 8) * 2);
-              const uint4 xq = *reinterpret_cast<const uint4*>(x + k0 + v * 8);
-              const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&q);
-              const __nv_bfloat162* xe = reinterpret_cast<const __nv_bfloat162*>(&xq);
+            // every 16-byte piece of the item loaded before the sums, four independent sums: one
+            // dependent chain a warp (the first run's form) left the products latency-bound
+            float sums[4] = {0, 0, 0, 0};
+            const int pieces_k = part_k / 8;  // ≤ kMaxItemPieces (checked on the host)
 #pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                const float2 a = __bfloat1622float2(e[i]), b = __bfloat1622float2(xe[i]);
-                acc = fmaf(a.x, b.x, fmaf(a.y, b.y, acc));
+            for (int u = 0; u < kMaxItemPieces / 32; ++u) {
+              const int v = lane + u * 32;
+              if (v < pieces_k) {
+                const uint4 q =
+                    *reinterpret_cast<const uint4*>(w + (size_t(row) * ph.k + k0 + v * 8) * 2);
+                const uint4 xq = *reinterpret_cast<const uint4*>(x + k0 + v * 8);
+                const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&q);
+                const __nv_bfloat162* xe = reinterpret_cast<const __nv_bfloat162*>(&xq);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                  const float2 a = __bfloat1622float2(e[i]), b = __bfloat1622float2(xe[i]);
+                  sums[i] = fmaf(a.x, b.x, fmaf(a.y, b.y, sums[i]));
+                }
               }
             }
+            float acc = (sums[0] + sums[1]) + (sums[2] + sums[3]);
             for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
             if (lane == 0) partial[(seg * rows_blk + int(r - r0) + row) * ph.split + part] = acc;
           }
@@ -581,7 +590,7 @@ int main(int argc, char** argv) {
       while (d.rows_per_chunk * 2 * d.k * 2 <= kSlotBytes) d.rows_per_chunk *= 2;
       d.split = d.rows_per_chunk >= kConsumerWarps ? 1 : kConsumerWarps / d.rows_per_chunk;
       const int64_t rows_blk = (int64_t(d.n) + grid - 1) / grid;
-      if (d.k % (d.split * 8) != 0 || d.k > kMaxK ||
+      if (d.k % (d.split * 8) != 0 || d.k > kMaxK || d.k / d.split / 8 > kMaxItemPieces ||
           rows_blk * d.segments * d.split > kMaxPartials) {
         std::fprintf(stderr, "hk_bench_persistent_step: a phase (k %d, n %d) does not fit\n", d.k,
                      d.n);
