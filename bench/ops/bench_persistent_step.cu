@@ -94,6 +94,21 @@ constexpr int kOffReduce = kOffAttend + kConsumerWarps * (kHeadDim + 2) * 4;
 constexpr int kOffBars = kOffReduce + 64;
 constexpr int kSmem = kOffBars + 2 * kMaxSlots * 8;
 
+// The trace of one step (--trace): for blocks 0 and grid/2, each weight chunk's %globaltimer when
+// the producer issued its copy, when the consumers' wait on it returned and when warp 0 had
+// finished its products — where a chunk's time goes, which the step times alone cannot say.
+constexpr int kTraceBlocks = 2, kTraceChunks = 1024, kTracePoints = 3;
+__device__ __forceinline__ unsigned long long global_time() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+  return t;
+}
+__device__ __forceinline__ void trace_point(unsigned long long* trace, int traced, int chunk,
+                                            int point) {
+  if (trace != nullptr && traced >= 0 && chunk < kTraceChunks)
+    trace[(size_t(traced) * kTraceChunks + chunk) * kTracePoints + point] = global_time();
+}
+
 __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -132,13 +147,13 @@ __device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
 __device__ __forceinline__ float bf(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
-__device__ __forceinline__ int64_t row_begin(int n, int block, int grid) {
+__host__ __device__ __forceinline__ int64_t row_begin(int n, int block, int grid) {
   return int64_t(n) * block / grid;
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
     step_kernel(const Phase* phases, int n_phases, unsigned* counters, unsigned epoch, int mode,
-                int slots, int cache_t) {
+                int slots, int cache_t, unsigned long long* trace) {
   using namespace hk::sdk::cuda::sm90;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
@@ -151,6 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int grid = gridDim.x, block = blockIdx.x;
   const unsigned target = unsigned(grid) * (epoch + 1);
+  const int traced = block == 0 ? 0 : block == grid / 2 ? 1 : -1;
   if (threadIdx.x == 0) {
     for (int s = 0; s < slots; ++s) {
       mbar_init(full(s), 1);
@@ -162,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warp == kConsumerWarps) {  // the producer: every phase's row slices, in order
     if (lane != 0 || mode == kChain) return;
-    int slot = 0;
+    int slot = 0, chunk = 0;
     uint32_t use = 0;  // how many times the ring has wrapped
     for (int p = 0; p < n_phases; ++p) {
       const Phase ph = phases[p];
@@ -176,6 +192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (use > 0) mbar_wait(empty(slot), (use - 1) & 1);
           mbar_expect_tx(full(slot), bytes);
           bulk_load(base + slot * kSlotBytes, ph.w[seg] + r * ph.k, bytes, full(slot));
+          trace_point(trace, traced, chunk++, 0);
           if (++slot == slots) slot = 0, ++use;
         }
     }
@@ -185,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // the consumers (256 threads, named barrier 1)
   const int tid = threadIdx.x;
   auto sync = [] { named_sync(1, kConsumerWarps * 32); };
-  int slot = 0;
+  int slot = 0, chunk = 0;
   uint32_t use = 0;
   for (int p = 0; p < n_phases; ++p) {
     const Phase ph = phases[p];
@@ -308,6 +325,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int64_t r = r0; r < r1; r += ph.rows_per_chunk) {
           const int rows = int(min(int64_t(ph.rows_per_chunk), r1 - r));
           mbar_wait(full(slot), use & 1);
+          if (tid == 0) trace_point(trace, traced, chunk, 1);
           const unsigned char* w = smem + slot * kSlotBytes;
           for (int item = warp; item < rows * ph.split; item += kConsumerWarps) {
             const int row = item / ph.split, part = item % ph.split;
@@ -338,6 +356,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
           __syncwarp();
           if (lane == 0) mbar_arrive(empty(slot));
+          if (tid == 0) trace_point(trace, traced, chunk, 2);
+          ++chunk;
           if (++slot == slots) slot = 0, ++use;
         }
       sync();
@@ -469,6 +489,51 @@ double check_phase(const HostPhase& hp, const std::vector<uint16_t>& w,
     worst = std::max(worst, e);
   }
   return worst;
+}
+
+// The traced step's chunks of each traced block: median copy issue -> consumers' wait returned,
+// median products (warp 0), the consumers' time between a chunk done and the next one's wait
+// returned (phase work, counter waits and waiting for data together), how many chunks the
+// producer had issued ahead when the consumers took one, and the span.
+nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
+                               const std::vector<int>& chunks_per_block) {
+  auto median = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (int b = 0; b < kTraceBlocks; ++b) {
+    const int n = std::min(chunks_per_block[b], kTraceChunks);
+    auto at = [&](int c, int point) {
+      return double(tr[(size_t(b) * kTraceChunks + c) * kTracePoints + point]);
+    };
+    if (n == 0 || at(0, 0) == 0) continue;
+    std::vector<double> latency, products, between, lead;
+    double between_total = 0, products_total = 0;
+    for (int c = 0; c < n; ++c) {
+      latency.push_back((at(c, 1) - at(c, 0)) * 1e-3);
+      products.push_back((at(c, 2) - at(c, 1)) * 1e-3);
+      products_total += products.back();
+      if (c > 0) {
+        between.push_back((at(c, 1) - at(c - 1, 2)) * 1e-3);
+        between_total += between.back();
+      }
+      int issued = 0;
+      for (int d = 0; d < n; ++d) issued += at(d, 0) <= at(c, 1) ? 1 : 0;
+      lead.push_back(issued - c - 1);
+    }
+    out.push_back({{"block", b == 0 ? "0" : "grid/2"},
+                   {"chunks", n},
+                   {"issue_to_taken_us_median", median(latency)},
+                   {"products_us_median", median(products)},
+                   {"products_us_total", products_total},
+                   {"between_chunks_us_median", median(between)},
+                   {"between_chunks_us_total", between_total},
+                   {"issued_ahead_median", median(lead)},
+                   {"span_us", (at(n - 1, 2) - at(0, 0)) * 1e-3}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -612,6 +677,18 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&d_phases, phases.size() * sizeof(Phase)));
   CK(cudaMemcpy(d_phases, phases.data(), phases.size() * sizeof(Phase), cudaMemcpyHostToDevice));
   CK(cudaMalloc(&d_counters, n_phases * sizeof(unsigned)));
+  const size_t trace_words = size_t(kTraceBlocks) * kTraceChunks * kTracePoints;
+  unsigned long long* d_trace = nullptr;
+  CK(cudaMalloc(&d_trace, trace_words * sizeof(unsigned long long)));
+  std::vector<int> chunks_per_block(kTraceBlocks, 0);
+  for (int b = 0; b < kTraceBlocks; ++b) {
+    const int block = b == 0 ? 0 : grid / 2;
+    for (const Phase& d : phases) {
+      if (d.kind != kGemv) continue;
+      const int64_t rows = row_begin(d.n, block + 1, grid) - row_begin(d.n, block, grid);
+      chunks_per_block[b] += d.segments * int((rows + d.rows_per_chunk - 1) / d.rows_per_chunk);
+    }
+  }
   CK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   int per_sm = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, step_kernel, kThreads, kSmem));
@@ -663,9 +740,10 @@ int main(int argc, char** argv) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     unsigned epoch = 0;
+    unsigned long long* trace_arg = nullptr;
     auto launch = [&] {
       int m = mode, sl = slots, ct = cache_t, np = n_phases;
-      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m, &sl, &ct};
+      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m, &sl, &ct, &trace_arg};
       CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(step_kernel), dim3(grid),
                                      dim3(kThreads), args, kSmem, nullptr));
       ++epoch;
@@ -686,6 +764,16 @@ int main(int argc, char** argv) {
     }
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
+    // one traced step (after the timed ones; not timed itself)
+    CK(cudaMemset(d_trace, 0, trace_words * sizeof(unsigned long long)));
+    trace_arg = d_trace;
+    launch();
+    CK(cudaDeviceSynchronize());
+    trace_arg = nullptr;
+    std::vector<unsigned long long> tr(trace_words);
+    CK(cudaMemcpy(tr.data(), d_trace, trace_words * sizeof(unsigned long long),
+                  cudaMemcpyDeviceToHost));
+    const nlohmann::json chunk_trace = summarize_trace(tr, chunks_per_block);
     std::sort(us.begin(), us.end());
     const double med = us[us.size() / 2], best = us.front();
     double worst = 0;
@@ -712,6 +800,15 @@ int main(int argc, char** argv) {
         !checked       ? "(not checked)"
         : worst <= 1.0 ? "checked"
                        : "CHECK FAILED");
+    for (const nlohmann::json& t : chunk_trace)
+      std::printf(
+          "  block %s, %d chunks: issued -> taken %.2f us, products %.2f us (total %.0f), "
+          "between chunks %.2f us (total %.0f), issued ahead %.0f, span %.0f us\n",
+          t["block"].get<std::string>().c_str(), t["chunks"].get<int>(),
+          t["issue_to_taken_us_median"].get<double>(), t["products_us_median"].get<double>(),
+          t["products_us_total"].get<double>(), t["between_chunks_us_median"].get<double>(),
+          t["between_chunks_us_total"].get<double>(), t["issued_ahead_median"].get<double>(),
+          t["span_us"].get<double>());
     if (checked && worst > 1.0)
       std::printf("  worst phase %d (layer %d, phase %d of 5): %.2f × the tolerance\n", worst_phase,
                   worst_phase / 5, worst_phase % 5, worst);
@@ -721,6 +818,7 @@ int main(int argc, char** argv) {
                      {"tok_per_s", 1e6 / med},
                      {"fraction_of_weight_copy_time", weight_bytes / copy_gbs * 1e-3 / med},
                      {"checked", checked},
+                     {"chunk_trace", chunk_trace},
                      {"worst_error_over_tolerance", worst}});
   }
   if (!out_path.empty()) {
