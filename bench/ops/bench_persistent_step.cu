@@ -36,7 +36,11 @@
 // step's time: `--steps` cooperative launches queued back to back between two events, median of
 // five windows. It checks itself (persistent and no-lookahead): one more step after every output
 // buffer is poisoned with bf16 NaN, then each phase's output against a host computation from the
-// device's own input to that phase (f32 sums in another order).
+// device's own input to that phase (f32 sums in another order). After the timed steps one more
+// step per mode is traced (untimed): for blocks 0 and grid/2, each weight chunk's copy issue, the
+// consumers' wait return and warp 0's end of products, by %globaltimer — the first runs showed a
+// step bound by something per chunk (~1.3 µs a 16 KB chunk whatever the ring depth, the card's
+// bandwidth or the products' form), and the trace is how to see what.
 //
 // Usage: hk_bench_persistent_step [--out FILE.json] [--steps N] [--cache T] [--slots S]
 #include <cuda_bf16.h>
@@ -389,6 +393,63 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---- how fast one block an SM pulls bytes on chip, by form ----------------------------------
+// Every persistent form measured so far (the seventh session's, this probe's stream mode) and the
+// staged gemv's layers stream at ~11-12 GB/s an SM, the same on the H100 and the H200 and whatever
+// the ring depth: the shared part is 1-D bulk copies issued by one thread of one block an SM. This
+// kernel times that alone, with no consumer (a slot is reissued as soon as its copy has landed),
+// beside more issuing warps and plain 16-byte loads by every thread.
+enum CopyForm : int { kBulkOneIssuer = 0, kBulkFourIssuers = 1, kVectorLoads = 2 };
+
+__global__ void __launch_bounds__(kThreads, 1)
+    copy_form_kernel(const unsigned char* src, size_t bytes_per_block, int form, int chunk_bytes,
+                     int slots, unsigned* sink) {
+  using namespace hk::sdk::cuda::sm90;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const unsigned char* mine = src + bytes_per_block * blockIdx.x;
+  if (form == kVectorLoads) {
+    const uint4* p = reinterpret_cast<const uint4*>(mine);
+    const size_t n = bytes_per_block / 16;
+    unsigned acc = 0;
+    for (size_t i = threadIdx.x; i < n; i += size_t(blockDim.x) * 8) {
+      uint4 v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const size_t j = i + size_t(u) * blockDim.x;
+        v[u] = j < n ? __ldg(p + j) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x9E3779B9u) sink[blockIdx.x] = acc;  // keeps the loads
+    return;
+  }
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t bars = base + uint32_t(slots) * uint32_t(chunk_bytes);
+  const int issuers = form == kBulkOneIssuer ? 1 : 4, per = slots / issuers;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < slots; ++s) mbar_init(bars + 8 * s, 1);
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (lane != 0 || warp >= issuers) return;
+  const int chunks = int(bytes_per_block / size_t(chunk_bytes));
+  int mine_count = 0;  // this issuer's chunks: warp, warp + issuers, ...
+  for (int c = warp; c < chunks; c += issuers, ++mine_count) {
+    const int s = warp * per + mine_count % per;
+    const uint32_t use = uint32_t(mine_count / per);
+    if (use > 0) mbar_wait(bars + 8 * s, (use - 1) & 1);
+    mbar_expect_tx(bars + 8 * s, uint32_t(chunk_bytes));
+    bulk_load(base + uint32_t(s) * uint32_t(chunk_bytes), mine + size_t(c) * chunk_bytes,
+              uint32_t(chunk_bytes), bars + 8 * s);
+  }
+  for (int j = 0; j < per; ++j) {  // the last copy of each slot has landed
+    const int uses = mine_count / per + (j < mine_count % per ? 1 : 0);
+    if (uses > 0) mbar_wait(bars + 8 * (warp * per + j), uint32_t(uses - 1) & 1);
+  }
+}
+
 // ---- host ----------------------------------------------------------------------------------
 // bf16 bits as the host copies hold them, through hk's conversions (round to nearest even)
 uint16_t to_bf16(float f) {
@@ -724,6 +785,56 @@ int main(int argc, char** argv) {
     CK(cudaFree(b));
   }
 
+  // the copy forms, each over the weights (bytes_per_block a block, one block an SM), median of 5
+  nlohmann::json copy_forms = nlohmann::json::array();
+  {
+    struct Form {
+      const char* name;
+      int form, chunk_bytes, slots;
+    };
+    const Form forms[] = {{"bulk, 1 issuer, 16 KB x 12", kBulkOneIssuer, 16384, 12},
+                          {"bulk, 1 issuer, 4 KB x 12", kBulkOneIssuer, 4096, 12},
+                          {"bulk, 1 issuer, 64 KB x 3", kBulkOneIssuer, 65536, 3},
+                          {"bulk, 4 issuers, 16 KB x 12", kBulkFourIssuers, 16384, 12},
+                          {"16-byte loads, 288 threads", kVectorLoads, 16384, 12}};
+    const size_t bytes_per_block = (w.size() * 2 / size_t(grid)) / 65536 * 65536;
+    unsigned* d_sink = nullptr;
+    CK(cudaMalloc(&d_sink, size_t(grid) * sizeof(unsigned)));
+    CK(cudaFuncSetAttribute(copy_form_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    std::printf("one block an SM pulling %.1f MB each into shared memory (GB/s, all SMs):\n",
+                bytes_per_block / 1e6);
+    for (const Form& f : forms) {
+      std::vector<float> ms;
+      for (int rep = 0; rep < 6; ++rep) {
+        CK(cudaEventRecord(e0));
+        copy_form_kernel<<<grid, kThreads, kSmem>>>(reinterpret_cast<const unsigned char*>(d_w),
+                                                    bytes_per_block, f.form, f.chunk_bytes, f.slots,
+                                                    d_sink);
+        CK(cudaGetLastError());
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        if (rep > 0) ms.push_back(t);  // the first warms up
+      }
+      std::sort(ms.begin(), ms.end());
+      const double gbs = double(bytes_per_block) * grid / (ms[ms.size() / 2] * 1e-3) / 1e9;
+      std::printf("  %-30s %7.0f GB/s  (%.1f GB/s an SM, %.0f %% of the copy bandwidth)\n", f.name,
+                  gbs, gbs / grid, gbs / copy_gbs * 100);
+      copy_forms.push_back({{"form", f.name},
+                            {"chunk_bytes", f.chunk_bytes},
+                            {"slots", f.slots},
+                            {"gbs", gbs},
+                            {"fraction_of_copy_bandwidth", gbs / copy_gbs}});
+    }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaFree(d_sink));
+  }
+
   const char* mode_names[kModes] = {"persistent", "no-lookahead", "stream", "chain"};
   nlohmann::json modes = nlohmann::json::array();
   std::printf(
@@ -831,7 +942,8 @@ int main(int argc, char** argv) {
                         {"weight_bytes", weight_bytes},
                         {"copy_gbs", copy_gbs},
                         {"steps_timed", steps},
-                        {"modes", modes}};
+                        {"modes", modes},
+                        {"copy_forms", copy_forms}};
     std::ofstream(out_path) << j.dump(1) << "\n";
   }
   return ok ? 0 : 1;
