@@ -98,9 +98,10 @@ constexpr int kOffReduce = kOffAttend + kConsumerWarps * (kHeadDim + 2) * 4;
 constexpr int kOffBars = kOffReduce + 64;
 constexpr int kSmem = kOffBars + 2 * kMaxSlots * 8;
 
-// The trace of one step (--trace): for blocks 0 and grid/2, each weight chunk's %globaltimer when
-// the producer issued its copy, when the consumers' wait on it returned and when warp 0 had
-// finished its products — where a chunk's time goes, which the step times alone cannot say.
+// The trace of one step (every mode, after its timed steps): for blocks 0 and grid/2, each weight
+// chunk's %globaltimer when the producer issued its copy, when the consumers' wait on it returned
+// and when warp 0 had finished its products — where a chunk's time goes, which the step times alone
+// cannot say.
 constexpr int kTraceBlocks = 2, kTraceChunks = 1024, kTracePoints = 3;
 __device__ __forceinline__ unsigned long long global_time() {
   unsigned long long t;
@@ -227,8 +228,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         bf16x4(load_act8(q + lane * 4), qd);
         // a warp's positions in batches whose loads are all issued before any is used: the old
         // positions are not written this step (read-only loads), the step's own from L2 behind
-        // the counter; one position a load round trip would put ~T/8 latencies a layer on the
-        // chain (the first run's stand-in did, and timed that instead of the synchronisation)
+        // the counter (one position a round trip before de1e206: the chain measured the same
+        // either way, ~350 us at cache 80)
         constexpr int kBatch = 8;
         for (int j0 = warp; j0 < cache_t; j0 += kConsumerWarps * kBatch) {
           uint2 kr[kBatch], vr[kBatch];
@@ -334,8 +335,9 @@ __global__ void __launch_bounds__(kThreads, 1)
           for (int item = warp; item < rows * ph.split; item += kConsumerWarps) {
             const int row = item / ph.split, part = item % ph.split;
             const int k0 = part * part_k;
-            // every 16-byte piece of the item loaded before the sums, four independent sums: one
-            // dependent chain a warp (the first run's form) left the products latency-bound
+            // every 16-byte piece of the item loaded before the sums, four independent sums (one
+            // dependent chain a warp before 4e7082a; the step time did not change, so the products
+            // are not what bounds it)
             float sums[4] = {0, 0, 0, 0};
             const int pieces_k = part_k / 8;  // ≤ kMaxItemPieces (checked on the host)
 #pragma unroll
