@@ -400,8 +400,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 // staged gemv's layers stream at ~11-12 GB/s an SM, the same on the H100 and the H200 and whatever
 // the ring depth: the shared part is 1-D bulk copies issued by one thread of one block an SM. This
 // kernel times that alone, with no consumer (a slot is reissued as soon as its copy has landed),
-// beside more issuing warps and plain 16-byte loads by every thread.
-enum CopyForm : int { kBulkOneIssuer = 0, kBulkFourIssuers = 1, kVectorLoads = 2 };
+// beside more issuing warps, every slot's own issuing lane of one warp, and plain 16-byte loads by
+// every thread.
+enum CopyForm : int { kBulkOneIssuer = 0, kBulkFourIssuers = 1, kVectorLoads = 2, kBulkLanes = 3 };
 
 __global__ void __launch_bounds__(kThreads, 1)
     copy_form_kernel(const unsigned char* src, size_t bytes_per_block, int form, int chunk_bytes,
@@ -428,18 +429,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   const uint32_t bars = base + uint32_t(slots) * uint32_t(chunk_bytes);
-  const int issuers = form == kBulkOneIssuer ? 1 : 4, per = slots / issuers;
+  // issuers: lane 0 of warps 0..3 (four issuers), or lanes 0..slots-1 of warp 0 (one a slot)
+  const int issuers = form == kBulkOneIssuer ? 1 : form == kBulkFourIssuers ? 4 : slots;
+  const int per = slots / issuers;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int issuer = form == kBulkLanes ? (warp == 0 && lane < issuers ? lane : -1)
+                                        : (lane == 0 && warp < issuers ? warp : -1);
   if (threadIdx.x == 0) {
     for (int s = 0; s < slots; ++s) mbar_init(bars + 8 * s, 1);
     fence_barrier_init();
   }
   __syncthreads();
-  if (lane != 0 || warp >= issuers) return;
+  if (issuer < 0) return;
   const int chunks = int(bytes_per_block / size_t(chunk_bytes));
-  int mine_count = 0;  // this issuer's chunks: warp, warp + issuers, ...
-  for (int c = warp; c < chunks; c += issuers, ++mine_count) {
-    const int s = warp * per + mine_count % per;
+  int mine_count = 0;  // this issuer's chunks: issuer, issuer + issuers, ...
+  for (int c = issuer; c < chunks; c += issuers, ++mine_count) {
+    const int s = issuer * per + mine_count % per;
     const uint32_t use = uint32_t(mine_count / per);
     if (use > 0) mbar_wait(bars + 8 * s, (use - 1) & 1);
     mbar_expect_tx(bars + 8 * s, uint32_t(chunk_bytes));
@@ -448,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   for (int j = 0; j < per; ++j) {  // the last copy of each slot has landed
     const int uses = mine_count / per + (j < mine_count % per ? 1 : 0);
-    if (uses > 0) mbar_wait(bars + 8 * (warp * per + j), uint32_t(uses - 1) & 1);
+    if (uses > 0) mbar_wait(bars + 8 * (issuer * per + j), uint32_t(uses - 1) & 1);
   }
 }
 
@@ -798,6 +803,7 @@ int main(int argc, char** argv) {
                           {"bulk, 1 issuer, 4 KB x 12", kBulkOneIssuer, 4096, 12},
                           {"bulk, 1 issuer, 64 KB x 3", kBulkOneIssuer, 65536, 3},
                           {"bulk, 4 issuers, 16 KB x 12", kBulkFourIssuers, 16384, 12},
+                          {"bulk, 12 lanes, 16 KB x 12", kBulkLanes, 16384, 12},
                           {"16-byte loads, 288 threads", kVectorLoads, 16384, 12}};
     const size_t bytes_per_block = (w.size() * 2 / size_t(grid)) / 65536 * 65536;
     unsigned* d_sink = nullptr;
