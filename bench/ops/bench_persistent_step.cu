@@ -90,7 +90,7 @@ struct Phase {
   const bf16* v_cache;
 };
 
-// shared memory: ring | x (f32) | partial sums | attention scratch | reductions | barriers
+// shared memory: ring | x (bf16) | partial sums | attention scratch | reductions | barriers
 constexpr int kOffX = kMaxSlots * kSlotBytes;
 constexpr int kOffPartial = kOffX + kMaxK * 2;
 constexpr int kOffAttend = kOffPartial + kMaxPartials * 4;
@@ -559,6 +559,29 @@ double check_phase(const HostPhase& hp, const std::vector<uint16_t>& w,
   return worst;
 }
 
+// `reps` runs of `enqueue` on the default stream, each between two events: their times in ms,
+// sorted (every timing of this program: the copy bandwidth, the copy forms, the step modes).
+template <class Enqueue>
+std::vector<float> sorted_times_ms(int reps, Enqueue&& enqueue) {
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int rep = 0; rep < reps; ++rep) {
+    CK(cudaEventRecord(e0));
+    enqueue();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float t = 0;
+    CK(cudaEventElapsedTime(&t, e0, e1));
+    ms.push_back(t);
+  }
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  std::sort(ms.begin(), ms.end());
+  return ms;
+}
+
 // The traced step's chunks of each traced block: median copy issue -> consumers' wait returned,
 // median products (warp 0), the consumers' time between a chunk done and the next one's wait
 // returned (phase work, counter waits and waiting for data together), how many chunks the
@@ -579,6 +602,7 @@ nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
     if (n == 0 || at(0, 0) == 0) continue;
     std::vector<double> latency, products, between, lead;
     double between_total = 0, products_total = 0;
+    int issued = 0;  // copies issued by the time the consumers took chunk c (both in chunk order)
     for (int c = 0; c < n; ++c) {
       latency.push_back((at(c, 1) - at(c, 0)) * 1e-3);
       products.push_back((at(c, 2) - at(c, 1)) * 1e-3);
@@ -587,8 +611,7 @@ nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
         between.push_back((at(c, 1) - at(c - 1, 2)) * 1e-3);
         between_total += between.back();
       }
-      int issued = 0;
-      for (int d = 0; d < n; ++d) issued += at(d, 0) <= at(c, 1) ? 1 : 0;
+      while (issued < n && at(issued, 0) <= at(c, 1)) ++issued;
       lead.push_back(issued - c - 1);
     }
     out.push_back({{"block", b == 0 ? "0" : "grid/2"},
@@ -772,21 +795,9 @@ int main(int argc, char** argv) {
     void *a = nullptr, *b = nullptr;
     CK(cudaMalloc(&a, bytes));
     CK(cudaMalloc(&b, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-    std::vector<float> ms;
-    for (int i = 0; i < 5; ++i) {
-      CK(cudaEventRecord(e0));
-      CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t = 0;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
+    const std::vector<float> ms =
+        sorted_times_ms(5, [&] { CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice)); });
     copy_gbs = 2.0 * bytes / (ms[2] * 1e-3) / 1e9;
     CK(cudaFree(a));
     CK(cudaFree(b));
@@ -809,26 +820,17 @@ int main(int argc, char** argv) {
     unsigned* d_sink = nullptr;
     CK(cudaMalloc(&d_sink, size_t(grid) * sizeof(unsigned)));
     CK(cudaFuncSetAttribute(copy_form_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     std::printf("one block an SM pulling %.1f MB each into shared memory (GB/s, all SMs):\n",
                 bytes_per_block / 1e6);
     for (const Form& f : forms) {
-      std::vector<float> ms;
-      for (int rep = 0; rep < 6; ++rep) {
-        CK(cudaEventRecord(e0));
+      auto pull = [&] {
         copy_form_kernel<<<grid, kThreads, kSmem>>>(reinterpret_cast<const unsigned char*>(d_w),
                                                     bytes_per_block, f.form, f.chunk_bytes, f.slots,
                                                     d_sink);
         CK(cudaGetLastError());
-        CK(cudaEventRecord(e1));
-        CK(cudaEventSynchronize(e1));
-        float t = 0;
-        CK(cudaEventElapsedTime(&t, e0, e1));
-        if (rep > 0) ms.push_back(t);  // the first warms up
-      }
-      std::sort(ms.begin(), ms.end());
+      };
+      pull();  // warms up
+      const std::vector<float> ms = sorted_times_ms(5, pull);
       const double gbs = double(bytes_per_block) * grid / (ms[ms.size() / 2] * 1e-3) / 1e9;
       std::printf("  %-30s %7.0f GB/s  (%.1f GB/s an SM, %.0f %% of the copy bandwidth)\n", f.name,
                   gbs, gbs / grid, gbs / copy_gbs * 100);
@@ -838,8 +840,6 @@ int main(int argc, char** argv) {
                             {"gbs", gbs},
                             {"fraction_of_copy_bandwidth", gbs / copy_gbs}});
     }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
     CK(cudaFree(d_sink));
   }
 
@@ -855,9 +855,6 @@ int main(int argc, char** argv) {
     const bool checked = mode == kPersistent || mode == kNoLookahead;
     CK(cudaMemset(d_counters, 0, n_phases * sizeof(unsigned)));
     CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
     unsigned epoch = 0;
     unsigned long long* trace_arg = nullptr;
     auto launch = [&] {
@@ -871,18 +868,9 @@ int main(int argc, char** argv) {
     CK(cudaDeviceSynchronize());
     // `steps` launches queued back to back between two events, five times: a step's time is the
     // window over steps (no host launch latency inside), median and best of the five
-    std::vector<double> us;
-    for (int rep = 0; rep < 5; ++rep) {
-      CK(cudaEventRecord(e0));
+    const std::vector<float> window_ms = sorted_times_ms(5, [&] {
       for (int s = 0; s < steps; ++s) launch();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t = 0;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      us.push_back(double(t) * 1e3 / steps);
-    }
-    CK(cudaEventDestroy(e0));
-    CK(cudaEventDestroy(e1));
+    });
     // one traced step (after the timed ones; not timed itself)
     CK(cudaMemset(d_trace, 0, trace_words * sizeof(unsigned long long)));
     trace_arg = d_trace;
@@ -893,8 +881,8 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(tr.data(), d_trace, trace_words * sizeof(unsigned long long),
                   cudaMemcpyDeviceToHost));
     const nlohmann::json chunk_trace = summarize_trace(tr, chunks_per_block);
-    std::sort(us.begin(), us.end());
-    const double med = us[us.size() / 2], best = us.front();
+    const double med = double(window_ms[window_ms.size() / 2]) * 1e3 / steps,
+                 best = double(window_ms.front()) * 1e3 / steps;
     double worst = 0;
     int worst_phase = -1;
     if (checked) {
