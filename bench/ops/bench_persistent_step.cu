@@ -40,12 +40,11 @@
 // step per mode is traced (untimed): for blocks 0 and grid/2, each weight chunk's copy issue, the
 // consumers' wait return and warp 0's end of products, by %globaltimer — the first runs showed a
 // step bound by something per chunk (~1.3 µs a 16 KB chunk whatever the ring depth, the card's
-// bandwidth or the products' form), and the trace is how to see what.
+// bandwidth or the products' form); the trace (thirtieth session) put it in the consumers: 0.5 µs
+// of products and ~0.9 µs of phase work a chunk, with the copies alone at 86-102 % of the copy
+// bandwidth. hk_bench_split_step goes on from here.
 //
 // Usage: hk_bench_persistent_step [--out FILE.json] [--steps N] [--cache T] [--slots S]
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -56,22 +55,17 @@
 #include <utility>
 #include <vector>
 
-#include "../cuda_check.h"
-#include "hk/dtype.h"
+#include "decode_step_probe.cuh"
 #include "hk/kernel_sdk_sm90.cuh"
 
 namespace {
 
-using bf16 = __nv_bfloat16;
+using namespace decode_probe;
 
-constexpr int kHidden = 1024, kQHeads = 16, kKvHeads = 8, kHeadDim = 128, kInter = 3072;
-constexpr int kLayers = 28, kVocab = 151936;
-constexpr int kQkv = (kQHeads + 2 * kKvHeads) * kHeadDim;  // 4096
 constexpr int kConsumerWarps = 8, kThreads = (kConsumerWarps + 1) * 32;
 constexpr int kSlotBytes = 16384, kMaxSlots = 12;
 constexpr int kMaxK = 3072, kMaxPartials = 2048;
 constexpr int kMaxItemPieces = 128;  // 16-byte pieces of one warp's part of a row
-constexpr float kEps = 1e-6f;
 
 enum Kind : int { kGemv = 0, kAttend = 1 };
 enum Epilogue : int { kStore = 0, kResidual = 1, kSwiGlu = 2 };
@@ -103,57 +97,10 @@ constexpr int kSmem = kOffBars + 2 * kMaxSlots * 8;
 // and when warp 0 had finished its products — where a chunk's time goes, which the step times alone
 // cannot say.
 constexpr int kTraceBlocks = 2, kTraceChunks = 1024, kTracePoints = 3;
-__device__ __forceinline__ unsigned long long global_time() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-  return t;
-}
 __device__ __forceinline__ void trace_point(unsigned long long* trace, int traced, int chunk,
                                             int point) {
   if (trace != nullptr && traced >= 0 && chunk < kTraceChunks)
     trace[(size_t(traced) * kTraceChunks + chunk) * kTracePoints + point] = global_time();
-}
-
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// A counter that never arrives (a bug, or a grid not co-resident) traps after ~seconds.
-__device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
-  for (uint32_t tries = 0; load_acquire(c) < target; ++tries)
-    if (tries > (1u << 25)) __trap();
-}
-// Activations another block wrote this launch: from L2 (.cg), and volatile with a memory clobber
-// so the compiler keeps them behind the counter wait and the barrier.
-__device__ __forceinline__ uint4 load_act16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ uint2 load_act8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ float load_act(const bf16* p) {
-  unsigned short v;
-  asm volatile("ld.global.cg.u16 %0, [%1];\n" : "=h"(v) : "l"(p) : "memory");
-  return __bfloat162float(__ushort_as_bfloat16(v));
-}
-__device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-}
-__device__ __forceinline__ float bf(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-__host__ __device__ __forceinline__ int64_t row_begin(int n, int block, int grid) {
-  return int64_t(n) * block / grid;
 }
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -217,66 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (ph.kind == kAttend) {
       if (block < kQHeads) {
-        const int h = block, g = h / (kQHeads / kKvHeads);
-        const bf16* q = ph.in + h * kHeadDim;
-        const bf16* k_new = ph.in + kQHeads * kHeadDim + g * kHeadDim;
-        const bf16* v_new = k_new + kKvHeads * kHeadDim;
-        const bf16* kc = ph.k_cache + size_t(g) * cache_t * kHeadDim;
-        const bf16* vc = ph.v_cache + size_t(g) * cache_t * kHeadDim;
-        const float scale = rsqrtf(float(kHeadDim));
-        float qd[4], acc[4] = {0, 0, 0, 0}, m = -INFINITY, l = 0;
-        bf16x4(load_act8(q + lane * 4), qd);
-        // a warp's positions in batches whose loads are all issued before any is used: the old
-        // positions are not written this step (read-only loads), the step's own from L2 behind
-        // the counter (one position a round trip before de1e206: the chain measured the same
-        // either way, ~350 us at cache 80)
-        constexpr int kBatch = 8;
-        for (int j0 = warp; j0 < cache_t; j0 += kConsumerWarps * kBatch) {
-          uint2 kr[kBatch], vr[kBatch];
-#pragma unroll
-          for (int i = 0; i < kBatch; ++i) {
-            const int j = j0 + i * kConsumerWarps;
-            if (j < cache_t - 1) {
-              kr[i] = __ldg(reinterpret_cast<const uint2*>(kc + size_t(j) * kHeadDim) + lane);
-              vr[i] = __ldg(reinterpret_cast<const uint2*>(vc + size_t(j) * kHeadDim) + lane);
-            } else if (j == cache_t - 1) {
-              kr[i] = load_act8(k_new + lane * 4);
-              vr[i] = load_act8(v_new + lane * 4);
-            }
-          }
-#pragma unroll
-          for (int i = 0; i < kBatch; ++i) {
-            if (j0 + i * kConsumerWarps >= cache_t) break;
-            float kd[4], vd[4];
-            bf16x4(kr[i], kd);
-            bf16x4(vr[i], vd);
-            float s = 0;
-            for (int e = 0; e < 4; ++e) s += qd[e] * kd[e];
-            for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-            s *= scale;
-            const float m_new = fmaxf(m, s), corr = __expf(m - m_new), e = __expf(s - m_new);
-            l = l * corr + e;
-            for (int c = 0; c < 4; ++c) acc[c] = acc[c] * corr + e * vd[c];
-            m = m_new;
-          }
-        }
-        float* mine = attend + warp * (kHeadDim + 2);
-        for (int i = 0; i < 4; ++i) mine[lane * 4 + i] = acc[i];
-        if (lane == 0) mine[kHeadDim] = m, mine[kHeadDim + 1] = l;
-        sync();
-        if (tid < kHeadDim) {
-          float mm = -INFINITY;
-          for (int w = 0; w < kConsumerWarps; ++w)
-            mm = fmaxf(mm, attend[w * (kHeadDim + 2) + kHeadDim]);
-          float sum = 0, o = 0;
-          for (int w = 0; w < kConsumerWarps; ++w) {
-            const float* t = attend + w * (kHeadDim + 2);
-            const float f = t[kHeadDim] == -INFINITY ? 0.f : __expf(t[kHeadDim] - mm);
-            sum += t[kHeadDim + 1] * f;
-            o += t[tid] * f;
-          }
-          ph.out[h * kHeadDim + tid] = __float2bfloat16_rn(o / sum);
-        }
+        const float o = attend_head<kConsumerWarps>(ph.in, ph.k_cache, ph.v_cache, block, cache_t,
+                                                    attend, sync);
+        if (tid < kHeadDim) ph.out[block * kHeadDim + tid] = __float2bfloat16_rn(o);
       }
     } else {
       // the input row, read once (16 bytes a thread, k ≤ 4096), into shared memory through the
@@ -387,11 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     sync();
-    if (tid == 0) {
-      // release: the barrier above orders the block's stores before this add
-      asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(counters + p), "r"(1u)
-                   : "memory");
-    }
+    if (tid == 0) release_add(counters + p);
   }
 }
 
@@ -401,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // the ring depth: the shared part is 1-D bulk copies issued by one thread of one block an SM. This
 // kernel times that alone, with no consumer (a slot is reissued as soon as its copy has landed),
 // beside more issuing warps, every slot's own issuing lane of one warp, and plain 16-byte loads by
-// every thread.
+// every thread. They all ran at 86-102 % of the copy bandwidth on an H100 (thirtieth session): the
+// copies' form is not what bounds the persistent forms.
 enum CopyForm : int { kBulkOneIssuer = 0, kBulkFourIssuers = 1, kVectorLoads = 2, kBulkLanes = 3 };
 
 __global__ void __launch_bounds__(kThreads, 1)
@@ -458,24 +345,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // ---- host ----------------------------------------------------------------------------------
-// bf16 bits as the host copies hold them, through hk's conversions (round to nearest even)
-uint16_t to_bf16(float f) {
-  return hk::float_to_bf16(f).bits;
-}
-float from_bf16(uint16_t h) {
-  return hk::bf16_to_float(hk::bf16_t{h});
-}
-float rb(float x) {
-  return from_bf16(to_bf16(x));
-}
-struct Rng {
-  uint64_t s;
-  float uniform() {  // [-1, 1)
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    return float(int64_t(s >> 40) - (int64_t(1) << 23)) / float(int64_t(1) << 23);
-  }
-};
-
 struct HostPhase {
   Phase d;
   std::vector<size_t> w_off;  // into the host weight copy
@@ -484,40 +353,16 @@ struct HostPhase {
 };
 
 // The phase from the device's own input, on the host; returns the worst |device − host| over
-// the tolerance (≤ 1 passes): 2^-7 of the value plus 2^-8 of the vector's largest.
+// the tolerance (worst_over_tolerance).
 double check_phase(const HostPhase& hp, const std::vector<uint16_t>& w,
                    const std::vector<uint16_t>& act, int cache_t) {
   const Phase& ph = hp.d;
   std::vector<float> ref(size_t(ph.n), 0.f);
   if (ph.kind == kAttend) {
     for (int h = 0; h < kQHeads; ++h) {
-      const int g = h / (kQHeads / kKvHeads);
-      std::vector<float> s(cache_t);
-      float m = -INFINITY;
-      for (int j = 0; j < cache_t; ++j) {
-        float d = 0;
-        for (int i = 0; i < kHeadDim; ++i) {
-          const float kv = j == cache_t - 1
-                               ? from_bf16(act[hp.in_off + kQHeads * kHeadDim + g * kHeadDim + i])
-                               : from_bf16(w[hp.k_off + (size_t(g) * cache_t + j) * kHeadDim + i]);
-          d += from_bf16(act[hp.in_off + h * kHeadDim + i]) * kv;
-        }
-        s[j] = d / std::sqrt(float(kHeadDim));
-        m = std::max(m, s[j]);
-      }
-      float l = 0;
-      for (int j = 0; j < cache_t; ++j) l += (s[j] = std::exp(s[j] - m));
-      for (int i = 0; i < kHeadDim; ++i) {
-        float o = 0;
-        for (int j = 0; j < cache_t; ++j) {
-          const float v =
-              j == cache_t - 1
-                  ? from_bf16(act[hp.in_off + (kQHeads + kKvHeads) * kHeadDim + g * kHeadDim + i])
-                  : from_bf16(w[hp.v_off + (size_t(g) * cache_t + j) * kHeadDim + i]);
-          o += s[j] * v;
-        }
-        ref[h * kHeadDim + i] = o / l;
-      }
+      const std::vector<float> o = host_attend_head(act.data() + hp.in_off, w.data() + hp.k_off,
+                                                    w.data() + hp.v_off, cache_t, h);
+      std::copy(o.begin(), o.end(), ref.begin() + h * kHeadDim);
     }
   } else {
     std::vector<float> x(ph.k);
@@ -547,39 +392,7 @@ double check_phase(const HostPhase& hp, const std::vector<uint16_t>& w,
       }
     }
   }
-  float big = 0;
-  for (float v : ref) big = std::max(big, std::fabs(v));
-  double worst = 0;
-  for (size_t j = 0; j < ref.size(); ++j) {
-    const double tol = std::fabs(ref[j]) / 128.0 + big / 256.0 + 1e-6;
-    double e = std::fabs(from_bf16(act[hp.out_off + j]) - ref[j]) / tol;
-    if (std::isnan(e)) e = INFINITY;  // a NaN (a poisoned output never written) fails
-    worst = std::max(worst, e);
-  }
-  return worst;
-}
-
-// `reps` runs of `enqueue` on the default stream, each between two events: their times in ms,
-// sorted (every timing of this program: the copy bandwidth, the copy forms, the step modes).
-template <class Enqueue>
-std::vector<float> sorted_times_ms(int reps, Enqueue&& enqueue) {
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  std::vector<float> ms;
-  for (int rep = 0; rep < reps; ++rep) {
-    CK(cudaEventRecord(e0));
-    enqueue();
-    CK(cudaEventRecord(e1));
-    CK(cudaEventSynchronize(e1));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, e0, e1));
-    ms.push_back(t);
-  }
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  std::sort(ms.begin(), ms.end());
-  return ms;
+  return worst_over_tolerance(ref, act.data() + hp.out_off);
 }
 
 // The traced step's chunks of each traced block: median copy issue -> consumers' wait returned,
@@ -655,36 +468,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   cudaDeviceProp prop{};
-  CK(cudaGetDeviceProperties(&prop, 0));
-  if (prop.major < 9) {
-    std::fprintf(stderr, "hk_bench_persistent_step: needs sm_90 (bulk copies); this is sm_%d%d\n",
-                 prop.major, prop.minor);
-    return 1;
-  }
-  const int grid = prop.multiProcessorCount;
+  const int grid = sm90_grid("hk_bench_persistent_step", prop);
 
-  // host copies: every weight (and the caches) in one array, every activation in another
-  std::vector<uint16_t> w;
-  std::vector<size_t> act_len;
-  size_t act_total = 0;
-  auto weight = [&](size_t count, float scale, float offset, uint64_t seed) {
-    const size_t at = w.size();
-    w.resize(at + count);
-    Rng rng{seed * 0x9E3779B97F4A7C15ull + 1};
-    for (size_t i = 0; i < count; ++i) w[at + i] = to_bf16(offset + scale * rng.uniform());
-    return at;
-  };
-  auto activation = [&](size_t count) {
-    const size_t at = act_total;
-    act_total += count;
-    return at;
-  };
+  HostArena arena;
+  std::vector<uint16_t>& w = arena.w;
   std::vector<HostPhase> hps;
-  uint64_t seed = 1;
-  auto matrix = [&](int n, int k) {  // [n, k], uniform within ±1.7/√k: outputs stay O(1)
-    return weight(size_t(n) * k, 1.7f / std::sqrt(float(k)), 0, seed++);
-  };
-  auto norm_weight = [&] { return weight(kHidden, 0.1f, 1.f, seed++); };
   auto gemv = [](Epilogue epilogue, int k, int n, std::vector<size_t> w_off, size_t in,
                  size_t out) {
     HostPhase p{};
@@ -701,17 +489,19 @@ int main(int argc, char** argv) {
     return p;
   };
   std::vector<size_t> h(kLayers + 1);
-  h[0] = activation(kHidden);
+  h[0] = arena.activation(kHidden);
   for (int l = 0; l < kLayers; ++l) {
-    const size_t w_qkv = matrix(kQkv, kHidden), w_o = matrix(kHidden, kQHeads * kHeadDim);
-    const size_t w_gate = matrix(kInter, kHidden), w_up = matrix(kInter, kHidden);
-    const size_t w_down = matrix(kHidden, kInter);
-    const size_t n_in = norm_weight(), n_post = norm_weight();
-    const size_t kc = weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0, seed++);
-    const size_t vc = weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0, seed++);
-    const size_t qkv = activation(kQkv), a = activation(kQHeads * kHeadDim),
-                 hp = activation(kHidden), s = activation(kInter);
-    h[l + 1] = activation(kHidden);
+    const size_t w_qkv = arena.matrix(kQkv, kHidden, kHidden),
+                 w_o = arena.matrix(kHidden, kQHeads * kHeadDim, kQHeads * kHeadDim);
+    const size_t w_gate = arena.matrix(kInter, kHidden, kHidden),
+                 w_up = arena.matrix(kInter, kHidden, kHidden);
+    const size_t w_down = arena.matrix(kHidden, kInter, kInter);
+    const size_t n_in = arena.norm_weight(), n_post = arena.norm_weight();
+    const size_t kc = arena.weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0);
+    const size_t vc = arena.weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0);
+    const size_t qkv = arena.activation(kQkv), a = arena.activation(kQHeads * kHeadDim),
+                 hp = arena.activation(kHidden), s = arena.activation(kInter);
+    h[l + 1] = arena.activation(kHidden);
     hps.push_back(normed(gemv(kStore, kHidden, kQkv, {w_qkv}, h[l], qkv), n_in));
     HostPhase attend{};
     attend.d.kind = kAttend, attend.d.n = kQHeads * kHeadDim;
@@ -721,10 +511,10 @@ int main(int argc, char** argv) {
     hps.push_back(normed(gemv(kSwiGlu, kHidden, kInter, {w_gate, w_up}, hp, s), n_post));
     hps.push_back(plus(gemv(kResidual, kInter, kHidden, {w_down}, s, h[l + 1]), hp));
   }
-  const size_t w_lm = matrix(kVocab, kHidden), n_final = norm_weight();
+  const size_t w_lm = arena.matrix(kVocab, kHidden, kHidden), n_final = arena.norm_weight();
   hps.push_back(
-      normed(gemv(kStore, kHidden, kVocab, {w_lm}, h[kLayers], activation(kVocab)), n_final));
-  std::vector<uint16_t> act(act_total, 0);
+      normed(gemv(kStore, kHidden, kVocab, {w_lm}, h[kLayers], arena.activation(kVocab)), n_final));
+  std::vector<uint16_t> act(arena.act_total, 0);
   {
     Rng rng{12345};
     for (int i = 0; i < kHidden; ++i) act[h[0] + i] = to_bf16(rng.uniform() * 1.7f);
@@ -780,28 +570,9 @@ int main(int argc, char** argv) {
       chunks_per_block[b] += d.segments * int((rows + d.rows_per_chunk - 1) / d.rows_per_chunk);
     }
   }
-  CK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  int per_sm = 0;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, step_kernel, kThreads, kSmem));
-  if (per_sm < 1) {
-    std::fprintf(stderr, "hk_bench_persistent_step: the kernel does not fit an SM\n");
-    return 1;
-  }
+  fit_one_block_an_sm(step_kernel, kThreads, kSmem, "hk_bench_persistent_step");
 
-  // copy bandwidth (1 GiB device copy, read + write), as the decode benchmarks' limit uses
-  double copy_gbs = 0;
-  {
-    const size_t bytes = size_t(1) << 30;
-    void *a = nullptr, *b = nullptr;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice));
-    const std::vector<float> ms =
-        sorted_times_ms(5, [&] { CK(cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice)); });
-    copy_gbs = 2.0 * bytes / (ms[2] * 1e-3) / 1e9;
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-  }
+  const double copy_gbs = copy_bandwidth_gbs();
 
   // the copy forms, each over the weights (bytes_per_block a block, one block an SM), median of 5
   nlohmann::json copy_forms = nlohmann::json::array();
@@ -856,44 +627,20 @@ int main(int argc, char** argv) {
     CK(cudaMemset(d_counters, 0, n_phases * sizeof(unsigned)));
     CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
     unsigned epoch = 0;
-    unsigned long long* trace_arg = nullptr;
-    auto launch = [&] {
+    auto launch = [&](unsigned long long* trace) {
       int m = mode, sl = slots, ct = cache_t, np = n_phases;
-      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m, &sl, &ct, &trace_arg};
+      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m, &sl, &ct, &trace};
       CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(step_kernel), dim3(grid),
                                      dim3(kThreads), args, kSmem, nullptr));
       ++epoch;
     };
-    for (int s = 0; s < 3; ++s) launch();
-    CK(cudaDeviceSynchronize());
-    // `steps` launches queued back to back between two events, five times: a step's time is the
-    // window over steps (no host launch latency inside), median and best of the five
-    const std::vector<float> window_ms = sorted_times_ms(5, [&] {
-      for (int s = 0; s < steps; ++s) launch();
-    });
-    // one traced step (after the timed ones; not timed itself)
-    CK(cudaMemset(d_trace, 0, trace_words * sizeof(unsigned long long)));
-    trace_arg = d_trace;
-    launch();
-    CK(cudaDeviceSynchronize());
-    trace_arg = nullptr;
-    std::vector<unsigned long long> tr(trace_words);
-    CK(cudaMemcpy(tr.data(), d_trace, trace_words * sizeof(unsigned long long),
-                  cudaMemcpyDeviceToHost));
-    const nlohmann::json chunk_trace = summarize_trace(tr, chunks_per_block);
-    const double med = double(window_ms[window_ms.size() / 2]) * 1e3 / steps,
-                 best = double(window_ms.front()) * 1e3 / steps;
+    const ModeTiming timing = time_mode(steps, d_trace, trace_words, launch);
+    const nlohmann::json chunk_trace = summarize_trace(timing.trace, chunks_per_block);
+    const double med = timing.median_us, best = timing.best_us;
     double worst = 0;
     int worst_phase = -1;
     if (checked) {
-      // one more step with every output poisoned (bf16 NaN) first, at the running epoch, so a
-      // read before its counter finds a NaN rather than the previous step's identical value
-      std::vector<uint16_t> got(act.size(), uint16_t(0x7fc0));
-      std::copy(act.begin() + h[0], act.begin() + h[0] + kHidden, got.begin() + h[0]);
-      CK(cudaMemcpy(d_act, got.data(), got.size() * 2, cudaMemcpyHostToDevice));
-      launch();
-      CK(cudaDeviceSynchronize());
-      CK(cudaMemcpy(got.data(), d_act, got.size() * 2, cudaMemcpyDeviceToHost));
+      const std::vector<uint16_t> got = poisoned_step(act, h[0], d_act, [&] { launch(nullptr); });
       for (int p = 0; p < n_phases; ++p) {
         const double e = check_phase(hps[p], w, got, cache_t);
         if (!(e <= worst)) worst = e, worst_phase = p;
@@ -919,14 +666,11 @@ int main(int argc, char** argv) {
     if (checked && worst > 1.0)
       std::printf("  worst phase %d (layer %d, phase %d of 5): %.2f × the tolerance\n", worst_phase,
                   worst_phase / 5, worst_phase % 5, worst);
-    modes.push_back({{"mode", mode_names[mode]},
-                     {"step_us_median", med},
-                     {"step_us_best", best},
-                     {"tok_per_s", 1e6 / med},
-                     {"fraction_of_weight_copy_time", weight_bytes / copy_gbs * 1e-3 / med},
-                     {"checked", checked},
-                     {"chunk_trace", chunk_trace},
-                     {"worst_error_over_tolerance", worst}});
+    nlohmann::json record =
+        mode_record(mode_names[mode], timing, weight_bytes / copy_gbs * 1e-3, checked);
+    record["chunk_trace"] = chunk_trace;
+    record["worst_error_over_tolerance"] = worst;
+    modes.push_back(record);
   }
   if (!out_path.empty()) {
     nlohmann::json j = {{"gpu", prop.name},

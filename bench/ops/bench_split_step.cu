@@ -1,0 +1,950 @@
+// hk_bench_split_step — a persistent batch-1 decode step at the Qwen3-0.6B shape with three
+// grid-wide synchronisation points a layer instead of five (issue 14), measured before it is built.
+//
+// Why: hk_bench_persistent_step's trace (thirtieth session) showed its step (~845 µs on an H100)
+// bound by the consumers, not the copies: one block an SM pulls 86-102 % of the copy bandwidth
+// alone, but each of 141 phases costs ~2.2 µs of input reads, norms, epilogues and barriers on
+// top of its products, and the synchronisation chain alone is ~350 µs (141 × 2.45 µs). Fewer
+// synchronisation points and faster products are the only way under the ≤ 406 µs a step that 70 %
+// of the H200's bandwidth limit asks. What the forms of this probe measured (707 µs a step on an
+// H100 in the last, chain 320 µs, instruction-latency-bound at two warps a scheduler) is in
+// docs/performance.md, issue 14, thirtieth session.
+//
+// The step here, one cooperative launch, one block an SM (8 consumer warps + 1 producer warp):
+//   A  qkv      v = rms_norm(h)·w_in, qkv = W_qkv·v, rows split over blocks         [4096 × 1024]
+//   B  attend+o each block attends the one q head its rows of W_oᵀ belong to (redundantly on the
+//               head's 8-9 blocks; plain f32 softmax as decode_step_probe.cuh's stand-in, but a
+//               thread a cache position with the head's K rows and the block's dims of V fetched
+//               into shared memory during the qkv phase before), then multiplies its rows c of W_oᵀ
+//               [2048 × 1024] by a[c] and adds its 1024 partial sums into the accumulator with
+//               vector reductions (split-K: no output rows to gather)
+//   C  mlp      h' = h + bf(Σ acc_o), v = rms_norm(h')·w_post, the block's rows r of gate and
+//               up, s[r] = silu(g)·u, then rows r of W_downᵀ [3072 × 1024] times s[r] into the
+//               down accumulator (split-K again: the s the block made never leaves it)
+//   then lm_head (the next A's input is h'' = h' + bf(Σ acc_down)), rows split [151936 × 1024].
+// Every streamed matrix is row-major with rows of 1024 (W_o and W_down stored transposed, as a
+// loader would once), so the producer copies whole rows, 8 to a 16 KB slot. The accumulators are
+// f32 or, with `--accumulate i64`, fixed point (deterministic), `--copies` copies each (block b
+// adds into copy b % copies; readers sum the copies), two parity sets (a step zeroes the set the
+// next step uses). Rounding points as the built-in ops: each product to bf16, then the residual add
+// to bf16; silu to bf16 before the product with up. Consumers take their rows a warp a row, two
+// chunks at a time, without block barriers between chunks (a warp waits only on the slots it
+// reads), with its slice of v in registers. After its counter a phase reads only what the phase
+// before made (the sums, or q/k/v): the residual is the v every block computed two phases back
+// (kept in registers); norm weights and cache rows are fetched before the wait.
+//
+// Modes: persistent (the producer as far ahead as the ring allows), stream (nobody waits on
+// counters: the weights-and-math floor, numbers not checked), chain (no weights, no products, the
+// reductions of zeros still made: the synchronisation floor of three points a layer), resident
+// (the chain with the products made on whatever the ring holds, no copies, no slot barriers: the
+// step if every weight were already in shared memory). It checks
+// itself (persistent): one more step after every output is poisoned with bf16 NaN, each phase
+// against the host from the device's own inputs to it. One more step per mode is traced: for
+// blocks 0 and grid/2, each phase's counter wait, input, products and release by %globaltimer,
+// summed by phase kind.
+//
+// Not an hk kernel: no q/k norm, rotary, cache write, split attention, sampling or batch > 1.
+//
+// Usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] [--slots S] [--copies C]
+//                            [--accumulate f32|i64] [--l2-lead N] [--only MODE]
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "decode_step_probe.cuh"
+#include "hk/kernel_sdk_sm90.cuh"
+
+namespace {
+
+using namespace decode_probe;
+
+constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
+constexpr int kRowBytes = kHidden * 2, kRowsPerSlot = 8, kSlotBytes = kRowsPerSlot * kRowBytes;
+constexpr int kMaxSlots = 10, kMaxCopies = 4;
+constexpr int kMaxCache = 160;     // B keeps a head's cache rows in shared memory
+constexpr int kMaxSplitRows = 64;  // a block's rows in B and C (grid ≥ 48)
+static_assert(kConsumers * 4 == kHidden, "a consumer thread owns 4 of the split-K outputs");
+static_assert(kMaxCache <= kConsumers, "a consumer thread fetches one cache position's V");
+
+enum Kind : int { kRows = 0, kAttendO = 1, kMlp = 2 };
+enum Mode : int { kPersistent = 0, kStream = 1, kChain = 2, kResident = 3 };
+constexpr int kModes = 4;
+constexpr const char* kModeNames[kModes] = {"persistent", "stream", "chain", "resident"};
+
+struct SplitPhase {
+  int kind, n, segments;  // n rows in each of `segments` streamed matrices [n × kHidden]
+  const bf16* w[3];
+  // the input vector v: `in` itself (layer 0; B's qkv), else bf(h + bf(Σ copies of acc_in)) with h
+  // the v of the phase before last (every block holds it: no read)
+  const bf16* in;
+  const void* acc_in;  // parity 0's (f32 or fixed-point i64); parity 1's acc_half elements further
+  const bf16* norm_w;
+  bf16* v_out;  // each block's slice of v (null: not written)
+  bf16* out;    // A: the n products; B: a (2048); C: s (3072)
+  void* acc_out;
+  const bf16* k_cache;
+  const bf16* v_cache;
+};
+
+// B's rows: each head's 128 rows of W_oᵀ over its 8-9 blocks, so a block attends one head
+__host__ __device__ inline void attend_rows(int block, int grid, int& head, int64_t& r0,
+                                            int64_t& r1) {
+  // head h has blocks [⌊grid·h/16⌋, ⌊grid·(h+1)/16⌋): the last h whose first block ≤ block (closed
+  // form: a search loop with 64-bit divisions was ~14 % of a step's instructions)
+  head = min((kQHeads * (block + 1) - 1) / grid, kQHeads - 1);
+  const int first = grid * head / kQHeads, m = grid * (head + 1) / kQHeads - first;
+  r0 = head * kHeadDim + kHeadDim * (block - first) / m;
+  r1 = head * kHeadDim + kHeadDim * (block - first + 1) / m;
+}
+__host__ __device__ inline void phase_rows(const SplitPhase& ph, int block, int grid, int64_t& r0,
+                                           int64_t& r1) {
+  if (ph.kind == kAttendO) {
+    int head;
+    attend_rows(block, grid, head, r0, r1);
+  } else {
+    r0 = row_begin(ph.n, block, grid), r1 = row_begin(ph.n, block + 1, grid);
+  }
+}
+
+constexpr int kMaxDims = kMaxSplitRows / 4;  // B's rows a block: 128 / (blocks a head ≥ 8)
+// shared memory: ring | v (f32) | split-K inputs | gate, up | K rows (bf16) | the block's V dims
+// (f32, [dim][position]) | scores | q (f32) | reduce | bars (full, empty, K)
+constexpr int kOffX = kMaxSlots * kSlotBytes;
+constexpr int kOffXc = kOffX + kHidden * 4;
+constexpr int kOffGate = kOffXc + kMaxSplitRows * 4;
+constexpr int kOffUp = kOffGate + kMaxSplitRows * 4;
+constexpr int kOffK = kOffUp + kMaxSplitRows * 4;
+constexpr int kOffV = kOffK + kMaxCache * kHeadDim * 2;
+constexpr int kOffScores = kOffV + kMaxDims * kMaxCache * 4;
+constexpr int kOffQ = kOffScores + kMaxCache * 4;
+constexpr int kOffReduce = kOffQ + kHeadDim * 4;
+constexpr int kOffBars = kOffReduce + 2 * kConsumerWarps * 4;
+constexpr int kSmem = kOffBars + (2 * kMaxSlots + 1) * 8;
+
+// the trace: for blocks 0 and grid/2, each phase's counter acquired, input ready, products done
+// and release made (%globaltimer)
+constexpr int kTraceBlocks = 2, kTracePoints = 4;
+
+// The accumulators: f32 (one vector reduction a thread; the sum's order, so its last bits, vary
+// run to run) or fixed point, i64 in units of 2^-32 (integer adds: the same bits whatever the
+// order, as the graph-equals-eager token tests would need; four 64-bit reductions a thread).
+constexpr float kFixedScale = 4294967296.f;  // 2^32
+__device__ __forceinline__ void reduce_add4(void* p, const float (&v)[4], bool fixed) {
+  if (!fixed) {
+    asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v[0]),
+                 "f"(v[1]), "f"(v[2]), "f"(v[3])
+                 : "memory");
+    return;
+  }
+  for (int e = 0; e < 4; ++e)
+    asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;\n" ::"l"(static_cast<char*>(p) + 8 * e),
+                 "l"(static_cast<unsigned long long>(llrintf(v[e] * kFixedScale)))
+                 : "memory");
+}
+// four accumulator elements at p, as raw words (f32: one 16-byte load; i64: two)
+struct Acc4 {
+  uint4 lo, hi;
+};
+__device__ __forceinline__ Acc4 load_acc4(const void* p, bool fixed) {
+  Acc4 a;
+  a.lo = load_act16(p);
+  a.hi = fixed ? load_act16(static_cast<const char*>(p) + 16) : make_uint4(0, 0, 0, 0);
+  return a;
+}
+__device__ __forceinline__ void add_acc4(float (&sum)[4], long long (&isum)[4], const Acc4& a,
+                                         bool fixed) {
+  if (!fixed) {
+    sum[0] += __uint_as_float(a.lo.x), sum[1] += __uint_as_float(a.lo.y);
+    sum[2] += __uint_as_float(a.lo.z), sum[3] += __uint_as_float(a.lo.w);
+    return;
+  }
+  isum[0] += static_cast<long long>((uint64_t(a.lo.y) << 32) | a.lo.x);
+  isum[1] += static_cast<long long>((uint64_t(a.lo.w) << 32) | a.lo.z);
+  isum[2] += static_cast<long long>((uint64_t(a.hi.y) << 32) | a.hi.x);
+  isum[3] += static_cast<long long>((uint64_t(a.hi.w) << 32) | a.hi.z);
+}
+
+// A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
+struct ChunkCursor {
+  const SplitPhase* phases;
+  int n_phases, block, grid;
+  int p = 0, seg = 0;
+  int64_t r = 0, r0 = 0, r1 = 0;
+  __device__ ChunkCursor(const SplitPhase* ph, int n, int b, int g)
+      : phases(ph), n_phases(n), block(b), grid(g) {
+    enter();
+  }
+  __device__ void enter() {  // the first non-empty chunk from phase p, matrix seg, row r0 on
+    while (p < n_phases) {
+      phase_rows(phases[p], block, grid, r0, r1);
+      if (r1 > r0) break;
+      ++p;
+    }
+    r = r0;
+  }
+  __device__ bool valid() const { return p < n_phases; }
+  __device__ uint32_t bytes() const {
+    return uint32_t(min(int64_t(kRowsPerSlot), r1 - r)) * kRowBytes;
+  }
+  __device__ const bf16* source() const { return phases[p].w[seg] + r * kHidden; }
+  __device__ void prefetch_l2() const {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(source()), "r"(bytes())
+                 : "memory");
+  }
+  __device__ void advance() {
+    r += kRowsPerSlot;
+    if (r < r1) return;
+    if (++seg < phases[p].segments) {
+      r = r0;
+      return;
+    }
+    seg = 0, ++p;
+    enter();
+  }
+};
+
+// D += A·B on the tensor cores, m16n8k16, bf16 in, f32 accumulate
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two chunks' 8 rows each (a: rows g, b: rows g + 8 of the MMA's A) times v (bf16 in shared
+// memory, every B column a copy of it), k = 1024 in 64 MMAs. Lane (g = lane / 4, q = lane % 4)
+// loads 16 bytes of its row g in each 64-byte block (and of v): fragment positions map to k in
+// that order, the same for A and B, so the sum is unchanged; odd g take the blocks in the other
+// order of each 128-byte pair, so a quarter warp's two rows fall in different banks (hence column
+// n = g & 1 of the result is the one with matching orders). Returns row g's sum of chunk a in
+// ya and of chunk b in yb (lanes with q == 0).
+__device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
+                                         const unsigned char* v, int lane, float& ya, float& yb) {
+  const int g = lane / 4, q = lane % 4, odd = g & 1;
+  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16;
+  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16;
+  const unsigned char* xv = v + q * 16;
+  // block j at j·64 + sw for even j and j·64 − sw for odd j (sw = 64 for odd g): immediate offsets
+  const int sw = odd ? 64 : 0;
+  ra += sw, rb += sw, xv += sw;
+  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < kHidden / 32; ++j) {
+    const int off = j * 64 - ((j & 1) ? 2 * sw : 0);
+    const uint4 wa = *reinterpret_cast<const uint4*>(ra + off);
+    const uint4 wb = *reinterpret_cast<const uint4*>(rb + off);
+    const uint4 x = *reinterpret_cast<const uint4*>(xv + off);
+    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, x.x, x.y);
+    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
+  }
+  ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
+  yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    split_step_kernel(const SplitPhase* phases, int n_phases, unsigned* counters, unsigned epoch,
+                      int mode, int slots, int l2_lead, int cache_t, int copies, bool fixed,
+                      char* acc_all, int64_t acc_half, unsigned long long* trace) {
+  using namespace hk::sdk::cuda::sm90;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  bf16* x = reinterpret_cast<bf16*>(smem + kOffX);  // the phase's normed v, bf16 (exact)
+  float* xc = reinterpret_cast<float*>(smem + kOffXc);
+  float* gate = reinterpret_cast<float*>(smem + kOffGate);
+  float* up = reinterpret_cast<float*>(smem + kOffUp);
+  unsigned char* kbuf = smem + kOffK;
+  float* vbuf = reinterpret_cast<float*>(smem + kOffV);
+  float* scores = reinterpret_cast<float*>(smem + kOffScores);
+  float* qs = reinterpret_cast<float*>(smem + kOffQ);
+  float* reduce = reinterpret_cast<float*>(smem + kOffReduce);
+  const uint32_t kbar = base + kOffBars + 16 * kMaxSlots;
+  auto full = [&](int s) { return base + kOffBars + 8 * s; };
+  auto empty = [&](int s) { return base + kOffBars + 8 * (kMaxSlots + s); };
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int grid = gridDim.x, block = blockIdx.x;
+  const unsigned target = unsigned(grid) * (epoch + 1);
+  const int acc_bytes = fixed ? 8 : 4;  // an accumulator element
+  const int64_t parity_off = (epoch & 1) ? acc_half : 0;
+  // element `e` of copy `c` of an accumulator, this step's parity
+  auto acc_at = [&](const void* acc, int c, int e) {
+    return static_cast<const char*>(acc) + (parity_off + int64_t(c) * kHidden + e) * acc_bytes;
+  };
+  const int traced = block == 0 ? 0 : block == grid / 2 ? 1 : -1;
+  auto trace_point = [&](int p, int point) {
+    if (trace != nullptr && traced >= 0 && tid == 0)
+      trace[(size_t(traced) * n_phases + p) * kTracePoints + point] = global_time();
+  };
+  if (tid == 0) {
+    for (int s = 0; s < slots; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), kConsumerWarps);
+    }
+    mbar_init(kbar, 1);
+    fence_barrier_init();
+  }
+  // the other parity's accumulators, for the next step (nobody reads them this step)
+  {
+    uint4* other = reinterpret_cast<uint4*>(acc_all + ((epoch & 1) ? 0 : acc_half * acc_bytes));
+    const int64_t n4 = acc_half * acc_bytes / 16;
+    for (int64_t i = row_begin(n4, block, grid) + tid; i < row_begin(n4, block + 1, grid);
+         i += kThreads)
+      other[i] = make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // the producer: every phase's rows, in order
+    if (lane != 0 || mode == kChain || mode == kResident) return;
+    // the block's chunks in stream order; `ahead` runs l2_lead chunks in front of the copies,
+    // prefetching into L2 (no shared memory, no barrier): L2 then holds the stream's next ~l2_lead
+    // × 16 KB a block while the ring is full and the copies wait on the consumers
+    ChunkCursor next{phases, n_phases, block, grid}, ahead{phases, n_phases, block, grid};
+    for (int i = 0; i < l2_lead && ahead.valid(); ++i, ahead.advance()) ahead.prefetch_l2();
+    int slot = 0;
+    uint32_t use = 0;  // how many times the ring has wrapped
+    for (; next.valid(); next.advance()) {
+      const uint32_t bytes = next.bytes();
+      if (use > 0) mbar_wait(empty(slot), (use - 1) & 1);
+      mbar_expect_tx(full(slot), bytes);
+      bulk_load(base + slot * kSlotBytes, next.source(), bytes, full(slot));
+      if (++slot == slots) slot = 0, ++use;
+      if (l2_lead > 0 && ahead.valid()) ahead.prefetch_l2(), ahead.advance();
+    }
+    return;
+  }
+
+  // the consumers (256 threads, named barrier 1)
+  auto sync = [] { named_sync(1, kConsumers); };
+  // the next chunk's slot and how many times the ring had wrapped before it (every consumer thread
+  // counts the same), kept by additions: a 64-bit division a chunk (the first form) cost more than
+  // the chunk's products
+  struct RingPos {
+    int slot;
+    uint32_t use;
+    __device__ uint32_t parity() const { return use & 1; }
+    __device__ RingPos after(int slots) const {
+      return slot + 1 == slots ? RingPos{0, use + 1} : RingPos{slot + 1, use};
+    }
+  };
+  RingPos next{0, 0};
+  // `rows` rows of the next chunks times the phase's v, a warp a pair of chunks (pair p to warp
+  // p % 8) on the tensor cores (rows_mma); sink(row, y) on lanes q == 0. The first forms (CUDA-core
+  // dot products: a warp a row with a 5-shuffle sum, then a warp a chunk) ran ~0.4 µs a chunk
+  // with the data resident: about 600 instructions a chunk at two warps a scheduler.
+  auto rows_product = [&](int rows, auto&& sink) {
+    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+    if (mode == kChain) {
+      if (lane == 0)
+        for (int r = warp; r < rows; r += kConsumerWarps) sink(r, 0.f);
+      return;
+    }
+    // every warp waits on and arrives at every chunk, in order, and only the pair's own warp reads
+    // it: so no warp can fall a lap behind a slot or wait on a fill whose predecessor it has not
+    // seen (an mbarrier's phases alias two apart)
+    for (int i = 0; i < chunks; i += 2) {
+      const bool two = i + 1 < chunks;
+      const RingPos a = next, b = two ? next.after(slots) : next;
+      if (mode != kResident) {
+        mbar_wait(full(a.slot), a.parity());
+        if (two) mbar_wait(full(b.slot), b.parity());
+      }
+      if ((i / 2) % kConsumerWarps == warp) {
+        float ya, yb;
+        rows_mma(smem + a.slot * kSlotBytes, smem + b.slot * kSlotBytes,
+                 reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
+        const int g = lane / 4;
+        if (lane % 4 == 0 && i * kRowsPerSlot + g < rows) sink(i * kRowsPerSlot + g, ya);
+        if (lane % 4 == 0 && two && (i + 1) * kRowsPerSlot + g < rows)
+          sink((i + 1) * kRowsPerSlot + g, yb);
+      }
+      __syncwarp();  // the pair's reads are done before the warp's arrival
+      if (lane == 0 && mode != kResident) {
+        mbar_arrive(empty(a.slot));
+        if (two) mbar_arrive(empty(b.slot));
+      }
+      next = b.after(slots);
+    }
+  };
+  // `rows` rows c of the next chunks times xc[c], every thread its 4 of the 1024 columns, summed
+  // into the accumulator copy of this block
+  auto split_k = [&](int rows, void* acc_out) {
+    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+    float acc[4] = {0, 0, 0, 0};
+    if (mode != kChain) {
+      for (int i = 0; i < chunks; ++i) {
+        const RingPos a = next;
+        next = next.after(slots);
+        if (mode != kResident) mbar_wait(full(a.slot), a.parity());
+        // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
+        // hold earlier weights, finite), so no branch
+        const unsigned char* w = smem + a.slot * kSlotBytes + tid * 8;
+#pragma unroll
+        for (int r = 0; r < kRowsPerSlot; ++r) {
+          float f[4];
+          bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
+          const float c = xc[i * kRowsPerSlot + r];
+          for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c, acc[e]);
+        }
+        __syncwarp();
+        if (lane == 0 && mode != kResident) mbar_arrive(empty(a.slot));
+      }
+    }
+
+    reduce_add4(const_cast<char*>(acc_at(acc_out, block % copies, tid * 4)), acc, fixed);
+  };
+
+  float vkeep[4] = {0, 0, 0, 0};  // this thread's 4 elements of the last v: the next residual
+  int attend_uses = 0;
+  for (int p = 0; p < n_phases; ++p) {
+    // by value: a reference re-read the fields from global memory after every barrier and counter
+    // acquire (which leave L1 stale), an L2 round trip each
+    const SplitPhase ph = phases[p];
+    int64_t r0, r1;
+    phase_rows(ph, block, grid, r0, r1);
+    const int rows = int(r1 - r0);
+    // before the counter, what does not depend on the phase before: the norm weights; and in a
+    // qkv phase the cache rows of the B after it (K's by one bulk copy, the block's dims of V into
+    // registers, stored after this phase's products), so their round trips overlap a whole phase
+    int head = 0, g = 0, d0 = 0;
+    float gw[4] = {0, 0, 0, 0};
+    if (ph.kind == kAttendO) {
+      attend_rows(block, grid, head, r0, r1);
+      g = head / (kQHeads / kKvHeads), d0 = int(r0 - int64_t(head) * kHeadDim);
+    } else {
+      bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
+    }
+    const bool prefetch = p + 1 < n_phases && phases[p + 1].kind == kAttendO;
+    unsigned short vpre[kMaxDims];  // raw bits: converted only at the store, so no wait here
+    int next_dims = 0;
+    if (prefetch) {
+      const SplitPhase& nb = phases[p + 1];
+      int nh;
+      int64_t n0, n1;
+      attend_rows(block, grid, nh, n0, n1);
+      const int ng = nh / (kQHeads / kKvHeads), nd0 = int(n0 - int64_t(nh) * kHeadDim);
+      next_dims = int(n1 - n0);
+      if (tid == 0 && cache_t > 1) {
+        const uint32_t bytes = uint32_t(cache_t - 1) * kHeadDim * 2;
+        mbar_expect_tx(kbar, bytes);
+        bulk_load(base + kOffK, nb.k_cache + size_t(ng) * cache_t * kHeadDim, bytes, kbar);
+      }
+      const unsigned short* vrow = reinterpret_cast<const unsigned short*>(nb.v_cache) +
+                                   (size_t(ng) * cache_t + tid) * kHeadDim + nd0;
+#pragma unroll
+      for (int d = 0; d < kMaxDims; ++d)
+        if (d < next_dims && tid < cache_t - 1) vpre[d] = __ldg(vrow + d);
+    }
+    if (mode != kStream && p > 0) {
+      if (tid == 0) wait_count(counters + p - 1, target);
+      sync();
+    }
+    trace_point(p, 0);
+    if (ph.kind == kAttendO) {
+      // the step's q, own k and the block's dims of its own v (one round trip), then scores by
+      // position (a thread a position, pieces of its K row in a rotated order: no bank conflicts
+      // within a quarter warp), softmax, and the block's dims of the output, a warp a dim
+      const bf16* q = ph.in + head * kHeadDim;
+      const bf16* k_new = ph.in + kQHeads * kHeadDim + g * kHeadDim;
+      const bf16* v_new = k_new + kKvHeads * kHeadDim;
+      if (tid < 16) {
+        const uint4 qv = load_act16(q + tid * 8);
+        const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&qv);
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(e[i]);
+          qs[tid * 8 + 2 * i] = f.x, qs[tid * 8 + 2 * i + 1] = f.y;
+        }
+      } else if (tid < 32) {
+        *reinterpret_cast<uint4*>(kbuf + (cache_t - 1) * kHeadDim * 2 + (tid - 16) * 16) =
+            load_act16(k_new + (tid - 16) * 8);
+      } else if (tid - 32 < rows) {
+        vbuf[(tid - 32) * kMaxCache + cache_t - 1] = load_act(v_new + d0 + tid - 32);
+      }
+      if (tid == 0 && cache_t > 1) mbar_wait(kbar, uint32_t(attend_uses) & 1);
+      ++attend_uses;
+      sync();
+      const float scale = rsqrtf(float(kHeadDim));
+      float m = -INFINITY;
+      for (int t = tid; t < cache_t; t += kConsumers) {
+        const unsigned char* krow = kbuf + t * kHeadDim * 2;
+        float sc[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int piece = (i + t) & 15;
+          const uint4 kq = *reinterpret_cast<const uint4*>(krow + piece * 16);
+          const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&kq);
+          const float4 qa = *reinterpret_cast<const float4*>(qs + piece * 8);
+          const float4 qb = *reinterpret_cast<const float4*>(qs + piece * 8 + 4);
+          const float2 k0 = __bfloat1622float2(e[0]), k1 = __bfloat1622float2(e[1]);
+          const float2 k2 = __bfloat1622float2(e[2]), k3 = __bfloat1622float2(e[3]);
+          sc[i & 1] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y;
+          sc[i & 1] += qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
+        }
+        const float sv = (sc[0] + sc[1]) * scale;
+        scores[t] = sv;
+        m = fmaxf(m, sv);
+      }
+      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      if (lane == 0) reduce[warp] = m;
+      sync();
+      m = reduce[0];
+      for (int w = 1; w < kConsumerWarps; ++w) m = fmaxf(m, reduce[w]);
+      float l = 0;
+      for (int t = tid; t < cache_t; t += kConsumers) l += (scores[t] = __expf(scores[t] - m));
+      for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+      if (lane == 0) reduce[kConsumerWarps + warp] = l;
+      sync();
+      l = 0;
+      for (int w = 0; w < kConsumerWarps; ++w) l += reduce[kConsumerWarps + w];
+      if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
+      for (int d = warp; d < rows; d += kConsumerWarps) {
+        float o = 0;
+        for (int t = lane; t < cache_t; t += 32) o += scores[t] * vbuf[d * kMaxCache + t];
+        for (int s = 16; s > 0; s /= 2) o += __shfl_xor_sync(0xffffffffu, o, s);
+        if (lane == 0) {
+          xc[d] = bf(o / l);
+          ph.out[r0 + d] = __float2bfloat16_rn(o / l);
+        }
+      }
+      sync();
+      trace_point(p, 1);
+      split_k(rows, ph.acc_out);
+    } else {
+      // v: 4 elements a thread (the residual from registers, the sums of the phase before by one
+      // round trip); the block's slice written out; rms_norm into x
+      float v[4];
+      if (ph.acc_in == nullptr) {
+        bf16x4(load_act8(ph.in + tid * 4), v);
+      } else {
+        float sum[4] = {0, 0, 0, 0};
+        long long isum[4] = {0, 0, 0, 0};
+        Acc4 part[kMaxCopies];  // every copy's load issued before the sums
+#pragma unroll
+        for (int c = 0; c < kMaxCopies; ++c)
+          if (c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c, tid * 4), fixed);
+#pragma unroll
+        for (int c = 0; c < kMaxCopies; ++c)
+          if (c < copies) add_acc4(sum, isum, part[c], fixed);
+        if (fixed)
+          for (int e = 0; e < 4; ++e) sum[e] = float(double(isum[e]) * (1.0 / 4294967296.0));
+        for (int e = 0; e < 4; ++e) v[e] = bf(vkeep[e] + bf(sum[e]));
+      }
+      for (int e = 0; e < 4; ++e) vkeep[e] = v[e];
+      if (ph.v_out != nullptr) {
+        const int64_t own0 = row_begin(kHidden, block, grid),
+                      own1 = row_begin(kHidden, block + 1, grid);
+        for (int e = 0; e < 4; ++e)
+          if (tid * 4 + e >= own0 && tid * 4 + e < own1)
+            ph.v_out[tid * 4 + e] = __float2bfloat16_rn(v[e]);
+      }
+      float ss = v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3];
+      for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) reduce[warp] = ss;
+      sync();
+      float total = 0;
+      for (int w = 0; w < kConsumerWarps; ++w) total += reduce[w];
+      const float r = rsqrtf(total / float(kHidden) + kEps);
+      for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
+      sync();
+      trace_point(p, 1);
+      if (ph.kind == kRows) {
+        bf16* out = ph.out + r0;
+        rows_product(rows, [&](int r, float y) { out[r] = __float2bfloat16_rn(y); });
+      } else {
+        rows_product(rows, [&](int r, float y) { gate[r] = y; });
+        rows_product(rows, [&](int r, float y) { up[r] = y; });
+        sync();
+        if (tid < rows) {
+          const float gg = bf(gate[tid]);
+          const float sv = bf(bf(gg / (1.f + __expf(-gg))) * bf(up[tid]));
+          xc[tid] = sv;
+          ph.out[r0 + tid] = __float2bfloat16_rn(sv);
+        } else if (tid < kMaxSplitRows) {
+          xc[tid] = 0.f;  // split_k reads whole slots
+        }
+        sync();
+        split_k(rows, ph.acc_out);
+      }
+    }
+    if (prefetch && tid < cache_t - 1)
+#pragma unroll
+      for (int d = 0; d < kMaxDims; ++d)
+        if (d < next_dims)
+          vbuf[d * kMaxCache + tid] = __bfloat162float(__ushort_as_bfloat16(vpre[d]));
+    trace_point(p, 2);
+    sync();
+    if (tid == 0) release_add(counters + p);
+    trace_point(p, 3);
+  }
+}
+
+// ---- host ----------------------------------------------------------------------------------
+struct HostPhase {
+  SplitPhase d;
+  std::vector<size_t> w_off;  // into the host weight copy
+  // activations (into the host activation copy; npos: none)
+  size_t in = npos, resid = npos, v_out = npos, out = npos;
+  size_t norm = 0, k_cache = 0, v_cache = 0;
+  int acc_in = -1, acc_out = -1;  // accumulator index
+  static constexpr size_t npos = size_t(-1);
+};
+
+// y = M·x (M [n × k] rows) or Mᵀ·x (M [k × n] rows, `transposed`) in double, from bf16 bits
+std::vector<float> host_product(const uint16_t* m, const std::vector<float>& x, int n,
+                                bool transposed) {
+  const int k = int(x.size());
+  std::vector<double> y(n, 0.0);
+  if (transposed) {
+    for (int c = 0; c < k; ++c)
+      for (int j = 0; j < n; ++j) y[j] += double(from_bf16(m[size_t(c) * n + j])) * x[c];
+  } else {
+    for (int j = 0; j < n; ++j)
+      for (int c = 0; c < k; ++c) y[j] += double(from_bf16(m[size_t(j) * k + c])) * x[c];
+  }
+  return std::vector<float>(y.begin(), y.end());
+}
+std::vector<float> host_vector(const std::vector<uint16_t>& act, size_t at, int n) {
+  std::vector<float> v(n);
+  for (int i = 0; i < n; ++i) v[i] = from_bf16(act[at + i]);
+  return v;
+}
+std::vector<float> host_norm(const std::vector<float>& v, const uint16_t* g) {
+  double ss = 0;
+  for (float e : v) ss += double(e) * e;
+  const float r = 1.f / std::sqrt(float(ss / v.size()) + kEps);
+  std::vector<float> x(v.size());
+  for (size_t i = 0; i < v.size(); ++i) x[i] = rb(rb(v[i] * r) * from_bf16(g[i]));
+  return x;
+}
+
+// Each phase from the device's own inputs (the activations after the poisoned step): returns
+// the worst error over the tolerance and which output it was.
+std::pair<double, std::string> check_step(const std::vector<HostPhase>& hps,
+                                          const std::vector<uint16_t>& w,
+                                          const std::vector<uint16_t>& act, int cache_t) {
+  double worst = 0;
+  std::string where = "-";
+  auto note = [&](double e, const std::string& what) {
+    if (!(e <= worst)) worst = e, where = what;
+  };
+  // the split-K sums the phase before this one made (h = resid + bf(product)): from the device's
+  // input to that product (a or s) and its matrix
+  std::vector<float> pending;  // the product the next phase's input adds, f32
+  for (size_t p = 0; p < hps.size(); ++p) {
+    const HostPhase& hp = hps[p];
+    const SplitPhase& ph = hp.d;
+    const std::string name =
+        "phase " + std::to_string(p) + " (layer " + std::to_string(p / 3) + ")";
+    if (ph.kind == kAttendO) {
+      std::vector<float> want(kQHeads * kHeadDim);
+      for (int h = 0; h < kQHeads; ++h) {
+        const std::vector<float> o = host_attend_head(act.data() + hp.in, w.data() + hp.k_cache,
+                                                      w.data() + hp.v_cache, cache_t, h);
+        std::copy(o.begin(), o.end(), want.begin() + h * kHeadDim);
+      }
+      note(worst_over_tolerance(want, act.data() + hp.out), name + " a");
+      pending = host_product(w.data() + hp.w_off[0], host_vector(act, hp.out, kQHeads * kHeadDim),
+                             kHidden, true);
+      continue;
+    }
+    // v: the device's own inputs to it
+    std::vector<float> v;
+    if (hp.acc_in < 0) {
+      v = host_vector(act, hp.in, kHidden);
+    } else {
+      const std::vector<float> resid = host_vector(act, hp.resid, kHidden);
+      std::vector<float> want(kHidden);
+      for (int j = 0; j < kHidden; ++j) want[j] = resid[j] + rb(pending[j]);
+      note(worst_over_tolerance(want, act.data() + hp.v_out), name + " v");
+      v = host_vector(act, hp.v_out, kHidden);
+    }
+    const std::vector<float> x = host_norm(v, w.data() + hp.norm);
+    if (ph.kind == kRows) {
+      note(worst_over_tolerance(host_product(w.data() + hp.w_off[0], x, ph.n, false),
+                                act.data() + hp.out),
+           name + " out");
+    } else {
+      const std::vector<float> g = host_product(w.data() + hp.w_off[0], x, ph.n, false);
+      const std::vector<float> u = host_product(w.data() + hp.w_off[1], x, ph.n, false);
+      std::vector<float> s(ph.n);
+      for (int j = 0; j < ph.n; ++j) {
+        const float gg = rb(g[j]);
+        s[j] = rb(gg / (1.f + std::exp(-gg))) * rb(u[j]);
+      }
+      note(worst_over_tolerance(s, act.data() + hp.out), name + " s");
+      pending = host_product(w.data() + hp.w_off[2], host_vector(act, hp.out, ph.n), kHidden, true);
+    }
+  }
+  return {worst, where};
+}
+
+// The traced step, per traced block and phase kind: the sums over its phases of the counter wait
+// (previous phase's release to this one's acquire), the input (v or attention), the products and
+// the release, in µs.
+nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
+                               const std::vector<HostPhase>& hps) {
+  const char* kinds[4] = {"qkv", "attend+o", "mlp", "lm_head"};
+  const int n_phases = int(hps.size());
+  nlohmann::json out = nlohmann::json::array();
+  for (int b = 0; b < kTraceBlocks; ++b) {
+    auto at = [&](int p, int point) {
+      return double(tr[(size_t(b) * n_phases + p) * kTracePoints + point]) * 1e-3;
+    };
+    double sums[4][4] = {};
+    int counts[4] = {};
+    for (int p = 0; p < n_phases; ++p) {
+      const int kind = p == n_phases - 1 ? 3 : hps[p].d.kind;
+      sums[kind][0] += p > 0 ? at(p, 0) - at(p - 1, 3) : 0;
+      sums[kind][1] += at(p, 1) - at(p, 0);
+      sums[kind][2] += at(p, 2) - at(p, 1);
+      sums[kind][3] += at(p, 3) - at(p, 2);
+      ++counts[kind];
+    }
+    for (int k = 0; k < 4; ++k)
+      out.push_back({{"block", b == 0 ? "0" : "grid/2"},
+                     {"kind", kinds[k]},
+                     {"phases", counts[k]},
+                     {"wait_us", sums[k][0]},
+                     {"input_us", sums[k][1]},
+                     {"products_us", sums[k][2]},
+                     {"release_us", sums[k][3]}});
+    out.push_back({{"block", b == 0 ? "0" : "grid/2"},
+                   {"kind", "span"},
+                   {"span_us", at(n_phases - 1, 3) - at(0, 0)}});
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string out_path;
+  int steps = 20, cache_t = 80, slots = kMaxSlots, copies = 1, l2_lead = 0;
+  bool fixed = false;
+  std::string only;  // one mode by name (a profiler's run), else all
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : -1; };
+    if (a == "--out" && i + 1 < argc)
+      out_path = argv[++i];
+    else if (a == "--steps")
+      steps = next();
+    else if (a == "--cache")
+      cache_t = next();
+    else if (a == "--slots")
+      slots = next();
+    else if (a == "--copies")
+      copies = next();
+    else if (a == "--l2-lead")
+      l2_lead = next();
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
+    else if (a == "--accumulate" && i + 1 < argc &&
+             (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "i64"))
+      fixed = std::string(argv[++i]) == "i64";
+    else {
+      std::fprintf(stderr,
+                   "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
+                   "[--slots S] [--copies C] [--accumulate f32|i64] [--l2-lead N] [--only MODE]\n");
+      return 1;
+    }
+  }
+  if (steps < 1 || cache_t < 1 || slots < 2 || slots > kMaxSlots || copies < 1 ||
+      copies > kMaxCopies || l2_lead < 0) {
+    std::fprintf(stderr,
+                 "hk_bench_split_step: --steps ≥ 1, --cache ≥ 1, --slots 2..%d, --copies 1..%d, "
+                 "--l2-lead ≥ 0\n",
+                 kMaxSlots, kMaxCopies);
+    return 1;
+  }
+  if (!only.empty() && std::find_if(kModeNames, kModeNames + kModes, [&](const char* m) {
+                         return only == m;
+                       }) == kModeNames + kModes) {
+    std::fprintf(stderr,
+                 "hk_bench_split_step: --only takes persistent, stream, chain or resident, not "
+                 "'%s'\n",
+                 only.c_str());
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  const int grid = sm90_grid("hk_bench_split_step", prop);
+  if (cache_t > kMaxCache) {
+    std::fprintf(stderr, "hk_bench_split_step: --cache ≤ %d\n", kMaxCache);
+    return 1;
+  }
+  if ((kInter + grid - 1) / grid > kMaxSplitRows || grid < kQHeads * 8) {
+    std::fprintf(stderr, "hk_bench_split_step: %d SMs is too few for this shape\n", grid);
+    return 1;
+  }
+
+  HostArena arena;
+  std::vector<uint16_t>& w = arena.w;
+  // [rows × kHidden] (W_o and W_down transposed: their contracted length is the rows')
+  auto matrix = [&](int rows, int contracted) { return arena.matrix(rows, kHidden, contracted); };
+  std::vector<HostPhase> hps;
+  const size_t h0 = arena.activation(kHidden);
+  size_t h = h0, hp_prev = HostPhase::npos;
+  int acc_down_prev = -1, n_acc = 0;
+  for (int l = 0; l < kLayers; ++l) {
+    const size_t w_qkv = matrix(kQkv, kHidden),
+                 w_ot = matrix(kQHeads * kHeadDim, kQHeads * kHeadDim);
+    const size_t w_gate = matrix(kInter, kHidden), w_up = matrix(kInter, kHidden);
+    const size_t w_downt = matrix(kInter, kInter);
+    const size_t n_in = arena.norm_weight(), n_post = arena.norm_weight();
+    const size_t kc = arena.weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0);
+    const size_t vc = arena.weight(size_t(kKvHeads) * cache_t * kHeadDim, 1.f, 0);
+    HostPhase a{}, b{}, c{};
+    a.d.kind = kRows, a.d.n = kQkv, a.d.segments = 1, a.w_off = {w_qkv}, a.norm = n_in;
+    if (l == 0) {
+      a.in = h0;
+    } else {
+      a.resid = hp_prev, a.acc_in = acc_down_prev;
+      a.v_out = h = arena.activation(kHidden);
+    }
+    a.out = arena.activation(kQkv);
+    b.d.kind = kAttendO, b.d.n = kQHeads * kHeadDim, b.d.segments = 1, b.w_off = {w_ot};
+    b.in = a.out, b.out = arena.activation(kQHeads * kHeadDim), b.acc_out = n_acc++;
+    b.k_cache = kc, b.v_cache = vc;
+    c.d.kind = kMlp, c.d.n = kInter, c.d.segments = 3, c.w_off = {w_gate, w_up, w_downt};
+    c.norm = n_post, c.resid = h, c.acc_in = b.acc_out;
+    c.v_out = arena.activation(kHidden), c.out = arena.activation(kInter), c.acc_out = n_acc++;
+    hps.push_back(a), hps.push_back(b), hps.push_back(c);
+    hp_prev = c.v_out, acc_down_prev = c.acc_out;
+  }
+  {
+    HostPhase lm{};
+    const size_t w_lm = matrix(kVocab, kHidden);
+    lm.d.kind = kRows, lm.d.n = kVocab, lm.d.segments = 1, lm.w_off = {w_lm};
+    lm.norm = arena.norm_weight(), lm.resid = hp_prev, lm.acc_in = acc_down_prev;
+    lm.v_out = arena.activation(kHidden), lm.out = arena.activation(kVocab);
+    hps.push_back(lm);
+  }
+  std::vector<uint16_t> act(arena.act_total, 0);
+  {
+    Rng rng{12345};
+    for (int i = 0; i < kHidden; ++i) act[h0 + i] = to_bf16(rng.uniform() * 1.7f);
+  }
+  size_t weight_bytes = 0;  // the bytes a step streams: the weights, without caches and norms
+  for (const HostPhase& p : hps) weight_bytes += size_t(p.d.segments) * p.d.n * kRowBytes;
+
+  bf16 *d_w = nullptr, *d_act = nullptr;
+  CK(cudaMalloc(&d_w, w.size() * 2));
+  CK(cudaMalloc(&d_act, act.size() * 2));
+  CK(cudaMemcpy(d_w, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
+  const int64_t acc_half = int64_t(n_acc) * copies * kHidden;  // elements a parity
+  const size_t acc_bytes = fixed ? 8 : 4;
+  char* d_acc = nullptr;
+  CK(cudaMalloc(&d_acc, size_t(acc_half) * 2 * acc_bytes));
+  auto act_ptr = [&](size_t at) { return at == HostPhase::npos ? nullptr : d_act + at; };
+  auto acc_ptr = [&](int i) {
+    return i < 0 ? nullptr : d_acc + int64_t(i) * copies * kHidden * int64_t(acc_bytes);
+  };
+  std::vector<SplitPhase> phases;
+  for (const HostPhase& p : hps) {
+    SplitPhase d = p.d;
+    for (int s = 0; s < d.segments; ++s) d.w[s] = d_w + p.w_off[s];
+    d.in = act_ptr(p.in), d.v_out = act_ptr(p.v_out);
+    d.out = act_ptr(p.out);
+    d.acc_in = acc_ptr(p.acc_in), d.acc_out = acc_ptr(p.acc_out);
+    d.norm_w = d.kind == kAttendO ? nullptr : d_w + p.norm;
+    d.k_cache = d.kind == kAttendO ? d_w + p.k_cache : nullptr;
+    d.v_cache = d.kind == kAttendO ? d_w + p.v_cache : nullptr;
+    phases.push_back(d);
+  }
+  const int n_phases = int(phases.size());
+  SplitPhase* d_phases = nullptr;
+  unsigned* d_counters = nullptr;
+  CK(cudaMalloc(&d_phases, phases.size() * sizeof(SplitPhase)));
+  CK(cudaMemcpy(d_phases, phases.data(), phases.size() * sizeof(SplitPhase),
+                cudaMemcpyHostToDevice));
+  CK(cudaMalloc(&d_counters, n_phases * sizeof(unsigned)));
+  const size_t trace_words = size_t(kTraceBlocks) * n_phases * kTracePoints;
+  unsigned long long* d_trace = nullptr;
+  CK(cudaMalloc(&d_trace, trace_words * sizeof(unsigned long long)));
+  fit_one_block_an_sm(split_step_kernel, kThreads, kSmem, "hk_bench_split_step");
+  const double copy_gbs = copy_bandwidth_gbs();
+
+  const char* const* mode_names = kModeNames;
+  nlohmann::json modes = nlohmann::json::array();
+  std::printf(
+      "split-K decode step probe (%s, %d blocks, %d slots of 16 KB, L2 lead %d chunks, %d %s "
+      "accumulator copies, "
+      "cache %d, %.3f GB of weights a step, copy bandwidth %.0f GB/s -> %.1f us floor)\n",
+      prop.name, grid, slots, l2_lead, copies, fixed ? "i64" : "f32", cache_t, weight_bytes / 1e9,
+      copy_gbs, weight_bytes / copy_gbs * 1e-3);
+  bool ok = true;
+  for (int mode = 0; mode < kModes; ++mode) {
+    if (!only.empty() && only != mode_names[mode]) continue;
+    const bool checked = mode == kPersistent;
+    CK(cudaMemset(d_counters, 0, n_phases * sizeof(unsigned)));
+    CK(cudaMemset(d_acc, 0, size_t(acc_half) * 2 * acc_bytes));
+    CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
+    unsigned epoch = 0;
+    auto launch = [&](unsigned long long* trace) {
+      int m = mode, sl = slots, ll = l2_lead, ct = cache_t, np = n_phases, cp = copies;
+      bool fx = fixed;
+      int64_t half = acc_half;
+      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m,    &sl,   &ll,
+                      &ct,       &cp, &fx,         &d_acc, &half, &trace};
+      CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(split_step_kernel), dim3(grid),
+                                     dim3(kThreads), args, kSmem, nullptr));
+      ++epoch;
+    };
+    const ModeTiming timing = time_mode(steps, d_trace, trace_words, launch);
+    const nlohmann::json phase_trace = summarize_trace(timing.trace, hps);
+    const double med = timing.median_us, best = timing.best_us;
+    std::pair<double, std::string> worst{0.0, "-"};
+    if (checked) {
+      worst = check_step(hps, w, poisoned_step(act, h0, d_act, [&] { launch(nullptr); }), cache_t);
+      if (!(worst.first <= 1.0)) ok = false;
+    }
+    std::printf(
+        "%-11s step %8.1f us median (best %.1f)  %6.0f tok/s  %5.1f %% of the weights' copy "
+        "time  %s\n",
+        mode_names[mode], med, best, 1e6 / med, weight_bytes / copy_gbs * 1e-3 / med * 100,
+        !checked             ? "(not checked)"
+        : worst.first <= 1.0 ? "checked"
+                             : "CHECK FAILED");
+    if (checked && !(worst.first <= 1.0))
+      std::printf("  worst: %s, %.2f x the tolerance\n", worst.second.c_str(), worst.first);
+    for (const nlohmann::json& t : phase_trace) {
+      if (t["kind"] == "span") {
+        std::printf("  block %s span %.0f us\n", t["block"].get<std::string>().c_str(),
+                    t["span_us"].get<double>());
+        continue;
+      }
+      std::printf(
+          "  block %-6s %-8s x%-2d wait %6.1f  input %6.1f  products %6.1f  release %5.1f us\n",
+          t["block"].get<std::string>().c_str(), t["kind"].get<std::string>().c_str(),
+          t["phases"].get<int>(), t["wait_us"].get<double>(), t["input_us"].get<double>(),
+          t["products_us"].get<double>(), t["release_us"].get<double>());
+    }
+    nlohmann::json record =
+        mode_record(mode_names[mode], timing, weight_bytes / copy_gbs * 1e-3, checked);
+    record["worst_error_over_tolerance"] = worst.first;
+    record["worst_where"] = worst.second;
+    record["phase_trace"] = phase_trace;
+    modes.push_back(record);
+  }
+  if (!out_path.empty()) {
+    nlohmann::json j = {{"gpu", prop.name},
+                        {"blocks", grid},
+                        {"slots", slots},
+                        {"slot_bytes", kSlotBytes},
+                        {"l2_lead_chunks", l2_lead},
+                        {"accumulator_copies", copies},
+                        {"accumulate", fixed ? "i64 (fixed point, 2^-32)" : "f32"},
+                        {"cache_positions", cache_t},
+                        {"phases", n_phases},
+                        {"weight_bytes", weight_bytes},
+                        {"copy_gbs", copy_gbs},
+                        {"steps_timed", steps},
+                        {"modes", modes}};
+    std::ofstream(out_path) << j.dump(1) << "\n";
+  }
+  return ok ? 0 : 1;
+}
