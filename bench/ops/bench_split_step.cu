@@ -27,11 +27,12 @@
 // f32 or, with `--accumulate i64`, fixed point (deterministic), `--copies` copies each (block b
 // adds into copy b % copies; readers sum the copies), two parity sets (a step zeroes the set the
 // next step uses). Rounding points as the built-in ops: each product to bf16, then the residual add
-// to bf16; silu to bf16 before the product with up. Consumers take their rows a warp a row, two
-// chunks at a time, without block barriers between chunks (a warp waits only on the slots it
-// reads), with its slice of v in registers. After its counter a phase reads only what the phase
-// before made (the sums, or q/k/v): the residual is the v every block computed two phases back
-// (kept in registers); norm weights and cache rows are fetched before the wait.
+// to bf16; silu to bf16 before the product with up. Consumers take row products a warp a pair of
+// chunks on the tensor cores (v as bf16 in shared memory) and split-K products every thread 4 of
+// the 1024 columns; every warp waits on and arrives at every chunk in order. After its counter a
+// phase reads only what the phase before made (the sums, or q/k/v): the residual is the v every
+// block computed two phases back (kept in registers); norm weights and cache rows are fetched
+// before the wait.
 //
 // Modes: persistent (the producer as far ahead as the ring allows), stream (nobody waits on
 // counters: the weights-and-math floor, numbers not checked), chain (no weights, no products, the
@@ -110,10 +111,10 @@ __host__ __device__ inline void phase_rows(const SplitPhase& ph, int block, int 
 }
 
 constexpr int kMaxDims = kMaxSplitRows / 4;  // B's rows a block: 128 / (blocks a head ≥ 8)
-// shared memory: ring | v (f32) | split-K inputs | gate, up | K rows (bf16) | the block's V dims
-// (f32, [dim][position]) | scores | q (f32) | reduce | bars (full, empty, K)
+// shared memory: ring | normed v (bf16) | split-K inputs | gate, up | K rows (bf16) | the block's V
+// dims (f32, [dim][position]) | scores | q (f32) | reduce | bars (full, empty, K)
 constexpr int kOffX = kMaxSlots * kSlotBytes;
-constexpr int kOffXc = kOffX + kHidden * 4;
+constexpr int kOffXc = kOffX + kHidden * 2;
 constexpr int kOffGate = kOffXc + kMaxSplitRows * 4;
 constexpr int kOffUp = kOffGate + kMaxSplitRows * 4;
 constexpr int kOffK = kOffUp + kMaxSplitRows * 4;
@@ -868,7 +869,6 @@ int main(int argc, char** argv) {
   fit_one_block_an_sm(split_step_kernel, kThreads, kSmem, "hk_bench_split_step");
   const double copy_gbs = copy_bandwidth_gbs();
 
-  const char* const* mode_names = kModeNames;
   nlohmann::json modes = nlohmann::json::array();
   std::printf(
       "split-K decode step probe (%s, %d blocks, %d slots of 16 KB, L2 lead %d chunks, %d %s "
@@ -878,7 +878,7 @@ int main(int argc, char** argv) {
       copy_gbs, weight_bytes / copy_gbs * 1e-3);
   bool ok = true;
   for (int mode = 0; mode < kModes; ++mode) {
-    if (!only.empty() && only != mode_names[mode]) continue;
+    if (!only.empty() && only != kModeNames[mode]) continue;
     const bool checked = mode == kPersistent;
     CK(cudaMemset(d_counters, 0, n_phases * sizeof(unsigned)));
     CK(cudaMemset(d_acc, 0, size_t(acc_half) * 2 * acc_bytes));
@@ -905,7 +905,7 @@ int main(int argc, char** argv) {
     std::printf(
         "%-11s step %8.1f us median (best %.1f)  %6.0f tok/s  %5.1f %% of the weights' copy "
         "time  %s\n",
-        mode_names[mode], med, best, 1e6 / med, weight_bytes / copy_gbs * 1e-3 / med * 100,
+        kModeNames[mode], med, best, 1e6 / med, weight_bytes / copy_gbs * 1e-3 / med * 100,
         !checked             ? "(not checked)"
         : worst.first <= 1.0 ? "checked"
                              : "CHECK FAILED");
@@ -924,7 +924,7 @@ int main(int argc, char** argv) {
           t["products_us"].get<double>(), t["release_us"].get<double>());
     }
     nlohmann::json record =
-        mode_record(mode_names[mode], timing, weight_bytes / copy_gbs * 1e-3, checked);
+        mode_record(kModeNames[mode], timing, weight_bytes / copy_gbs * 1e-3, checked);
     record["worst_error_over_tolerance"] = worst.first;
     record["worst_where"] = worst.second;
     record["phase_trace"] = phase_trace;
