@@ -29,7 +29,10 @@ same clocks; each round alternates every side (hk, the variants, the peer, then 
 
 Usage: python3 bench/peers/attention_interleaved.py --lib build/bench/attention/libhk_bench_flash_peer.so
          [--out attention-interleaved.json] [--quick] [--rounds N] [--backend cudnn|flash]
-         [--training-shape] [--hk-variant LABEL:NAME=VALUE[,NAME=VALUE...]]...
+         [--training-shape] [--hk-variant LABEL:NAME=VALUE[,NAME=VALUE...]]... [--seqlen S]...
+
+--seqlen S (repeatable) keeps only the shapes of that sequence length, so an A/B of several variants
+at the one shape it concerns fits a device call.
 """
 import argparse
 import contextlib
@@ -222,6 +225,8 @@ def main():
                    help="also the training step's B4xH16(kv8)xS2048")
     p.add_argument("--hk-variant", action="append", default=[], metavar="LABEL:NAME=VALUE,...",
                    help="also hk with these environment variables set, as side hk_LABEL")
+    p.add_argument("--seqlen", type=int, action="append", default=[], metavar="S",
+                   help="only the shapes of this sequence length (repeatable; default all)")
     args = p.parse_args()
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
@@ -241,6 +246,11 @@ def main():
               "sm_clock_mhz_idle": attention_torch.sm_clock_mhz(),
               "hk_variants": {label: env for label, env in variants}, "shapes": []}
     shapes = SHAPES + ([TRAINING_SHAPE] if args.training_shape else [])
+    if args.seqlen:
+        shapes = [shape for shape in shapes if shape[3] in args.seqlen]
+        if not shapes:
+            p.error(f"--seqlen {args.seqlen}: no shape of that length (the shapes' S: "
+                    f"{sorted({shape[3] for shape in SHAPES + [TRAINING_SHAPE]})})")
     for B, Hq, Hkv, S in shapes:
         result["shapes"].append(shape_rows(lib, args.backend, args.rounds, B, Hq, Hkv, S, variants))
     print(f"\nhk / {args.backend}, same process, alternating ({args.rounds} rounds; median "
