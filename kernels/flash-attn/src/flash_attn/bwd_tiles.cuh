@@ -2,6 +2,9 @@
 // a 64-row tile of one (batch, head) a block, over its tiled dq accumulator (dq_tiled_index):
 //   flash_bwd_preprocess_tiles_kernel: Di = Σ_d dO·O for the tile's rows, and the tile of the
 //     accumulator cleared (rows past S too: the kernel's bulk reduce-adds write whole tiles);
+//     when the dQ warpgroup converts dq itself (dq_counts not null), the tile's four warp
+//     counters set to minus the number of dK/dV blocks that will add into it, and dq's rows of a
+//     tile that no block visits written as zeros here, since nobody else will;
 //   flash_bwd_convert_dq_tiles_kernel: dq = scale · accumulator, the tile regrouped into rows
 //     through shared memory.
 // Why a tile a block: the row-a-warp passes (bwd_sm80.cuh) read and write 4- and 8-byte words,
@@ -19,7 +22,8 @@ namespace hk_flash {
 // 256 threads; row r of the tile is read by D/8 consecutive threads, a 16-byte chunk each.
 template <class T, int D>
 __global__ void __launch_bounds__(256)
-    flash_bwd_preprocess_tiles_kernel(const BackwardParams p, float* di, float* dq_accum) {
+    flash_bwd_preprocess_tiles_kernel(const BackwardParams p, float* di, float* dq_accum,
+                                      int* dq_counts) {
   constexpr int kChunks = D / 8, kRowsPerPass = 256 / kChunks;
   const int m0 = blockIdx.x * kDqTileRows, h = blockIdx.y, b = blockIdx.z;
   const int c = threadIdx.x % kChunks, r_in_pass = threadIdx.x / kChunks;
@@ -63,6 +67,29 @@ __global__ void __launch_bounds__(256)
       const int s = m0 + r_in_pass + i * kRowsPerPass;
       if (s < seq.S) di[di_offset(p, b, seq.q_row0, s, h)] = dots[i];
     }
+  }
+  if (dq_counts == nullptr) return;
+  // the key blocks whose dK/dV block walks this tile (bwd_sm90.cuh: m_first .. + m_blocks), a
+  // thread a key block; the trip count is the same for every thread (__syncthreads_count)
+  const int key_blocks = (seq.T + kSm90BwdKeys - 1) / kSm90BwdKeys;
+  int visits = 0;
+  for (int first = 0; first < key_blocks; first += 256) {
+    const int n0 = (first + static_cast<int>(threadIdx.x)) * kSm90BwdKeys;
+    bool visits_tile = false;
+    if (n0 < seq.T) {
+      const int2 rows = query_rows_seeing(p, seq, n0, min(seq.T, n0 + kSm90BwdKeys));
+      visits_tile = rows.y > rows.x && rows.x < m0 + kDqTileRows && rows.y > m0;
+    }
+    visits += __syncthreads_count(visits_tile);
+  }
+  if (threadIdx.x < 4) dq_counts[dq_count_index(p, b, h, blockIdx.x, threadIdx.x)] = -visits;
+  if (visits > 0) return;
+  T* dq = static_cast<T*>(p.dq);
+  for (int i = threadIdx.x; i < kDqTileRows * (D / 4); i += 256) {
+    const int s = m0 + i / (D / 4);
+    if (s < seq.S)
+      *reinterpret_cast<uint2*>(dq + row_offset(p.dq_strides, b, seq.q_row0, s, h) +
+                                4 * (i % (D / 4))) = make_uint2(0, 0);
   }
 }
 

@@ -180,10 +180,11 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
 // deterministic kernel when dq_accum is null).
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum, DqPasses passes) {
-  if (passes == DqPasses::kTiled) {
+                             float* dq_accum, DqPasses passes, int* dq_counts) {
+  if (passes == DqPasses::kTiled || passes == DqPasses::kTiledInKernel) {
     const dim3 tile_grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
-    flash_bwd_preprocess_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, di, dq_accum);
+    flash_bwd_preprocess_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(
+        p, di, dq_accum, passes == DqPasses::kTiledInKernel ? dq_counts : nullptr);
     check_cuda(cudaGetLastError(), "flash backward preprocess (tiles) launch");
     return;
   }
@@ -213,6 +214,7 @@ void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const 
                             const float* dq_accum, DqPasses passes) {
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
+  if (dq_accum != nullptr && passes == DqPasses::kTiledInKernel) return;  // the kernel wrote dq
   if (dq_accum != nullptr && passes == DqPasses::kTiled) {
     const dim3 tile_grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
     flash_bwd_convert_dq_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, dq_accum, scale);
@@ -262,7 +264,7 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
 #define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
   template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, DecodeSplit);               \
   template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*, float*, \
-                                              DqPasses);                                           \
+                                              DqPasses, int*);                                     \
   template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
                                                 float*);                                           \
   template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
