@@ -161,7 +161,8 @@ using attention_cases::EnvScope;
 // or by atomics, each in the default (atomic dq) mode; `deterministic` on top.
 // Sm90TmaRowPasses: the TMA dq with the Di pre-pass and dq conversion a row a warp (the passes
 // unaligned O, dO or dq take) instead of a tile a block
-// Sm90DqWarpgroup converts dq in the kernel (the default), Sm90DqWarpgroupPass by the pass after it
+// Sm90DqWarpgroup's dq conversion overlaps the kernel's tail (the default), Sm90DqWarpgroupPass's
+// runs after it
 enum class Bwd {
   Sm80,
   Sm90Tma,

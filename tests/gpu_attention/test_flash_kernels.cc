@@ -196,7 +196,8 @@ const std::vector<Bwd> kSm90BackwardBothPasses = {Bwd::Sm90Tma,          Bwd::Sm
 
 // First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards, with the dq
 // passes a tile a block (aligned tensors' default) and a row a warp, and the dQ warpgroup's dq
-// converted in the kernel (its default) and by the pass; and the block order's kv-head
+// conversion overlapped with the kernel's tail (its default) and after it; and the block order's
+// kv-head
 // sections: 6 kv heads (batch 2 × 3) in 4 + 2 and one a section (the cases above fit all their
 // heads in one).
 TEST(FlashKernels, Sm90BackwardCanary) {
@@ -220,8 +221,8 @@ TEST(FlashKernels, Sm90BackwardCanary) {
     EnvScope typo("HK_FLASH_BWD_DQ", "warpgroup");
     EXPECT_THROW(hk_flash::backward(backward_params(p, bf, false), nullptr), std::invalid_argument);
   }
-  // and a conversion place that is neither kernel nor pass
-  EnvScope typo("HK_FLASH_BWD_DQ_CONVERT", "after");
+  // and a conversion that is neither overlapped nor a pass
+  EnvScope typo("HK_FLASH_BWD_DQ_CONVERT", "kernel");
   EXPECT_THROW(hk_flash::backward(backward_params(p, bf, false), nullptr), std::invalid_argument);
 }
 

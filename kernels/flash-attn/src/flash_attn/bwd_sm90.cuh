@@ -35,9 +35,10 @@
 // 216 / 216 / 72): a third warpgroup (bwd_dq_warpgroup) takes dQ over all 128 keys once both main
 // warpgroups have stored a tile's dSᵀ (an mbarrier of 256 arrivals; a second hands the buffer
 // back), so the main warpgroups lose dQ's GEMM, its stores and the block barrier — each keeps its
-// own lse/Di rows — and issue dPᵀ after the exponentials; by default it also writes dq itself, the
-// last block to add into a tile converting it (counters set by the pre-pass), so no conversion
-// pass follows the kernel (HK_FLASH_BWD_DQ_CONVERT=pass keeps the pass). Masks, softcap, window,
+// own lse/Di rows — and issue dPᵀ after the exponentials; by default it also counts each tile's
+// finished reduce-adds, so the dq conversion pass can run in this kernel's tail (launched behind it
+// by programmatic dependent launch, each of its blocks waiting for its tile's count;
+// HK_FLASH_BWD_DQ_CONVERT=pass runs it after the kernel instead). Masks, softcap, window,
 // key_start and lse follow bwd_sm80.cuh. HK_FLASH_TRACE builds stamp each phase's clock
 // (Params::trace; the benchmark prints them), a measurement build only. Not here: varlen and
 // KV-cache layouts, head dim 256 (the mma.sync backward serves them).
@@ -116,70 +117,33 @@ __device__ __forceinline__ void send_dq_warp_run(float* run_start, uint32_t part
   hk::sdk::cuda::sm90::bulk_commit();
 }
 
-// dq = scale · accumulator for one warp's 16 rows of a tile (rows 16·warp + g and + 8 of the
-// tile at m0), read from L2 (.cg: other blocks' reduce-adds made them) a 64-column part at a time
-// in the words the warp's own bulk reduce-adds send (dq_tiles.h), stored as 16-bit pairs.
-template <class T, int D>
-__device__ __forceinline__ void convert_dq_warp_rows(const BackwardParams& p, const float* dq_accum,
-                                                     int b, int seq_s, int head, int m0, int warp,
-                                                     int lane, float scale) {
-  T* dq = static_cast<T*>(p.dq);
-  const int row = m0 + 16 * warp + (lane >> 2), col = 2 * (lane & 3);
-#pragma unroll
-  for (int c = 0; c < D / 64; ++c) {
-    const float4* run = reinterpret_cast<const float4*>(
-        dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, head, 64 * c));
-    float4 w[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = __ldcg(run + 32 * j + lane);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (row + 8 * r >= seq_s) continue;
-      T* dst = dq + row_offset(p.dq_strides, b, 0, row + 8 * r, head) + 64 * c + col;
-#pragma unroll
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<uint32_t*>(dst + 8 * j) = r == 0
-                                                        ? pack2<T>(w[j].x * scale, w[j].y * scale)
-                                                        : pack2<T>(w[j].z * scale, w[j].w * scale);
-    }
-  }
-}
-
 // The dQ warpgroup of the kDqWg form: per tile, once both main warpgroups' dSᵀ is in shared memory
 // (dSᵀ full), dQ = dS·K over the block's 128 keys, 64 columns at a time (32 accumulator registers
 // under the warpgroup's 72), each part staged in dq_tiles.h's order into one of two buffers and
 // sent by one bulk reduce-add a warp; the dSᵀ buffer goes back (dSᵀ empty) once the tile's last
 // part has read it. Tiles come in the main warpgroups' order (heads of the group, then m-blocks).
-// With dq_counts (the conversion here instead of a pass after the kernel): one tile after a
-// warp's reduce-adds into a tile were sent they are complete (the wait leaves only the newer
-// tile's pending), and the warp's lane 0 adds one to the tile's counter (dq_count_index) with
-// acquire-release; the value it drew is looked at one more tile later, so neither the wait for
-// the atomic's answer nor the reduce-adds' landing stalls the loop. The warp that draws -1 was the
-// last of the tile's blocks and converts its 16 rows: each tile's dq is written once, by whichever
-// block happens to finish there last, from an accumulator every other block has finished adding to.
+// With dq_counts (the conversion pass overlapped with this kernel's tail, launch_backward_finish):
+// two tiles after a warp's reduce-adds into a tile were sent they are complete (the wait leaves
+// the two newer tiles' pending, so it does not stall the loop), and the warp's lane 0 adds one to
+// the tile's counter (dq_count_index) — relaxed, after the async-proxy fence: the completed
+// reduce-adds are in L2, the coherence point the pass's acquire reads from (in the form that
+// converted in this warpgroup, an acquire-release atomic a tile made the backward 8 % slower than a
+// relaxed one, H100 2026-12-05). After the loop the last two tiles' counters, once every
+// reduce-add is complete.
 template <class T, int D>
 __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float* dq_accum,
-                                                 int* dq_counts, uint32_t base, int b, int seq_s,
-                                                 float scale, int first_head, int m_first,
-                                                 int m_blocks, int n_iters) {
+                                                 int* dq_counts, uint32_t base, int b,
+                                                 int first_head, int m_first, int m_blocks,
+                                                 int n_iters) {
   using Cfg = Sm90BwdConfig<D>;
   using namespace hk::sdk::cuda::sm90;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x % 128) / 32;
   int h = first_head, m_block = 0, part = 0;
-  // the conversion's pipeline: the tile sent one iteration ago (its reduce-adds may be landing),
-  // and the tile whose counter was bumped then (lane 0's `drawn` holds the answer)
-  int sent_head = -1, sent_m0 = 0, drawn_head = -1, drawn_m0 = 0, drawn = 0;
-  auto count_of = [&](int head, int m0) {
-    return dq_counts + dq_count_index(p, b, head, m0 / kDqTileRows, warp);
-  };
-  auto bump = [&](int head, int m0) {  // lane 0, after its reduce-adds there are complete
+  // the tiles sent one and two iterations ago (their reduce-adds may still be landing)
+  int sent1_head = -1, sent1_m0 = 0, sent2_head = -1, sent2_m0 = 0;
+  auto count_done = [&](int head, int m0) {  // lane 0, its reduce-adds there complete
     fence_proxy_async_global();
-    return atomic_add_acq_rel_gpu(count_of(head, m0), 1);
-  };
-  auto convert_if_last = [&](int head, int m0, int value) {
-    if (head < 0 || __shfl_sync(0xffffffffu, value, 0) != -1) return;
-    __syncwarp();  // lane 0's acquire before every lane's reads
-    convert_dq_warp_rows<T, D>(p, dq_accum, b, seq_s, head, m0, warp, lane, scale);
+    red_add_relaxed_gpu(dq_counts + dq_count_index(p, b, head, m0 / kDqTileRows), 1);
   };
   for (int it = 0; it < n_iters; ++it) {
     const int buf = it & 1, m0 = (m_first + m_block) * Cfg::kBlockM, head = h;
@@ -219,23 +183,22 @@ __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float*
                          warp);
     }
     if (dq_counts != nullptr) {
-      convert_if_last(drawn_head, drawn_m0, drawn);
-      drawn_head = sent_head;
-      drawn_m0 = sent_m0;
-      if (sent_head >= 0 && lane == 0) {
-        bulk_wait<D / 64>();  // the tile before this one is in the accumulator
-        drawn = bump(sent_head, sent_m0);
+      if (sent2_head >= 0 && lane == 0) {
+        bulk_wait<2 * (D / 64)>();  // tile it - 2 is in the accumulator
+        count_done(sent2_head, sent2_m0);
       }
-      sent_head = head;
-      sent_m0 = m0;
+      sent2_head = sent1_head;
+      sent2_m0 = sent1_m0;
+      sent1_head = head;
+      sent1_m0 = m0;
     }
   }
-  if (lane == 0) bulk_wait_all();
-  if (dq_counts != nullptr) {
-    convert_if_last(drawn_head, drawn_m0, drawn);
-    int last = 0;
-    if (sent_head >= 0 && lane == 0) last = bump(sent_head, sent_m0);
-    convert_if_last(sent_head, sent_m0, last);
+  if (lane == 0) {
+    bulk_wait_all();
+    if (dq_counts != nullptr) {
+      if (sent2_head >= 0) count_done(sent2_head, sent2_m0);
+      if (sent1_head >= 0) count_done(sent1_head, sent1_m0);
+    }
   }
 }
 
@@ -245,7 +208,8 @@ __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float*
 // 16 registers reserved on every path; without them the kernel runs 4-5% faster at head dim 128
 // (H200, 2026-12-02: 313-412 against 298-393 TF/s).
 // kDqWg: the dQ warpgroup form (384 threads; dq_mode is 3's layout, and dq_accum is never null);
-// dq_counts (kDqWg only, else null): that warpgroup converts dq itself (bwd_dq_warpgroup).
+// dq_counts (kDqWg only, else null): that warpgroup counts each tile's finished reduce-adds
+// (bwd_dq_warpgroup), and every block lets the overlapped conversion pass launch at its start.
 template <class T, int D, bool kCap, bool kDqWg>
 __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
                                         : Sm90BwdConfig<D>::kThreads,
@@ -257,6 +221,9 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90BwdConfig<D>;
   using namespace hk::sdk::cuda::sm90;
+  // the overlapped conversion pass may be scheduled once every block has started: its blocks take
+  // SMs only as this grid's last blocks leave them, and wait for their tiles' counts
+  if (dq_counts != nullptr && threadIdx.x == 0) hk::sdk::cuda::sm80::grid_launch_dependents();
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr uint32_t kQBox = Cfg::kQBox, kKBox = Cfg::kKBox, kQTile = Cfg::kQTile;
   extern __shared__ unsigned char smem_raw[];
@@ -378,10 +345,8 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
     if (n_iters > 0) mbar_wait(bar_kv, 0);
     if (cw == 2) {
       regs_decrease<Cfg::kDqRegs>();
-      // dq's scale as the conversion pass takes it (launch_backward_finish), so both forms agree
-      const float dq_scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
-      bwd_dq_warpgroup<T, D>(p, dq_accum, dq_counts, base, b, seq.S, dq_scale, hk * group, m_first,
-                             m_blocks, n_iters);
+      bwd_dq_warpgroup<T, D>(p, dq_accum, dq_counts, base, b, hk * group, m_first, m_blocks,
+                             n_iters);
       return;
     }
     if (n_iters > 0) mbar_wait(bar_full(0), 0);

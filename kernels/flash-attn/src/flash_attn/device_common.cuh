@@ -173,26 +173,24 @@ __device__ __forceinline__ int2 query_rows_seeing(const Params& p, const SeqInfo
   return make_int2(m_lo, max(m_lo, m_hi));
 }
 
-// The Hopper backward's per-(b, h, 64-row tile, warp) counters for the dQ warpgroup's own
-// conversion (batch layouts only): the Di pre-pass sets each to minus the number of dK/dV blocks
-// that will add into the warp's 16 rows of the tile, and each block's warp adds one once its
-// reduce-adds there are complete; the warp that brings it to zero converts the rows. The pre-pass
-// counts the blocks as the kernel walks them: keys in blocks of kSm90BwdKeys, each block every
-// 64-row tile that query_rows_seeing says can see one of its keys.
-constexpr int kSm90BwdKeys = 128;
-// *p += v with acquire-release at GPU scope; the value before.
-__device__ __forceinline__ int atomic_add_acq_rel_gpu(int* p, int v) {
-  int old;
-  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n"
-               : "=r"(old)
-               : "l"(p), "r"(v)
-               : "memory");
-  return old;
-}
-__device__ __forceinline__ int64_t dq_count_index(const Params& p, int b, int h, int tile,
-                                                  int warp) {
+// The Hopper backward's per-(b, h, 64-row tile) counters for the dq conversion pass that runs in
+// the dK/dV kernel's tail (batch layouts only): the Di pre-pass sets each to minus four times the
+// number of dK/dV blocks that will add into the tile (one count a dQ warp a block), each dQ warp
+// adds one once its reduce-adds there are complete, and the pass converts the tile at zero. The
+// pre-pass counts the blocks as the kernel walks them: keys in blocks of kSm90BwdKeys, each block
+// every 64-row tile that query_rows_seeing says can see one of its keys.
+constexpr int kSm90BwdKeys = 128, kDqCountsPerBlock = 4;
+__device__ __forceinline__ int64_t dq_count_index(const Params& p, int b, int h, int tile) {
   const int tiles = (p.seqlen_q + kDqTileRows - 1) / kDqTileRows;
-  return ((static_cast<int64_t>(b) * p.heads_q + h) * tiles + tile) * 4 + warp;
+  return (static_cast<int64_t>(b) * p.heads_q + h) * tiles + tile;
+}
+__device__ __forceinline__ void red_add_relaxed_gpu(int* p, int v) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 // The Hopper backward's dq accumulator (batch layouts only) is tiled the way its warps hold dQ,
 // so each part leaves by one flat bulk reduce-add from shared memory: per (b, h, 64-row tile) a

@@ -47,10 +47,11 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
 // The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq). The dq
 // accumulator is row-major (the mma.sync kernel's, the atomic dq's), or in the Hopper backward's
 // tiled layout (dq_tiled_index), whose passes go a 64-row tile a block (bwd_tiles.cuh) when O, dO
-// and dq allow 16- and 8-byte accesses, else a row a warp after a memset. kTiledInKernel: the
-// tile pre-pass also sets dq_counts (dq_count_index) and finish converts nothing — the Hopper
-// kernel's dQ warpgroup writes dq itself (bwd_dq_warpgroup).
-enum class DqPasses { kRows, kTiledByRows, kTiled, kTiledInKernel };
+// and dq allow 16- and 8-byte accesses, else a row a warp after a memset. kTiledOverlapped: the
+// tile passes, the pre-pass also setting dq_counts (dq_count_index) and the conversion launched
+// behind the Hopper dK/dV kernel by programmatic dependent launch, so it runs in that kernel's
+// tail, each block once its tile's count is complete (the dQ warpgroup form counts).
+enum class DqPasses { kRows, kTiledByRows, kTiled, kTiledOverlapped };
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
                              float* dq_accum, DqPasses passes, int* dq_counts);
@@ -59,9 +60,9 @@ void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, con
                                float* dq_accum);
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum, DqPasses passes);
+                            const float* dq_accum, DqPasses passes, const int* dq_counts);
 // Bytes of the tiled dq accumulator (batch layouts: every 64-row tile whole), and of its
-// conversion counters (four ints a tile).
+// conversion counters (an int a tile).
 size_t dq_tiled_bytes(const Params& p);
 size_t dq_counts_bytes(const Params& p);
 template <class T, int D>
@@ -93,8 +94,9 @@ inline bool sm90_backward_dq_tiled(Sm90BwdDq form) {
 }
 // Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum in `form` — tiled forms need the
 // accumulator that prepare and finish take as tiled —, none when dq_accum is null: then the
-// 256-thread kernel whatever the form; with dq_counts, form kDqWarpgroup only, the kernel writes dq
-// from the accumulator itself); false when the build has no sm_90a code.
+// 256-thread kernel whatever the form; with dq_counts, form kDqWarpgroup only, it counts each
+// tile's finished reduce-adds for the overlapped conversion and lets that launch early); false
+// when the build has no sm_90a code.
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
                                float* dq_accum, Sm90BwdDq form, int* dq_counts);
