@@ -459,17 +459,6 @@ __device__ __forceinline__ void bulk_wait_read() {
 __device__ __forceinline__ void bulk_wait_all() {
   asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
 }
-// All but the issuing thread's newest `Pending` bulk groups are complete (their global writes
-// done), so an older group's result may be handed on while the newest still run.
-template <int Pending>
-__device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-// Orders the global writes of this thread's completed bulk groups (async proxy) before its later
-// ordinary accesses, such as the release that tells another block the data is there.
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
 // Four 8×8 matrices of 16-bit pairs into shared memory (stmatrix .x4): lane 8m + i gives the
 // address of row i of matrix m; each lane's word k is its accumulator-layout pair of matrix k
 // (row lane / 4, columns 2·(lane % 4) and the next).

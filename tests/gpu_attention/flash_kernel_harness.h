@@ -161,40 +161,28 @@ using attention_cases::EnvScope;
 // or by atomics, each in the default (atomic dq) mode; `deterministic` on top.
 // Sm90TmaRowPasses: the TMA dq with the Di pre-pass and dq conversion a row a warp (the passes
 // unaligned O, dO or dq take) instead of a tile a block
-// Sm90DqWarpgroup's dq conversion overlaps the kernel's tail (the default), Sm90DqWarpgroupPass's
-// runs after it
-enum class Bwd {
-  Sm80,
-  Sm90Tma,
-  Sm90TmaWarp,
-  Sm90DqWarpgroup,
-  Sm90DqWarpgroupPass,
-  Sm90Atomic,
-  Sm90TmaRowPasses
-};
+enum class Bwd { Sm80, Sm90Tma, Sm90TmaWarp, Sm90DqWarpgroup, Sm90Atomic, Sm90TmaRowPasses };
 inline const char* bwd_name(Bwd k) {
-  return k == Bwd::Sm80                  ? "sm80"
-         : k == Bwd::Sm90Tma             ? "sm90-tma-dq"
-         : k == Bwd::Sm90TmaWarp         ? "sm90-tma-dq-a-warp"
-         : k == Bwd::Sm90DqWarpgroup     ? "sm90-dq-warpgroup"
-         : k == Bwd::Sm90DqWarpgroupPass ? "sm90-dq-warpgroup-conversion-pass"
-         : k == Bwd::Sm90Atomic          ? "sm90-atomic-dq"
-                                         : "sm90-tma-dq-row-passes";
+  return k == Bwd::Sm80              ? "sm80"
+         : k == Bwd::Sm90Tma         ? "sm90-tma-dq"
+         : k == Bwd::Sm90TmaWarp     ? "sm90-tma-dq-a-warp"
+         : k == Bwd::Sm90DqWarpgroup ? "sm90-dq-warpgroup"
+         : k == Bwd::Sm90Atomic      ? "sm90-atomic-dq"
+                                     : "sm90-tma-dq-row-passes";
 }
 // HK_FLASH_BWD_DQ's value for a variant
 inline const char* bwd_dq_form(Bwd k) {
-  return k == Bwd::Sm90Atomic                                         ? "atomic"
-         : k == Bwd::Sm90TmaWarp                                      ? "warp"
-         : k == Bwd::Sm90DqWarpgroup || k == Bwd::Sm90DqWarpgroupPass ? "wg"
-                                                                      : "tma";
+  return k == Bwd::Sm90Atomic        ? "atomic"
+         : k == Bwd::Sm90TmaWarp     ? "warp"
+         : k == Bwd::Sm90DqWarpgroup ? "wg"
+                                     : "tma";
 }
 struct BwdScope {
   explicit BwdScope(Bwd k)
       : sm90("HK_FLASH_SM90_BWD", k == Bwd::Sm80 ? "0" : "1"),
         dq("HK_FLASH_BWD_DQ", bwd_dq_form(k)),
-        passes("HK_FLASH_BWD_PASSES", k == Bwd::Sm90TmaRowPasses ? "rows" : nullptr),
-        convert("HK_FLASH_BWD_DQ_CONVERT", k == Bwd::Sm90DqWarpgroupPass ? "pass" : nullptr) {}
-  EnvScope sm90, dq, passes, convert;
+        passes("HK_FLASH_BWD_PASSES", k == Bwd::Sm90TmaRowPasses ? "rows" : nullptr) {}
+  EnvScope sm90, dq, passes;
 };
 
 // One attention call's tensors on the device.

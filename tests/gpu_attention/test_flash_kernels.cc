@@ -147,9 +147,7 @@ void run(const Case& c, int d, hk_flash::Dtype dt, const std::vector<Bwd>& kerne
     for (bool deterministic : {false, true}) {
       // deterministic mode takes dq out of the Hopper kernel, so the forms that differ only in how
       // dq leaves it would run Sm90Tma's deterministic kernel again
-      if (deterministic && (kernel == Bwd::Sm90TmaWarp || kernel == Bwd::Sm90DqWarpgroup ||
-                            kernel == Bwd::Sm90DqWarpgroupPass))
-        continue;
+      if (deterministic && (kernel == Bwd::Sm90TmaWarp || kernel == Bwd::Sm90DqWarpgroup)) continue;
       SCOPED_TRACE(std::string(bwd_name(kernel)) + (deterministic ? " deterministic" : ""));
       BwdScope scope(kernel);
       std::vector<double> first[3];
@@ -190,14 +188,11 @@ const std::vector<Bwd> kAllBackward = {Bwd::Sm80, Bwd::Sm90Tma, Bwd::Sm90TmaWarp
                                        Bwd::Sm90DqWarpgroup, Bwd::Sm90Atomic};
 const std::vector<Bwd> kSm90Backward = {Bwd::Sm90Tma, Bwd::Sm90TmaWarp, Bwd::Sm90DqWarpgroup,
                                         Bwd::Sm90Atomic};
-const std::vector<Bwd> kSm90BackwardBothPasses = {Bwd::Sm90Tma,          Bwd::Sm90TmaWarp,
-                                                  Bwd::Sm90DqWarpgroup,  Bwd::Sm90DqWarpgroupPass,
-                                                  Bwd::Sm90TmaRowPasses, Bwd::Sm90Atomic};
+const std::vector<Bwd> kSm90BackwardBothPasses = {
+    Bwd::Sm90Tma, Bwd::Sm90TmaWarp, Bwd::Sm90DqWarpgroup, Bwd::Sm90TmaRowPasses, Bwd::Sm90Atomic};
 
 // First, alone, under a short timeout (scripts/gpu-test): a few Hopper backwards, with the dq
-// passes a tile a block (aligned tensors' default) and a row a warp, and the dQ warpgroup's dq
-// conversion overlapped with the kernel's tail (its default) and after it; and the block order's
-// kv-head
+// passes a tile a block (aligned tensors' default) and a row a warp; and the block order's kv-head
 // sections: 6 kv heads (batch 2 × 3) in 4 + 2 and one a section (the cases above fit all their
 // heads in one).
 TEST(FlashKernels, Sm90BackwardCanary) {
@@ -217,12 +212,7 @@ TEST(FlashKernels, Sm90BackwardCanary) {
   // a dq form that is none of tma / warp / wg / atomic fails the call instead of timing the default
   const Problem p = problem_of({"typo", 1, 256, 256, 2, 1}, 128, hk_flash::Dtype::BF16, 0);
   Buffers bf(p);
-  {
-    EnvScope typo("HK_FLASH_BWD_DQ", "warpgroup");
-    EXPECT_THROW(hk_flash::backward(backward_params(p, bf, false), nullptr), std::invalid_argument);
-  }
-  // and a conversion that is neither overlapped nor a pass
-  EnvScope typo("HK_FLASH_BWD_DQ_CONVERT", "kernel");
+  EnvScope typo("HK_FLASH_BWD_DQ", "warpgroup");
   EXPECT_THROW(hk_flash::backward(backward_params(p, bf, false), nullptr), std::invalid_argument);
 }
 

@@ -298,23 +298,6 @@ Sm90BwdDq sm90_backward_dq() {
                               "or atomic, or unset it");
 }
 
-// HK_FLASH_BWD_DQ_CONVERT: when the dQ warpgroup form's dq is converted from its f32 accumulator,
-// read at each call for A/Bs. Unset or `overlap`: by the tile pass launched behind the dK/dV kernel
-// (programmatic dependent launch), each of its blocks once its tile's count is complete, so the
-// pass runs in the kernel's tail, where SMs would idle (its 6 bytes a q element took 50 µs, ~5 % of
-// the backward at B8×S2048 on the H200, after the kernel); `pass`: after the kernel, as the other
-// forms. Anything else fails the call. (Converting in the dQ warpgroup itself, by the last block to
-// add into a tile, measured 13-25 % slower on the H200: those blocks are the long ones on the
-// critical path.)
-bool sm90_backward_dq_conversion_overlaps() {
-  const char* v = std::getenv("HK_FLASH_BWD_DQ_CONVERT");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "overlap") == 0) return true;
-  if (std::strcmp(v, "pass") == 0) return false;
-  throw std::invalid_argument(std::string("HK_FLASH_BWD_DQ_CONVERT=") + v +
-                              " is not when dq is converted: set it to overlap or pass, or unset "
-                              "it");
-}
-
 const char* sm90_backward_dq_name(Sm90BwdDq form) {
   return form == Sm90BwdDq::kReduceWarp    ? " (dq by bulk reduce-add a warp)"
          : form == Sm90BwdDq::kDqWarpgroup ? " (dq by a third warpgroup, bulk reduce-add a warp)"
@@ -443,21 +426,13 @@ size_t dq_tiled_bytes(const Params& p) {  // every (b, h) a whole number of 64-r
   return static_cast<size_t>(p.batch) * p.heads_q * tiles * kDqTileRows * p.head_dim * 4;
 }
 
-size_t dq_counts_bytes(const Params& p) {  // a counter a tile (dq_count_index)
-  const size_t tiles = (static_cast<size_t>(p.seqlen_q) + kDqTileRows - 1) / kDqTileRows;
-  return static_cast<size_t>(p.batch) * p.heads_q * tiles * sizeof(int);
-}
-
 size_t backward_workspace_size(const BackwardParams& p) {
   const size_t di = round_up(q_rows(p) * p.heads_q * sizeof(float));
   // rows, or the Hopper kernel's tiles (batch layouts), whichever the call may take is larger
   const size_t dq_rows = q_rows(p) * p.heads_q * p.head_dim * 4;
   const size_t dq_tiles = p.cu_seqlens_q == nullptr ? dq_tiled_bytes(p) : 0;
   const size_t dq = p.deterministic ? 0 : round_up(std::max(dq_rows, dq_tiles));
-  // the counters of the overlapped dq conversion (batch layouts), after the accumulator
-  const size_t counts =
-      p.deterministic || p.cu_seqlens_q != nullptr ? 0 : round_up(dq_counts_bytes(p));
-  return di + dq + counts;
+  return di + dq;
 }
 
 void backward(const BackwardParams& in, Stream stream_handle) {
@@ -497,31 +472,21 @@ void backward(const BackwardParams& in, Stream stream_handle) {
       tiled_dq && aligned(p.out, 16) && aligned(p.dout, 16) && aligned(p.dq, 8) &&
       strides_multiple(p.out_strides, 8, true) && strides_multiple(p.dout_strides, 8, true) &&
       strides_multiple(p.dq_strides, 4, true) && !env_is("HK_FLASH_BWD_PASSES", "rows");
-  // with the tile passes the dQ warpgroup converts dq itself unless HK_FLASH_BWD_DQ_CONVERT=pass
-  const bool overlapped =
-      tile_passes && dq_form == Sm90BwdDq::kDqWarpgroup && sm90_backward_dq_conversion_overlaps();
   const DqPasses passes = !tiled_dq     ? DqPasses::kRows
-                          : overlapped  ? DqPasses::kTiledOverlapped
                           : tile_passes ? DqPasses::kTiled
                                         : DqPasses::kTiledByRows;
-  int* dq_counts =
-      overlapped ? reinterpret_cast<int*>(reinterpret_cast<char*>(dq_accum) +
-                                          round_up(std::max(q_rows(p) * p.heads_q * p.head_dim * 4,
-                                                            dq_tiled_bytes(p))))
-                 : nullptr;
   if (verbose())
-    std::fprintf(stderr, "hk flash: backward on the %s kernel%s%s\n",
+    std::fprintf(stderr, "hk flash: backward on the %s kernel%s\n",
                  sm90 ? "sm90 wgmma" : "sm80 mma",
-                 sm90 && dq_accum != nullptr ? sm90_backward_dq_name(dq_form) : "",
-                 overlapped ? ", dq conversion overlapped" : "");
+                 sm90 && dq_accum != nullptr ? sm90_backward_dq_name(dq_form) : "");
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto steps = [&](auto dim) {
       constexpr int D = decltype(dim)::value;
-      launch_backward_prepare<T, D>(p, stream, di, dq_accum, passes, dq_counts);
-      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, dq_form, dq_counts)))
+      launch_backward_prepare<T, D>(p, stream, di, dq_accum, passes);
+      if (!(sm90 && launch_backward_dkdv_sm90<T, D>(p, stream, di, dq_accum, dq_form)))
         launch_backward_dkdv_sm80<T, D>(p, stream, di, dq_accum);
-      launch_backward_finish<T, D>(p, stream, di, dq_accum, passes, dq_counts);
+      launch_backward_finish<T, D>(p, stream, di, dq_accum, passes);
     };
     switch (p.head_dim) {
       case 64:
@@ -530,9 +495,9 @@ void backward(const BackwardParams& in, Stream stream_handle) {
         return steps(std::integral_constant<int, 128>{});
       default: {
         // head dim 256: the mma.sync kernels only (backward_sm90_applies is false)
-        launch_backward_prepare<T, 256>(p, stream, di, dq_accum, DqPasses::kRows, nullptr);
+        launch_backward_prepare<T, 256>(p, stream, di, dq_accum, DqPasses::kRows);
         launch_backward_dkdv_sm80<T, 256>(p, stream, di, dq_accum);
-        launch_backward_finish<T, 256>(p, stream, di, dq_accum, DqPasses::kRows, nullptr);
+        launch_backward_finish<T, 256>(p, stream, di, dq_accum, DqPasses::kRows);
         return;
       }
     }

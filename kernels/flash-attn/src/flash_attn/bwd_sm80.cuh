@@ -102,6 +102,17 @@ __global__ void __launch_bounds__(256)
     *reinterpret_cast<uint32_t*>(dst + d) = pack2<T>(src[d] * scale, src[d + 1] * scale);
 }
 
+// Which queries of a sequence can see keys [n0, n1): rows [m_lo, m_hi).
+__device__ __forceinline__ int2 query_rows_seeing(const Params& p, const SeqInfo& seq, int n0,
+                                                  int n1) {
+  const int shift = seq.T - seq.S;  // query s's diagonal key is s + shift
+  int m_lo = 0, m_hi = seq.S;
+  if (p.causal) m_lo = max(0, n0 - shift);                                       // s + shift ≥ n0
+  if (p.window_left >= 0) m_hi = min(m_hi, n1 - 1 - shift + p.window_left + 1);  // lo(s) ≤ n1-1
+  if (n1 <= seq.key_start) m_hi = 0;
+  return make_int2(m_lo, max(m_lo, m_hi));
+}
+
 // ---- 2. dK, dV (and dQ by atomics) -------------------------------------------------------------
 template <class T, int D, class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)

@@ -35,13 +35,10 @@
 // 216 / 216 / 72): a third warpgroup (bwd_dq_warpgroup) takes dQ over all 128 keys once both main
 // warpgroups have stored a tile's dSᵀ (an mbarrier of 256 arrivals; a second hands the buffer
 // back), so the main warpgroups lose dQ's GEMM, its stores and the block barrier — each keeps its
-// own lse/Di rows — and issue dPᵀ after the exponentials; by default it also counts each tile's
-// finished reduce-adds, so the dq conversion pass can run in this kernel's tail (launched behind it
-// by programmatic dependent launch, each of its blocks waiting for its tile's count;
-// HK_FLASH_BWD_DQ_CONVERT=pass runs it after the kernel instead). Masks, softcap, window,
-// key_start and lse follow bwd_sm80.cuh. HK_FLASH_TRACE builds stamp each phase's clock
-// (Params::trace; the benchmark prints them), a measurement build only. Not here: varlen and
-// KV-cache layouts, head dim 256 (the mma.sync backward serves them).
+// own lse/Di rows — and issue dPᵀ after the exponentials. Masks, softcap, window, key_start and lse
+// follow bwd_sm80.cuh. HK_FLASH_TRACE builds stamp each phase's clock (Params::trace; the benchmark
+// prints them), a measurement build only. Not here: varlen and KV-cache layouts, head dim 256 (the
+// mma.sync backward serves them).
 #pragma once
 
 #include "flash_attn/bwd_sm80.cuh"
@@ -87,8 +84,6 @@ struct Sm90BwdConfig {
                             kBarDsEmpty = 7, kBars = 9;
   static constexpr uint32_t kSmem = kOffBar + 8 * kBars + 1024 /* alignment */;
   static_assert(D == 64 || D == 128, "the Hopper backward takes head dim 64 or 128");
-  static_assert(kBlockN == kSm90BwdKeys && kBlockM == kDqTileRows,
-                "the pre-pass counts the dQ conversion's contributors with these blocks");
   static_assert(kQBox % 1024 == 0 && kOffRows % 1024 == 0, "swizzle atoms need 1024-byte tiles");
 };
 
@@ -122,29 +117,14 @@ __device__ __forceinline__ void send_dq_warp_run(float* run_start, uint32_t part
 // under the warpgroup's 72), each part staged in dq_tiles.h's order into one of two buffers and
 // sent by one bulk reduce-add a warp; the dSᵀ buffer goes back (dSᵀ empty) once the tile's last
 // part has read it. Tiles come in the main warpgroups' order (heads of the group, then m-blocks).
-// With dq_counts (the conversion pass overlapped with this kernel's tail, launch_backward_finish):
-// two tiles after a warp's reduce-adds into a tile were sent they are complete (the wait leaves
-// the two newer tiles' pending, so it does not stall the loop), and the warp's lane 0 adds one to
-// the tile's counter (dq_count_index) — relaxed, after the async-proxy fence: the completed
-// reduce-adds are in L2, the coherence point the pass's acquire reads from (in the form that
-// converted in this warpgroup, an acquire-release atomic a tile made the backward 8 % slower than a
-// relaxed one, H100 2026-12-05). After the loop the last two tiles' counters, once every
-// reduce-add is complete.
 template <class T, int D>
 __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float* dq_accum,
-                                                 int* dq_counts, uint32_t base, int b,
-                                                 int first_head, int m_first, int m_blocks,
-                                                 int n_iters) {
+                                                 uint32_t base, int b, int first_head, int m_first,
+                                                 int m_blocks, int n_iters) {
   using Cfg = Sm90BwdConfig<D>;
   using namespace hk::sdk::cuda::sm90;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x % 128) / 32;
   int h = first_head, m_block = 0, part = 0;
-  // the tiles sent one and two iterations ago (their reduce-adds may still be landing)
-  int sent1_head = -1, sent1_m0 = 0, sent2_head = -1, sent2_m0 = 0;
-  auto count_done = [&](int head, int m0) {  // lane 0, its reduce-adds there complete
-    fence_proxy_async_global();
-    red_add_relaxed_gpu(dq_counts + dq_count_index(p, b, head, m0 / kDqTileRows), 1);
-  };
   for (int it = 0; it < n_iters; ++it) {
     const int buf = it & 1, m0 = (m_first + m_block) * Cfg::kBlockM, head = h;
     if (++m_block == m_blocks) {
@@ -182,24 +162,8 @@ __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float*
         send_dq_warp_run(dq_accum + dq_tiled_index(p, b, m0 + 16 * warp, head, 64 * c), stage,
                          warp);
     }
-    if (dq_counts != nullptr) {
-      if (sent2_head >= 0 && lane == 0) {
-        bulk_wait<2 * (D / 64)>();  // tile it - 2 is in the accumulator
-        count_done(sent2_head, sent2_m0);
-      }
-      sent2_head = sent1_head;
-      sent2_m0 = sent1_m0;
-      sent1_head = head;
-      sent1_m0 = m0;
-    }
   }
-  if (lane == 0) {
-    bulk_wait_all();
-    if (dq_counts != nullptr) {
-      if (sent2_head >= 0) count_done(sent2_head, sent2_m0);
-      if (sent1_head >= 0) count_done(sent1_head, sent1_m0);
-    }
-  }
+  if (lane == 0) bulk_wait_all();
 }
 
 // dq_mode: 0 none (deterministic: another kernel computes dq), 1 red.global.add (rows), 2 bulk
@@ -207,23 +171,17 @@ __device__ __forceinline__ void bwd_dq_warpgroup(const BackwardParams& p, float*
 // kCap: softcap (p.softcap > 0) compiled in. A run-time softcap branch kept the tanh derivatives'
 // 16 registers reserved on every path; without them the kernel runs 4-5% faster at head dim 128
 // (H200, 2026-12-02: 313-412 against 298-393 TF/s).
-// kDqWg: the dQ warpgroup form (384 threads; dq_mode is 3's layout, and dq_accum is never null);
-// dq_counts (kDqWg only, else null): that warpgroup counts each tile's finished reduce-adds
-// (bwd_dq_warpgroup), and every block lets the overlapped conversion pass launch at its start.
+// kDqWg: the dQ warpgroup form (384 threads; dq_mode is 3's layout, and dq_accum is never null).
 template <class T, int D, bool kCap, bool kDqWg>
 __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
                                         : Sm90BwdConfig<D>::kThreads,
                                   1)
     flash_bwd_dkdv_sm90_kernel(const __grid_constant__ BackwardParams p,
                                const __grid_constant__ Sm90BwdMaps maps, const float* di,
-                               float* dq_accum, int* dq_counts, int dq_mode,
-                               int heads_per_section) {
+                               float* dq_accum, int dq_mode, int heads_per_section) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = Sm90BwdConfig<D>;
   using namespace hk::sdk::cuda::sm90;
-  // the overlapped conversion pass may be scheduled once every block has started: its blocks take
-  // SMs only as this grid's last blocks leave them, and wait for their tiles' counts
-  if (dq_counts != nullptr && threadIdx.x == 0) hk::sdk::cuda::sm80::grid_launch_dependents();
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN;
   constexpr uint32_t kQBox = Cfg::kQBox, kKBox = Cfg::kKBox, kQTile = Cfg::kQTile;
   extern __shared__ unsigned char smem_raw[];
@@ -345,8 +303,7 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
     if (n_iters > 0) mbar_wait(bar_kv, 0);
     if (cw == 2) {
       regs_decrease<Cfg::kDqRegs>();
-      bwd_dq_warpgroup<T, D>(p, dq_accum, dq_counts, base, b, hk * group, m_first, m_blocks,
-                             n_iters);
+      bwd_dq_warpgroup<T, D>(p, dq_accum, base, b, hk * group, m_first, m_blocks, n_iters);
       return;
     }
     if (n_iters > 0) mbar_wait(bar_full(0), 0);
@@ -705,7 +662,6 @@ __global__ void __launch_bounds__(kDqWg ? Sm90BwdConfig<D>::kThreadsDqWg
   (void)maps;
   (void)di;
   (void)dq_accum;
-  (void)dq_counts;
   (void)dq_mode;
   (void)heads_per_section;
 #endif

@@ -2,12 +2,8 @@
 // a 64-row tile of one (batch, head) a block, over its tiled dq accumulator (dq_tiled_index):
 //   flash_bwd_preprocess_tiles_kernel: Di = Σ_d dO·O for the tile's rows, and the tile of the
 //     accumulator cleared (rows past S too: the kernel's bulk reduce-adds write whole tiles);
-//     when the conversion overlaps the dK/dV kernel (dq_counts not null), the tile's counter set
-//     to minus four times the number of dK/dV blocks that will add into it (dq_count_index);
 //   flash_bwd_convert_dq_tiles_kernel: dq = scale · accumulator, the tile regrouped into rows
-//     through shared memory; overlapped (dq_counts not null: launched behind the dK/dV kernel by
-//     programmatic dependent launch), each block first waits for its tile's counter to reach zero
-//     and, before it ends, for the dK/dV grid (so what follows in the stream sees dk and dv too).
+//     through shared memory.
 // Why a tile a block: the row-a-warp passes (bwd_sm80.cuh) read and write 4- and 8-byte words,
 // and the accumulator was cleared by a memset launch of its own; here every global access is a
 // 16-byte word (8-byte dq stores), consecutive across a warp.
@@ -23,8 +19,7 @@ namespace hk_flash {
 // 256 threads; row r of the tile is read by D/8 consecutive threads, a 16-byte chunk each.
 template <class T, int D>
 __global__ void __launch_bounds__(256)
-    flash_bwd_preprocess_tiles_kernel(const BackwardParams p, float* di, float* dq_accum,
-                                      int* dq_counts) {
+    flash_bwd_preprocess_tiles_kernel(const BackwardParams p, float* di, float* dq_accum) {
   constexpr int kChunks = D / 8, kRowsPerPass = 256 / kChunks;
   const int m0 = blockIdx.x * kDqTileRows, h = blockIdx.y, b = blockIdx.z;
   const int c = threadIdx.x % kChunks, r_in_pass = threadIdx.x / kChunks;
@@ -69,23 +64,6 @@ __global__ void __launch_bounds__(256)
       if (s < seq.S) di[di_offset(p, b, seq.q_row0, s, h)] = dots[i];
     }
   }
-  if (dq_counts == nullptr) return;
-  // the key blocks whose dK/dV block walks this tile (bwd_sm90.cuh: m_first .. + m_blocks), a
-  // thread a key block; the trip count is the same for every thread (__syncthreads_count). A tile
-  // no block walks starts at zero: the pass converts its cleared accumulator to zeros at once.
-  const int key_blocks = (seq.T + kSm90BwdKeys - 1) / kSm90BwdKeys;
-  int visits = 0;
-  for (int first = 0; first < key_blocks; first += 256) {
-    const int n0 = (first + static_cast<int>(threadIdx.x)) * kSm90BwdKeys;
-    bool visits_tile = false;
-    if (n0 < seq.T) {
-      const int2 rows = query_rows_seeing(p, seq, n0, min(seq.T, n0 + kSm90BwdKeys));
-      visits_tile = rows.y > rows.x && rows.x < m0 + kDqTileRows && rows.y > m0;
-    }
-    visits += __syncthreads_count(visits_tile);
-  }
-  if (threadIdx.x == 0)
-    dq_counts[dq_count_index(p, b, h, blockIdx.x)] = -kDqCountsPerBlock * visits;
 }
 
 // 256 threads: the tile's float4 words (rows r and r + 8, two adjacent columns each, in the order
@@ -94,31 +72,17 @@ __global__ void __launch_bounds__(256)
 // row at head dim 128).
 template <class T, int D>
 __global__ void __launch_bounds__(256)
-    flash_bwd_convert_dq_tiles_kernel(const BackwardParams p, const float* dq_accum, float scale,
-                                      const int* dq_counts) {
+    flash_bwd_convert_dq_tiles_kernel(const BackwardParams p, const float* dq_accum, float scale) {
   // D + 8: a half-warp's 8-byte stores (rows g = 0..3 of its quarter, columns 2·t4) land on 32
   // different banks
   constexpr int kStride = D + 8;
   __shared__ float rows[kDqTileRows * kStride];
   const int m0 = blockIdx.x * kDqTileRows, h = blockIdx.y, b = blockIdx.z;
   const SeqInfo seq = seq_info(p, b);
-  if (dq_counts != nullptr) {
-    if (threadIdx.x == 0) {
-      // a count that never completes (a bug) traps after ~seconds rather than hanging the stream
-      const int* count = dq_counts + dq_count_index(p, b, h, blockIdx.x);
-      for (uint32_t tries = 0; load_acquire_gpu(count) < 0; ++tries) {
-        if (tries > (1u << 24)) __trap();
-        __nanosleep(256);
-      }
-    }
-    __syncthreads();
-  }
   const float4* tile = reinterpret_cast<const float4*>(dq_accum + dq_tiled_index(p, b, m0, h, 0));
 #pragma unroll 4
   for (int f = threadIdx.x; f < kDqTileRows * D / 4; f += 256) {
-    // L2 (.cg): with dq_counts the dK/dV kernel's reduce-adds may have landed after this SM last
-    // cached the line
-    const float4 v = dq_counts != nullptr ? __ldcg(tile + f) : __ldg(tile + f);
+    const float4 v = __ldg(tile + f);
     const DqWordPlace at = dq_tile_word_place(f % kDqWordsPerBlock);
     const int r = at.row, col = 64 * (f / kDqWordsPerBlock) + at.col;
     *reinterpret_cast<float2*>(&rows[r * kStride + col]) = make_float2(v.x, v.y);
@@ -137,7 +101,6 @@ __global__ void __launch_bounds__(256)
     out.y = pack2<T>(v.z * scale, v.w * scale);
     *reinterpret_cast<uint2*>(dq + row_offset(p.dq_strides, b, seq.q_row0, s, h) + 4 * q) = out;
   }
-  if (dq_counts != nullptr) hk::sdk::cuda::sm80::grid_wait();
 }
 
 }  // namespace hk_flash

@@ -162,36 +162,6 @@ __device__ __forceinline__ int64_t dq_accum_offset(const Params& p, int b, int64
       p.cu_seqlens_q != nullptr ? row0 + row : static_cast<int64_t>(b) * p.seqlen_q + row;
   return (r * p.heads_q + h) * p.head_dim;
 }
-// Which queries of a sequence can see keys [n0, n1): rows [m_lo, m_hi).
-__device__ __forceinline__ int2 query_rows_seeing(const Params& p, const SeqInfo& seq, int n0,
-                                                  int n1) {
-  const int shift = seq.T - seq.S;  // query s's diagonal key is s + shift
-  int m_lo = 0, m_hi = seq.S;
-  if (p.causal) m_lo = max(0, n0 - shift);                                       // s + shift ≥ n0
-  if (p.window_left >= 0) m_hi = min(m_hi, n1 - 1 - shift + p.window_left + 1);  // lo(s) ≤ n1-1
-  if (n1 <= seq.key_start) m_hi = 0;
-  return make_int2(m_lo, max(m_lo, m_hi));
-}
-
-// The Hopper backward's per-(b, h, 64-row tile) counters for the dq conversion pass that runs in
-// the dK/dV kernel's tail (batch layouts only): the Di pre-pass sets each to minus four times the
-// number of dK/dV blocks that will add into the tile (one count a dQ warp a block), each dQ warp
-// adds one once its reduce-adds there are complete, and the pass converts the tile at zero. The
-// pre-pass counts the blocks as the kernel walks them: keys in blocks of kSm90BwdKeys, each block
-// every 64-row tile that query_rows_seeing says can see one of its keys.
-constexpr int kSm90BwdKeys = 128, kDqCountsPerBlock = 4;
-__device__ __forceinline__ int64_t dq_count_index(const Params& p, int b, int h, int tile) {
-  const int tiles = (p.seqlen_q + kDqTileRows - 1) / kDqTileRows;
-  return (static_cast<int64_t>(b) * p.heads_q + h) * tiles + tile;
-}
-__device__ __forceinline__ void red_add_relaxed_gpu(int* p, int v) {
-  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int load_acquire_gpu(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
 // The Hopper backward's dq accumulator (batch layouts only) is tiled the way its warps hold dQ,
 // so each part leaves by one flat bulk reduce-add from shared memory: per (b, h, 64-row tile) a
 // block of 64 × D floats, per 64 columns in the word order of dq_tiles.h. The rows past S in the

@@ -47,24 +47,19 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
 // The backward: prepare (Di, zeroed dq accumulator), one dK/dV kernel, finish (dq). The dq
 // accumulator is row-major (the mma.sync kernel's, the atomic dq's), or in the Hopper backward's
 // tiled layout (dq_tiled_index), whose passes go a 64-row tile a block (bwd_tiles.cuh) when O, dO
-// and dq allow 16- and 8-byte accesses, else a row a warp after a memset. kTiledOverlapped: the
-// tile passes, the pre-pass also setting dq_counts (dq_count_index) and the conversion launched
-// behind the Hopper dK/dV kernel by programmatic dependent launch, so it runs in that kernel's
-// tail, each block once its tile's count is complete (the dQ warpgroup form counts).
-enum class DqPasses { kRows, kTiledByRows, kTiled, kTiledOverlapped };
+// and dq allow 16- and 8-byte accesses, else a row a warp after a memset.
+enum class DqPasses { kRows, kTiledByRows, kTiled };
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum, DqPasses passes, int* dq_counts);
+                             float* dq_accum, DqPasses passes);
 template <class T, int D>
 void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, const float* di,
                                float* dq_accum);
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum, DqPasses passes, const int* dq_counts);
-// Bytes of the tiled dq accumulator (batch layouts: every 64-row tile whole), and of its
-// conversion counters (an int a tile).
+                            const float* dq_accum, DqPasses passes);
+// Bytes of the tiled dq accumulator (batch layouts: every 64-row tile whole).
 size_t dq_tiled_bytes(const Params& p);
-size_t dq_counts_bytes(const Params& p);
 template <class T, int D>
 void launch_append_kv(const AppendParams& p, cudaStream_t stream);
 
@@ -94,12 +89,10 @@ inline bool sm90_backward_dq_tiled(Sm90BwdDq form) {
 }
 // Hopper backward dK/dV kernel (bwd_sm90.cuh; dq through dq_accum in `form` — tiled forms need the
 // accumulator that prepare and finish take as tiled —, none when dq_accum is null: then the
-// 256-thread kernel whatever the form; with dq_counts, form kDqWarpgroup only, it counts each
-// tile's finished reduce-adds for the overlapped conversion and lets that launch early); false
-// when the build has no sm_90a code.
+// 256-thread kernel whatever the form); false when the build has no sm_90a code.
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, Sm90BwdDq form, int* dq_counts);
+                               float* dq_accum, Sm90BwdDq form);
 // Dynamic shared memory the Hopper backward needs at head dim 64 / 128.
 size_t backward_sm90_smem(int head_dim);
 

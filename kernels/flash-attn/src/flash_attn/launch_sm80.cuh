@@ -180,11 +180,10 @@ void launch_forward_sm80(const Params& p, cudaStream_t stream, DecodeSplit split
 // deterministic kernel when dq_accum is null).
 template <class T, int D>
 void launch_backward_prepare(const BackwardParams& p, cudaStream_t stream, float* di,
-                             float* dq_accum, DqPasses passes, int* dq_counts) {
-  if (passes == DqPasses::kTiled || passes == DqPasses::kTiledOverlapped) {
+                             float* dq_accum, DqPasses passes) {
+  if (passes == DqPasses::kTiled) {
     const dim3 tile_grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
-    flash_bwd_preprocess_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(
-        p, di, dq_accum, passes == DqPasses::kTiledOverlapped ? dq_counts : nullptr);
+    flash_bwd_preprocess_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, di, dq_accum);
     check_cuda(cudaGetLastError(), "flash backward preprocess (tiles) launch");
     return;
   }
@@ -211,28 +210,12 @@ void launch_backward_dkdv_sm80(const BackwardParams& p, cudaStream_t stream, con
 
 template <class T, int D>
 void launch_backward_finish(const BackwardParams& p, cudaStream_t stream, const float* di,
-                            const float* dq_accum, DqPasses passes, const int* dq_counts) {
+                            const float* dq_accum, DqPasses passes) {
   const float scale = p.scale != 0.0f ? p.scale : 1.0f / sqrtf(static_cast<float>(D));
   const dim3 row_grid((p.seqlen_q + 7) / 8, p.heads_q, p.batch);
-  if (dq_accum != nullptr && passes == DqPasses::kTiledOverlapped) {
-    // behind the dK/dV kernel (programmatic dependent launch): its blocks take SMs as that kernel's
-    // last blocks leave them, each converting its tile once the tile's count is complete
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
-    config.blockDim = dim3(256);
-    config.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attr;
-    config.numAttrs = 1;
-    check_cuda(cudaLaunchKernelEx(&config, flash_bwd_convert_dq_tiles_kernel<T, D>, p, dq_accum,
-                                  scale, dq_counts),
-               "flash backward dq conversion (tiles, overlapped) launch");
-  } else if (dq_accum != nullptr && passes == DqPasses::kTiled) {
+  if (dq_accum != nullptr && passes == DqPasses::kTiled) {
     const dim3 tile_grid((p.seqlen_q + kDqTileRows - 1) / kDqTileRows, p.heads_q, p.batch);
-    flash_bwd_convert_dq_tiles_kernel<T, D>
-        <<<tile_grid, 256, 0, stream>>>(p, dq_accum, scale, nullptr);
+    flash_bwd_convert_dq_tiles_kernel<T, D><<<tile_grid, 256, 0, stream>>>(p, dq_accum, scale);
     check_cuda(cudaGetLastError(), "flash backward dq conversion (tiles) launch");
   } else if (dq_accum != nullptr) {
     flash_bwd_convert_dq_kernel<T, D>
@@ -279,11 +262,11 @@ void launch_append_kv(const AppendParams& p, cudaStream_t stream) {
 #define HK_FLASH_INSTANTIATE_SM80(T, D)                                                            \
   template void launch_forward_sm80<T, D>(const Params&, cudaStream_t, DecodeSplit);               \
   template void launch_backward_prepare<T, D>(const BackwardParams&, cudaStream_t, float*, float*, \
-                                              DqPasses, int*);                                     \
+                                              DqPasses);                                           \
   template void launch_backward_dkdv_sm80<T, D>(const BackwardParams&, cudaStream_t, const float*, \
                                                 float*);                                           \
   template void launch_backward_finish<T, D>(const BackwardParams&, cudaStream_t, const float*,    \
-                                             const float*, DqPasses, const int*);                  \
+                                             const float*, DqPasses);                              \
   template void launch_append_kv<T, D>(const AppendParams&, cudaStream_t);
 
 }  // namespace hk_flash

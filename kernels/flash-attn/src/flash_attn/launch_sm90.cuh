@@ -130,7 +130,7 @@ bool launch_forward_sm90(const Params& p, cudaStream_t stream, Sm90Forward layou
 
 template <class T, int D>
 bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, const float* di,
-                               float* dq_accum, Sm90BwdDq form, int* dq_counts) {
+                               float* dq_accum, Sm90BwdDq form) {
 #if HK_FLASH_HAVE_SM90A
   using Cfg = Sm90BwdConfig<D>;
   Sm90BwdMaps maps;
@@ -155,8 +155,7 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
   const unsigned blocks = static_cast<unsigned>(p.heads_kv) * p.batch *
                           ((p.seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN);
   const int threads = dq_warpgroup ? Cfg::kThreadsDqWg : Cfg::kThreads;
-  kernel<<<blocks, threads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum,
-                                                  dq_warpgroup ? dq_counts : nullptr, dq_mode,
+  kernel<<<blocks, threads, Cfg::kSmem, stream>>>(p, maps, di, dq_accum, dq_mode,
                                                   backward_heads_per_section(p));
   check_cuda(cudaGetLastError(), dq_warpgroup ? "flash backward dk/dv (sm90, dQ warpgroup) launch"
                                               : "flash backward dk/dv (sm90) launch");
@@ -167,7 +166,6 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
   (void)di;
   (void)dq_accum;
   (void)form;
-  (void)dq_counts;
   return false;
 #endif
 }
@@ -175,6 +173,6 @@ bool launch_backward_dkdv_sm90(const BackwardParams& p, cudaStream_t stream, con
 #define HK_FLASH_INSTANTIATE_SM90(T, D)                                                            \
   template bool launch_forward_sm90<T, D>(const Params&, cudaStream_t, Sm90Forward);               \
   template bool launch_backward_dkdv_sm90<T, D>(const BackwardParams&, cudaStream_t, const float*, \
-                                                float*, Sm90BwdDq, int*);
+                                                float*, Sm90BwdDq);
 
 }  // namespace hk_flash
