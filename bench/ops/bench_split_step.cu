@@ -6,9 +6,10 @@
 // alone, but each of 141 phases costs ~2.2 µs of input reads, norms, epilogues and barriers on
 // top of its products, and the synchronisation chain alone is ~350 µs (141 × 2.45 µs). Fewer
 // synchronisation points and faster products are the only way under the ≤ 406 µs a step that 70 %
-// of the H200's bandwidth limit asks. What the forms of this probe measured (707 µs a step on an
-// H100 in the last, chain 320 µs, instruction-latency-bound at two warps a scheduler) is in
-// docs/performance.md, issue 14, thirtieth session.
+// of the H200's bandwidth limit asks. What the forms of this probe measured (thirtieth session:
+// 707 µs a step on an H100, chain 320 µs, instruction-latency-bound at two warps a scheduler;
+// thirty-first: 580 µs on an H200 and 661 on an H100 with four accumulator copies) is in
+// docs/performance.md, issue 14.
 //
 // The step here, one cooperative launch, one block an SM (8 consumer warps + 1 producer warp):
 //   A  qkv      v = rms_norm(h)·w_in, qkv = W_qkv·v, rows split over blocks         [4096 × 1024]
@@ -25,14 +26,15 @@
 // Every streamed matrix is row-major with rows of 1024 (W_o and W_down stored transposed, as a
 // loader would once), so the producer copies whole rows, 8 to a 16 KB slot. The accumulators are
 // f32 or, with `--accumulate i64`, fixed point (deterministic), `--copies` copies each (block b
-// adds into copy b % copies; readers sum the copies), two parity sets (a step zeroes the set the
-// next step uses). Rounding points as the built-in ops: each product to bf16, then the residual add
-// to bf16; silu to bf16 before the product with up. Consumers take row products a warp a pair of
-// chunks on the tensor cores (v as bf16 in shared memory) and split-K products every thread 4 of
-// the 1024 columns; every warp waits on and arrives at every chunk in order. After its counter a
-// phase reads only what the phase before made (the sums, or q/k/v): the residual is the v every
-// block computed two phases back (kept in registers); norm weights and cache rows are fetched
-// before the wait.
+// adds into copy b % copies; readers sum the copies; 4 by default: 132 blocks' vector reductions
+// into one copy queue at L2 — 709 against 661 µs a step on an H100, and 8 copies 673), two parity
+// sets (a step zeroes the set the next step uses). Rounding points as the built-in ops: each
+// product to bf16, then the residual add to bf16; silu to bf16 before the product with up.
+// Consumers take row products a warp a pair of chunks on the tensor cores (v as bf16 in shared
+// memory) and split-K products every thread 4 of the 1024 columns; every warp waits on and arrives
+// at every chunk in order. After its counter a phase reads only what the phase before made (the
+// sums, or q/k/v): the residual is the v every block computed two phases back (kept in registers);
+// norm weights and cache rows are fetched before the wait.
 //
 // Modes: persistent (the producer as far ahead as the ring allows), stream (nobody waits on
 // counters: the weights-and-math floor, numbers not checked), chain (no weights, no products, the
@@ -64,7 +66,7 @@ using namespace decode_probe;
 
 constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
 constexpr int kRowBytes = kHidden * 2, kRowsPerSlot = 8, kSlotBytes = kRowsPerSlot * kRowBytes;
-constexpr int kMaxSlots = 10, kMaxCopies = 4;
+constexpr int kMaxSlots = 10, kMaxCopies = 8;
 constexpr int kMaxCache = 160;     // B keeps a head's cache rows in shared memory
 constexpr int kMaxSplitRows = 64;  // a block's rows in B and C (grid ≥ 48)
 static_assert(kConsumers * 4 == kHidden, "a consumer thread owns 4 of the split-K outputs");
@@ -522,13 +524,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       } else {
         float sum[4] = {0, 0, 0, 0};
         long long isum[4] = {0, 0, 0, 0};
-        Acc4 part[kMaxCopies];  // every copy's load issued before the sums
+        // four copies' loads issued before their sums (all eight at once cost 18 registers and a
+        // spill)
 #pragma unroll
-        for (int c = 0; c < kMaxCopies; ++c)
-          if (c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c, tid * 4), fixed);
+        for (int c0 = 0; c0 < kMaxCopies; c0 += 4) {
+          if (c0 >= copies) break;
+          Acc4 part[4];
 #pragma unroll
-        for (int c = 0; c < kMaxCopies; ++c)
-          if (c < copies) add_acc4(sum, isum, part[c], fixed);
+          for (int c = 0; c < 4; ++c)
+            if (c0 + c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, tid * 4), fixed);
+#pragma unroll
+          for (int c = 0; c < 4; ++c)
+            if (c0 + c < copies) add_acc4(sum, isum, part[c], fixed);
+        }
         if (fixed)
           for (int e = 0; e < 4; ++e) sum[e] = float(double(isum[e]) * (1.0 / 4294967296.0));
         for (int e = 0; e < 4; ++e) v[e] = bf(vkeep[e] + bf(sum[e]));
@@ -723,7 +731,7 @@ nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
 
 int main(int argc, char** argv) {
   std::string out_path;
-  int steps = 20, cache_t = 80, slots = kMaxSlots, copies = 1, l2_lead = 0;
+  int steps = 20, cache_t = 80, slots = kMaxSlots, copies = 4, l2_lead = 0;
   bool fixed = false;
   std::string only;  // one mode by name (a profiler's run), else all
   for (int i = 1; i < argc; ++i) {
