@@ -11,7 +11,10 @@
 // thirty-first: 580 µs on an H200 and 661 on an H100 with four accumulator copies) is in
 // docs/performance.md, issue 14.
 //
-// The step here, one cooperative launch, one block an SM (8 consumer warps + 1 producer warp):
+// The step here, one cooperative launch, one block an SM (8 consumer warps + 1 producer warp; with
+// `--warps 12|16` the warps past the eighth take row-product chunk pairs and the attention's loops
+// too — measured slower on an H100, 680 and 777 against 666 µs a step, the 16-warp kernel spilling
+// at its 96 registers):
 //   A  qkv      v = rms_norm(h)·w_in, qkv = W_qkv·v, rows split over blocks         [4096 × 1024]
 //   B  attend+o each block attends the one q head its rows of W_oᵀ belong to (redundantly on the
 //               head's 8-9 blocks; plain f32 softmax as decode_step_probe.cuh's stand-in, but a
@@ -49,7 +52,7 @@
 // Not an hk kernel: no q/k norm, rotary, cache write, split attention, sampling or batch > 1.
 //
 // Usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] [--slots S] [--copies C]
-//                            [--accumulate f32|i64] [--l2-lead N] [--only MODE]
+//                            [--accumulate f32|i64] [--l2-lead N] [--warps 8|12|16] [--only MODE]
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -64,13 +67,20 @@ namespace {
 
 using namespace decode_probe;
 
-constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
+// consumer warps: 8, 12 or 16 (`--warps`; a template parameter of the kernel). The first 8 warps'
+// 256 threads own 4 of the 1024 columns each (v, the norm, the split-K sums); every consumer warp
+// takes row-product chunk pairs in turn and joins the attention's loops.
+constexpr int kMaxConsumerWarps = 16, kSplitThreads = 256;
+template <int kWarps>
+__host__ __device__ constexpr int threads_of() {
+  return kWarps * 32 + 32;  // + the producer warp
+}
 constexpr int kRowBytes = kHidden * 2, kRowsPerSlot = 8, kSlotBytes = kRowsPerSlot * kRowBytes;
 constexpr int kMaxSlots = 10, kMaxCopies = 8;
 constexpr int kMaxCache = 160;     // B keeps a head's cache rows in shared memory
 constexpr int kMaxSplitRows = 64;  // a block's rows in B and C (grid ≥ 48)
-static_assert(kConsumers * 4 == kHidden, "a consumer thread owns 4 of the split-K outputs");
-static_assert(kMaxCache <= kConsumers, "a consumer thread fetches one cache position's V");
+static_assert(kSplitThreads * 4 == kHidden, "a split thread owns 4 of the split-K outputs");
+static_assert(kMaxCache <= kSplitThreads, "a consumer thread fetches one cache position's V");
 
 enum Kind : int { kRows = 0, kAttendO = 1, kMlp = 2 };
 enum Mode : int { kPersistent = 0, kStream = 1, kChain = 2, kResident = 3 };
@@ -124,7 +134,7 @@ constexpr int kOffV = kOffK + kMaxCache * kHeadDim * 2;
 constexpr int kOffScores = kOffV + kMaxDims * kMaxCache * 4;
 constexpr int kOffQ = kOffScores + kMaxCache * 4;
 constexpr int kOffReduce = kOffQ + kHeadDim * 4;
-constexpr int kOffBars = kOffReduce + 2 * kConsumerWarps * 4;
+constexpr int kOffBars = kOffReduce + 2 * kMaxConsumerWarps * 4;
 constexpr int kSmem = kOffBars + (2 * kMaxSlots + 1) * 8;
 
 // the trace: for blocks 0 and grid/2, each phase's counter acquired, input ready, products done
@@ -249,11 +259,13 @@ __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const uns
   yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
 }
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <int kConsumerWarps>
+__global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     split_step_kernel(const SplitPhase* phases, int n_phases, unsigned* counters, unsigned epoch,
                       int mode, int slots, int l2_lead, int cache_t, int copies, bool fixed,
                       char* acc_all, int64_t acc_half, unsigned long long* trace) {
   using namespace hk::sdk::cuda::sm90;
+  constexpr int kConsumers = kConsumerWarps * 32, kThreads = threads_of<kConsumerWarps>();
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   bf16* x = reinterpret_cast<bf16*>(smem + kOffX);  // the phase's normed v, bf16 (exact)
@@ -320,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  // the consumers (256 threads, named barrier 1)
+  // the consumers (kConsumers threads, named barrier 1); the split threads are the first 256
   auto sync = [] { named_sync(1, kConsumers); };
   // the next chunk's slot and how many times the ring had wrapped before it (every consumer thread
   // counts the same), kept by additions: a 64-bit division a chunk (the first form) cost more than
@@ -384,20 +396,23 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (mode != kResident) mbar_wait(full(a.slot), a.parity());
         // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
         // hold earlier weights, finite), so no branch
-        const unsigned char* w = smem + a.slot * kSlotBytes + tid * 8;
+        if (tid < kSplitThreads) {
+          const unsigned char* w = smem + a.slot * kSlotBytes + tid * 8;
 #pragma unroll
-        for (int r = 0; r < kRowsPerSlot; ++r) {
-          float f[4];
-          bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
-          const float c = xc[i * kRowsPerSlot + r];
-          for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c, acc[e]);
+          for (int r = 0; r < kRowsPerSlot; ++r) {
+            float f[4];
+            bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
+            const float c = xc[i * kRowsPerSlot + r];
+            for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c, acc[e]);
+          }
         }
         __syncwarp();
         if (lane == 0 && mode != kResident) mbar_arrive(empty(a.slot));
       }
     }
 
-    reduce_add4(const_cast<char*>(acc_at(acc_out, block % copies, tid * 4)), acc, fixed);
+    if (tid < kSplitThreads)
+      reduce_add4(const_cast<char*>(acc_at(acc_out, block % copies, tid * 4)), acc, fixed);
   };
 
   float vkeep[4] = {0, 0, 0, 0};  // this thread's 4 elements of the last v: the next residual
@@ -418,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       attend_rows(block, grid, head, r0, r1);
       g = head / (kQHeads / kKvHeads), d0 = int(r0 - int64_t(head) * kHeadDim);
     } else {
-      bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
+      if (tid < kSplitThreads) bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
     }
     const bool prefetch = p + 1 < n_phases && phases[p + 1].kind == kAttendO;
     unsigned short vpre[kMaxDims];  // raw bits: converted only at the store, so no wait here
@@ -518,8 +533,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       // v: 4 elements a thread (the residual from registers, the sums of the phase before by one
       // round trip); the block's slice written out; rms_norm into x
-      float v[4];
-      if (ph.acc_in == nullptr) {
+      float v[4] = {0, 0, 0, 0};  // the warps past the split threads own none
+      if (tid >= kSplitThreads) {
+      } else if (ph.acc_in == nullptr) {
         bf16x4(load_act8(ph.in + tid * 4), v);
       } else {
         float sum[4] = {0, 0, 0, 0};
@@ -542,7 +558,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int e = 0; e < 4; ++e) v[e] = bf(vkeep[e] + bf(sum[e]));
       }
       for (int e = 0; e < 4; ++e) vkeep[e] = v[e];
-      if (ph.v_out != nullptr) {
+      if (ph.v_out != nullptr && tid < kSplitThreads) {
         const int64_t own0 = row_begin(kHidden, block, grid),
                       own1 = row_begin(kHidden, block + 1, grid);
         for (int e = 0; e < 4; ++e)
@@ -556,7 +572,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       float total = 0;
       for (int w = 0; w < kConsumerWarps; ++w) total += reduce[w];
       const float r = rsqrtf(total / float(kHidden) + kEps);
-      for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
+      if (tid < kSplitThreads)
+        for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
       sync();
       trace_point(p, 1);
       if (ph.kind == kRows) {
@@ -731,7 +748,7 @@ nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
 
 int main(int argc, char** argv) {
   std::string out_path;
-  int steps = 20, cache_t = 80, slots = kMaxSlots, copies = 4, l2_lead = 0;
+  int steps = 20, cache_t = 80, slots = kMaxSlots, copies = 4, l2_lead = 0, warps = 8;
   bool fixed = false;
   std::string only;  // one mode by name (a profiler's run), else all
   for (int i = 1; i < argc; ++i) {
@@ -749,23 +766,27 @@ int main(int argc, char** argv) {
       copies = next();
     else if (a == "--l2-lead")
       l2_lead = next();
+    else if (a == "--warps")
+      warps = next();
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
     else if (a == "--accumulate" && i + 1 < argc &&
              (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "i64"))
       fixed = std::string(argv[++i]) == "i64";
     else {
-      std::fprintf(stderr,
-                   "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
-                   "[--slots S] [--copies C] [--accumulate f32|i64] [--l2-lead N] [--only MODE]\n");
+      std::fprintf(
+          stderr,
+          "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
+          "[--slots S] [--copies C] [--accumulate f32|i64] [--l2-lead N] [--warps 8|12|16] "
+          "[--only MODE]\n");
       return 1;
     }
   }
   if (steps < 1 || cache_t < 1 || slots < 2 || slots > kMaxSlots || copies < 1 ||
-      copies > kMaxCopies || l2_lead < 0) {
+      copies > kMaxCopies || l2_lead < 0 || (warps != 8 && warps != 12 && warps != 16)) {
     std::fprintf(stderr,
                  "hk_bench_split_step: --steps ≥ 1, --cache ≥ 1, --slots 2..%d, --copies 1..%d, "
-                 "--l2-lead ≥ 0\n",
+                 "--l2-lead ≥ 0, --warps 8, 12 or 16\n",
                  kMaxSlots, kMaxCopies);
     return 1;
   }
@@ -874,16 +895,21 @@ int main(int argc, char** argv) {
   const size_t trace_words = size_t(kTraceBlocks) * n_phases * kTracePoints;
   unsigned long long* d_trace = nullptr;
   CK(cudaMalloc(&d_trace, trace_words * sizeof(unsigned long long)));
-  fit_one_block_an_sm(split_step_kernel, kThreads, kSmem, "hk_bench_split_step");
+  // the kernel of `warps` consumer warps, and its block size
+  const void* kernel = warps == 8    ? reinterpret_cast<const void*>(split_step_kernel<8>)
+                       : warps == 12 ? reinterpret_cast<const void*>(split_step_kernel<12>)
+                                     : reinterpret_cast<const void*>(split_step_kernel<16>);
+  const int threads = warps * 32 + 32;
+  fit_one_block_an_sm(kernel, threads, kSmem, "hk_bench_split_step");
   const double copy_gbs = copy_bandwidth_gbs();
 
   nlohmann::json modes = nlohmann::json::array();
   std::printf(
-      "split-K decode step probe (%s, %d blocks, %d slots of 16 KB, L2 lead %d chunks, %d %s "
-      "accumulator copies, "
-      "cache %d, %.3f GB of weights a step, copy bandwidth %.0f GB/s -> %.1f us floor)\n",
-      prop.name, grid, slots, l2_lead, copies, fixed ? "i64" : "f32", cache_t, weight_bytes / 1e9,
-      copy_gbs, weight_bytes / copy_gbs * 1e-3);
+      "split-K decode step probe (%s, %d blocks of %d consumer warps, %d slots of 16 KB, L2 lead "
+      "%d chunks, %d %s accumulator copies, cache %d, %.3f GB of weights a step, copy bandwidth "
+      "%.0f GB/s -> %.1f us floor)\n",
+      prop.name, grid, warps, slots, l2_lead, copies, fixed ? "i64" : "f32", cache_t,
+      weight_bytes / 1e9, copy_gbs, weight_bytes / copy_gbs * 1e-3);
   bool ok = true;
   for (int mode = 0; mode < kModes; ++mode) {
     if (!only.empty() && only != kModeNames[mode]) continue;
@@ -898,8 +924,7 @@ int main(int argc, char** argv) {
       int64_t half = acc_half;
       void* args[] = {&d_phases, &np, &d_counters, &epoch, &m,    &sl,   &ll,
                       &ct,       &cp, &fx,         &d_acc, &half, &trace};
-      CK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(split_step_kernel), dim3(grid),
-                                     dim3(kThreads), args, kSmem, nullptr));
+      CK(cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(threads), args, kSmem, nullptr));
       ++epoch;
     };
     const ModeTiming timing = time_mode(steps, d_trace, trace_words, launch);
@@ -942,6 +967,7 @@ int main(int argc, char** argv) {
     nlohmann::json j = {{"gpu", prop.name},
                         {"blocks", grid},
                         {"slots", slots},
+                        {"consumer_warps", warps},
                         {"slot_bytes", kSlotBytes},
                         {"l2_lead_chunks", l2_lead},
                         {"accumulator_copies", copies},
