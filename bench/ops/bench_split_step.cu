@@ -347,9 +347,9 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
   };
   RingPos next{0, 0};
   // `rows` rows of the next chunks times the phase's v, a warp a pair of chunks (pair p to warp
-  // p % 8) on the tensor cores (rows_mma); sink(row, y) on lanes q == 0. The first forms (CUDA-core
-  // dot products: a warp a row with a 5-shuffle sum, then a warp a chunk) ran ~0.4 µs a chunk
-  // with the data resident: about 600 instructions a chunk at two warps a scheduler.
+  // p % kConsumerWarps) on the tensor cores (rows_mma); sink(row, y) on lanes q == 0. The first
+  // forms (CUDA-core dot products: a warp a row with a 5-shuffle sum, then a warp a chunk) ran ~0.4
+  // µs a chunk with the data resident: about 600 instructions a chunk at two warps a scheduler.
   auto rows_product = [&](int rows, auto&& sink) {
     const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
     if (mode == kChain) {
