@@ -534,31 +534,32 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       // v: 4 elements a thread (the residual from registers, the sums of the phase before by one
       // round trip); the block's slice written out; rms_norm into x
       float v[4] = {0, 0, 0, 0};  // the warps past the split threads own none
-      if (tid >= kSplitThreads) {
-      } else if (ph.acc_in == nullptr) {
-        bf16x4(load_act8(ph.in + tid * 4), v);
-      } else {
-        float sum[4] = {0, 0, 0, 0};
-        long long isum[4] = {0, 0, 0, 0};
-        // four copies' loads issued before their sums (all eight at once cost 18 registers and a
-        // spill)
+      if (tid < kSplitThreads) {
+        if (ph.acc_in == nullptr) {
+          bf16x4(load_act8(ph.in + tid * 4), v);
+        } else {
+          float sum[4] = {0, 0, 0, 0};
+          long long isum[4] = {0, 0, 0, 0};
+          // four copies' loads issued before their sums (all eight at once cost 18 registers and a
+          // spill)
 #pragma unroll
-        for (int c0 = 0; c0 < kMaxCopies; c0 += 4) {
-          if (c0 >= copies) break;
-          Acc4 part[4];
+          for (int c0 = 0; c0 < kMaxCopies; c0 += 4) {
+            if (c0 >= copies) break;
+            Acc4 part[4];
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (c0 + c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, tid * 4), fixed);
+            for (int c = 0; c < 4; ++c)
+              if (c0 + c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, tid * 4), fixed);
 #pragma unroll
-          for (int c = 0; c < 4; ++c)
-            if (c0 + c < copies) add_acc4(sum, isum, part[c], fixed);
+            for (int c = 0; c < 4; ++c)
+              if (c0 + c < copies) add_acc4(sum, isum, part[c], fixed);
+          }
+          if (fixed)
+            for (int e = 0; e < 4; ++e) sum[e] = float(double(isum[e]) * (1.0 / 4294967296.0));
+          for (int e = 0; e < 4; ++e) v[e] = bf(vkeep[e] + bf(sum[e]));
         }
-        if (fixed)
-          for (int e = 0; e < 4; ++e) sum[e] = float(double(isum[e]) * (1.0 / 4294967296.0));
-        for (int e = 0; e < 4; ++e) v[e] = bf(vkeep[e] + bf(sum[e]));
       }
       for (int e = 0; e < 4; ++e) vkeep[e] = v[e];
-      if (ph.v_out != nullptr && tid < kSplitThreads) {
+      if (ph.v_out != nullptr) {  // (no thread past the split threads owns a column)
         const int64_t own0 = row_begin(kHidden, block, grid),
                       own1 = row_begin(kHidden, block + 1, grid);
         for (int e = 0; e < 4; ++e)
