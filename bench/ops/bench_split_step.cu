@@ -31,13 +31,18 @@
 // f32 or, with `--accumulate i64`, fixed point (deterministic), `--copies` copies each (block b
 // adds into copy b % copies; readers sum the copies; 4 by default: 132 blocks' vector reductions
 // into one copy queue at L2 — 709 against 661 µs a step on an H100, and 8 copies 673), two parity
-// sets (a step zeroes the set the next step uses). Rounding points as the built-in ops: each
-// product to bf16, then the residual add to bf16; silu to bf16 before the product with up.
-// Consumers take row products a warp a pair of chunks on the tensor cores (v as bf16 in shared
-// memory) and split-K products every thread 4 of the 1024 columns; every warp waits on and arrives
-// at every chunk in order. After its counter a phase reads only what the phase before made (the
-// sums, or q/k/v): the residual is the v every block computed two phases back (kept in registers);
-// norm weights and cache rows are fetched before the wait.
+// sets (a step zeroes the set the next step uses). `--accumulate tagged` is the fixed point with
+// each element's contribution count in its top bits and q/k/v stored again with the step's tag:
+// readers poll the data itself, and no phase waits on a counter or releases one (thirty-second
+// session, H100: 638-643 against 656-662 µs a step for f32 with counters — deterministic and
+// faster). `--reduce bulk` adds a block's split-K sums by one TMA bulk reduction instead of 256
+// threads' vector reductions; `--descriptor ahead` loads each phase's descriptor a phase early.
+// Rounding points as the built-in ops: each product to bf16, then the residual add to bf16; silu to
+// bf16 before the product with up. Consumers take row products a warp a pair of chunks on the
+// tensor cores (v as bf16 in shared memory) and split-K products every thread 4 of the 1024
+// columns; every warp waits on and arrives at every chunk in order. After its counter a phase reads
+// only what the phase before made (the sums, or q/k/v): the residual is the v every block computed
+// two phases back (kept in registers); norm weights and cache rows are fetched before the wait.
 //
 // Modes: persistent (the producer as far ahead as the ring allows), stream (nobody waits on
 // counters: the weights-and-math floor, numbers not checked), chain (no weights, no products, the
@@ -52,7 +57,9 @@
 // Not an hk kernel: no q/k norm, rotary, cache write, split attention, sampling or batch > 1.
 //
 // Usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] [--slots S] [--copies C]
-//                            [--accumulate f32|i64] [--l2-lead N] [--warps 8|12|16] [--only MODE]
+//                            [--accumulate f32|i64|tagged] [--reduce red|bulk] [--poll one|all]
+//                            [--backoff NS] [--descriptor inline|ahead] [--l2-lead N]
+//                            [--warps 8|12|16] [--only MODE]
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -98,6 +105,8 @@ struct SplitPhase {
   bf16* v_out;  // each block's slice of v (null: not written)
   bf16* out;    // A: the n products; B: a (2048); C: s (3072)
   void* acc_out;
+  // `--accumulate tagged`: A's q/k/v written again as tagged elements here, which B reads
+  unsigned* tagged;
   const bf16* k_cache;
   const bf16* v_cache;
 };
@@ -134,7 +143,9 @@ constexpr int kOffV = kOffK + kMaxCache * kHeadDim * 2;
 constexpr int kOffScores = kOffV + kMaxDims * kMaxCache * 4;
 constexpr int kOffQ = kOffScores + kMaxCache * 4;
 constexpr int kOffReduce = kOffQ + kHeadDim * 4;
-constexpr int kOffBars = kOffReduce + 2 * kMaxConsumerWarps * 4;
+// the block's split-K sums staged for one bulk reduction (`--reduce bulk`): 1024 f32 or i64
+constexpr int kOffRed = kOffReduce + 2 * kMaxConsumerWarps * 4;
+constexpr int kOffBars = kOffRed + kHidden * 8;
 constexpr int kSmem = kOffBars + (2 * kMaxSlots + 1) * 8;
 
 // the trace: for blocks 0 and grid/2, each phase's counter acquired, input ready, products done
@@ -142,11 +153,23 @@ constexpr int kSmem = kOffBars + (2 * kMaxSlots + 1) * 8;
 constexpr int kTraceBlocks = 2, kTracePoints = 4;
 
 // The accumulators: f32 (one vector reduction a thread; the sum's order, so its last bits, vary
-// run to run) or fixed point, i64 in units of 2^-32 (integer adds: the same bits whatever the
-// order, as the graph-equals-eager token tests would need; four 64-bit reductions a thread).
+// run to run), fixed point, i64 in units of 2^-32 (integer adds: the same bits whatever the
+// order, as the graph-equals-eager token tests would need), or `tagged`: the same fixed point with
+// the count of contributions in each element's top six bits, so a reader knows an element is
+// complete from the element itself — no counter, no release fence, no acquire (each contribution
+// is 2^58 + 2^50 + v·2^32 with |v·2^32| < 2^50: ≤ 63 of them a copy never carry into the count).
+enum AccKind : int { kAccF32 = 0, kAccI64 = 1, kAccTagged = 2 };
 constexpr float kFixedScale = 4294967296.f;  // 2^32
-__device__ __forceinline__ void reduce_add4(void* p, const float (&v)[4], bool fixed) {
-  if (!fixed) {
+constexpr int kTagShift = 58, kMaxTagCount = 63;
+constexpr long long kTagBias = 1ll << 50;
+__device__ __forceinline__ long long fixed_contribution(float v, int kind) {
+  long long f = llrintf(v * kFixedScale);
+  if (kind != kAccTagged) return f;
+  f = max(-kTagBias + 1, min(kTagBias - 1, f));
+  return (1ll << kTagShift) + kTagBias + f;
+}
+__device__ __forceinline__ void reduce_add4(void* p, const float (&v)[4], int kind) {
+  if (kind == kAccF32) {
     asm volatile("red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(v[0]),
                  "f"(v[1]), "f"(v[2]), "f"(v[3])
                  : "memory");
@@ -154,30 +177,84 @@ __device__ __forceinline__ void reduce_add4(void* p, const float (&v)[4], bool f
   }
   for (int e = 0; e < 4; ++e)
     asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;\n" ::"l"(static_cast<char*>(p) + 8 * e),
-                 "l"(static_cast<unsigned long long>(llrintf(v[e] * kFixedScale)))
+                 "l"(static_cast<unsigned long long>(fixed_contribution(v[e], kind)))
                  : "memory");
 }
-// four accumulator elements at p, as raw words (f32: one 16-byte load; i64: two)
+// four accumulator elements at p, as raw words (f32: one 16-byte load; i64: two, each element
+// read whole — a tagged element's count and value must come from the same moment)
 struct Acc4 {
-  uint4 lo, hi;
+  unsigned long long e[4];
 };
-__device__ __forceinline__ Acc4 load_acc4(const void* p, bool fixed) {
+__device__ __forceinline__ Acc4 load_acc4(const void* p, int kind) {
   Acc4 a;
-  a.lo = load_act16(p);
-  a.hi = fixed ? load_act16(static_cast<const char*>(p) + 16) : make_uint4(0, 0, 0, 0);
+  if (kind == kAccF32) {
+    const uint4 v = load_act16(p);
+    a.e[0] = v.x, a.e[1] = v.y, a.e[2] = v.z, a.e[3] = v.w;
+    return a;
+  }
+  const char* c = static_cast<const char*>(p);
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"
+               : "=l"(a.e[0]), "=l"(a.e[1])
+               : "l"(c)
+               : "memory");
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"
+               : "=l"(a.e[2]), "=l"(a.e[3])
+               : "l"(c + 16)
+               : "memory");
   return a;
 }
+// every element of a tagged Acc4 holds `want` contributions
+__device__ __forceinline__ bool acc4_complete(const Acc4& a, unsigned want) {
+  return unsigned(a.e[0] >> kTagShift) == want && unsigned(a.e[1] >> kTagShift) == want &&
+         unsigned(a.e[2] >> kTagShift) == want && unsigned(a.e[3] >> kTagShift) == want;
+}
 __device__ __forceinline__ void add_acc4(float (&sum)[4], long long (&isum)[4], const Acc4& a,
-                                         bool fixed) {
-  if (!fixed) {
-    sum[0] += __uint_as_float(a.lo.x), sum[1] += __uint_as_float(a.lo.y);
-    sum[2] += __uint_as_float(a.lo.z), sum[3] += __uint_as_float(a.lo.w);
+                                         int kind) {
+  if (kind == kAccF32) {
+    for (int e = 0; e < 4; ++e) sum[e] += __uint_as_float(unsigned(a.e[e]));
     return;
   }
-  isum[0] += static_cast<long long>((uint64_t(a.lo.y) << 32) | a.lo.x);
-  isum[1] += static_cast<long long>((uint64_t(a.lo.w) << 32) | a.lo.z);
-  isum[2] += static_cast<long long>((uint64_t(a.hi.y) << 32) | a.hi.x);
-  isum[3] += static_cast<long long>((uint64_t(a.hi.w) << 32) | a.hi.z);
+  for (int e = 0; e < 4; ++e) {
+    if (kind == kAccI64) {
+      isum[e] += static_cast<long long>(a.e[e]);
+    } else {
+      const long long n = static_cast<long long>(a.e[e] >> kTagShift);
+      isum[e] += static_cast<long long>(a.e[e] & ((1ull << kTagShift) - 1)) - n * kTagBias;
+    }
+  }
+}
+// a tagged q/k/v element: the bf16 bits low, the step's tag (1..65535) high, one 4-byte store
+__device__ __forceinline__ unsigned step_tag(unsigned epoch) {
+  return epoch % 65535u + 1u;
+}
+__device__ __forceinline__ uint4 load_tagged16(const unsigned* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ bool tags_are(const uint4& v, unsigned tag) {
+  return (v.x >> 16) == tag && (v.y >> 16) == tag && (v.z >> 16) == tag && (v.w >> 16) == tag;
+}
+// eight tagged elements at p once all carry `tag` (every load is the wait: no counter before it)
+// A failed poll sleeps `backoff_ns` before the next (`--backoff`): every block polling the lines
+// the reductions are still landing in slows those reductions.
+__device__ __forceinline__ void poll_backoff(uint32_t& tries, int backoff_ns) {
+  if (++tries > (1u << 25)) __trap();
+  if (backoff_ns > 0) __nanosleep(backoff_ns);
+}
+__device__ __forceinline__ void load_tagged8(const unsigned* p, unsigned tag, bool wait,
+                                             int backoff_ns, float (&out)[8]) {
+  uint4 a, b;
+  for (uint32_t tries = 0;;) {
+    a = load_tagged16(p), b = load_tagged16(p + 4);
+    if (!wait || (tags_are(a, tag) && tags_are(b, tag))) break;
+    poll_backoff(tries, backoff_ns);
+  }
+  const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  for (int i = 0; i < 8; ++i) out[i] = __uint_as_float((w[i] & 0xffffu) << 16);
 }
 
 // A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
@@ -259,11 +336,13 @@ __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const uns
   yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
 }
 
-template <int kConsumerWarps>
+// The accumulator kind and the split-K reduction form are template parameters: as runtime flags
+// their branches cost the f32 step ~20 % (thirty-second session, H100: chain 345 against 288 µs).
+template <int kConsumerWarps, int kAcc, bool kBulk, bool kDescriptorAhead>
 __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     split_step_kernel(const SplitPhase* phases, int n_phases, unsigned* counters, unsigned epoch,
-                      int mode, int slots, int l2_lead, int cache_t, int copies, bool fixed,
-                      char* acc_all, int64_t acc_half, unsigned long long* trace) {
+                      int mode, int slots, int l2_lead, int cache_t, int copies, bool poll_all,
+                      int backoff_ns, char* acc_all, int64_t acc_half, unsigned long long* trace) {
   using namespace hk::sdk::cuda::sm90;
   constexpr int kConsumers = kConsumerWarps * 32, kThreads = threads_of<kConsumerWarps>();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -283,7 +362,12 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int grid = gridDim.x, block = blockIdx.x;
   const unsigned target = unsigned(grid) * (epoch + 1);
+  constexpr int acc_kind = kAcc;
+  constexpr bool bulk_reduce = kBulk, fixed = kAcc != kAccF32, tagged = kAcc == kAccTagged;
   const int acc_bytes = fixed ? 8 : 4;  // an accumulator element
+  const unsigned tag = step_tag(epoch);
+  // tagged: the contributions copy c of an accumulator gets (blocks b with b % copies == c)
+  auto copy_count = [&](int c) { return unsigned((grid - c + copies - 1) / copies); };
   const int64_t parity_off = (epoch & 1) ? acc_half : 0;
   // element `e` of copy `c` of an accumulator, this step's parity
   auto acc_at = [&](const void* acc, int c, int e) {
@@ -411,16 +495,55 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       }
     }
 
-    if (tid < kSplitThreads)
-      reduce_add4(const_cast<char*>(acc_at(acc_out, block % copies, tid * 4)), acc, fixed);
+    char* dst = const_cast<char*>(acc_at(acc_out, block % copies, 0));
+    if (!bulk_reduce) {
+      if (tid < kSplitThreads) reduce_add4(dst + tid * 4 * acc_bytes, acc, acc_kind);
+      return;
+    }
+    // one bulk reduction a block (the TMA unit adds the 4 or 8 KB at L2) instead of 256 threads'
+    // vector reductions
+    if (tid < kSplitThreads) {
+      if (fixed) {
+        long long* st = reinterpret_cast<long long*>(smem + kOffRed) + tid * 4;
+        for (int e = 0; e < 4; ++e) st[e] = fixed_contribution(acc[e], acc_kind);
+      } else {
+        *reinterpret_cast<float4*>(smem + kOffRed + tid * 16) =
+            make_float4(acc[0], acc[1], acc[2], acc[3]);
+      }
+      fence_proxy_async();
+    }
+    sync();
+    if (tid == 0) {
+      if (fixed)
+        asm volatile(
+            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;\n" ::"l"(
+                dst),
+            "r"(base + kOffRed), "r"(kHidden * 8)
+            : "memory");
+      else
+        bulk_reduce_add_f32(reinterpret_cast<float*>(dst), base + kOffRed, kHidden * 4);
+      bulk_commit();
+      if (tagged) {
+        bulk_wait_read_all();  // the staging buffer is free again; the adds land on their own
+      } else {
+        bulk_wait_all();
+        // the async proxy's global writes before the generic release that publishes them
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+      }
+    }
   };
 
   float vkeep[4] = {0, 0, 0, 0};  // this thread's 4 elements of the last v: the next residual
   int attend_uses = 0;
+  // `--descriptor ahead`: each phase's descriptor is loaded into registers one phase early —
+  // otherwise its first fields (L2: every phase's descriptor is read once a step, so L1 misses) are
+  // a round trip at the head of every phase
+  SplitPhase ph_next = phases[0];
   for (int p = 0; p < n_phases; ++p) {
     // by value: a reference re-read the fields from global memory after every barrier and counter
     // acquire (which leave L1 stale), an L2 round trip each
-    const SplitPhase ph = phases[p];
+    const SplitPhase ph = kDescriptorAhead ? ph_next : phases[p];
+    if (kDescriptorAhead && p + 1 < n_phases) ph_next = phases[p + 1];
     int64_t r0, r1;
     phase_rows(ph, block, grid, r0, r1);
     const int rows = int(r1 - r0);
@@ -435,11 +558,12 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     } else {
       if (tid < kSplitThreads) bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
     }
-    const bool prefetch = p + 1 < n_phases && phases[p + 1].kind == kAttendO;
+    const bool prefetch =
+        p + 1 < n_phases && (kDescriptorAhead ? ph_next.kind : phases[p + 1].kind) == kAttendO;
     unsigned short vpre[kMaxDims];  // raw bits: converted only at the store, so no wait here
     int next_dims = 0;
     if (prefetch) {
-      const SplitPhase& nb = phases[p + 1];
+      const SplitPhase& nb = kDescriptorAhead ? ph_next : phases[p + 1];
       int nh;
       int64_t n0, n1;
       attend_rows(block, grid, nh, n0, n1);
@@ -456,7 +580,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       for (int d = 0; d < kMaxDims; ++d)
         if (d < next_dims && tid < cache_t - 1) vpre[d] = __ldg(vrow + d);
     }
-    if (mode != kStream && p > 0) {
+    if (mode != kStream && p > 0 && !tagged) {
       if (tid == 0) wait_count(counters + p - 1, target);
       sync();
     }
@@ -468,7 +592,34 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       const bf16* q = ph.in + head * kHeadDim;
       const bf16* k_new = ph.in + kQHeads * kHeadDim + g * kHeadDim;
       const bf16* v_new = k_new + kKvHeads * kHeadDim;
-      if (tid < 16) {
+      if (tagged) {
+        // each element says whether it is this step's: no counter was waited on
+        const unsigned* tq = ph.tagged + head * kHeadDim;
+        const unsigned* tk = ph.tagged + kQHeads * kHeadDim + g * kHeadDim;
+        const unsigned* tv = tk + kKvHeads * kHeadDim;
+        const bool wait = mode != kStream;
+        float f[8];
+        if (tid < 16) {
+          load_tagged8(tq + tid * 8, tag, wait, backoff_ns, f);
+          for (int i = 0; i < 8; ++i) qs[tid * 8 + i] = f[i];
+        } else if (tid < 32) {
+          load_tagged8(tk + (tid - 16) * 8, tag, wait, backoff_ns, f);
+          __nv_bfloat162* kd = reinterpret_cast<__nv_bfloat162*>(
+              kbuf + (cache_t - 1) * kHeadDim * 2 + (tid - 16) * 16);
+          for (int i = 0; i < 4; ++i) kd[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+        } else if (tid - 32 < rows) {
+          unsigned w;
+          for (uint32_t tries = 0;;) {
+            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n"
+                         : "=r"(w)
+                         : "l"(tv + d0 + tid - 32)
+                         : "memory");
+            if (!wait || (w >> 16) == tag) break;
+            poll_backoff(tries, backoff_ns);
+          }
+          vbuf[(tid - 32) * kMaxCache + cache_t - 1] = __uint_as_float((w & 0xffffu) << 16);
+        }
+      } else if (tid < 16) {
         const uint4 qv = load_act16(q + tid * 8);
         const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&qv);
         for (int i = 0; i < 4; ++i) {
@@ -533,6 +684,27 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     } else {
       // v: 4 elements a thread (the residual from registers, the sums of the phase before by one
       // round trip); the block's slice written out; rms_norm into x
+      if (tagged && ph.acc_in != nullptr && mode != kStream && !poll_all) {
+        // thread 0 waits on its own elements of every copy (all copies' loads in one round); the
+        // others then read theirs, mostly once (`--poll all`: every thread polls its own)
+        if (tid == 0)
+          for (uint32_t tries = 0;;) {
+            bool complete = true;
+            for (int c0 = 0; c0 < copies; c0 += 4) {
+              Acc4 part[4];
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+                if (c0 + c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, 0), acc_kind);
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+                if (c0 + c < copies)
+                  complete = complete && acc4_complete(part[c], copy_count(c0 + c));
+            }
+            if (complete) break;
+            poll_backoff(tries, backoff_ns);
+          }
+        sync();
+      }
       float v[4] = {0, 0, 0, 0};  // the warps past the split threads own none
       if (tid < kSplitThreads) {
         if (ph.acc_in == nullptr) {
@@ -541,17 +713,29 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
           float sum[4] = {0, 0, 0, 0};
           long long isum[4] = {0, 0, 0, 0};
           // four copies' loads issued before their sums (all eight at once cost 18 registers and a
-          // spill)
+          // spill); tagged, loaded again until every element holds all its contributions (thread
+          // 0's poll before the barrier above makes that rare)
 #pragma unroll
           for (int c0 = 0; c0 < kMaxCopies; c0 += 4) {
             if (c0 >= copies) break;
             Acc4 part[4];
+            for (uint32_t tries = 0;;) {
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+                if (c0 + c < copies)
+                  part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, tid * 4), acc_kind);
+              if (!tagged || mode == kStream) break;
+              bool complete = true;
+#pragma unroll
+              for (int c = 0; c < 4; ++c)
+                if (c0 + c < copies)
+                  complete = complete && acc4_complete(part[c], copy_count(c0 + c));
+              if (complete) break;
+              poll_backoff(tries, backoff_ns);
+            }
 #pragma unroll
             for (int c = 0; c < 4; ++c)
-              if (c0 + c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, tid * 4), fixed);
-#pragma unroll
-            for (int c = 0; c < 4; ++c)
-              if (c0 + c < copies) add_acc4(sum, isum, part[c], fixed);
+              if (c0 + c < copies) add_acc4(sum, isum, part[c], acc_kind);
           }
           if (fixed)
             for (int e = 0; e < 4; ++e) sum[e] = float(double(isum[e]) * (1.0 / 4294967296.0));
@@ -579,7 +763,12 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       trace_point(p, 1);
       if (ph.kind == kRows) {
         bf16* out = ph.out + r0;
-        rows_product(rows, [&](int r, float y) { out[r] = __float2bfloat16_rn(y); });
+        unsigned* tagged_out = ph.tagged == nullptr ? nullptr : ph.tagged + r0;
+        rows_product(rows, [&](int r, float y) {
+          const bf16 b = __float2bfloat16_rn(y);
+          out[r] = b;
+          if (tagged_out != nullptr) tagged_out[r] = __bfloat16_as_ushort(b) | (tag << 16);
+        });
       } else {
         rows_product(rows, [&](int r, float y) { gate[r] = y; });
         rows_product(rows, [&](int r, float y) { up[r] = y; });
@@ -603,7 +792,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
           vbuf[d * kMaxCache + tid] = __bfloat162float(__ushort_as_bfloat16(vpre[d]));
     trace_point(p, 2);
     sync();
-    if (tid == 0) release_add(counters + p);
+    if (tid == 0 && !tagged) release_add(counters + p);
     trace_point(p, 3);
   }
 }
@@ -750,7 +939,10 @@ nlohmann::json summarize_trace(const std::vector<unsigned long long>& tr,
 int main(int argc, char** argv) {
   std::string out_path;
   int steps = 20, cache_t = 80, slots = kMaxSlots, copies = 4, l2_lead = 0, warps = 8;
-  bool fixed = false;
+  int acc_kind = kAccF32;
+  bool bulk = false, poll_all = false;
+  int backoff_ns = 0;
+  bool descriptor_ahead = false;
   std::string only;  // one mode by name (a profiler's run), else all
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -772,22 +964,36 @@ int main(int argc, char** argv) {
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
     else if (a == "--accumulate" && i + 1 < argc &&
-             (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "i64"))
-      fixed = std::string(argv[++i]) == "i64";
+             (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "i64" ||
+              std::string(argv[i + 1]) == "tagged")) {
+      const std::string k = argv[++i];
+      acc_kind = k == "f32" ? kAccF32 : k == "i64" ? kAccI64 : kAccTagged;
+    } else if (a == "--poll" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "one" || std::string(argv[i + 1]) == "all")) {
+      poll_all = std::string(argv[++i]) == "all";
+    } else if (a == "--descriptor" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "ahead" || std::string(argv[i + 1]) == "inline")) {
+      descriptor_ahead = std::string(argv[++i]) == "ahead";
+    } else if (a == "--backoff") {
+      backoff_ns = next();
+    } else if (a == "--reduce" && i + 1 < argc &&
+               (std::string(argv[i + 1]) == "red" || std::string(argv[i + 1]) == "bulk"))
+      bulk = std::string(argv[++i]) == "bulk";
     else {
-      std::fprintf(
-          stderr,
-          "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
-          "[--slots S] [--copies C] [--accumulate f32|i64] [--l2-lead N] [--warps 8|12|16] "
-          "[--only MODE]\n");
+      std::fprintf(stderr,
+                   "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
+                   "[--slots S] [--copies C] [--accumulate f32|i64|tagged] [--reduce red|bulk] "
+                   "[--poll one|all] [--backoff NS] [--descriptor inline|ahead] "
+                   "[--l2-lead N] [--warps 8|12|16] [--only MODE]\n");
       return 1;
     }
   }
   if (steps < 1 || cache_t < 1 || slots < 2 || slots > kMaxSlots || copies < 1 ||
-      copies > kMaxCopies || l2_lead < 0 || (warps != 8 && warps != 12 && warps != 16)) {
+      copies > kMaxCopies || l2_lead < 0 || (warps != 8 && warps != 12 && warps != 16) ||
+      backoff_ns < 0 || backoff_ns > 100000) {
     std::fprintf(stderr,
                  "hk_bench_split_step: --steps ≥ 1, --cache ≥ 1, --slots 2..%d, --copies 1..%d, "
-                 "--l2-lead ≥ 0, --warps 8, 12 or 16\n",
+                 "--l2-lead ≥ 0, --warps 8, 12 or 16, --backoff 0..100000\n",
                  kMaxSlots, kMaxCopies);
     return 1;
   }
@@ -804,6 +1010,13 @@ int main(int argc, char** argv) {
   const int grid = sm90_grid("hk_bench_split_step", prop);
   if (cache_t > kMaxCache) {
     std::fprintf(stderr, "hk_bench_split_step: --cache ≤ %d\n", kMaxCache);
+    return 1;
+  }
+  if (acc_kind == kAccTagged && (grid + copies - 1) / copies > kMaxTagCount) {
+    std::fprintf(stderr,
+                 "hk_bench_split_step: --accumulate tagged counts ≤ %d contributions a copy; "
+                 "%d blocks need --copies ≥ %d\n",
+                 kMaxTagCount, grid, (grid + kMaxTagCount - 1) / kMaxTagCount);
     return 1;
   }
   if ((kInter + grid - 1) / grid > kMaxSplitRows || grid < kQHeads * 8) {
@@ -867,16 +1080,25 @@ int main(int argc, char** argv) {
   CK(cudaMemcpy(d_w, w.data(), w.size() * 2, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_act, act.data(), act.size() * 2, cudaMemcpyHostToDevice));
   const int64_t acc_half = int64_t(n_acc) * copies * kHidden;  // elements a parity
+  const bool fixed = acc_kind != kAccF32;
   const size_t acc_bytes = fixed ? 8 : 4;
+  const char* acc_name = acc_kind == kAccF32 ? "f32" : acc_kind == kAccI64 ? "i64" : "tagged i64";
   char* d_acc = nullptr;
   CK(cudaMalloc(&d_acc, size_t(acc_half) * 2 * acc_bytes));
   auto act_ptr = [&](size_t at) { return at == HostPhase::npos ? nullptr : d_act + at; };
   auto acc_ptr = [&](int i) {
     return i < 0 ? nullptr : d_acc + int64_t(i) * copies * kHidden * int64_t(acc_bytes);
   };
+  // tagged q/k/v, a buffer a layer (each A writes it, the B after it reads it)
+  unsigned* d_tagged = nullptr;
+  CK(cudaMalloc(&d_tagged, size_t(kLayers) * kQkv * sizeof(unsigned)));
+  CK(cudaMemset(d_tagged, 0, size_t(kLayers) * kQkv * sizeof(unsigned)));
   std::vector<SplitPhase> phases;
   for (const HostPhase& p : hps) {
     SplitPhase d = p.d;
+    const size_t layer = phases.size() / 3;
+    const bool qkv_or_attend = layer < size_t(kLayers) && phases.size() % 3 < 2;
+    d.tagged = acc_kind == kAccTagged && qkv_or_attend ? d_tagged + layer * kQkv : nullptr;
     for (int s = 0; s < d.segments; ++s) d.w[s] = d_w + p.w_off[s];
     d.in = act_ptr(p.in), d.v_out = act_ptr(p.v_out);
     d.out = act_ptr(p.out);
@@ -897,9 +1119,33 @@ int main(int argc, char** argv) {
   unsigned long long* d_trace = nullptr;
   CK(cudaMalloc(&d_trace, trace_words * sizeof(unsigned long long)));
   // the kernel of `warps` consumer warps, and its block size
-  const void* kernel = warps == 8    ? reinterpret_cast<const void*>(split_step_kernel<8>)
-                       : warps == 12 ? reinterpret_cast<const void*>(split_step_kernel<12>)
-                                     : reinterpret_cast<const void*>(split_step_kernel<16>);
+  // the instantiations: every accumulator and reduction form at 8 warps (f32 by vector reductions
+  // and tagged by bulk ones also with the descriptor loaded ahead), f32 by vector reductions at 12
+  // and 16
+  const void* kernel = nullptr;
+  if (warps == 8) {
+    const void* k8[3][2][2] = {
+        {{reinterpret_cast<const void*>(split_step_kernel<8, kAccF32, false, false>),
+          reinterpret_cast<const void*>(split_step_kernel<8, kAccF32, false, true>)},
+         {reinterpret_cast<const void*>(split_step_kernel<8, kAccF32, true, false>), nullptr}},
+        {{reinterpret_cast<const void*>(split_step_kernel<8, kAccI64, false, false>), nullptr},
+         {reinterpret_cast<const void*>(split_step_kernel<8, kAccI64, true, false>), nullptr}},
+        {{reinterpret_cast<const void*>(split_step_kernel<8, kAccTagged, false, false>), nullptr},
+         {reinterpret_cast<const void*>(split_step_kernel<8, kAccTagged, true, false>),
+          reinterpret_cast<const void*>(split_step_kernel<8, kAccTagged, true, true>)}}};
+    kernel = k8[acc_kind][bulk ? 1 : 0][descriptor_ahead ? 1 : 0];
+  } else if (acc_kind == kAccF32 && !bulk && !descriptor_ahead) {
+    kernel = warps == 12
+                 ? reinterpret_cast<const void*>(split_step_kernel<12, kAccF32, false, false>)
+                 : reinterpret_cast<const void*>(split_step_kernel<16, kAccF32, false, false>);
+  }
+  if (kernel == nullptr) {
+    std::fprintf(stderr,
+                 "hk_bench_split_step: this combination is not built: --descriptor ahead is built "
+                 "for 8 warps with --accumulate f32 --reduce red or --accumulate tagged --reduce "
+                 "bulk, --warps 12 and 16 for --accumulate f32 --reduce red only\n");
+    return 1;
+  }
   const int threads = warps * 32 + 32;
   fit_one_block_an_sm(kernel, threads, kSmem, "hk_bench_split_step");
   const double copy_gbs = copy_bandwidth_gbs();
@@ -909,8 +1155,8 @@ int main(int argc, char** argv) {
       "split-K decode step probe (%s, %d blocks of %d consumer warps, %d slots of 16 KB, L2 lead "
       "%d chunks, %d %s accumulator copies, cache %d, %.3f GB of weights a step, copy bandwidth "
       "%.0f GB/s -> %.1f us floor)\n",
-      prop.name, grid, warps, slots, l2_lead, copies, fixed ? "i64" : "f32", cache_t,
-      weight_bytes / 1e9, copy_gbs, weight_bytes / copy_gbs * 1e-3);
+      prop.name, grid, warps, slots, l2_lead, copies, acc_name, cache_t, weight_bytes / 1e9,
+      copy_gbs, weight_bytes / copy_gbs * 1e-3);
   bool ok = true;
   for (int mode = 0; mode < kModes; ++mode) {
     if (!only.empty() && only != kModeNames[mode]) continue;
@@ -921,10 +1167,11 @@ int main(int argc, char** argv) {
     unsigned epoch = 0;
     auto launch = [&](unsigned long long* trace) {
       int m = mode, sl = slots, ll = l2_lead, ct = cache_t, np = n_phases, cp = copies;
-      bool fx = fixed;
+      bool pa = poll_all;
+      int bo = backoff_ns;
       int64_t half = acc_half;
-      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m,    &sl,   &ll,
-                      &ct,       &cp, &fx,         &d_acc, &half, &trace};
+      void* args[] = {&d_phases, &np, &d_counters, &epoch, &m,     &sl,   &ll,
+                      &ct,       &cp, &pa,         &bo,    &d_acc, &half, &trace};
       CK(cudaLaunchCooperativeKernel(kernel, dim3(grid), dim3(threads), args, kSmem, nullptr));
       ++epoch;
     };
@@ -965,20 +1212,31 @@ int main(int argc, char** argv) {
     modes.push_back(record);
   }
   if (!out_path.empty()) {
-    nlohmann::json j = {{"gpu", prop.name},
-                        {"blocks", grid},
-                        {"slots", slots},
-                        {"consumer_warps", warps},
-                        {"slot_bytes", kSlotBytes},
-                        {"l2_lead_chunks", l2_lead},
-                        {"accumulator_copies", copies},
-                        {"accumulate", fixed ? "i64 (fixed point, 2^-32)" : "f32"},
-                        {"cache_positions", cache_t},
-                        {"phases", n_phases},
-                        {"weight_bytes", weight_bytes},
-                        {"copy_gbs", copy_gbs},
-                        {"steps_timed", steps},
-                        {"modes", modes}};
+    nlohmann::json j = {
+        {"gpu", prop.name},
+        {"blocks", grid},
+        {"slots", slots},
+        {"consumer_warps", warps},
+        {"slot_bytes", kSlotBytes},
+        {"l2_lead_chunks", l2_lead},
+        {"accumulator_copies", copies},
+        {"accumulate", acc_kind == kAccF32   ? "f32"
+                       : acc_kind == kAccI64 ? "i64 (fixed point, 2^-32)"
+                                             : "tagged i64 (fixed point, 2^-32, "
+                                               "contribution count in the top "
+                                               "6 bits; no counters)"},
+        {"split_k_reduce",
+         bulk ? "bulk (one TMA reduction a block)" : "red (vector reductions a thread)"},
+        {"tagged_poll",
+         poll_all ? "every thread polls its own elements" : "thread 0 polls, then a barrier"},
+        {"tagged_poll_backoff_ns", backoff_ns},
+        {"descriptor", descriptor_ahead ? "loaded a phase ahead" : "loaded at the phase's head"},
+        {"cache_positions", cache_t},
+        {"phases", n_phases},
+        {"weight_bytes", weight_bytes},
+        {"copy_gbs", copy_gbs},
+        {"steps_timed", steps},
+        {"modes", modes}};
     std::ofstream(out_path) << j.dump(1) << "\n";
   }
   return ok ? 0 : 1;
