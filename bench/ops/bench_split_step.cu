@@ -563,6 +563,20 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     }
   };
 
+  // copies c0 … c0 + 3 of an accumulator's elements [e, e + 4) into part, every load issued before
+  // any is looked at; tagged: whether every element holds all its contributions
+  auto load_copies = [&](const void* acc, int c0, int e, Acc4(&part)[4]) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (c0 + c < copies) part[c] = load_acc4(acc_at(acc, c0 + c, e), acc_kind);
+    bool complete = true;
+    if (tagged)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        if (c0 + c < copies) complete = complete && acc4_complete(part[c], copy_count(c0 + c));
+    return complete;
+  };
+
   float vkeep[4] = {0, 0, 0, 0};  // this thread's 4 elements of the last v: the next residual
   int attend_uses = 0;
   // `--descriptor ahead`: each phase's descriptor is loaded into registers one phase early —
@@ -722,13 +736,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
             bool complete = true;
             for (int c0 = 0; c0 < copies; c0 += 4) {
               Acc4 part[4];
-#pragma unroll
-              for (int c = 0; c < 4; ++c)
-                if (c0 + c < copies) part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, 0), acc_kind);
-#pragma unroll
-              for (int c = 0; c < 4; ++c)
-                if (c0 + c < copies)
-                  complete = complete && acc4_complete(part[c], copy_count(c0 + c));
+              complete = load_copies(ph.acc_in, c0, 0, part) && complete;
             }
             if (complete) break;
             poll_backoff(tries, backoff_ns);
@@ -750,17 +758,8 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
             if (c0 >= copies) break;
             Acc4 part[4];
             for (uint32_t tries = 0;;) {
-#pragma unroll
-              for (int c = 0; c < 4; ++c)
-                if (c0 + c < copies)
-                  part[c] = load_acc4(acc_at(ph.acc_in, c0 + c, tid * 4), acc_kind);
-              if (!tagged || mode == kStream) break;
-              bool complete = true;
-#pragma unroll
-              for (int c = 0; c < 4; ++c)
-                if (c0 + c < copies)
-                  complete = complete && acc4_complete(part[c], copy_count(c0 + c));
-              if (complete) break;
+              const bool complete = load_copies(ph.acc_in, c0, tid * 4, part);
+              if (!tagged || mode == kStream || complete) break;
               poll_backoff(tries, backoff_ns);
             }
 #pragma unroll
