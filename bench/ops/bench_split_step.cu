@@ -58,7 +58,12 @@
 // blocks 0 and grid/2, each phase's counter wait, input, products and release by %globaltimer,
 // summed by phase kind.
 //
-// Not an hk kernel: no q/k norm, rotary, cache write, split attention, sampling or batch > 1.
+// `--qk-norm-rope` adds what the real step does between q/k/v and the attention: Qwen3's q/k
+// RMSNorm and rotary embedding (B, warp 0, one half warp a head vector) and the step's k/v rows
+// written into the cache, all checked against the host (built in the thirty-second session after
+// its last device call: not yet run).
+//
+// Not an hk kernel: no split attention, sampling or batch > 1.
 //
 // Usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] [--slots S] [--copies C]
 //                            [--accumulate f32|i64|tagged] [--reduce red|bulk] [--poll one|all]
@@ -112,8 +117,12 @@ struct SplitPhase {
   void* acc_out;
   // `--accumulate tagged`: A's q/k/v written again as tagged elements here, which B reads
   unsigned* tagged;
-  const bf16* k_cache;
-  const bf16* v_cache;
+  bf16* k_cache;  // B writes the step's own row with `--qk-norm-rope`
+  bf16* v_cache;
+  // `--qk-norm-rope` (B): the layer's q_norm and k_norm weights [2 × 128], and the step's rotary
+  // table, cos then sin of its position [2 × 64] (bf16, as Transformers casts them)
+  const bf16* qk_norm;
+  const bf16* rope;
 };
 
 // B's rows: each head's 128 rows of W_oᵀ over its 8-9 blocks, so a block attends one head
@@ -343,7 +352,9 @@ __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const uns
 
 // The accumulator kind and the split-K reduction form are template parameters: as runtime flags
 // their branches cost the f32 step ~20 % (thirty-second session, H100: chain 345 against 288 µs).
-template <int kConsumerWarps, int kAcc, bool kBulk, bool kDescriptorAhead>
+// kQkRope (`--qk-norm-rope`): B applies Qwen3's q/k RMSNorm and rotary embedding to q and the new k
+// and writes the step's k and v rows into the cache, as the real step must.
+template <int kConsumerWarps, int kAcc, bool kBulk, bool kDescriptorAhead, bool kQkRope = false>
 __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     split_step_kernel(const SplitPhase* phases, int n_phases, unsigned* counters, unsigned epoch,
                       int mode, int slots, int l2_lead, int cache_t, int copies, bool poll_all,
@@ -596,9 +607,19 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     // registers, stored after this phase's products), so their round trips overlap a whole phase
     int head = 0, g = 0, d0 = 0;
     float gw[4] = {0, 0, 0, 0};
+    // kQkRope: warp 0's lane l holds q (l < 16) or the new k (l ≥ 16) elements 8·(l % 16) … + 7;
+    // their norm weights and the rotary table's entries for them
+    uint4 qk_w = make_uint4(0, 0, 0, 0), rope_cos = qk_w, rope_sin = qk_w;
     if (ph.kind == kAttendO) {
       attend_rows(block, grid, head, r0, r1);
       g = head / (kQHeads / kKvHeads), d0 = int(r0 - int64_t(head) * kHeadDim);
+      if (kQkRope && warp == 0) {
+        const int d = (lane % 16) * 8;
+        qk_w = __ldg(reinterpret_cast<const uint4*>(ph.qk_norm + (lane < 16 ? 0 : kHeadDim) + d));
+        rope_cos = __ldg(reinterpret_cast<const uint4*>(ph.rope + d % (kHeadDim / 2)));
+        rope_sin =
+            __ldg(reinterpret_cast<const uint4*>(ph.rope + kHeadDim / 2 + d % (kHeadDim / 2)));
+      }
     } else {
       if (tid < kSplitThreads) bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
     }
@@ -675,6 +696,53 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
             load_act16(k_new + (tid - 16) * 8);
       } else if (tid - 32 < rows) {
         vbuf[(tid - 32) * kMaxCache + cache_t - 1] = load_act(v_new + d0 + tid - 32);
+      }
+      if constexpr (kQkRope) {
+        __syncwarp();
+        if (warp == 0) {
+          // each half warp one head vector: RMSNorm (f32, the product with the weight rounded
+          // to bf16), then x·cos + rotate_half(x)·sin, each product and the sum rounded to bf16;
+          // rotate_half pairs element d with d ± 64, which is lane ± 8's same slot
+          float e[8], w[8], c[8], sn[8];
+          unsigned char* krow = kbuf + (cache_t - 1) * kHeadDim * 2 + (lane % 16) * 16;
+          if (lane < 16) {
+            for (int i = 0; i < 8; ++i) e[i] = qs[lane * 8 + i];
+          } else {
+            bf16x8(*reinterpret_cast<const uint4*>(krow), e);
+          }
+          bf16x8(qk_w, w);
+          bf16x8(rope_cos, c);
+          bf16x8(rope_sin, sn);
+          float ss = 0;
+          for (int i = 0; i < 8; ++i) ss += e[i] * e[i];
+          for (int o = 8; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+          const float r = rsqrtf(ss / float(kHeadDim) + kEps);
+          for (int i = 0; i < 8; ++i) e[i] = bf(bf(e[i] * r) * w[i]);
+          const bool low = lane % 16 < 8;  // elements 0 … 63: rotate_half gives −x[d + 64]
+          float out[8];
+          for (int i = 0; i < 8; ++i) {
+            const float partner = __shfl_xor_sync(0xffffffffu, e[i], 8);
+            out[i] = bf(bf(e[i] * c[i]) + bf((low ? -partner : partner) * sn[i]));
+          }
+          if (lane < 16) {
+            for (int i = 0; i < 8; ++i) qs[lane * 8 + i] = out[i];
+          } else {
+            uint4 packed;
+            __nv_bfloat162* pk = reinterpret_cast<__nv_bfloat162*>(&packed);
+            for (int i = 0; i < 4; ++i) pk[i] = __floats2bfloat162_rn(out[2 * i], out[2 * i + 1]);
+            *reinterpret_cast<uint4*>(krow) = packed;
+            // the step's k row into the cache, by the first block of the group's first head
+            if (head % (kQHeads / kKvHeads) == 0 && block == grid * head / kQHeads)
+              *reinterpret_cast<uint4*>(
+                  ph.k_cache + (size_t(g) * cache_t + cache_t - 1) * kHeadDim + (lane - 16) * 8) =
+                  packed;
+          }
+        }
+        // the block's dims of the step's v row into the cache (the group's blocks write theirs;
+        // the two heads' blocks write the same values)
+        if (tid >= 32 && tid - 32 < rows)
+          ph.v_cache[(size_t(g) * cache_t + cache_t - 1) * kHeadDim + d0 + tid - 32] =
+              __float2bfloat16_rn(vbuf[(tid - 32) * kMaxCache + cache_t - 1]);
       }
       if (tid == 0 && cache_t > 1) mbar_wait(kbar, uint32_t(attend_uses) & 1);
       ++attend_uses;
@@ -833,7 +901,8 @@ struct HostPhase {
   // activations (into the host activation copy; npos: none)
   size_t in = npos, resid = npos, v_out = npos, out = npos;
   size_t norm = 0, k_cache = 0, v_cache = 0;
-  int acc_in = -1, acc_out = -1;  // accumulator index
+  size_t qk_norm = npos, rope = npos;  // `--qk-norm-rope` (B): into the host weight copy
+  int acc_in = -1, acc_out = -1;       // accumulator index
   static constexpr size_t npos = size_t(-1);
 };
 
@@ -865,6 +934,32 @@ std::vector<float> host_norm(const std::vector<float>& v, const uint16_t* g) {
   return x;
 }
 
+// Qwen3's q/k RMSNorm and rotary embedding on a layer's q/k/v (bf16 bits) as B applies them with
+// `--qk-norm-rope`: the norm in f32 with its product by the weight rounded to bf16, then x·cos +
+// rotate_half(x)·sin with each product and the sum rounded to bf16.
+std::vector<uint16_t> host_qk_norm_rope(const uint16_t* qkv, const std::vector<uint16_t>& w,
+                                        const HostPhase& hp) {
+  std::vector<uint16_t> out(qkv, qkv + kQkv);
+  auto apply = [&](uint16_t* x, const uint16_t* weight) {
+    double ss = 0;
+    for (int d = 0; d < kHeadDim; ++d) ss += double(from_bf16(x[d])) * from_bf16(x[d]);
+    const float r = 1.f / std::sqrt(float(ss / kHeadDim) + kEps);
+    float n[kHeadDim];
+    for (int d = 0; d < kHeadDim; ++d) n[d] = rb(rb(from_bf16(x[d]) * r) * from_bf16(weight[d]));
+    constexpr int kHalf = kHeadDim / 2;
+    for (int d = 0; d < kHeadDim; ++d) {
+      const float c = from_bf16(w[hp.rope + d % kHalf]),
+                  sn = from_bf16(w[hp.rope + kHalf + d % kHalf]);
+      const float rot = d < kHalf ? -n[d + kHalf] : n[d - kHalf];
+      x[d] = to_bf16(rb(rb(n[d] * c) + rb(rot * sn)));
+    }
+  };
+  for (int h = 0; h < kQHeads; ++h) apply(out.data() + h * kHeadDim, w.data() + hp.qk_norm);
+  for (int g = 0; g < kKvHeads; ++g)
+    apply(out.data() + (kQHeads + g) * kHeadDim, w.data() + hp.qk_norm + kHeadDim);
+  return out;
+}
+
 // Each phase from the device's own inputs (the activations after the poisoned step): returns
 // the worst error over the tolerance and which output it was.
 std::pair<double, std::string> check_step(const std::vector<HostPhase>& hps,
@@ -885,9 +980,13 @@ std::pair<double, std::string> check_step(const std::vector<HostPhase>& hps,
         "phase " + std::to_string(p) + " (layer " + std::to_string(p / 3) + ")";
     if (ph.kind == kAttendO) {
       std::vector<float> want(kQHeads * kHeadDim);
+      const std::vector<uint16_t> qkv =
+          hp.qk_norm == HostPhase::npos
+              ? std::vector<uint16_t>(act.begin() + hp.in, act.begin() + hp.in + kQkv)
+              : host_qk_norm_rope(act.data() + hp.in, w, hp);
       for (int h = 0; h < kQHeads; ++h) {
-        const std::vector<float> o = host_attend_head(act.data() + hp.in, w.data() + hp.k_cache,
-                                                      w.data() + hp.v_cache, cache_t, h);
+        const std::vector<float> o =
+            host_attend_head(qkv.data(), w.data() + hp.k_cache, w.data() + hp.v_cache, cache_t, h);
         std::copy(o.begin(), o.end(), want.begin() + h * kHeadDim);
       }
       note(worst_over_tolerance(want, act.data() + hp.out), name + " a");
@@ -921,6 +1020,37 @@ std::pair<double, std::string> check_step(const std::vector<HostPhase>& hps,
       }
       note(worst_over_tolerance(s, act.data() + hp.out), name + " s");
       pending = host_product(w.data() + hp.w_off[2], host_vector(act, hp.out, ph.n), kHidden, true);
+    }
+  }
+  return {worst, where};
+}
+
+// `--qk-norm-rope`: the step's k (normed, rotated) and v rows B wrote into every layer's cache,
+// read back from the device, against the host's from the device's own q/k/v.
+std::pair<double, std::string> check_cache_rows(const std::vector<HostPhase>& hps,
+                                                const std::vector<uint16_t>& w,
+                                                const std::vector<uint16_t>& act, const bf16* d_w,
+                                                int cache_t) {
+  double worst = 0;
+  std::string where = "-";
+  for (size_t p = 0; p < hps.size(); ++p) {
+    const HostPhase& hp = hps[p];
+    if (hp.d.kind != kAttendO) continue;
+    const std::vector<uint16_t> qkv = host_qk_norm_rope(act.data() + hp.in, w, hp);
+    for (int g = 0; g < kKvHeads; ++g) {
+      const size_t row = (size_t(g) * cache_t + cache_t - 1) * kHeadDim;
+      for (int part = 0; part < 2; ++part) {  // k, then v
+        std::vector<uint16_t> got(kHeadDim);
+        CK(cudaMemcpy(got.data(), d_w + (part == 0 ? hp.k_cache : hp.v_cache) + row, kHeadDim * 2,
+                      cudaMemcpyDeviceToHost));
+        const uint16_t* want_bits = qkv.data() + (kQHeads + part * kKvHeads + g) * kHeadDim;
+        std::vector<float> want(kHeadDim);
+        for (int d = 0; d < kHeadDim; ++d) want[d] = from_bf16(want_bits[d]);
+        const double e = worst_over_tolerance(want, got.data());
+        if (!(e <= worst))
+          worst = e, where = "layer " + std::to_string(p / 3) + " cache " +
+                             (part == 0 ? "k" : "v") + " row, kv head " + std::to_string(g);
+      }
     }
   }
   return {worst, where};
@@ -971,7 +1101,7 @@ int main(int argc, char** argv) {
   int acc_kind = kAccF32;
   bool bulk = false, poll_all = false;
   int backoff_ns = 0;
-  bool descriptor_ahead = false, weight_evict_first = false;
+  bool descriptor_ahead = false, weight_evict_first = false, qk_rope = false;
   int inflight = 0;
   std::string only;  // one mode by name (a profiler's run), else all
   for (int i = 1; i < argc; ++i) {
@@ -1001,6 +1131,8 @@ int main(int argc, char** argv) {
     } else if (a == "--poll" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "one" || std::string(argv[i + 1]) == "all")) {
       poll_all = std::string(argv[++i]) == "all";
+    } else if (a == "--qk-norm-rope") {
+      qk_rope = true;
     } else if (a == "--descriptor" && i + 1 < argc &&
                (std::string(argv[i + 1]) == "ahead" || std::string(argv[i + 1]) == "inline")) {
       descriptor_ahead = std::string(argv[++i]) == "ahead";
@@ -1019,7 +1151,7 @@ int main(int argc, char** argv) {
                    "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
                    "[--slots S] [--copies C] [--accumulate f32|i64|tagged] [--reduce red|bulk] "
                    "[--poll one|all] [--backoff NS] [--descriptor inline|ahead] [--inflight K] "
-                   "[--weight-hint none|evict-first] "
+                   "[--weight-hint none|evict-first] [--qk-norm-rope] "
                    "[--l2-lead N] [--warps 8|12|16] [--only MODE]\n");
       return 1;
     }
@@ -1068,6 +1200,18 @@ int main(int argc, char** argv) {
   const size_t h0 = arena.activation(kHidden);
   size_t h = h0, hp_prev = HostPhase::npos;
   int acc_down_prev = -1, n_acc = 0;
+  // `--qk-norm-rope`: the rotary table of the step's position (cache_t − 1) as Transformers builds
+  // it for Qwen3 (θ = 10⁶; inverse frequencies, angles and cos/sin in f32, cast to bf16)
+  size_t rope_table = HostPhase::npos;
+  if (qk_rope) {
+    rope_table = arena.weight(kHeadDim, 0.f, 0.f);
+    for (int j = 0; j < kHeadDim / 2; ++j) {
+      const float inv_freq = 1.f / std::pow(1e6f, float(2 * j) / float(kHeadDim));
+      const float angle = float(cache_t - 1) * inv_freq;
+      w[rope_table + j] = to_bf16(float(std::cos(double(angle))));
+      w[rope_table + kHeadDim / 2 + j] = to_bf16(float(std::sin(double(angle))));
+    }
+  }
   for (int l = 0; l < kLayers; ++l) {
     const size_t w_qkv = matrix(kQkv, kHidden),
                  w_ot = matrix(kQHeads * kHeadDim, kQHeads * kHeadDim);
@@ -1088,6 +1232,7 @@ int main(int argc, char** argv) {
     b.d.kind = kAttendO, b.d.n = kQHeads * kHeadDim, b.d.segments = 1, b.w_off = {w_ot};
     b.in = a.out, b.out = arena.activation(kQHeads * kHeadDim), b.acc_out = n_acc++;
     b.k_cache = kc, b.v_cache = vc;
+    if (qk_rope) b.qk_norm = arena.weight(2 * kHeadDim, 0.1f, 1.f), b.rope = rope_table;
     c.d.kind = kMlp, c.d.n = kInter, c.d.segments = 3, c.w_off = {w_gate, w_up, w_downt};
     c.norm = n_post, c.resid = h, c.acc_in = b.acc_out;
     c.v_out = arena.activation(kHidden), c.out = arena.activation(kInter), c.acc_out = n_acc++;
@@ -1142,6 +1287,8 @@ int main(int argc, char** argv) {
     d.norm_w = d.kind == kAttendO ? nullptr : d_w + p.norm;
     d.k_cache = d.kind == kAttendO ? d_w + p.k_cache : nullptr;
     d.v_cache = d.kind == kAttendO ? d_w + p.v_cache : nullptr;
+    d.qk_norm = p.qk_norm == HostPhase::npos ? nullptr : d_w + p.qk_norm;
+    d.rope = p.rope == HostPhase::npos ? nullptr : d_w + p.rope;
     phases.push_back(d);
   }
   const int n_phases = int(phases.size());
@@ -1170,7 +1317,13 @@ int main(int argc, char** argv) {
          {reinterpret_cast<const void*>(split_step_kernel<8, kAccTagged, true, false>),
           reinterpret_cast<const void*>(split_step_kernel<8, kAccTagged, true, true>)}}};
     kernel = k8[acc_kind][bulk ? 1 : 0][descriptor_ahead ? 1 : 0];
-  } else if (acc_kind == kAccF32 && !bulk && !descriptor_ahead) {
+    if (qk_rope)
+      kernel =
+          acc_kind != kAccF32 || bulk ? nullptr
+          : descriptor_ahead
+              ? reinterpret_cast<const void*>(split_step_kernel<8, kAccF32, false, true, true>)
+              : reinterpret_cast<const void*>(split_step_kernel<8, kAccF32, false, false, true>);
+  } else if (acc_kind == kAccF32 && !bulk && !descriptor_ahead && !qk_rope) {
     kernel = warps == 12
                  ? reinterpret_cast<const void*>(split_step_kernel<12, kAccF32, false, false>)
                  : reinterpret_cast<const void*>(split_step_kernel<16, kAccF32, false, false>);
@@ -1179,7 +1332,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "hk_bench_split_step: this combination is not built: --descriptor ahead is built "
                  "for 8 warps with --accumulate f32 --reduce red or --accumulate tagged --reduce "
-                 "bulk, --warps 12 and 16 for --accumulate f32 --reduce red only\n");
+                 "bulk, --qk-norm-rope for 8 warps with --accumulate f32 --reduce red, --warps 12 "
+                 "and 16 for --accumulate f32 --reduce red only\n");
     return 1;
   }
   const int threads = warps * 32 + 32;
@@ -1217,7 +1371,12 @@ int main(int argc, char** argv) {
     const double med = timing.median_us, best = timing.best_us;
     std::pair<double, std::string> worst{0.0, "-"};
     if (checked) {
-      worst = check_step(hps, w, poisoned_step(act, h0, d_act, [&] { launch(nullptr); }), cache_t);
+      const std::vector<uint16_t> after = poisoned_step(act, h0, d_act, [&] { launch(nullptr); });
+      worst = check_step(hps, w, after, cache_t);
+      if (qk_rope) {
+        const std::pair<double, std::string> rows = check_cache_rows(hps, w, after, d_w, cache_t);
+        if (!(rows.first <= worst.first)) worst = rows;
+      }
       if (!(worst.first <= 1.0)) ok = false;
     }
     std::printf(
@@ -1269,6 +1428,7 @@ int main(int argc, char** argv) {
         {"tagged_poll_backoff_ns", backoff_ns},
         {"max_chunks_in_flight", inflight},
         {"weight_l2_hint", weight_evict_first ? "evict_first" : "none"},
+        {"qk_norm_rope_cache_write", qk_rope},
         {"descriptor", descriptor_ahead ? "loaded a phase ahead" : "loaded at the phase's head"},
         {"cache_positions", cache_t},
         {"phases", n_phases},

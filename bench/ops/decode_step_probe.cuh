@@ -75,6 +75,12 @@ __device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
   const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
   f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
 }
+__device__ __forceinline__ void bf16x8(uint4 v, float (&f)[8]) {
+  float lo[4], hi[4];
+  bf16x4(make_uint2(v.x, v.y), lo);
+  bf16x4(make_uint2(v.z, v.w), hi);
+  for (int i = 0; i < 4; ++i) f[i] = lo[i], f[4 + i] = hi[i];
+}
 __device__ __forceinline__ float bf(float x) {
   return __bfloat162float(__float2bfloat16_rn(x));
 }
