@@ -72,6 +72,7 @@
 //                            [--warps 8|12|16] [--only MODE]
 #include <cstdio>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -249,6 +250,11 @@ __device__ __forceinline__ uint4 load_tagged16(const unsigned* p) {
                : "memory");
   return v;
 }
+__device__ __forceinline__ unsigned load_tagged(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ bool tags_are(const uint4& v, unsigned tag) {
   return (v.x >> 16) == tag && (v.y >> 16) == tag && (v.z >> 16) == tag && (v.w >> 16) == tag;
 }
@@ -269,6 +275,32 @@ __device__ __forceinline__ void load_tagged8(const unsigned* p, unsigned tag, bo
   }
   const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   for (int i = 0; i < 8; ++i) out[i] = __uint_as_float((w[i] & 0xffffu) << 16);
+}
+
+// The SDK's bulk copy and bulk f32 reduction in the two forms only this probe uses: a weight copy
+// read with an L2 policy, and a fixed-point (u64) reduction; and the fence after a bulk group's
+// global writes that orders them before a generic release.
+__device__ __forceinline__ uint64_t evict_first_policy() {
+  uint64_t policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ void bulk_load_with_policy(uint32_t dst, const void* src, uint32_t bytes,
+                                                      uint32_t bar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void bulk_reduce_add_u64(void* dst, uint32_t src, uint32_t bytes) {
+  asm volatile(
+      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;\n" ::"l"(dst),
+      "r"(src), "r"(bytes)
+      : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 // A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
@@ -424,9 +456,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     // next is issued), so an input read or a release's acknowledgement queues behind at most K × 16
     // KB of weights on the way to this SM; `--weight-hint evict-first`: the copies read the weights
     // with an L2 evict-first policy, so the stream does not push the activations out of L2
-    uint64_t policy = 0;
-    if (weight_evict_first)
-      asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    const uint64_t policy = weight_evict_first ? evict_first_policy() : 0;
     int slot = 0, old_slot = 0;
     uint32_t use = 0, old_use = 0;  // how many times the ring has wrapped (at the copy K back)
     int issued = 0;
@@ -440,12 +470,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       }
       mbar_expect_tx(full(slot), bytes);
       if (weight_evict_first)
-        asm volatile(
-            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
-            "[%0], "
-            "[%1], %2, [%3], %4;\n" ::"r"(base + slot * kSlotBytes),
-            "l"(reinterpret_cast<uint64_t>(next.source())), "r"(bytes), "r"(full(slot)), "l"(policy)
-            : "memory");
+        bulk_load_with_policy(base + slot * kSlotBytes, next.source(), bytes, full(slot), policy);
       else
         bulk_load(base + slot * kSlotBytes, next.source(), bytes, full(slot));
       // (the cap counts from the copy K back: after lm_head's first uncapped copy there is no
@@ -556,11 +581,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     sync();
     if (tid == 0) {
       if (fixed)
-        asm volatile(
-            "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;\n" ::"l"(
-                dst),
-            "r"(base + kOffRed), "r"(kHidden * 8)
-            : "memory");
+        bulk_reduce_add_u64(dst, base + kOffRed, kHidden * 8);
       else
         bulk_reduce_add_f32(reinterpret_cast<float*>(dst), base + kOffRed, kHidden * 4);
       bulk_commit();
@@ -569,7 +590,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       } else {
         bulk_wait_all();
         // the async proxy's global writes before the generic release that publishes them
-        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+        fence_proxy_async_global();
       }
     }
   };
@@ -675,10 +696,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
         } else if (tid - 32 < rows) {
           unsigned w;
           for (uint32_t tries = 0;;) {
-            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n"
-                         : "=r"(w)
-                         : "l"(tv + d0 + tid - 32)
-                         : "memory");
+            w = load_tagged(tv + d0 + tid - 32);
             if (!wait || (w >> 16) == tag) break;
             poll_backoff(tries, backoff_ns);
           }
@@ -1107,6 +1125,17 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::atoi(argv[++i]) : -1; };
+    // `--name VALUE` with VALUE one of `values`: its index (the value consumed), else -1
+    auto choice = [&](const char* name, std::initializer_list<const char*> values) {
+      if (a != name || i + 1 >= argc) return -1;
+      int k = 0;
+      for (const char* v : values) {
+        if (std::string(argv[i + 1]) == v) return ++i, k;
+        ++k;
+      }
+      return -1;
+    };
+    int pick = -1;
     if (a == "--out" && i + 1 < argc)
       out_path = argv[++i];
     else if (a == "--steps")
@@ -1123,29 +1152,22 @@ int main(int argc, char** argv) {
       warps = next();
     else if (a == "--only" && i + 1 < argc)
       only = argv[++i];
-    else if (a == "--accumulate" && i + 1 < argc &&
-             (std::string(argv[i + 1]) == "f32" || std::string(argv[i + 1]) == "i64" ||
-              std::string(argv[i + 1]) == "tagged")) {
-      const std::string k = argv[++i];
-      acc_kind = k == "f32" ? kAccF32 : k == "i64" ? kAccI64 : kAccTagged;
-    } else if (a == "--poll" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "one" || std::string(argv[i + 1]) == "all")) {
-      poll_all = std::string(argv[++i]) == "all";
-    } else if (a == "--qk-norm-rope") {
+    else if ((pick = choice("--accumulate", {"f32", "i64", "tagged"})) >= 0)
+      acc_kind = pick;  // kAccF32, kAccI64, kAccTagged
+    else if ((pick = choice("--reduce", {"red", "bulk"})) >= 0)
+      bulk = pick == 1;
+    else if ((pick = choice("--poll", {"one", "all"})) >= 0)
+      poll_all = pick == 1;
+    else if ((pick = choice("--descriptor", {"inline", "ahead"})) >= 0)
+      descriptor_ahead = pick == 1;
+    else if ((pick = choice("--weight-hint", {"none", "evict-first"})) >= 0)
+      weight_evict_first = pick == 1;
+    else if (a == "--qk-norm-rope")
       qk_rope = true;
-    } else if (a == "--descriptor" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "ahead" || std::string(argv[i + 1]) == "inline")) {
-      descriptor_ahead = std::string(argv[++i]) == "ahead";
-    } else if (a == "--inflight") {
+    else if (a == "--inflight")
       inflight = next();
-    } else if (a == "--weight-hint" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "none" || std::string(argv[i + 1]) == "evict-first")) {
-      weight_evict_first = std::string(argv[++i]) == "evict-first";
-    } else if (a == "--backoff") {
+    else if (a == "--backoff")
       backoff_ns = next();
-    } else if (a == "--reduce" && i + 1 < argc &&
-               (std::string(argv[i + 1]) == "red" || std::string(argv[i + 1]) == "bulk"))
-      bulk = std::string(argv[++i]) == "bulk";
     else {
       std::fprintf(stderr,
                    "usage: hk_bench_split_step [--out FILE.json] [--steps N] [--cache T] "
