@@ -277,32 +277,6 @@ __device__ __forceinline__ void load_tagged8(const unsigned* p, unsigned tag, bo
   for (int i = 0; i < 8; ++i) out[i] = __uint_as_float((w[i] & 0xffffu) << 16);
 }
 
-// The SDK's bulk copy and bulk f32 reduction in the two forms only this probe uses: a weight copy
-// read with an L2 policy, and a fixed-point (u64) reduction; and the fence after a bulk group's
-// global writes that orders them before a generic release.
-__device__ __forceinline__ uint64_t evict_first_policy() {
-  uint64_t policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  return policy;
-}
-__device__ __forceinline__ void bulk_load_with_policy(uint32_t dst, const void* src, uint32_t bytes,
-                                                      uint32_t bar, uint64_t policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1], %2, [%3], %4;\n" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_reduce_add_u64(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile(
-      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u64 [%0], [%1], %2;\n" ::"l"(dst),
-      "r"(src), "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-
 // A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
 struct ChunkCursor {
   const SplitPhase* phases;
@@ -456,7 +430,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     // next is issued), so an input read or a release's acknowledgement queues behind at most K × 16
     // KB of weights on the way to this SM; `--weight-hint evict-first`: the copies read the weights
     // with an L2 evict-first policy, so the stream does not push the activations out of L2
-    const uint64_t policy = weight_evict_first ? evict_first_policy() : 0;
+    const uint64_t policy = weight_evict_first ? l2_evict_first_policy() : 0;
     int slot = 0, old_slot = 0;
     uint32_t use = 0, old_use = 0;  // how many times the ring has wrapped (at the copy K back)
     int issued = 0;
@@ -470,7 +444,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       }
       mbar_expect_tx(full(slot), bytes);
       if (weight_evict_first)
-        bulk_load_with_policy(base + slot * kSlotBytes, next.source(), bytes, full(slot), policy);
+        bulk_load(base + slot * kSlotBytes, next.source(), bytes, full(slot), policy);
       else
         bulk_load(base + slot * kSlotBytes, next.source(), bytes, full(slot));
       // (the cap counts from the copy K back: after lm_head's first uncapped copy there is no
