@@ -242,6 +242,9 @@ __device__ __forceinline__ void add_acc4(float (&sum)[4], long long (&isum)[4], 
 __device__ __forceinline__ unsigned step_tag(unsigned epoch) {
   return epoch % 65535u + 1u;
 }
+// Tagged loads are relaxed at gpu scope, not decode_step_probe.cuh's weak .cg activation loads: a
+// poll with no counter before it reads data other blocks are still writing, so each word must be
+// read whole and fresh.
 __device__ __forceinline__ uint4 load_tagged16(const unsigned* p) {
   uint4 v;
   asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
