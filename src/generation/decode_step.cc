@@ -57,6 +57,72 @@ std::string decode_attention_request() {
   return v ? std::string(v) : std::string();
 }
 
+// HK_DECODE_PERSISTENT: the batch-1 step as one persistent launch where the model fits it (on
+// trial until its GPU tests and benchmark have run: off unless asked). "1" or "deterministic":
+// fixed-point split-K sums (graph replays give the ids of eager steps); "f32": f32 sums (faster,
+// last bits vary run to run); "0" or unset: the kernel sequence.
+enum class PersistentRequest { Off, Deterministic, F32 };
+PersistentRequest persistent_request() {
+  const char* v = std::getenv("HK_DECODE_PERSISTENT");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "0") return PersistentRequest::Off;
+  if (s == "1" || s == "deterministic") return PersistentRequest::Deterministic;
+  if (s == "f32") return PersistentRequest::F32;
+  throw InvalidArgument("HK_DECODE_PERSISTENT is '" + s +
+                        "'; use 1 (or deterministic), f32, or 0 for the kernel sequence");
+}
+
+// Why the persistent step cannot run this model's step ("" when the model's side fits; the kernel
+// then checks shapes and the device): it replaces every layer, so every one must be built-in and
+// of the plain form it computes.
+std::string persistent_model_refusal(DecoderLM& lm, int64_t batch) {
+  if (batch != 1) return "it decodes batch 1 only (batch " + std::to_string(batch) + ")";
+  if (lm.dtype != DType::BF16) return std::string("it takes bf16, not ") + dtype_name(lm.dtype);
+  const auto& model = *lm.model;
+  if (!model.embed_tokens->uses_builtin() || !model.norm->uses_builtin() ||
+      !lm.lm_head->uses_builtin() || lm.lm_head->has_bias())
+    return "the embedding, final norm or lm_head is not the built-in one";
+  const double eps = model.norm->eps();
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const DecoderLayer& layer = *model.layers[i];
+    const nn::Attention& at = *layer.self_attn;
+    const std::string where = "layer " + std::to_string(i) + ": ";
+    if (!layer.mlp) return where + "a sparse MoE block";
+    const nn::MLP& mlp = *layer.mlp;
+    const bool builtin =
+        layer.input_layernorm->uses_builtin() && layer.post_attention_layernorm->uses_builtin() &&
+        at.uses_builtin() && at.q_proj->uses_builtin() && at.k_proj->uses_builtin() &&
+        at.v_proj->uses_builtin() && at.o_proj->uses_builtin() && at.rotary_fn->uses_builtin() &&
+        (!at.q_norm || (at.q_norm->uses_builtin() && at.k_norm->uses_builtin())) &&
+        mlp.uses_builtin() && mlp.gate_proj->uses_builtin() && mlp.up_proj->uses_builtin() &&
+        mlp.down_proj->uses_builtin() && mlp.act_fn->uses_builtin();
+    if (!builtin) return where + "a sub-layer is bound to a kernel";
+    if (at.shape().bias || mlp.gate_proj->has_bias() || mlp.up_proj->has_bias() ||
+        mlp.down_proj->has_bias())
+      return where + "projections with biases";
+    if (mlp.act_fn->kind() != ops::Activation::SiLU) return where + "an activation other than SiLU";
+    if (at.attn_implementation() != "sdpa")
+      return where + "attention '" + at.attn_implementation() +
+             "' (it computes the sdpa form; eager rounds the probabilities)";
+    if (layer.input_layernorm->eps() != eps || layer.post_attention_layernorm->eps() != eps)
+      return where + "norms with different eps";
+    auto follows = [](const nn::Linear& a, const nn::Linear& b) {
+      const TensorView& wa = a.weight().view();
+      return wa.is_contiguous() && static_cast<const char*>(wa.ptr()) + a.out_features() *
+                                                                            a.in_features() *
+                                                                            dtype_size(wa.dtype) ==
+                                       b.weight().view().ptr();
+    };
+    if (!follows(*at.q_proj, *at.k_proj) || !follows(*at.k_proj, *at.v_proj) ||
+        !at.v_proj->weight().view().is_contiguous())
+      return where + "q/k/v weights not stored adjacently";
+    for (const nn::Linear* w : {at.o_proj.get(), mlp.gate_proj.get(), mlp.up_proj.get(),
+                                mlp.down_proj.get(), lm.lm_head.get()})
+      if (!w->weight().view().is_contiguous()) return where + "a weight is not contiguous";
+  }
+  return "";
+}
+
 struct LayerPlan {
   const DecoderLayer* layer = nullptr;
   bool qkv_gemv = false;     // q/k/v in one gemv
@@ -86,6 +152,13 @@ struct DecodeStep::Plan {
   float rope_theta = 0.0f;
   std::vector<LayerPlan> layers;
   bool head_gemv = false;
+  // The whole step in one launch (decode::persistent_step): its parameters, the transposed copies
+  // of o_proj's and down_proj's weights it streams, and its workspace.
+  bool persistent = false;
+  int persistent_request = 0;  // the HK_DECODE_PERSISTENT request planned with (PersistentRequest)
+  decode::PersistentStepParams persistent_params;
+  std::vector<Tensor> transposed;
+  Tensor persistent_workspace;
   // Bindings the plan was made with: every layer module's implementation and the attention
   // function names.
   std::vector<std::pair<const nn::Module*, const nn::LayerImpl*> > impls;
@@ -365,6 +438,73 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
     }
   }
 
+  // The whole step in one launch, where asked for and the model, cache and device fit it.
+  std::string persistent_note;
+  const PersistentRequest request = persistent_request();
+  p.persistent_request = static_cast<int>(request);
+  if (request != PersistentRequest::Off) {
+    persistent_note = persistent_model_refusal(lm, b);
+    decode::PersistentStepParams& pp = p.persistent_params;
+    if (persistent_note.empty()) {
+      pp.hidden = p.hidden, pp.heads_q = p.hq, pp.heads_kv = p.hkv, pp.head_dim = p.d;
+      pp.inter = p.inter, pp.vocab = p.vocab, pp.capacity = cache.max_length();
+      pp.embed = lm.model->embed_tokens->weight().view().ptr();
+      pp.lm_head = lm.lm_head->weight().view().ptr();
+      pp.final_norm = lm.model->norm->weight().view().ptr();
+      pp.eps = static_cast<float>(lm.model->norm->eps());
+      pp.scale = lm.model->layers[0]->self_attn->scaling();
+      pp.inv_freq = p.inv_freq.data_as<float>();
+      pp.rope_theta = p.rope_theta;
+      pp.deterministic = request == PersistentRequest::Deterministic;
+      for (size_t i = 0; i < lm.model->layers.size(); ++i) {
+        const DecoderLayer& layer = *lm.model->layers[i];
+        const nn::Attention& at = *layer.self_attn;
+        decode::PersistentLayer w;
+        w.qkv = at.q_proj->weight().view().ptr();
+        w.gate = layer.mlp->gate_proj->weight().view().ptr();
+        w.up = layer.mlp->up_proj->weight().view().ptr();
+        w.input_norm = layer.input_layernorm->weight().view().ptr();
+        w.post_norm = layer.post_attention_layernorm->weight().view().ptr();
+        if (at.q_norm) {
+          w.q_norm = at.q_norm->weight().view().ptr();
+          w.k_norm = at.k_norm->weight().view().ptr();
+          pp.qk_eps = static_cast<float>(at.q_norm->eps());
+        }
+        w.k_cache = cache.keys(static_cast<int64_t>(i)).view().ptr();
+        w.v_cache = cache.values(static_cast<int64_t>(i)).view().ptr();
+        pp.layers.push_back(w);  // o_t and down_t once the shapes are known to fit
+      }
+      pp.tokens = state.tokens.data_as<int64_t>();
+      pp.positions = state.positions.data_as<int32_t>();
+      pp.lengths = state.lengths.data_as<int32_t>();
+      pp.key_start = state.key_start.data_as<int32_t>();
+      pp.done = state.done.data_as<int32_t>();
+      pp.eos = state.eos.data_as<int64_t>();
+      pp.num_eos = state.num_eos;
+      pp.pad_id = state.pad_id;
+      pp.logits_f32 = greedy ? nullptr : step->logits_f32_.data_as<float>();
+      // (16-byte aligned stand-ins for the transposed weights while the shapes are checked)
+      for (decode::PersistentLayer& w : pp.layers) w.o_t = w.down_t = w.qkv;
+      persistent_note = decode::persistent_step_unsupported(pp);
+    }
+    if (persistent_note.empty()) {
+      // o_proj and down are split over the blocks by their inputs: their rows are the weights'
+      // columns, so the step streams transposed copies (the plan's; the layers keep theirs)
+      for (size_t i = 0; i < lm.model->layers.size(); ++i) {
+        const DecoderLayer& layer = *lm.model->layers[i];
+        p.transposed.push_back(layer.self_attn->o_proj->weight().transpose(0, 1).contiguous());
+        pp.layers[i].o_t = p.transposed.back().view().ptr();
+        p.transposed.push_back(layer.mlp->down_proj->weight().transpose(0, 1).contiguous());
+        pp.layers[i].down_t = p.transposed.back().view().ptr();
+      }
+      p.persistent_workspace = Tensor::empty(
+          {static_cast<int64_t>(decode::persistent_step_workspace_bytes(pp))}, DType::U8, dev);
+      pp.workspace = p.persistent_workspace.view().ptr();
+      decode::persistent_step_prepare(pp, Stream{});
+      p.persistent = true;
+    }
+  }
+
   // Per-layer choices. Fused products need the built-in implementations of every layer they
   // replace and shapes the gemv serves (16-bit or f32 weights, M ≤ 16, aligned rows).
   int fused_norms = 0, fused_qkv = 0, fused_rope = 0, fused_o = 0, fused_mlp = 0;
@@ -429,6 +569,13 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
                         ? ", attention hk decode (eager)"
                         : ", attention hk decode, splits " + std::to_string(p.attn_splits)) +
                    (decode::pdl_enabled() ? ", PDL" : ", no PDL");
+  if (p.persistent)
+    step->summary_ = "device decode step, batch 1, cache " + std::to_string(cache.max_length()) +
+                     ": one persistent launch (" +
+                     (p.persistent_params.deterministic ? "deterministic" : "f32") +
+                     " split-K sums; HK_DECODE_PERSISTENT)";
+  else if (!persistent_note.empty())
+    step->summary_ += "; persistent step not used: " + persistent_note;
   step->capture_refusal_ = join(refusals);
   return step;
 }
@@ -446,6 +593,8 @@ bool DecodeStep::matches(const DecoderLM& lm_const) const {
     ++i;
   }
   if (i != p.impls.size()) return false;
+  // a session planned before HK_DECODE_PERSISTENT changed is planned again
+  if (static_cast<int>(persistent_request()) != p.persistent_request) return false;
   for (size_t l = 0; l < lm.model->layers.size(); ++l)
     if (lm.model->layers[l]->self_attn->attn_implementation() != p.attention_names[l]) return false;
   return true;
@@ -460,6 +609,10 @@ void DecodeStep::enqueue(Stream stream) const {
   int cur = 0;
   bool pending = false;
 
+  if (p.persistent) {
+    decode::persistent_step(p.persistent_params, stream);
+    return;
+  }
   lm.model->embed_tokens->forward(st.tokens.reshape({b, 1}), p.h[cur], stream);
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const LayerPlan& lp = p.layers[i];

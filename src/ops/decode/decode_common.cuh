@@ -77,6 +77,13 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+// Rotary inverse frequency j of a head dim d: θ^(−2j/d) computed as ops::rotary_tables does when
+// θ > 0 (the default rope), else the model's own table (scaled ropes).
+__device__ __forceinline__ float inverse_frequency(const float* table, float theta, int j, int d) {
+  return theta > 0.0f ? 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(d))
+                      : table[j];
+}
+
 // SiLU as the built-in ops compute it (ops/cuda_common.cuh activation_forward).
 __device__ __forceinline__ float silu(float x) {
   return x * __frcp_rn(1.0f + expf(-x));

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "hk/dtype.h"
 #include "hk/stream.h"
@@ -187,5 +188,63 @@ int greedy_blocks_per_row(int64_t batch, int64_t vocab);
 void greedy(const GreedyParams& p, Stream stream);
 // positions and lengths += 1 (steps whose next token the host picks).
 void advance(int32_t* positions, int32_t* lengths, int64_t batch, Stream stream);
+
+// ---- the whole step in one launch (sm_90, batch 1; step_persistent_sm90.cu) ---------------------
+// One cooperative launch, one block an SM, does a batch-1 step of a Qwen3/Llama decoder with
+// built-in layers: the embedding row, every layer (q/k/v with the input RMSNorm; q/k RMSNorm,
+// rotary, the cache write, attention and o_proj; the post-attention RMSNorm, gate/up, SwiGLU and
+// down), the final norm, lm_head, and the greedy pick with the generation bookkeeping (or f32
+// logits and the advance for sampling). o_proj and down are split over the blocks by their input
+// (split-K), so their weights are read transposed ([in, out] rows: the plan keeps copies); three
+// grid-wide dependencies a layer. Shapes: hidden 1024, head dim 128, bf16, cache ≤ 256 positions.
+struct PersistentLayer {
+  const void* qkv = nullptr;     // [(Hq + 2·Hkv)·D, hidden]: q, k and v rows adjacent
+  const void* o_t = nullptr;     // [Hq·D, hidden]: o_proj's weight transposed
+  const void* gate = nullptr;    // [inter, hidden]
+  const void* up = nullptr;      // [inter, hidden]
+  const void* down_t = nullptr;  // [inter, hidden]: down_proj's weight transposed
+  const void* input_norm = nullptr;
+  const void* post_norm = nullptr;
+  const void* q_norm = nullptr;  // [D] each, or both null (no q/k norm)
+  const void* k_norm = nullptr;
+  void* k_cache = nullptr;  // [1, capacity, Hkv, D] contiguous
+  void* v_cache = nullptr;
+};
+struct PersistentStepParams {
+  int64_t hidden = 0, heads_q = 0, heads_kv = 0, head_dim = 0, inter = 0, vocab = 0;
+  int64_t capacity = 0;  // cache rows
+  std::vector<PersistentLayer> layers;
+  const void* embed = nullptr;    // [vocab, hidden]
+  const void* lm_head = nullptr;  // [vocab, hidden]
+  const void* final_norm = nullptr;
+  float eps = 1e-6f, qk_eps = 1e-6f;  // the layers' RMSNorm and the q/k norms'
+  float scale = 0.0f;                 // attention scale (0: 1/√D)
+  const float* inv_freq = nullptr;    // [D/2] used when rope_theta == 0
+  float rope_theta = 0.0f, attention_scaling = 1.0f;
+  // the generation state (DecodeBuffers, batch 1)
+  int64_t* tokens = nullptr;
+  int32_t* positions = nullptr;
+  int32_t* lengths = nullptr;
+  const int32_t* key_start = nullptr;
+  int32_t* done = nullptr;
+  const int64_t* eos = nullptr;
+  int num_eos = 0;
+  int64_t pad_id = 0;
+  float* logits_f32 =
+      nullptr;  // sampling: [vocab] written, positions/lengths advanced; null: greedy
+  // true: the split-K sums in fixed point with each element's contribution count in it (the same
+  // bits whatever the order blocks add in: graph replays give the ids of eager steps); false: f32
+  // vector reductions behind grid-wide counters (faster, the last bits vary run to run)
+  bool deterministic = true;
+  void* workspace =
+      nullptr;  // persistent_step_workspace_bytes(), prepared by persistent_step_prepare
+};
+// Why the persistent step cannot serve `p` on this device (a sentence), or "" when it can.
+std::string persistent_step_unsupported(const PersistentStepParams& p);
+size_t persistent_step_workspace_bytes(const PersistentStepParams& p);
+// Writes the phase descriptors into p.workspace and zeroes its counters and accumulators
+// (synchronous; once, before the first step and outside any capture).
+void persistent_step_prepare(const PersistentStepParams& p, Stream stream);
+void persistent_step(const PersistentStepParams& p, Stream stream);
 
 }  // namespace hk::decode

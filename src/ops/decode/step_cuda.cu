@@ -37,11 +37,6 @@ struct RopeArgs {
   int64_t c_bs = 0, c_rs = 0, capacity = 0;
 };
 
-__device__ __forceinline__ float inverse_frequency(const float* table, float theta, int j, int d) {
-  return theta > 0.0f ? 1.0f / powf(theta, static_cast<float>(2 * j) / static_cast<float>(d))
-                      : table[j];
-}
-
 template <class T>
 __global__ void qk_rope_cache_kernel(const RopeArgs a) {
   __shared__ float partial[32];

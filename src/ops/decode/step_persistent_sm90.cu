@@ -1,0 +1,1002 @@
+// The batch-1 decode step in one cooperative launch (decode_kernels.h, "the whole step in one
+// launch"): hk_bench_split_step's design (bench/ops, thirty-first and thirty-second sessions)
+// brought to a real model's step — the embedding row, q/k RMSNorm, rotary, the cache write, the
+// attention over the cache with device lengths, lm_head and the greedy pick or the sampling
+// logits, with the generation bookkeeping.
+//
+// One block an SM: a producer warp streams every weight the block needs, in the order the block
+// uses them, through a ring of 16 KB slots (one-dimensional bulk copies of 8 rows of 1024), with at
+// most one copy outstanding during the layers (the synchronisation traffic then does not queue
+// behind the weight stream: 646 → 573 µs a step in the probe on an H100); eight consumer warps
+// take the products. A layer is three phases:
+//   A  v = the residual + the down sums, x = rms_norm(v)·w_in, the block's rows of q/k/v (x·W_qkv
+//      on the tensor cores);
+//   B  the block's q head: q/k RMSNorm + rotary (warp 0), the step's k/v rows into the cache, the
+//      scores over the cache (the head's K rows fetched into shared memory during A) and the
+//      block's output dims, times its rows of W_oᵀ, added into the o accumulator (split-K);
+//   C  v = the residual + the o sums, rms_norm, the block's rows of gate and up, SwiGLU, times its
+//      rows of W_downᵀ into the down accumulator;
+// then lm_head (the block's vocabulary rows) and the pick: each block's best (value, then lowest
+// index, over bf16-rounded logits as the kernel sequence's argmax sees them), the last block to
+// finish reduces them, writes the token, marks eos and advances positions and lengths.
+//
+// Accumulators: `deterministic` (default) keeps each element as fixed point in units of 2^-32 with
+// its count of contributions in the top six bits, added by one TMA bulk reduction a block; a
+// reader polls the elements themselves until every one holds all contributions (no counters, and
+// the integer sums do not depend on the order blocks arrive: graph replays decode the ids of eager
+// steps). The other form adds f32 by vector reductions and waits on a grid-wide counter a phase.
+// Four copies of each accumulator (block b adds into copy b % 4; a reader sums the four), two
+// parity sets (a step zeroes the set the next step uses). The step number lives on the device
+// (graph replays cannot change arguments): the last block advances it.
+//
+// Rounding as the kernel sequence (ops): each product to bf16, the residual sum to bf16, the norm
+// output to bf16 before the weight and after, silu and the gate/up product each to bf16, rotary in
+// f32 from the normed q/k rounded once, attention in f32 (flash/sdpa form) rounded once. Only the
+// order of f32 sums differs.
+//
+// Not here: batch > 1, other hidden sizes or head dims, caches over 256 positions, eager attention
+// semantics, biases (decode_step.cc plans the kernel sequence for those).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "hk/error.h"
+#include "hk/kernel_sdk_sm90.cuh"
+#include "ops/decode/decode_common.cuh"
+
+namespace hk::decode {
+namespace {
+using namespace detail;
+using bf16 = __nv_bfloat16;
+
+constexpr int kHidden = 1024, kHeadDim = 128;
+constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
+static_assert(kConsumers * 4 == kHidden, "a consumer thread owns 4 of the hidden columns");
+constexpr int kRowBytes = kHidden * 2, kRowsPerSlot = 8, kSlotBytes = kRowsPerSlot * kRowBytes;
+constexpr int kMaxSlots = 10, kMinSlots = 4, kCopies = 4;
+constexpr int kMaxCache = 256;     // positions a block holds in shared memory (a thread each)
+constexpr int kMaxSplitRows = 64;  // a block's rows in B and C
+constexpr int kMaxDims = 16;       // B's output dims a block (≥ 8 blocks a head)
+static_assert(kMaxCache <= kConsumers, "a consumer thread fetches one cache position");
+constexpr int kMaxSmem = 227 * 1024;
+
+enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
+
+struct Phase {
+  int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
+  const bf16* w[3] = {nullptr, nullptr, nullptr};
+  const bf16* norm_w = nullptr;  // A, C and the head
+  const void* acc_in = nullptr;  // the sums this phase's v adds (null: the embedding row)
+  void* acc_out = nullptr;       // B, C
+  bf16* qkv = nullptr;           // f32 form: A writes q/k/v, B reads them
+  unsigned* tagged = nullptr;    // deterministic form: q/k/v as (bf16, step tag) words
+  bf16* k_cache = nullptr;       // B
+  bf16* v_cache = nullptr;
+  const bf16* q_norm = nullptr;  // B, or null (no q/k norm)
+  const bf16* k_norm = nullptr;
+};
+
+struct StepArgs {
+  const Phase* phases;
+  int n_phases, slots, ring_offset, inflight;
+  unsigned* counters;  // [n_phases] (f32 form)
+  unsigned* epoch;     // steps done
+  unsigned* finish;    // blocks finished, all steps
+  unsigned long long* best;
+  char* acc;
+  int64_t acc_half;  // elements a parity set
+  int heads_q, heads_kv, capacity;
+  float eps, qk_eps, scale, theta, rope_scaling;
+  const float* inv_freq;
+  const bf16* embed;
+  int vocab;
+  int64_t* tokens;
+  int32_t *positions, *lengths;
+  const int32_t* key_start;
+  int32_t* done;
+  const int64_t* eos;
+  int num_eos;
+  int64_t pad;
+  float* logits_f32;
+};
+
+// ---- shared memory: fixed regions, then the K rows (capacity), then the ring ----------------
+constexpr int kOffX = 0;                                      // the phase's normed x, bf16
+constexpr int kOffXc = kOffX + kHidden * 2;                   // split-K inputs, f32
+constexpr int kOffGate = kOffXc + kMaxSplitRows * 4;          // f32
+constexpr int kOffUp = kOffGate + kMaxSplitRows * 4;          // f32
+constexpr int kOffQ = kOffUp + kMaxSplitRows * 4;             // q, f32
+constexpr int kOffScores = kOffQ + kHeadDim * 4;              // f32
+constexpr int kOffReduce = kOffScores + kMaxCache * 4;        // warp partials
+constexpr int kOffRed = kOffReduce + 4 * kConsumerWarps * 8;  // split-K staging, i64 or f32
+constexpr int kOffBars = kOffRed + kHidden * 8;               // full, empty, K
+constexpr int kOffV = kOffBars + 256;                    // the block's V dims, f32 [dim][position]
+constexpr int kOffK = kOffV + kMaxDims * kMaxCache * 4;  // K rows, bf16
+static_assert(kOffBars + (2 * kMaxSlots + 1) * 8 <= kOffV, "mbarriers fit their region");
+int ring_offset(int cache_rows) {
+  return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// A wait that never ends (a protocol bug, or a grid not co-resident) traps after seconds.
+__device__ __forceinline__ void count_tries(uint32_t& tries) {
+  if (++tries > (1u << 26)) __trap();
+}
+__device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
+  for (uint32_t tries = 0; load_acquire(c) < target;) count_tries(tries);
+}
+__device__ __forceinline__ void release_add(unsigned* c) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(c), "r"(1u) : "memory");
+}
+// Data other blocks wrote this launch, behind a counter: from L2, kept after the wait.
+__device__ __forceinline__ uint4 load_cg16(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ float load_cg_bf16(const bf16* p) {
+  unsigned short v;
+  asm volatile("ld.global.cg.u16 %0, [%1];\n" : "=h"(v) : "l"(p) : "memory");
+  return __bfloat162float(__ushort_as_bfloat16(v));
+}
+// Polled data with no counter before it: each word read whole and fresh.
+__device__ __forceinline__ uint4 load_relaxed16(const void* p) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void load_relaxed_2x64(const void* p, unsigned long long& a,
+                                                  unsigned long long& b) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"
+               : "=l"(a), "=l"(b)
+               : "l"(p)
+               : "memory");
+}
+__device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
+  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
+  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+}
+__device__ __forceinline__ void bf16x8(uint4 v, float (&f)[8]) {
+  float lo[4], hi[4];
+  bf16x4(make_uint2(v.x, v.y), lo);
+  bf16x4(make_uint2(v.z, v.w), hi);
+  for (int i = 0; i < 4; ++i) f[i] = lo[i], f[4 + i] = hi[i];
+}
+__device__ __forceinline__ float bf(float x) {
+  return __bfloat162float(__float2bfloat16_rn(x));
+}
+__host__ __device__ __forceinline__ int64_t row_begin(int64_t n, int block, int grid) {
+  const int64_t product = n * block;
+  if (product < (int64_t(1) << 32)) return int64_t(uint32_t(product) / uint32_t(grid));
+  return product / grid;
+}
+
+// ---- deterministic accumulators ---------------------------------------------------------------
+// An element: count·2^58 + Σ (2^50 + v·2^32) over its contributions, |v·2^32| < 2^50 (clamped), so
+// ≤ 63 contributions never carry into the count.
+constexpr float kFixedScale = 4294967296.f;  // 2^32
+constexpr int kTagShift = 58, kMaxTagCount = 63;
+constexpr long long kTagBias = 1ll << 50;
+__device__ __forceinline__ long long tagged_contribution(float v) {
+  long long f = llrintf(v * kFixedScale);
+  f = max(-kTagBias + 1, min(kTagBias - 1, f));
+  return (1ll << kTagShift) + kTagBias + f;
+}
+__device__ __forceinline__ unsigned step_tag(unsigned epoch) {
+  return epoch % 65535u + 1u;
+}
+
+// D += A·B on the tensor cores, m16n8k16, bf16 in, f32 accumulate
+__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Two chunks' 8 rows (rows g and g + 8 of the MMA's A) times x (bf16 in shared memory, every B
+// column a copy of it), k = 1024 in 64 MMAs. Lane (g = lane / 4, q = lane % 4) loads 16 bytes of
+// its row in each 64-byte block; odd g take each 128-byte pair's blocks in the other order, so a
+// quarter warp's two rows fall in different banks (column n = g & 1 of the result is then the one
+// whose k order matches). Row g's sums: chunk a's in ya, chunk b's in yb (lanes q == 0).
+__device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
+                                         const unsigned char* x, int lane, float& ya, float& yb) {
+  const int g = lane / 4, q = lane % 4, odd = g & 1;
+  const int sw = odd ? 64 : 0;
+  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16 + sw;
+  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16 + sw;
+  const unsigned char* xv = x + q * 16 + sw;
+  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < kHidden / 32; ++j) {
+    const int off = j * 64 - ((j & 1) ? 2 * sw : 0);
+    const uint4 wa = *reinterpret_cast<const uint4*>(ra + off);
+    const uint4 wb = *reinterpret_cast<const uint4*>(rb + off);
+    const uint4 xx = *reinterpret_cast<const uint4*>(xv + off);
+    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, xx.x, xx.y);
+    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, xx.z, xx.w);
+  }
+  ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
+  yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
+}
+
+// B's rows: head h's 128 rows of W_oᵀ over blocks [⌊grid·h/H⌋, ⌊grid·(h+1)/H⌋), so a block
+// attends one head (closed form: a search loop was ~14 % of the probe's instructions)
+__host__ __device__ inline void attend_rows(int block, int grid, int heads, int& head, int64_t& r0,
+                                            int64_t& r1) {
+  head = min((heads * (block + 1) - 1) / grid, heads - 1);
+  const int first = grid * head / heads, m = grid * (head + 1) / heads - first;
+  r0 = int64_t(head) * kHeadDim + kHeadDim * (block - first) / m;
+  r1 = int64_t(head) * kHeadDim + kHeadDim * (block - first + 1) / m;
+}
+__host__ __device__ inline void phase_rows(const Phase& ph, int block, int grid, int heads,
+                                           int64_t& r0, int64_t& r1) {
+  if (ph.kind == kAttendO) {
+    int head;
+    attend_rows(block, grid, heads, head, r0, r1);
+  } else {
+    r0 = row_begin(ph.n, block, grid), r1 = row_begin(ph.n, block + 1, grid);
+  }
+}
+
+// A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
+struct ChunkCursor {
+  const Phase* phases;
+  int n_phases, block, grid, heads;
+  int p = 0, seg = 0;
+  int64_t r = 0, r0 = 0, r1 = 0;
+  __device__ ChunkCursor(const Phase* ph, int n, int b, int g, int h)
+      : phases(ph), n_phases(n), block(b), grid(g), heads(h) {
+    enter();
+  }
+  __device__ void enter() {
+    while (p < n_phases) {
+      phase_rows(phases[p], block, grid, heads, r0, r1);
+      if (r1 > r0) break;
+      ++p;
+    }
+    r = r0;
+  }
+  __device__ bool valid() const { return p < n_phases; }
+  __device__ uint32_t bytes() const {
+    return uint32_t(min(int64_t(kRowsPerSlot), r1 - r)) * kRowBytes;
+  }
+  __device__ const bf16* source() const { return phases[p].w[seg] + r * kHidden; }
+  __device__ void advance() {
+    r += kRowsPerSlot;
+    if (r < r1) return;
+    if (++seg < phases[p].segments) {
+      r = r0;
+      return;
+    }
+    seg = 0, ++p;
+    enter();
+  }
+};
+
+// The better of two (value, index) candidates: larger value, then smaller index; index -1 = none.
+__device__ __forceinline__ void better(float& v, int& i, float ov, int oi) {
+  if (oi < 0) return;
+  if (i < 0 || ov > v || (ov == v && oi < i)) v = ov, i = oi;
+}
+// (value, index) as one integer whose order is the candidates' (value up, then index down)
+__device__ __forceinline__ unsigned long long pack_best(float v, int i) {
+  const unsigned bits = __float_as_uint(v);
+  const unsigned ordered = (bits & 0x80000000u) ? ~bits : bits | 0x80000000u;
+  return (static_cast<unsigned long long>(ordered) << 32) | (0xffffffffu - unsigned(i));
+}
+__device__ __forceinline__ int unpack_index(unsigned long long key) {
+  return int(0xffffffffu - unsigned(key & 0xffffffffu));
+}
+
+template <bool kDeterministic>
+__global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const StepArgs a) {
+  using namespace hk::sdk::cuda::sm90;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t ring = base + uint32_t(a.ring_offset);
+  const unsigned char* ring_ptr = smem + a.ring_offset;
+  bf16* x = reinterpret_cast<bf16*>(smem + kOffX);
+  float* xc = reinterpret_cast<float*>(smem + kOffXc);
+  float* gate = reinterpret_cast<float*>(smem + kOffGate);
+  float* up = reinterpret_cast<float*>(smem + kOffUp);
+  float* qs = reinterpret_cast<float*>(smem + kOffQ);
+  float* scores = reinterpret_cast<float*>(smem + kOffScores);
+  float* reduce = reinterpret_cast<float*>(smem + kOffReduce);
+  float* vbuf = reinterpret_cast<float*>(smem + kOffV);
+  unsigned char* kbuf = smem + kOffK;
+  auto full = [&](int s) { return base + kOffBars + 8 * s; };
+  auto empty = [&](int s) { return base + kOffBars + 8 * (kMaxSlots + s); };
+  const uint32_t kbar = base + kOffBars + 16 * kMaxSlots;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int grid = gridDim.x, block = blockIdx.x;
+  const int slots = a.slots, heads = a.heads_q, group = a.heads_q / a.heads_kv;
+  // the step's state: every block reads it here, and the last block to finish changes it (after
+  // every block's arrival, so after these reads)
+  const unsigned epoch = *const_cast<volatile unsigned*>(a.epoch);
+  const unsigned target = unsigned(grid) * (epoch + 1);
+  const unsigned tag = step_tag(epoch);
+  const int length = min(*const_cast<volatile int32_t*>(a.lengths), a.capacity - 1);
+  const int position = *const_cast<volatile int32_t*>(a.positions);
+  const int key_start = a.key_start != nullptr ? *const_cast<volatile int32_t*>(a.key_start) : 0;
+  const int cache_t = length + 1;  // positions attended: the cache's and the step's own
+  constexpr int acc_bytes = kDeterministic ? 8 : 4;
+  const int64_t parity_off = (epoch & 1) ? a.acc_half : 0;
+  auto acc_at = [&](const void* acc, int c, int e) {
+    return static_cast<const char*>(acc) + (parity_off + int64_t(c) * kHidden + e) * acc_bytes;
+  };
+  auto copy_count = [&](int c) { return unsigned((grid - c + kCopies - 1) / kCopies); };
+
+  if (tid == 0) {
+    for (int s = 0; s < slots; ++s) {
+      mbar_init(full(s), 1);
+      mbar_init(empty(s), kConsumerWarps);
+    }
+    mbar_init(kbar, 1);
+    fence_barrier_init();
+  }
+  {  // the other parity's accumulators, for the next step (nobody reads them this step)
+    uint4* other = reinterpret_cast<uint4*>(a.acc + ((epoch & 1) ? 0 : a.acc_half * acc_bytes));
+    const int64_t n4 = a.acc_half * acc_bytes / 16;
+    for (int64_t i = row_begin(n4, block, grid) + tid; i < row_begin(n4, block + 1, grid);
+         i += kThreads)
+      other[i] = make_uint4(0, 0, 0, 0);
+  }
+  __syncthreads();
+
+  if (warp == kConsumerWarps) {  // the producer
+    if (lane != 0) return;
+    ChunkCursor next{a.phases, a.n_phases, block, grid, heads};
+    int slot = 0, old_slot = 0, issued = 0;
+    uint32_t use = 0, old_use = 0;
+    for (; next.valid(); next.advance()) {
+      const uint32_t bytes = next.bytes();
+      if (use > 0) mbar_wait(empty(slot), (use - 1) & 1);
+      // during the layers at most `inflight` copies outstanding (the copy that many back has
+      // landed); lm_head streams uncapped (nothing synchronises behind it)
+      if (a.inflight > 0 && issued >= a.inflight && next.p < a.n_phases - 1) {
+        mbar_wait(full(old_slot), old_use & 1);
+        if (++old_slot == slots) old_slot = 0, ++old_use;
+      }
+      mbar_expect_tx(full(slot), bytes);
+      bulk_load(ring + slot * kSlotBytes, next.source(), bytes, full(slot));
+      ++issued;
+      if (++slot == slots) slot = 0, ++use;
+    }
+    return;
+  }
+
+  auto sync = [] { named_sync(1, kConsumers); };
+  struct RingPos {
+    int slot;
+    uint32_t use;
+    __device__ uint32_t parity() const { return use & 1; }
+    __device__ RingPos after(int slots) const {
+      return slot + 1 == slots ? RingPos{0, use + 1} : RingPos{slot + 1, use};
+    }
+  };
+  RingPos next{0, 0};
+  // `rows` rows of the next chunks times x, a warp a pair of chunks (pair p to warp p % 8);
+  // sink(row, y) on lanes q == 0. Every warp waits on and arrives at every chunk, in order, so no
+  // warp falls a lap behind a slot.
+  auto rows_product = [&](int rows, auto&& sink) {
+    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+    for (int i = 0; i < chunks; i += 2) {
+      const bool two = i + 1 < chunks;
+      const RingPos pa = next, pb = two ? next.after(slots) : next;
+      mbar_wait(full(pa.slot), pa.parity());
+      if (two) mbar_wait(full(pb.slot), pb.parity());
+      if ((i / 2) % kConsumerWarps == warp) {
+        float ya, yb;
+        rows_mma(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
+                 reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
+        const int g = lane / 4;
+        if (lane % 4 == 0 && i * kRowsPerSlot + g < rows) sink(i * kRowsPerSlot + g, ya);
+        if (lane % 4 == 0 && two && (i + 1) * kRowsPerSlot + g < rows)
+          sink((i + 1) * kRowsPerSlot + g, yb);
+      }
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(empty(pa.slot));
+        if (two) mbar_arrive(empty(pb.slot));
+      }
+      next = pb.after(slots);
+    }
+  };
+  // `rows` rows c of the next chunks times xc[c], every thread its 4 of the 1024 columns, added
+  // into this block's accumulator copy
+  auto split_k = [&](int rows, void* acc_out) {
+    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+    float acc[4] = {0, 0, 0, 0};
+    for (int i = 0; i < chunks; ++i) {
+      const RingPos pa = next;
+      next = next.after(slots);
+      mbar_wait(full(pa.slot), pa.parity());
+      // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
+      // hold earlier weights, finite), so no branch
+      const unsigned char* w = ring_ptr + pa.slot * kSlotBytes + tid * 8;
+#pragma unroll
+      for (int r = 0; r < kRowsPerSlot; ++r) {
+        float f[4];
+        bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
+        const float c = xc[i * kRowsPerSlot + r];
+        for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c, acc[e]);
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(empty(pa.slot));
+    }
+    char* dst = const_cast<char*>(acc_at(acc_out, block % kCopies, 0));
+    if constexpr (!kDeterministic) {
+      asm volatile(
+          "red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + tid * 16),
+          "f"(acc[0]), "f"(acc[1]), "f"(acc[2]), "f"(acc[3])
+          : "memory");
+    } else {
+      // one bulk reduction a block (the TMA unit adds the 8 KB at L2)
+      long long* st = reinterpret_cast<long long*>(smem + kOffRed) + tid * 4;
+      for (int e = 0; e < 4; ++e) st[e] = tagged_contribution(acc[e]);
+      fence_proxy_async();
+      sync();
+      if (tid == 0) {
+        bulk_reduce_add_u64(dst, base + kOffRed, kHidden * 8);
+        bulk_commit();
+        bulk_wait_read_all();  // the staging buffer is free again; the adds land on their own
+      }
+    }
+  };
+
+  float vkeep[4] = {0, 0, 0, 0};  // this thread's 4 elements of the last v: the next residual
+  int attend_uses = 0;
+  // warp 0's rotary factors in B: lane l holds elements 8·(l % 16) … + 7 of q (l < 16) or of the
+  // step's k (l ≥ 16); the same position in every layer
+  float rope_c[8], rope_s[8];
+  if (warp == 0)
+    for (int i = 0; i < 8; ++i) {
+      const int j = ((lane % 16) * 8 + i) % (kHeadDim / 2);
+      const float angle = float(position) * inverse_frequency(a.inv_freq, a.theta, j, kHeadDim);
+      rope_c[i] = cosf(angle) * a.rope_scaling;
+      rope_s[i] = sinf(angle) * a.rope_scaling;
+    }
+  // the greedy pick: this thread's best of the logits it made
+  float best_v = -INFINITY;
+  int best_i = -1;
+
+  // each phase's descriptor is loaded a phase early: its first fields are otherwise an L2 round
+  // trip at the head of every phase
+  Phase ph_next = a.phases[0];
+  for (int p = 0; p < a.n_phases; ++p) {
+    const Phase ph = ph_next;
+    if (p + 1 < a.n_phases) ph_next = a.phases[p + 1];
+    int64_t r0, r1;
+    phase_rows(ph, block, grid, heads, r0, r1);
+    const int rows = int(r1 - r0);
+    // before any wait: what no phase of this step writes — norm weights, q/k norm weights, and in
+    // a q/k/v phase the cache rows of the B after it (K's by bulk copies issued below, the block's
+    // dims of V into registers, stored after this phase's products)
+    int head = 0, g = 0, d0 = 0;
+    float gw[4] = {0, 0, 0, 0};
+    uint4 qk_w = make_uint4(0, 0, 0, 0);
+    if (ph.kind == kAttendO) {
+      attend_rows(block, grid, heads, head, r0, r1);
+      g = head / group, d0 = int(r0 - int64_t(head) * kHeadDim);
+      if (warp == 0 && ph.q_norm != nullptr)
+        qk_w = __ldg(
+            reinterpret_cast<const uint4*>((lane < 16 ? ph.q_norm : ph.k_norm) + (lane % 16) * 8));
+    } else {
+      bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
+    }
+    const bool prefetch = p + 1 < a.n_phases && ph_next.kind == kAttendO;
+    unsigned short vpre[kMaxDims];
+    int next_dims = 0, next_g = 0;
+    if (prefetch) {
+      int nh;
+      int64_t n0, n1;
+      attend_rows(block, grid, heads, nh, n0, n1);
+      next_g = nh / group;
+      const int nd0 = int(n0 - int64_t(nh) * kHeadDim);
+      next_dims = int(n1 - n0);
+      if (tid == 0 && length > 0) mbar_expect_tx(kbar, uint32_t(length) * kHeadDim * 2);
+      const unsigned short* vrow = reinterpret_cast<const unsigned short*>(ph_next.v_cache) +
+                                   (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + nd0;
+#pragma unroll
+      for (int d = 0; d < kMaxDims; ++d)
+        if (d < next_dims && tid < length) vpre[d] = __ldg(vrow + d);
+    }
+    if (!kDeterministic && p > 0) {
+      if (tid == 0) wait_count(a.counters + p - 1, target);
+      sync();
+    }
+    if (ph.kind == kAttendO) {
+      // the step's q, own k and the block's dims of its own v, then (warp 0) q/k norm and rotary
+      // and the cache rows, the scores a thread a position, softmax, and the block's dims of the
+      // output a warp a dim
+      if constexpr (kDeterministic) {
+        const unsigned* tq = ph.tagged + head * kHeadDim;
+        const unsigned* tk = ph.tagged + heads * kHeadDim + g * kHeadDim;
+        const unsigned* tv = tk + a.heads_kv * kHeadDim;
+        if (tid < 32) {
+          const unsigned* src = tid < 16 ? tq + tid * 8 : tk + (tid - 16) * 8;
+          uint4 u, w;
+          for (uint32_t tries = 0;;) {
+            u = load_relaxed16(src), w = load_relaxed16(src + 4);
+            if ((u.x >> 16) == tag && (u.y >> 16) == tag && (u.z >> 16) == tag &&
+                (u.w >> 16) == tag && (w.x >> 16) == tag && (w.y >> 16) == tag &&
+                (w.z >> 16) == tag && (w.w >> 16) == tag)
+              break;
+            count_tries(tries);
+          }
+          const unsigned words[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+          if (tid < 16) {
+            for (int i = 0; i < 8; ++i)
+              qs[tid * 8 + i] = __uint_as_float((words[i] & 0xffffu) << 16);
+          } else {
+            uint4 packed;
+            packed.x = (words[0] & 0xffffu) | (words[1] << 16);
+            packed.y = (words[2] & 0xffffu) | (words[3] << 16);
+            packed.z = (words[4] & 0xffffu) | (words[5] << 16);
+            packed.w = (words[6] & 0xffffu) | (words[7] << 16);
+            *reinterpret_cast<uint4*>(kbuf + length * kHeadDim * 2 + (tid - 16) * 16) = packed;
+          }
+        } else if (tid - 32 < rows) {
+          unsigned w;
+          for (uint32_t tries = 0;;) {
+            w = load_relaxed(tv + d0 + tid - 32);
+            if ((w >> 16) == tag) break;
+            count_tries(tries);
+          }
+          vbuf[(tid - 32) * kMaxCache + length] = __uint_as_float((w & 0xffffu) << 16);
+        }
+      } else {
+        const bf16* q = ph.qkv + head * kHeadDim;
+        const bf16* k_new = ph.qkv + heads * kHeadDim + g * kHeadDim;
+        const bf16* v_new = ph.qkv + (heads + a.heads_kv) * kHeadDim + g * kHeadDim;
+        if (tid < 16) {
+          float f[8];
+          bf16x8(load_cg16(q + tid * 8), f);
+          for (int i = 0; i < 8; ++i) qs[tid * 8 + i] = f[i];
+        } else if (tid < 32) {
+          *reinterpret_cast<uint4*>(kbuf + length * kHeadDim * 2 + (tid - 16) * 16) =
+              load_cg16(k_new + (tid - 16) * 8);
+        } else if (tid - 32 < rows) {
+          vbuf[(tid - 32) * kMaxCache + length] = load_cg_bf16(v_new + d0 + tid - 32);
+        }
+      }
+      __syncwarp();
+      if (warp == 0) {
+        // each half warp one head vector: RMSNorm (f32; ×r rounded, ×w rounded), then the
+        // rotation in f32 rounded once; rotate_half pairs element d with d ± 64: lane ± 8's slot
+        float e[8];
+        unsigned char* krow = kbuf + length * kHeadDim * 2 + (lane % 16) * 16;
+        if (lane < 16) {
+          for (int i = 0; i < 8; ++i) e[i] = qs[lane * 8 + i];
+        } else {
+          bf16x8(*reinterpret_cast<const uint4*>(krow), e);
+        }
+        if (ph.q_norm != nullptr) {
+          float w[8];
+          bf16x8(qk_w, w);
+          float ss = 0;
+          for (int i = 0; i < 8; ++i) ss += e[i] * e[i];
+          for (int o = 8; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+          const float r = rsqrtf(ss / float(kHeadDim) + a.qk_eps);
+          for (int i = 0; i < 8; ++i) e[i] = bf(bf(e[i] * r) * w[i]);
+        }
+        const bool low = lane % 16 < 8;  // elements 0 … 63: x·c − x[d + 64]·s
+        float out[8];
+        for (int i = 0; i < 8; ++i) {
+          const float partner = __shfl_xor_sync(0xffffffffu, e[i], 8);
+          out[i] =
+              low ? e[i] * rope_c[i] - partner * rope_s[i] : e[i] * rope_c[i] + partner * rope_s[i];
+        }
+        if (lane < 16) {
+          for (int i = 0; i < 8; ++i) qs[lane * 8 + i] = bf(out[i]);
+        } else {
+          uint4 packed;
+          __nv_bfloat162* pk = reinterpret_cast<__nv_bfloat162*>(&packed);
+          for (int i = 0; i < 4; ++i) pk[i] = __floats2bfloat162_rn(out[2 * i], out[2 * i + 1]);
+          *reinterpret_cast<uint4*>(krow) = packed;
+          // the step's k row into the cache: by the first block of the group's first head
+          if (head % group == 0 && block == grid * head / heads)
+            *reinterpret_cast<uint4*>(ph.k_cache + (int64_t(length) * a.heads_kv + g) * kHeadDim +
+                                      (lane - 16) * 8) = packed;
+        }
+      }
+      // the block's dims of the step's v row into the cache (the group's heads write the same)
+      if (tid >= 32 && tid - 32 < rows)
+        ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] =
+            __float2bfloat16_rn(vbuf[(tid - 32) * kMaxCache + length]);
+      if (tid == 0 && length > 0) mbar_wait(kbar, uint32_t(attend_uses) & 1);
+      ++attend_uses;
+      sync();
+      const float scale = a.scale;
+      float m = -INFINITY;
+      for (int t = tid; t < cache_t; t += kConsumers) {
+        const unsigned char* krow = kbuf + t * kHeadDim * 2;
+        float sc[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+          const int piece = (i + t) & 15;  // a rotated order: no bank conflicts in a quarter warp
+          const uint4 kq = *reinterpret_cast<const uint4*>(krow + piece * 16);
+          const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&kq);
+          const float4 qa = *reinterpret_cast<const float4*>(qs + piece * 8);
+          const float4 qb = *reinterpret_cast<const float4*>(qs + piece * 8 + 4);
+          const float2 k0 = __bfloat1622float2(e[0]), k1 = __bfloat1622float2(e[1]);
+          const float2 k2 = __bfloat1622float2(e[2]), k3 = __bfloat1622float2(e[3]);
+          sc[i & 1] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y;
+          sc[i & 1] += qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
+        }
+        const float sv = t < key_start ? -INFINITY : (sc[0] + sc[1]) * scale;
+        scores[t] = sv;
+        m = fmaxf(m, sv);
+      }
+      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+      if (lane == 0) reduce[warp] = m;
+      sync();
+      m = reduce[0];
+      for (int w = 1; w < kConsumerWarps; ++w) m = fmaxf(m, reduce[w]);
+      float l = 0;
+      for (int t = tid; t < cache_t; t += kConsumers) l += (scores[t] = __expf(scores[t] - m));
+      for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
+      if (lane == 0) reduce[kConsumerWarps + warp] = l;
+      sync();
+      l = 0;
+      for (int w = 0; w < kConsumerWarps; ++w) l += reduce[kConsumerWarps + w];
+      if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
+      for (int d = warp; d < rows; d += kConsumerWarps) {
+        float o = 0;
+        for (int t = lane; t < cache_t; t += 32) o += scores[t] * vbuf[d * kMaxCache + t];
+        for (int s = 16; s > 0; s /= 2) o += __shfl_xor_sync(0xffffffffu, o, s);
+        if (lane == 0) xc[d] = bf(o / l);
+      }
+      sync();
+      split_k(rows, ph.acc_out);
+    } else {
+      // v: 4 elements a thread — the embedding row (phase 0), else the residual from registers
+      // plus the sums of the phase before (one round trip; polled in the deterministic form)
+      float v[4];
+      if (ph.acc_in == nullptr) {
+        int64_t token = *const_cast<volatile int64_t*>(a.tokens);
+        token = token < 0 || token >= a.vocab ? 0 : token;
+        bf16x4(__ldg(reinterpret_cast<const uint2*>(a.embed + token * kHidden) + tid), v);
+      } else {
+        float sum[4] = {0, 0, 0, 0};
+        if constexpr (kDeterministic) {
+          unsigned long long e[kCopies][4];
+          for (uint32_t tries = 0;;) {
+            bool complete = true;
+#pragma unroll
+            for (int c = 0; c < kCopies; ++c) {
+              const char* at = acc_at(ph.acc_in, c, tid * 4);
+              load_relaxed_2x64(at, e[c][0], e[c][1]);
+              load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
+            }
+#pragma unroll
+            for (int c = 0; c < kCopies; ++c)
+              for (int k = 0; k < 4; ++k)
+                complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
+            if (complete) break;
+            count_tries(tries);
+          }
+          long long isum[4] = {0, 0, 0, 0};
+#pragma unroll
+          for (int c = 0; c < kCopies; ++c)
+            for (int k = 0; k < 4; ++k)
+              isum[k] += static_cast<long long>(e[c][k] & ((1ull << kTagShift) - 1)) -
+                         static_cast<long long>(copy_count(c)) * kTagBias;
+          for (int k = 0; k < 4; ++k) sum[k] = float(double(isum[k]) * (1.0 / 4294967296.0));
+        } else {
+          uint4 part[kCopies];
+#pragma unroll
+          for (int c = 0; c < kCopies; ++c) part[c] = load_cg16(acc_at(ph.acc_in, c, tid * 4));
+#pragma unroll
+          for (int c = 0; c < kCopies; ++c) {
+            sum[0] += __uint_as_float(part[c].x), sum[1] += __uint_as_float(part[c].y);
+            sum[2] += __uint_as_float(part[c].z), sum[3] += __uint_as_float(part[c].w);
+          }
+        }
+        for (int e = 0; e < 4; ++e) v[e] = bf(vkeep[e] + bf(sum[e]));
+      }
+      for (int e = 0; e < 4; ++e) vkeep[e] = v[e];
+      float ss = v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3];
+      for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (lane == 0) reduce[warp] = ss;
+      sync();
+      float total = 0;
+      for (int w = 0; w < kConsumerWarps; ++w) total += reduce[w];
+      const float r = rsqrtf(total / float(kHidden) + a.eps);
+      for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
+      sync();
+      // the next B's K rows (a position a thread; thread 0 armed the barrier before the wait):
+      // issued after this barrier, so the previous B is done reading them
+      if (prefetch && tid < length)
+        bulk_load(base + kOffK + tid * kHeadDim * 2,
+                  ph_next.k_cache + (int64_t(tid) * a.heads_kv + next_g) * kHeadDim, kHeadDim * 2,
+                  kbar);
+      if (ph.kind == kQkv) {
+        if constexpr (kDeterministic) {
+          unsigned* out = ph.tagged + r0;
+          rows_product(rows, [&](int row, float y) {
+            out[row] = __bfloat16_as_ushort(__float2bfloat16_rn(y)) | (tag << 16);
+          });
+        } else {
+          bf16* out = ph.qkv + r0;
+          rows_product(rows, [&](int row, float y) { out[row] = __float2bfloat16_rn(y); });
+        }
+      } else if (ph.kind == kMlp) {
+        rows_product(rows, [&](int row, float y) { gate[row] = y; });
+        rows_product(rows, [&](int row, float y) { up[row] = y; });
+        sync();
+        if (tid < rows) {
+          const float gg = bf(gate[tid]);
+          xc[tid] = bf(bf(gg * __frcp_rn(1.0f + expf(-gg))) * bf(up[tid]));
+        } else if (tid < kMaxSplitRows) {
+          xc[tid] = 0.f;  // split_k reads whole slots
+        }
+        sync();
+        split_k(rows, ph.acc_out);
+      } else {  // lm_head: the logits as the kernel sequence rounds them
+        float* logits = a.logits_f32;
+        rows_product(rows, [&](int row, float y) {
+          const float value = bf(y);
+          if (logits != nullptr) logits[r0 + row] = value;
+          better(best_v, best_i, value, int(r0 + row));
+        });
+      }
+    }
+    if (prefetch && tid < length)
+#pragma unroll
+      for (int d = 0; d < kMaxDims; ++d)
+        if (d < next_dims)
+          vbuf[d * kMaxCache + tid] = __bfloat162float(__ushort_as_bfloat16(vpre[d]));
+    sync();
+    // (the barrier above ordered the block's reductions and stores before the release)
+    if (!kDeterministic && tid == 0 && p + 1 < a.n_phases) release_add(a.counters + p);
+  }
+
+  // the pick: each block's best, then the last block to finish reduces them and keeps the books
+  const bool greedy = a.logits_f32 == nullptr;
+  int* is_last = reinterpret_cast<int*>(reduce) + 4 * kConsumerWarps;
+  if (greedy) {
+    for (int o = 16; o > 0; o /= 2) {
+      const float ov = __shfl_xor_sync(0xffffffffu, best_v, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, best_i, o);
+      better(best_v, best_i, ov, oi);
+    }
+    if (lane == 0) {
+      reduce[warp] = best_v;
+      reinterpret_cast<int*>(reduce)[kConsumerWarps + warp] = best_i;
+    }
+    sync();
+  }
+  if (tid == 0) {
+    if (greedy) {
+      for (int w = 1; w < kConsumerWarps; ++w)
+        better(best_v, best_i, reduce[w], reinterpret_cast<int*>(reduce)[kConsumerWarps + w]);
+      a.best[block] = best_i < 0 ? 0ull : pack_best(best_v, best_i);
+    }
+    __threadfence();
+    *is_last = atomicAdd(a.finish, 1u) == target - 1;
+  }
+  sync();
+  if (!*is_last) return;
+  __threadfence();
+  unsigned long long key = 0;
+  if (greedy) {
+    for (int q = tid; q < grid; q += kConsumers) key = max(key, __ldcg(a.best + q));
+    for (int o = 16; o > 0; o /= 2) key = max(key, __shfl_xor_sync(0xffffffffu, key, o));
+    if (lane == 0) reinterpret_cast<unsigned long long*>(smem + kOffRed)[warp] = key;
+    sync();
+  }
+  if (tid != 0) return;
+  if (greedy) {
+    for (int w = 0; w < kConsumerWarps; ++w)
+      key = max(key, reinterpret_cast<unsigned long long*>(smem + kOffRed)[w]);
+    const bool finished = *a.done != 0;
+    const int64_t token = finished ? a.pad : (key == 0 ? 0 : unpack_index(key));
+    if (!finished)
+      for (int e = 0; e < a.num_eos; ++e)
+        if (token == a.eos[e]) *a.done = 1;
+    *a.tokens = token;
+  }
+  *a.positions += 1;
+  *a.lengths += 1;
+  *a.epoch = epoch + 1;
+}
+
+// ---- host ------------------------------------------------------------------------------------
+struct Layout {  // the workspace
+  size_t phases = 0, counters = 0, epoch = 0, finish = 0, best = 0, tagged = 0, qkv = 0, acc = 0;
+  size_t total = 0;
+  int n_phases = 0, grid = 0;
+  int64_t acc_half = 0;  // elements a parity set
+};
+Layout layout_of(const PersistentStepParams& p) {
+  Layout l;
+  l.n_phases = static_cast<int>(3 * p.layers.size() + 1);
+  l.grid = device_sm_count();
+  const int64_t qkv_width = (p.heads_q + 2 * p.heads_kv) * p.head_dim;
+  auto take = [&](size_t bytes) {
+    const size_t at = l.total;
+    l.total += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  l.phases = take(sizeof(Phase) * l.n_phases);
+  l.counters = take(sizeof(unsigned) * l.n_phases);
+  l.epoch = take(sizeof(unsigned));
+  l.finish = take(sizeof(unsigned));
+  l.best = take(sizeof(unsigned long long) * l.grid);
+  l.tagged = take(p.deterministic ? sizeof(unsigned) * qkv_width * p.layers.size() : 0);
+  l.qkv = take(p.deterministic ? 0 : 2 * qkv_width);
+  l.acc_half = int64_t(2 * p.layers.size()) * kCopies * kHidden;  // o and down, each layer
+  l.acc = take(size_t(2 * l.acc_half) * (p.deterministic ? 8 : 4));
+  return l;
+}
+int cache_rows(const PersistentStepParams& p) {
+  return static_cast<int>(std::min<int64_t>(p.capacity, kMaxCache));
+}
+int slots_for(const PersistentStepParams& p) {
+  return std::min(kMaxSlots, (kMaxSmem - ring_offset(cache_rows(p))) / kSlotBytes);
+}
+
+}  // namespace
+
+std::string persistent_step_unsupported(const PersistentStepParams& p) {
+  if (!detail::device_is_sm90_or_later()) return "it needs sm_90 (bulk copies)";
+  if (p.hidden != kHidden || p.head_dim != kHeadDim)
+    return "it serves hidden size " + std::to_string(kHidden) + " and head dim " +
+           std::to_string(kHeadDim) + ", not " + std::to_string(p.hidden) + " and " +
+           std::to_string(p.head_dim);
+  if (p.layers.empty()) return "the model has no layers";
+  if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0)
+    return "q heads are not a multiple of kv heads";
+  const int grid = device_sm_count();
+  if (grid > kConsumers) return "it serves up to 256 SMs";
+  if (grid < p.heads_q * (kHeadDim / kMaxDims))
+    return "a q head needs at least " + std::to_string(kHeadDim / kMaxDims) + " SMs (" +
+           std::to_string(p.heads_q) + " heads, " + std::to_string(grid) + " SMs)";
+  if ((p.inter + grid - 1) / grid > kMaxSplitRows)
+    return "intermediate size " + std::to_string(p.inter) + " is over " +
+           std::to_string(kMaxSplitRows) + " rows an SM";
+  if (p.capacity < 1 || p.capacity > kMaxCache)
+    return "it holds a cache of up to " + std::to_string(kMaxCache) + " positions, not " +
+           std::to_string(p.capacity);
+  if (p.vocab < 1 || p.vocab > (int64_t(1) << 30)) return "vocabulary size out of range";
+  if (p.deterministic && (grid + kCopies - 1) / kCopies > kMaxTagCount)
+    return "too many SMs for the deterministic accumulators";
+  for (const PersistentLayer& l : p.layers) {
+    if ((l.q_norm == nullptr) != (l.k_norm == nullptr)) return "a layer has only one of q/k norm";
+    for (const void* w : {l.qkv, l.o_t, l.gate, l.up, l.down_t, l.input_norm, l.post_norm,
+                          static_cast<const void*>(l.k_cache), static_cast<const void*>(l.v_cache)})
+      if (w == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0)
+        return "a layer's weights or caches are missing or not 16-byte aligned";
+  }
+  for (const void* w : {p.embed, p.lm_head, p.final_norm})
+    if (w == nullptr || reinterpret_cast<uintptr_t>(w) % 16 != 0)
+      return "the embedding, lm_head or final norm is missing or not 16-byte aligned";
+  if (slots_for(p) < kMinSlots) return "shared memory too small for its ring";
+  return "";
+}
+
+size_t persistent_step_workspace_bytes(const PersistentStepParams& p) {
+  return layout_of(p).total;
+}
+
+void persistent_step_prepare(const PersistentStepParams& p, Stream stream) {
+  if (std::string why = persistent_step_unsupported(p); !why.empty())
+    throw Unsupported("decode persistent step: " + why);
+  if (p.workspace == nullptr)
+    throw InvalidArgument("decode persistent step: no workspace (persistent_step_workspace_bytes)");
+  const Layout l = layout_of(p);
+  char* ws = static_cast<char*>(p.workspace);
+  const int64_t qkv_width = (p.heads_q + 2 * p.heads_kv) * p.head_dim;
+  const size_t acc_bytes = p.deterministic ? 8 : 4;
+  auto acc = [&](size_t index) {  // accumulator `index`'s kCopies copies, parity 0
+    return ws + l.acc + index * kCopies * kHidden * acc_bytes;
+  };
+  auto b16 = [](const void* q) { return static_cast<const bf16*>(q); };
+  std::vector<Phase> phases;
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    const PersistentLayer& w = p.layers[i];
+    unsigned* tagged =
+        p.deterministic ? reinterpret_cast<unsigned*>(ws + l.tagged) + i * qkv_width : nullptr;
+    bf16* qkv = p.deterministic ? nullptr : reinterpret_cast<bf16*>(ws + l.qkv);
+    Phase qkv_phase, attend, mlp;
+    qkv_phase.kind = kQkv, qkv_phase.n = static_cast<int>(qkv_width), qkv_phase.segments = 1;
+    qkv_phase.w[0] = b16(w.qkv), qkv_phase.norm_w = b16(w.input_norm);
+    qkv_phase.acc_in = i == 0 ? nullptr : acc(2 * i - 1);
+    qkv_phase.tagged = tagged, qkv_phase.qkv = qkv;
+    attend.kind = kAttendO, attend.n = static_cast<int>(p.heads_q * p.head_dim);
+    attend.segments = 1, attend.w[0] = b16(w.o_t), attend.acc_out = acc(2 * i);
+    attend.tagged = tagged, attend.qkv = qkv;
+    attend.k_cache = static_cast<bf16*>(w.k_cache), attend.v_cache = static_cast<bf16*>(w.v_cache);
+    attend.q_norm = b16(w.q_norm), attend.k_norm = b16(w.k_norm);
+    mlp.kind = kMlp, mlp.n = static_cast<int>(p.inter), mlp.segments = 3;
+    mlp.w[0] = b16(w.gate), mlp.w[1] = b16(w.up), mlp.w[2] = b16(w.down_t);
+    mlp.norm_w = b16(w.post_norm), mlp.acc_in = acc(2 * i), mlp.acc_out = acc(2 * i + 1);
+    phases.push_back(qkv_phase), phases.push_back(attend), phases.push_back(mlp);
+  }
+  Phase head;
+  head.kind = kHead, head.n = static_cast<int>(p.vocab), head.segments = 1;
+  head.w[0] = b16(p.lm_head), head.norm_w = b16(p.final_norm);
+  head.acc_in = acc(2 * p.layers.size() - 1);
+  phases.push_back(head);
+  const cudaStream_t s = native(stream);
+  HK_CUDA_CHECK(cudaMemsetAsync(ws, 0, l.total, s));
+  HK_CUDA_CHECK(cudaMemcpyAsync(ws + l.phases, phases.data(), phases.size() * sizeof(Phase),
+                                cudaMemcpyHostToDevice, s));
+  HK_CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void persistent_step(const PersistentStepParams& p, Stream stream) {
+  const Layout l = layout_of(p);
+  char* ws = static_cast<char*>(p.workspace);
+  StepArgs a{};
+  a.phases = reinterpret_cast<const Phase*>(ws + l.phases);
+  a.n_phases = l.n_phases;
+  a.slots = slots_for(p);
+  a.ring_offset = ring_offset(cache_rows(p));
+  a.inflight = 1;  // one 16 KB copy outstanding a block during the layers (hk_bench_split_step)
+  a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
+  a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
+  a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
+  a.best = reinterpret_cast<unsigned long long*>(ws + l.best);
+  a.acc = ws + l.acc;
+  a.acc_half = l.acc_half;
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.capacity = static_cast<int>(p.capacity);
+  a.eps = p.eps;
+  a.qk_eps = p.qk_eps;
+  a.scale = p.scale > 0.0f ? p.scale : 1.0f / std::sqrt(static_cast<float>(p.head_dim));
+  a.theta = p.rope_theta;
+  a.rope_scaling = p.attention_scaling;
+  a.inv_freq = p.inv_freq;
+  a.embed = static_cast<const bf16*>(p.embed);
+  a.vocab = static_cast<int>(p.vocab);
+  a.tokens = p.tokens;
+  a.positions = p.positions;
+  a.lengths = p.lengths;
+  a.key_start = p.key_start;
+  a.done = p.done;
+  a.eos = p.eos;
+  a.num_eos = p.num_eos;
+  a.pad = p.pad_id;
+  a.logits_f32 = p.logits_f32;
+  const size_t smem = static_cast<size_t>(a.ring_offset) + size_t(a.slots) * kSlotBytes;
+  void (*kernel)(const StepArgs) =
+      p.deterministic ? persistent_step_kernel<true> : persistent_step_kernel<false>;
+  allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(l.grid));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = native(stream);
+  // cooperative: every block resident at once (blocks wait on each other's sums)
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeCooperative;
+  attribute[0].val.cooperative = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+}
+
+}  // namespace hk::decode
