@@ -598,6 +598,87 @@ TEST(DeviceDecode, FusedStepGivesTheLogitsOfTheModelForward) {
         }
 }
 
+TEST(DeviceDecode, SeededSamplingRepeatsOnTheDeviceStep) {
+  HK_REQUIRE_REAL_CUDA();
+  CausalLM model = load(fixture("qwen3-tiny-bf16"), DType::BF16);
+  auto prompts = random_prompts(model.config().vocab_size, 3, 4, 9, 3);
+  GenerateOptions o{.max_new_tokens = 10,
+                    .do_sample = true,
+                    .temperature = 0.8,
+                    .top_k = 50,
+                    .seed = 9,
+                    .eos_token_ids = std::vector<int64_t>{}};
+  auto a = model.generate(prompts, o);
+  EXPECT_EQ(a.timings.decode_path, "cuda-graph") << a.timings.decode_note;
+  EXPECT_EQ(model.generate(prompts, o).sequences, a.sequences);
+  o.cuda_graphs = false;
+  EXPECT_EQ(model.generate(prompts, o).sequences, a.sequences);
+}
+
+fs::path nocapture_kernel_dir() {
+  const char* bin = std::getenv("HK_BINARY_DIR");
+  fs::path root = fs::path(bin ? bin : ".") / "decode-test-hub" / "kernels-community" /
+                  "test-nocapture-rmsnorm";
+  if (!fs::exists(root)) return {};
+  for (auto& e : fs::recursive_directory_iterator(root))
+    if (e.path().filename() == "metadata.json") return e.path().parent_path();
+  return {};
+}
+
+TEST(DeviceDecode, NonCaptureKernelFallsBackWithItsReasonAndDecodesTheSameIds) {
+  HK_REQUIRE_REAL_CUDA();
+  const fs::path kernel = nocapture_kernel_dir();
+  ASSERT_FALSE(kernel.empty()) << "build hk_publish_decode_test_hub first";
+  const std::string dir = fixture("qwen3-tiny-bf16");
+  auto prompts = random_prompts(3008, 8, 3, 17, 21);
+  GenerateOptions o{.max_new_tokens = 16, .eos_token_ids = std::vector<int64_t>{}};
+  o.cuda_graphs = false;
+  const auto builtin = load(dir, DType::BF16).generate(prompts, o).sequences;
+
+  KernelConfig config{{{"RMSNorm", kernel.string() + ":RMSNorm"}}};
+  config.use_local_kernel = true;
+  config.inherit_mapping = false;  // only this kernel: the rest stays built-in
+  LoadOptions capture;
+  capture.kernel_config = config;
+  capture.kernelize_capture = true;
+  CausalLM model = load(dir, DType::BF16, capture);
+  const KernelizeReport* report = model.kernelize_report();
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->mode, Mode::Inference | Mode::Capture);
+  size_t norms = 0;
+  for (const LayerDecision& d : report->layers) {
+    if (d.layer != "RMSNorm") continue;
+    ++norms;
+    EXPECT_TRUE(d.kernel.empty()) << d.path << " " << d.kernel;
+    EXPECT_NE(d.reason.find("not inference|capture"), std::string::npos)
+        << d.path << ": " << d.reason;
+  }
+  EXPECT_GT(norms, 0u);
+  o.cuda_graphs = true;
+  GenerateOutput out = model.generate(prompts, o);
+  EXPECT_EQ(out.timings.decode_path, "cuda-graph") << out.timings.decode_note;
+  EXPECT_EQ(out.sequences, builtin);
+
+  // Kernelized for Inference only, the kernel is bound and the step stays out of the graph.
+  LoadOptions plain;
+  plain.kernel_config = config;
+  CausalLM bound = load(dir, DType::BF16, plain);
+  size_t bound_norms = 0;
+  for (const LayerDecision& d : bound.kernelize_report()->layers)
+    bound_norms += d.layer == "RMSNorm" && !d.kernel.empty();
+  EXPECT_EQ(bound_norms, norms);
+  GenerateOutput refused = bound.generate(prompts, o);
+  EXPECT_EQ(refused.timings.decode_path, "device");
+  EXPECT_NE(refused.timings.decode_note.find("does not declare CUDA-graph capture safety"),
+            std::string::npos)
+      << refused.timings.decode_note;
+  for (const auto& row : refused.sequences) EXPECT_EQ(row.size(), 16u);
+}
+
+// ---- the persistent step (HK_DECODE_PERSISTENT), last: a kernel that traps ends the process's
+// CUDA context, and the tests above have run by then
+// -------------------------------------------------
+
 // HK_DECODE_PERSISTENT for the scope of one test (the plan reads it when a session is made).
 class PersistentStepEnv {
  public:
@@ -719,83 +800,6 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
   EXPECT_NE(out.timings.decode_note.find("persistent step not used: it serves hidden size 1024"),
             std::string::npos)
       << out.timings.decode_note;
-}
-
-TEST(DeviceDecode, SeededSamplingRepeatsOnTheDeviceStep) {
-  HK_REQUIRE_REAL_CUDA();
-  CausalLM model = load(fixture("qwen3-tiny-bf16"), DType::BF16);
-  auto prompts = random_prompts(model.config().vocab_size, 3, 4, 9, 3);
-  GenerateOptions o{.max_new_tokens = 10,
-                    .do_sample = true,
-                    .temperature = 0.8,
-                    .top_k = 50,
-                    .seed = 9,
-                    .eos_token_ids = std::vector<int64_t>{}};
-  auto a = model.generate(prompts, o);
-  EXPECT_EQ(a.timings.decode_path, "cuda-graph") << a.timings.decode_note;
-  EXPECT_EQ(model.generate(prompts, o).sequences, a.sequences);
-  o.cuda_graphs = false;
-  EXPECT_EQ(model.generate(prompts, o).sequences, a.sequences);
-}
-
-fs::path nocapture_kernel_dir() {
-  const char* bin = std::getenv("HK_BINARY_DIR");
-  fs::path root = fs::path(bin ? bin : ".") / "decode-test-hub" / "kernels-community" /
-                  "test-nocapture-rmsnorm";
-  if (!fs::exists(root)) return {};
-  for (auto& e : fs::recursive_directory_iterator(root))
-    if (e.path().filename() == "metadata.json") return e.path().parent_path();
-  return {};
-}
-
-TEST(DeviceDecode, NonCaptureKernelFallsBackWithItsReasonAndDecodesTheSameIds) {
-  HK_REQUIRE_REAL_CUDA();
-  const fs::path kernel = nocapture_kernel_dir();
-  ASSERT_FALSE(kernel.empty()) << "build hk_publish_decode_test_hub first";
-  const std::string dir = fixture("qwen3-tiny-bf16");
-  auto prompts = random_prompts(3008, 8, 3, 17, 21);
-  GenerateOptions o{.max_new_tokens = 16, .eos_token_ids = std::vector<int64_t>{}};
-  o.cuda_graphs = false;
-  const auto builtin = load(dir, DType::BF16).generate(prompts, o).sequences;
-
-  KernelConfig config{{{"RMSNorm", kernel.string() + ":RMSNorm"}}};
-  config.use_local_kernel = true;
-  config.inherit_mapping = false;  // only this kernel: the rest stays built-in
-  LoadOptions capture;
-  capture.kernel_config = config;
-  capture.kernelize_capture = true;
-  CausalLM model = load(dir, DType::BF16, capture);
-  const KernelizeReport* report = model.kernelize_report();
-  ASSERT_TRUE(report);
-  EXPECT_EQ(report->mode, Mode::Inference | Mode::Capture);
-  size_t norms = 0;
-  for (const LayerDecision& d : report->layers) {
-    if (d.layer != "RMSNorm") continue;
-    ++norms;
-    EXPECT_TRUE(d.kernel.empty()) << d.path << " " << d.kernel;
-    EXPECT_NE(d.reason.find("not inference|capture"), std::string::npos)
-        << d.path << ": " << d.reason;
-  }
-  EXPECT_GT(norms, 0u);
-  o.cuda_graphs = true;
-  GenerateOutput out = model.generate(prompts, o);
-  EXPECT_EQ(out.timings.decode_path, "cuda-graph") << out.timings.decode_note;
-  EXPECT_EQ(out.sequences, builtin);
-
-  // Kernelized for Inference only, the kernel is bound and the step stays out of the graph.
-  LoadOptions plain;
-  plain.kernel_config = config;
-  CausalLM bound = load(dir, DType::BF16, plain);
-  size_t bound_norms = 0;
-  for (const LayerDecision& d : bound.kernelize_report()->layers)
-    bound_norms += d.layer == "RMSNorm" && !d.kernel.empty();
-  EXPECT_EQ(bound_norms, norms);
-  GenerateOutput refused = bound.generate(prompts, o);
-  EXPECT_EQ(refused.timings.decode_path, "device");
-  EXPECT_NE(refused.timings.decode_note.find("does not declare CUDA-graph capture safety"),
-            std::string::npos)
-      << refused.timings.decode_note;
-  for (const auto& row : refused.sequences) EXPECT_EQ(row.size(), 16u);
 }
 
 }  // namespace
