@@ -232,9 +232,16 @@ int main(int argc, char** argv) {
           const double mean_context = double(P) + double(N - 1) / 2.0;
           const double step_bytes = double(weight_bytes) + kv_bytes_per_position * B * mean_context;
           const double limit = bandwidth > 0 ? B / (step_bytes / bandwidth) : 0.0;
-          std::printf("decode B=%-3ld %5ld+%-4ld %-6s %10.1f tok/s  limit %9.0f  %5.1f%%  (%s)\n",
+          // which step ran when HK_DECODE_PERSISTENT asked for the one-launch step (the JSON
+          // keeps the whole note)
+          const char* persistent = note.find("one persistent launch") != std::string::npos
+                                       ? ", persistent step"
+                                   : note.find("persistent step not used") != std::string::npos
+                                       ? ", persistent step refused"
+                                       : "";
+          std::printf("decode B=%-3ld %5ld+%-4ld %-6s %10.1f tok/s  limit %9.0f  %5.1f%%  (%s%s)\n",
                       long(B), long(P), long(N), mode.c_str(), tok_s, limit,
-                      limit > 0 ? 100.0 * tok_s / limit : 0.0, path.c_str());
+                      limit > 0 ? 100.0 * tok_s / limit : 0.0, path.c_str(), persistent);
           std::fflush(stdout);
           rows << (first_row ? "" : ",\n") << "  {\"batch\": " << B << ", \"prompt_len\": " << P
                << ", \"new_tokens\": " << N << ", \"mode\": " << json_string(mode)
