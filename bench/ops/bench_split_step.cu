@@ -303,10 +303,7 @@ struct ChunkCursor {
     return uint32_t(min(int64_t(kRowsPerSlot), r1 - r)) * kRowBytes;
   }
   __device__ const bf16* source() const { return phases[p].w[seg] + r * kHidden; }
-  __device__ void prefetch_l2() const {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(source()), "r"(bytes())
-                 : "memory");
-  }
+  __device__ void prefetch_l2() const { hk::sdk::cuda::sm90::bulk_prefetch_l2(source(), bytes()); }
   __device__ void advance() {
     r += kRowsPerSlot;
     if (r < r1) return;

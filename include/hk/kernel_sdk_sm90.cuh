@@ -415,6 +415,14 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_
       "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
       : "memory");
 }
+// A contiguous global range (addresses and size multiples of 16 bytes) fetched into L2 ahead of
+// its use, with no shared memory and no barrier (the copy that later reads it then hits L2).
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, uint32_t bytes) {
+  asm volatile(
+      "cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(reinterpret_cast<uint64_t>(src)),
+      "r"(bytes)
+      : "memory");
+}
 // An L2 policy that evicts the lines it reads first (for a stream read once), for bulk_load.
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t policy;

@@ -80,7 +80,7 @@ struct Phase {
 
 struct StepArgs {
   const Phase* phases;
-  int n_phases, slots, ring_offset, inflight;
+  int n_phases, slots, ring_offset, inflight, l2_lead;
   unsigned* counters;  // [n_phases] (f32 form)
   unsigned* epoch;     // steps done
   unsigned* finish;    // blocks finished, all steps
@@ -368,6 +368,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   if (warp == kConsumerWarps) {  // the producer
     if (lane != 0) return;
     ChunkCursor next{a.phases, a.n_phases, block, grid, heads};
+    // `ahead` runs l2_lead chunks in front of the copies, fetching them into L2 only (no shared
+    // memory, no barrier, nothing queued on the way to this SM): with one copy in flight, a copy
+    // that hits L2 keeps the stream's rate where one from HBM would halve it
+    ChunkCursor ahead{a.phases, a.n_phases, block, grid, heads};
+    for (int i = 0; i < a.l2_lead && ahead.valid(); ++i, ahead.advance())
+      bulk_prefetch_l2(ahead.source(), ahead.bytes());
     int slot = 0, old_slot = 0, issued = 0;
     uint32_t use = 0, old_use = 0;
     for (; next.valid(); next.advance()) {
@@ -383,6 +389,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       bulk_load(ring + slot * kSlotBytes, next.source(), bytes, full(slot));
       ++issued;
       if (++slot == slots) slot = 0, ++use;
+      if (a.l2_lead > 0 && ahead.valid()) {
+        bulk_prefetch_l2(ahead.source(), ahead.bytes());
+        ahead.advance();
+      }
     }
     return;
   }
@@ -854,21 +864,28 @@ Layout layout_of(const PersistentStepParams& p) {
   l.acc = take(size_t(2 * l.acc_half) * (p.deterministic ? 8 : 4));
   return l;
 }
+// A count from the environment (unset or empty: `fallback`), 0 … `most`; else InvalidArgument.
+int env_count(const char* name, int fallback, int most) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > most)
+    throw InvalidArgument(std::string(name) + " is '" + v + "'; use 0 to " + std::to_string(most));
+  return static_cast<int>(n);
+}
 // Copies outstanding a block during the layers: 1 (hk_bench_split_step, thirty-second session,
 // H100: 573 µs a step against 646 uncapped, 621 at 2); HK_DECODE_PERSISTENT_INFLIGHT=K overrides
 // (0: uncapped), for measuring it here.
 int inflight_cap() {
-  static const int cap = [] {
-    const char* v = std::getenv("HK_DECODE_PERSISTENT_INFLIGHT");
-    if (v == nullptr || *v == '\0') return 1;
-    char* end = nullptr;
-    const long k = std::strtol(v, &end, 10);
-    if (*end != '\0' || k < 0 || k > kMaxSlots)
-      throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_INFLIGHT is '") + v +
-                            "'; use 0 (uncapped) to " + std::to_string(kMaxSlots));
-    return static_cast<int>(k);
-  }();
+  static const int cap = env_count("HK_DECODE_PERSISTENT_INFLIGHT", 1, kMaxSlots);
   return cap;
+}
+// Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
+// HK_DECODE_PERSISTENT_L2_LEAD=N (up to 64) to measure it.
+int l2_lead() {
+  static const int lead = env_count("HK_DECODE_PERSISTENT_L2_LEAD", 0, 64);
+  return lead;
 }
 int cache_rows(const PersistentStepParams& p) {
   return static_cast<int>(std::min<int64_t>(p.capacity, kMaxCache));
@@ -975,6 +992,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.slots = slots_for(p);
   a.ring_offset = ring_offset(cache_rows(p));
   a.inflight = inflight_cap();
+  a.l2_lead = l2_lead();
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
