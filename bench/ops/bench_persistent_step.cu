@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < 2; ++j) {
         const int c = tid + j * kConsumerWarps * 32;
         if (c < pieces) {
-          in[j] = load_act16(ph.in + c * 8);
+          in[j] = load_cg16(ph.in + c * 8);
           const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&in[j]);
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
@@ -269,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           const float g = bf(y0);
           out = bf(g / (1.f + __expf(-g))) * bf(y1);
         } else if (ph.epilogue == kResidual) {
-          out = load_act(ph.resid + r0 + i) + bf(y0);
+          out = load_cg_bf16(ph.resid + r0 + i) + bf(y0);
         } else {
           out = y0;
         }

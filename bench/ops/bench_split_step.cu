@@ -129,12 +129,7 @@ struct SplitPhase {
 // B's rows: each head's 128 rows of W_oᵀ over its 8-9 blocks, so a block attends one head
 __host__ __device__ inline void attend_rows(int block, int grid, int& head, int64_t& r0,
                                             int64_t& r1) {
-  // head h has blocks [⌊grid·h/16⌋, ⌊grid·(h+1)/16⌋): the last h whose first block ≤ block (closed
-  // form: a search loop with 64-bit divisions was ~14 % of a step's instructions)
-  head = min((kQHeads * (block + 1) - 1) / grid, kQHeads - 1);
-  const int first = grid * head / kQHeads, m = grid * (head + 1) / kQHeads - first;
-  r0 = head * kHeadDim + kHeadDim * (block - first) / m;
-  r1 = head * kHeadDim + kHeadDim * (block - first + 1) / m;
+  hk::decode::persistent::attend_rows(block, grid, kQHeads, kHeadDim, head, r0, r1);
 }
 __host__ __device__ inline void phase_rows(const SplitPhase& ph, int block, int grid, int64_t& r0,
                                            int64_t& r1) {
@@ -174,14 +169,9 @@ constexpr int kTraceBlocks = 2, kTracePoints = 4;
 // complete from the element itself — no counter, no release fence, no acquire (each contribution
 // is 2^58 + 2^50 + v·2^32 with |v·2^32| < 2^50: ≤ 63 of them a copy never carry into the count).
 enum AccKind : int { kAccF32 = 0, kAccI64 = 1, kAccTagged = 2 };
-constexpr float kFixedScale = 4294967296.f;  // 2^32
-constexpr int kTagShift = 58, kMaxTagCount = 63;
-constexpr long long kTagBias = 1ll << 50;
+// (the tagged element's constants and contribution are libhk's: persistent_step_device.cuh)
 __device__ __forceinline__ long long fixed_contribution(float v, int kind) {
-  long long f = llrintf(v * kFixedScale);
-  if (kind != kAccTagged) return f;
-  f = max(-kTagBias + 1, min(kTagBias - 1, f));
-  return (1ll << kTagShift) + kTagBias + f;
+  return kind == kAccTagged ? tagged_contribution(v) : llrintf(v * kFixedScale);
 }
 __device__ __forceinline__ void reduce_add4(void* p, const float (&v)[4], int kind) {
   if (kind == kAccF32) {
@@ -203,19 +193,12 @@ struct Acc4 {
 __device__ __forceinline__ Acc4 load_acc4(const void* p, int kind) {
   Acc4 a;
   if (kind == kAccF32) {
-    const uint4 v = load_act16(p);
+    const uint4 v = load_cg16(p);
     a.e[0] = v.x, a.e[1] = v.y, a.e[2] = v.z, a.e[3] = v.w;
     return a;
   }
-  const char* c = static_cast<const char*>(p);
-  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"
-               : "=l"(a.e[0]), "=l"(a.e[1])
-               : "l"(c)
-               : "memory");
-  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"
-               : "=l"(a.e[2]), "=l"(a.e[3])
-               : "l"(c + 16)
-               : "memory");
+  load_relaxed_2x64(p, a.e[0], a.e[1]);
+  load_relaxed_2x64(static_cast<const char*>(p) + 16, a.e[2], a.e[3]);
   return a;
 }
 // every element of a tagged Acc4 holds `want` contributions
@@ -238,26 +221,8 @@ __device__ __forceinline__ void add_acc4(float (&sum)[4], long long (&isum)[4], 
     }
   }
 }
-// a tagged q/k/v element: the bf16 bits low, the step's tag (1..65535) high, one 4-byte store
-__device__ __forceinline__ unsigned step_tag(unsigned epoch) {
-  return epoch % 65535u + 1u;
-}
-// Tagged loads are relaxed at gpu scope, not decode_step_probe.cuh's weak .cg activation loads: a
-// poll with no counter before it reads data other blocks are still writing, so each word must be
-// read whole and fresh.
-__device__ __forceinline__ uint4 load_tagged16(const unsigned* p) {
-  uint4 v;
-  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned load_tagged(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
+// a tagged q/k/v element: the bf16 bits low, the step's tag (step_tag: 1..65535) high, one
+// 4-byte store, polled by load_relaxed16 / load_relaxed
 __device__ __forceinline__ bool tags_are(const uint4& v, unsigned tag) {
   return (v.x >> 16) == tag && (v.y >> 16) == tag && (v.z >> 16) == tag && (v.w >> 16) == tag;
 }
@@ -272,88 +237,12 @@ __device__ __forceinline__ void load_tagged8(const unsigned* p, unsigned tag, bo
                                              int backoff_ns, float (&out)[8]) {
   uint4 a, b;
   for (uint32_t tries = 0;;) {
-    a = load_tagged16(p), b = load_tagged16(p + 4);
+    a = load_relaxed16(p), b = load_relaxed16(p + 4);
     if (!wait || (tags_are(a, tag) && tags_are(b, tag))) break;
     poll_backoff(tries, backoff_ns);
   }
   const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
   for (int i = 0; i < 8; ++i) out[i] = __uint_as_float((w[i] & 0xffffu) << 16);
-}
-
-// A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
-struct ChunkCursor {
-  const SplitPhase* phases;
-  int n_phases, block, grid;
-  int p = 0, seg = 0;
-  int64_t r = 0, r0 = 0, r1 = 0;
-  __device__ ChunkCursor(const SplitPhase* ph, int n, int b, int g)
-      : phases(ph), n_phases(n), block(b), grid(g) {
-    enter();
-  }
-  __device__ void enter() {  // the first non-empty chunk from phase p, matrix seg, row r0 on
-    while (p < n_phases) {
-      phase_rows(phases[p], block, grid, r0, r1);
-      if (r1 > r0) break;
-      ++p;
-    }
-    r = r0;
-  }
-  __device__ bool valid() const { return p < n_phases; }
-  __device__ uint32_t bytes() const {
-    return uint32_t(min(int64_t(kRowsPerSlot), r1 - r)) * kRowBytes;
-  }
-  __device__ const bf16* source() const { return phases[p].w[seg] + r * kHidden; }
-  __device__ void prefetch_l2() const { hk::sdk::cuda::sm90::bulk_prefetch_l2(source(), bytes()); }
-  __device__ void advance() {
-    r += kRowsPerSlot;
-    if (r < r1) return;
-    if (++seg < phases[p].segments) {
-      r = r0;
-      return;
-    }
-    seg = 0, ++p;
-    enter();
-  }
-};
-
-// D += A·B on the tensor cores, m16n8k16, bf16 in, f32 accumulate
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two chunks' 8 rows each (a: rows g, b: rows g + 8 of the MMA's A) times v (bf16 in shared
-// memory, every B column a copy of it), k = 1024 in 64 MMAs. Lane (g = lane / 4, q = lane % 4)
-// loads 16 bytes of its row g in each 64-byte block (and of v): fragment positions map to k in
-// that order, the same for A and B, so the sum is unchanged; odd g take the blocks in the other
-// order of each 128-byte pair, so a quarter warp's two rows fall in different banks (hence column
-// n = g & 1 of the result is the one with matching orders). Returns row g's sum of chunk a in
-// ya and of chunk b in yb (lanes with q == 0).
-__device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
-                                         const unsigned char* v, int lane, float& ya, float& yb) {
-  const int g = lane / 4, q = lane % 4, odd = g & 1;
-  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16;
-  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16;
-  const unsigned char* xv = v + q * 16;
-  // block j at j·64 + sw for even j and j·64 − sw for odd j (sw = 64 for odd g): immediate offsets
-  const int sw = odd ? 64 : 0;
-  ra += sw, rb += sw, xv += sw;
-  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int j = 0; j < kHidden / 32; ++j) {
-    const int off = j * 64 - ((j & 1) ? 2 * sw : 0);
-    const uint4 wa = *reinterpret_cast<const uint4*>(ra + off);
-    const uint4 wb = *reinterpret_cast<const uint4*>(rb + off);
-    const uint4 x = *reinterpret_cast<const uint4*>(xv + off);
-    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, x.x, x.y);
-    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
-  }
-  ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
-  yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
 }
 
 // The accumulator kind and the split-K reduction form are template parameters: as runtime flags
@@ -424,8 +313,13 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
     // the block's chunks in stream order; `ahead` runs l2_lead chunks in front of the copies,
     // prefetching into L2 (no shared memory, no barrier): L2 then holds the stream's next ~l2_lead
     // × 16 KB a block while the ring is full and the copies wait on the consumers
-    ChunkCursor next{phases, n_phases, block, grid}, ahead{phases, n_phases, block, grid};
-    for (int i = 0; i < l2_lead && ahead.valid(); ++i, ahead.advance()) ahead.prefetch_l2();
+    auto rows_of = [=](const SplitPhase& ph, int64_t& r0, int64_t& r1) {
+      phase_rows(ph, block, grid, r0, r1);
+    };
+    using Cursor = ChunkCursor<SplitPhase, decltype(rows_of), kRowsPerSlot, kHidden>;
+    Cursor next{phases, n_phases, rows_of}, ahead{phases, n_phases, rows_of};
+    for (int i = 0; i < l2_lead && ahead.valid(); ++i, ahead.advance())
+      hk::sdk::cuda::sm90::bulk_prefetch_l2(ahead.source(), ahead.bytes());
     // `--inflight K`: at most K chunks' copies outstanding (the copy K back has landed before the
     // next is issued), so an input read or a release's acknowledgement queues behind at most K × 16
     // KB of weights on the way to this SM; `--weight-hint evict-first`: the copies read the weights
@@ -451,25 +345,15 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       // later capped one)
       ++issued;
       if (++slot == slots) slot = 0, ++use;
-      if (l2_lead > 0 && ahead.valid()) ahead.prefetch_l2(), ahead.advance();
+      if (l2_lead > 0 && ahead.valid())
+        hk::sdk::cuda::sm90::bulk_prefetch_l2(ahead.source(), ahead.bytes()), ahead.advance();
     }
     return;
   }
 
   // the consumers (kConsumers threads, named barrier 1); the split threads are the first 256
   auto sync = [] { named_sync(1, kConsumers); };
-  // the next chunk's slot and how many times the ring had wrapped before it (every consumer thread
-  // counts the same), kept by additions: a 64-bit division a chunk (the first form) cost more than
-  // the chunk's products
-  struct RingPos {
-    int slot;
-    uint32_t use;
-    __device__ uint32_t parity() const { return use & 1; }
-    __device__ RingPos after(int slots) const {
-      return slot + 1 == slots ? RingPos{0, use + 1} : RingPos{slot + 1, use};
-    }
-  };
-  RingPos next{0, 0};
+  RingPos next{0, 0};  // the next chunk's slot and the ring's wraps before it
   // `rows` rows of the next chunks times the phase's v, a warp a pair of chunks (pair p to warp
   // p % kConsumerWarps) on the tensor cores (rows_mma); sink(row, y) on lanes q == 0. The first
   // forms (CUDA-core dot products: a warp a row with a 5-shuffle sum, then a warp a chunk) ran ~0.4
@@ -493,8 +377,8 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       }
       if ((i / 2) % kConsumerWarps == warp) {
         float ya, yb;
-        rows_mma(smem + a.slot * kSlotBytes, smem + b.slot * kSlotBytes,
-                 reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
+        rows_mma<kHidden>(smem + a.slot * kSlotBytes, smem + b.slot * kSlotBytes,
+                          reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
         const int g = lane / 4;
         if (lane % 4 == 0 && i * kRowsPerSlot + g < rows) sink(i * kRowsPerSlot + g, ya);
         if (lane % 4 == 0 && two && (i + 1) * kRowsPerSlot + g < rows)
@@ -670,14 +554,14 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
         } else if (tid - 32 < rows) {
           unsigned w;
           for (uint32_t tries = 0;;) {
-            w = load_tagged(tv + d0 + tid - 32);
+            w = load_relaxed(tv + d0 + tid - 32);
             if (!wait || (w >> 16) == tag) break;
             poll_backoff(tries, backoff_ns);
           }
           vbuf[(tid - 32) * kMaxCache + cache_t - 1] = __uint_as_float((w & 0xffffu) << 16);
         }
       } else if (tid < 16) {
-        const uint4 qv = load_act16(q + tid * 8);
+        const uint4 qv = load_cg16(q + tid * 8);
         const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&qv);
         for (int i = 0; i < 4; ++i) {
           const float2 f = __bfloat1622float2(e[i]);
@@ -685,9 +569,9 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
         }
       } else if (tid < 32) {
         *reinterpret_cast<uint4*>(kbuf + (cache_t - 1) * kHeadDim * 2 + (tid - 16) * 16) =
-            load_act16(k_new + (tid - 16) * 8);
+            load_cg16(k_new + (tid - 16) * 8);
       } else if (tid - 32 < rows) {
-        vbuf[(tid - 32) * kMaxCache + cache_t - 1] = load_act(v_new + d0 + tid - 32);
+        vbuf[(tid - 32) * kMaxCache + cache_t - 1] = load_cg_bf16(v_new + d0 + tid - 32);
       }
       if constexpr (kQkRope) {
         __syncwarp();
@@ -739,49 +623,9 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       if (tid == 0 && cache_t > 1) mbar_wait(kbar, uint32_t(attend_uses) & 1);
       ++attend_uses;
       sync();
-      const float scale = rsqrtf(float(kHeadDim));
-      float m = -INFINITY;
-      for (int t = tid; t < cache_t; t += kConsumers) {
-        const unsigned char* krow = kbuf + t * kHeadDim * 2;
-        float sc[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int piece = (i + t) & 15;
-          const uint4 kq = *reinterpret_cast<const uint4*>(krow + piece * 16);
-          const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&kq);
-          const float4 qa = *reinterpret_cast<const float4*>(qs + piece * 8);
-          const float4 qb = *reinterpret_cast<const float4*>(qs + piece * 8 + 4);
-          const float2 k0 = __bfloat1622float2(e[0]), k1 = __bfloat1622float2(e[1]);
-          const float2 k2 = __bfloat1622float2(e[2]), k3 = __bfloat1622float2(e[3]);
-          sc[i & 1] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y;
-          sc[i & 1] += qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
-        }
-        const float sv = (sc[0] + sc[1]) * scale;
-        scores[t] = sv;
-        m = fmaxf(m, sv);
-      }
-      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      if (lane == 0) reduce[warp] = m;
-      sync();
-      m = reduce[0];
-      for (int w = 1; w < kConsumerWarps; ++w) m = fmaxf(m, reduce[w]);
-      float l = 0;
-      for (int t = tid; t < cache_t; t += kConsumers) l += (scores[t] = __expf(scores[t] - m));
-      for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-      if (lane == 0) reduce[kConsumerWarps + warp] = l;
-      sync();
-      l = 0;
-      for (int w = 0; w < kConsumerWarps; ++w) l += reduce[kConsumerWarps + w];
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
-      for (int d = warp; d < rows; d += kConsumerWarps) {
-        float o = 0;
-        for (int t = lane; t < cache_t; t += 32) o += scores[t] * vbuf[d * kMaxCache + t];
-        for (int s = 16; s > 0; s /= 2) o += __shfl_xor_sync(0xffffffffu, o, s);
-        if (lane == 0) {
-          xc[d] = bf(o / l);
-          ph.out[r0 + d] = __float2bfloat16_rn(o / l);
-        }
-      }
+      attend_dims<kHeadDim, kConsumerWarps>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t, 0,
+                                            rsqrtf(float(kHeadDim)), rows, xc, ph.out + r0, sync);
       sync();
       trace_point(p, 1);
       split_k(rows, ph.acc_out);
@@ -806,7 +650,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       float v[4] = {0, 0, 0, 0};  // the warps past the split threads own none
       if (tid < kSplitThreads) {
         if (ph.acc_in == nullptr) {
-          bf16x4(load_act8(ph.in + tid * 4), v);
+          bf16x4(load_cg8(ph.in + tid * 4), v);
         } else {
           float sum[4] = {0, 0, 0, 0};
           long long isum[4] = {0, 0, 0, 0};

@@ -19,10 +19,12 @@
 
 #include "../cuda_check.h"
 #include "hk/dtype.h"
+#include "ops/decode/persistent_step_device.cuh"
 
 namespace decode_probe {
 
-using bf16 = __nv_bfloat16;
+// counters, loads of what other blocks write, bf16 helpers, row splits: shared with libhk's step
+using namespace hk::decode::persistent;
 
 constexpr int kHidden = 1024, kQHeads = 16, kKvHeads = 8, kHeadDim = 128, kInter = 3072;
 constexpr int kLayers = 28, kVocab = 151936;
@@ -35,63 +37,6 @@ __device__ __forceinline__ unsigned long long global_time() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
   return t;
 }
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// A counter that never arrives (a bug, or a grid not co-resident) traps after ~seconds.
-__device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
-  for (uint32_t tries = 0; load_acquire(c) < target; ++tries)
-    if (tries > (1u << 25)) __trap();
-}
-// The block's arrival on a counter: the caller's barrier before it orders the block's stores
-// (and reductions) before this add.
-__device__ __forceinline__ void release_add(unsigned* c) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(c), "r"(1u) : "memory");
-}
-// Activations another block wrote this launch: from L2 (.cg), and volatile with a memory clobber
-// so the compiler keeps them behind the counter wait and the barrier.
-__device__ __forceinline__ uint4 load_act16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ uint2 load_act8(const void* p) {
-  uint2 v;
-  asm volatile("ld.global.cg.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ float load_act(const bf16* p) {
-  unsigned short v;
-  asm volatile("ld.global.cg.u16 %0, [%1];\n" : "=h"(v) : "l"(p) : "memory");
-  return __bfloat162float(__ushort_as_bfloat16(v));
-}
-__device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-}
-__device__ __forceinline__ void bf16x8(uint4 v, float (&f)[8]) {
-  float lo[4], hi[4];
-  bf16x4(make_uint2(v.x, v.y), lo);
-  bf16x4(make_uint2(v.z, v.w), hi);
-  for (int i = 0; i < 4; ++i) f[i] = lo[i], f[4 + i] = hi[i];
-}
-__device__ __forceinline__ float bf(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-// The first of a block's rows when n rows are split over `grid` blocks (32-bit division where the
-// product fits: a 64-bit one is a long instruction sequence, and the steps call this every phase).
-__host__ __device__ __forceinline__ int64_t row_begin(int64_t n, int block, int grid) {
-  const int64_t product = n * block;
-  if (product < (int64_t(1) << 32)) return int64_t(uint32_t(product) / uint32_t(grid));
-  return product / grid;
-}
-
 // The attention stand-in: `warps` warps (named barrier `sync`) attend q head h of the step's qkv
 // vector over a cache of T positions whose last is the step's own k, v (plain f32 online softmax,
 // no q/k norm, no rotary). The caches are [kKvHeads][T][kHeadDim]. `scratch` holds warps ×
@@ -108,7 +53,7 @@ __device__ float attend_head(const bf16* qkv, const bf16* k_cache, const bf16* v
   const bf16* vc = v_cache + size_t(g) * cache_t * kHeadDim;
   const float scale = rsqrtf(float(kHeadDim));
   float qd[4], acc[4] = {0, 0, 0, 0}, m = -INFINITY, l = 0;
-  bf16x4(load_act8(q + lane * 4), qd);
+  bf16x4(load_cg8(q + lane * 4), qd);
   // a warp's positions in batches whose loads are all issued before any is used: the old
   // positions are not written this step (read-only loads), the step's own from L2 behind the
   // counter (one position a round trip put ~8 us a layer on the chain)
@@ -122,8 +67,8 @@ __device__ float attend_head(const bf16* qkv, const bf16* k_cache, const bf16* v
         kr[i] = __ldg(reinterpret_cast<const uint2*>(kc + size_t(j) * kHeadDim) + lane);
         vr[i] = __ldg(reinterpret_cast<const uint2*>(vc + size_t(j) * kHeadDim) + lane);
       } else if (j == cache_t - 1) {
-        kr[i] = load_act8(k_new + lane * 4);
-        vr[i] = load_act8(v_new + lane * 4);
+        kr[i] = load_cg8(k_new + lane * 4);
+        vr[i] = load_cg8(v_new + lane * 4);
       }
     }
 #pragma unroll

@@ -45,11 +45,12 @@
 #include "hk/error.h"
 #include "hk/kernel_sdk_sm90.cuh"
 #include "ops/decode/decode_common.cuh"
+#include "ops/decode/persistent_step_device.cuh"
 
 namespace hk::decode {
 namespace {
 using namespace detail;
-using bf16 = __nv_bfloat16;
+using namespace persistent;
 
 constexpr int kHidden = 1024, kHeadDim = 128;
 constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
@@ -119,181 +120,15 @@ int ring_offset(int cache_rows) {
   return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
 }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-// A wait that never ends (a protocol bug, or a grid not co-resident) traps after ~4 million polls
-// (seconds; a real wait is microseconds), so a device test fails instead of hanging.
-__device__ __forceinline__ void count_tries(uint32_t& tries) {
-  if (++tries > (1u << 22)) __trap();
-}
-__device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
-  for (uint32_t tries = 0; load_acquire(c) < target;) count_tries(tries);
-}
-__device__ __forceinline__ void release_add(unsigned* c) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(c), "r"(1u) : "memory");
-}
-// Data other blocks wrote this launch, behind a counter: from L2, kept after the wait.
-__device__ __forceinline__ uint4 load_cg16(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ float load_cg_bf16(const bf16* p) {
-  unsigned short v;
-  asm volatile("ld.global.cg.u16 %0, [%1];\n" : "=h"(v) : "l"(p) : "memory");
-  return __bfloat162float(__ushort_as_bfloat16(v));
-}
-// Polled data with no counter before it: each word read whole and fresh.
-__device__ __forceinline__ uint4 load_relaxed16(const void* p) {
-  uint4 v;
-  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p)
-               : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void load_relaxed_2x64(const void* p, unsigned long long& a,
-                                                  unsigned long long& b) {
-  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"
-               : "=l"(a), "=l"(b)
-               : "l"(p)
-               : "memory");
-}
-__device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
-  const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));
-  const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.y));
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
-}
-__device__ __forceinline__ void bf16x8(uint4 v, float (&f)[8]) {
-  float lo[4], hi[4];
-  bf16x4(make_uint2(v.x, v.y), lo);
-  bf16x4(make_uint2(v.z, v.w), hi);
-  for (int i = 0; i < 4; ++i) f[i] = lo[i], f[4 + i] = hi[i];
-}
-__device__ __forceinline__ float bf(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
-__host__ __device__ __forceinline__ int64_t row_begin(int64_t n, int block, int grid) {
-  const int64_t product = n * block;
-  if (product < (int64_t(1) << 32)) return int64_t(uint32_t(product) / uint32_t(grid));
-  return product / grid;
-}
-
-// ---- deterministic accumulators ---------------------------------------------------------------
-// An element: count·2^58 + Σ (2^50 + v·2^32) over its contributions, |v·2^32| < 2^50 (clamped), so
-// ≤ 63 contributions never carry into the count.
-constexpr float kFixedScale = 4294967296.f;  // 2^32
-constexpr int kTagShift = 58, kMaxTagCount = 63;
-constexpr long long kTagBias = 1ll << 50;
-__device__ __forceinline__ long long tagged_contribution(float v) {
-  long long f = llrintf(v * kFixedScale);
-  f = max(-kTagBias + 1, min(kTagBias - 1, f));
-  return (1ll << kTagShift) + kTagBias + f;
-}
-__device__ __forceinline__ unsigned step_tag(unsigned epoch) {
-  return epoch % 65535u + 1u;
-}
-
-// D += A·B on the tensor cores, m16n8k16, bf16 in, f32 accumulate
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
-                                          uint32_t a3, uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-// Two chunks' 8 rows (rows g and g + 8 of the MMA's A) times x (bf16 in shared memory, every B
-// column a copy of it), k = 1024 in 64 MMAs. Lane (g = lane / 4, q = lane % 4) loads 16 bytes of
-// its row in each 64-byte block; odd g take each 128-byte pair's blocks in the other order, so a
-// quarter warp's two rows fall in different banks (column n = g & 1 of the result is then the one
-// whose k order matches). Row g's sums: chunk a's in ya, chunk b's in yb (lanes q == 0).
-__device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
-                                         const unsigned char* x, int lane, float& ya, float& yb) {
-  const int g = lane / 4, q = lane % 4, odd = g & 1;
-  const int sw = odd ? 64 : 0;
-  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16 + sw;
-  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16 + sw;
-  const unsigned char* xv = x + q * 16 + sw;
-  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int j = 0; j < kHidden / 32; ++j) {
-    const int off = j * 64 - ((j & 1) ? 2 * sw : 0);
-    const uint4 wa = *reinterpret_cast<const uint4*>(ra + off);
-    const uint4 wb = *reinterpret_cast<const uint4*>(rb + off);
-    const uint4 xx = *reinterpret_cast<const uint4*>(xv + off);
-    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, xx.x, xx.y);
-    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, xx.z, xx.w);
-  }
-  ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
-  yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
-}
-
-// B's rows: head h's 128 rows of W_oᵀ over blocks [⌊grid·h/H⌋, ⌊grid·(h+1)/H⌋), so a block
-// attends one head (closed form: a search loop was ~14 % of the probe's instructions)
-__host__ __device__ inline void attend_rows(int block, int grid, int heads, int& head, int64_t& r0,
-                                            int64_t& r1) {
-  head = min((heads * (block + 1) - 1) / grid, heads - 1);
-  const int first = grid * head / heads, m = grid * (head + 1) / heads - first;
-  r0 = int64_t(head) * kHeadDim + kHeadDim * (block - first) / m;
-  r1 = int64_t(head) * kHeadDim + kHeadDim * (block - first + 1) / m;
-}
 __host__ __device__ inline void phase_rows(const Phase& ph, int block, int grid, int heads,
                                            int64_t& r0, int64_t& r1) {
   if (ph.kind == kAttendO) {
     int head;
-    attend_rows(block, grid, heads, head, r0, r1);
+    attend_rows(block, grid, heads, kHeadDim, head, r0, r1);
   } else {
     r0 = row_begin(ph.n, block, grid), r1 = row_begin(ph.n, block + 1, grid);
   }
 }
-
-// A block's weight chunks in stream order (phase, matrix, 8 rows at a time).
-struct ChunkCursor {
-  const Phase* phases;
-  int n_phases, block, grid, heads;
-  int p = 0, seg = 0;
-  int64_t r = 0, r0 = 0, r1 = 0;
-  __device__ ChunkCursor(const Phase* ph, int n, int b, int g, int h)
-      : phases(ph), n_phases(n), block(b), grid(g), heads(h) {
-    enter();
-  }
-  __device__ void enter() {
-    while (p < n_phases) {
-      phase_rows(phases[p], block, grid, heads, r0, r1);
-      if (r1 > r0) break;
-      ++p;
-    }
-    r = r0;
-  }
-  __device__ bool valid() const { return p < n_phases; }
-  __device__ uint32_t bytes() const {
-    return uint32_t(min(int64_t(kRowsPerSlot), r1 - r)) * kRowBytes;
-  }
-  __device__ const bf16* source() const { return phases[p].w[seg] + r * kHidden; }
-  __device__ void advance() {
-    r += kRowsPerSlot;
-    if (r < r1) return;
-    if (++seg < phases[p].segments) {
-      r = r0;
-      return;
-    }
-    seg = 0, ++p;
-    enter();
-  }
-};
 
 // The better of two (value, index) candidates: larger value, then smaller index; index -1 = none.
 __device__ __forceinline__ void better(float& v, int& i, float ov, int oi) {
@@ -367,11 +202,15 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
 
   if (warp == kConsumerWarps) {  // the producer
     if (lane != 0) return;
-    ChunkCursor next{a.phases, a.n_phases, block, grid, heads};
+    auto rows_of = [=](const Phase& ph, int64_t& r0, int64_t& r1) {
+      phase_rows(ph, block, grid, heads, r0, r1);
+    };
+    using Cursor = ChunkCursor<Phase, decltype(rows_of), kRowsPerSlot, kHidden>;
+    Cursor next{a.phases, a.n_phases, rows_of};
     // `ahead` runs l2_lead chunks in front of the copies, fetching them into L2 only (no shared
     // memory, no barrier, nothing queued on the way to this SM): with one copy in flight, a copy
     // that hits L2 keeps the stream's rate where one from HBM would halve it
-    ChunkCursor ahead{a.phases, a.n_phases, block, grid, heads};
+    Cursor ahead{a.phases, a.n_phases, rows_of};
     for (int i = 0; i < a.l2_lead && ahead.valid(); ++i, ahead.advance())
       bulk_prefetch_l2(ahead.source(), ahead.bytes());
     int slot = 0, old_slot = 0, issued = 0;
@@ -398,14 +237,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   }
 
   auto sync = [] { named_sync(1, kConsumers); };
-  struct RingPos {
-    int slot;
-    uint32_t use;
-    __device__ uint32_t parity() const { return use & 1; }
-    __device__ RingPos after(int slots) const {
-      return slot + 1 == slots ? RingPos{0, use + 1} : RingPos{slot + 1, use};
-    }
-  };
   RingPos next{0, 0};
   // `rows` rows of the next chunks times x, a warp a pair of chunks (pair p to warp (first_warp +
   // p) % 8); sink(row, y) on lanes q == 0. Every warp waits on and arrives at every chunk, in
@@ -419,8 +250,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (two) mbar_wait(full(pb.slot), pb.parity());
       if ((first_warp + i / 2) % kConsumerWarps == warp) {
         float ya, yb;
-        rows_mma(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
-                 reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
+        rows_mma<kHidden>(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
+                          reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
         const int g = lane / 4;
         if (lane % 4 == 0 && i * kRowsPerSlot + g < rows) sink(i * kRowsPerSlot + g, ya);
         if (lane % 4 == 0 && two && (i + 1) * kRowsPerSlot + g < rows)
@@ -508,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     float gw[4] = {0, 0, 0, 0};
     uint4 qk_w = make_uint4(0, 0, 0, 0);
     if (ph.kind == kAttendO) {
-      attend_rows(block, grid, heads, head, r0, r1);
+      attend_rows(block, grid, heads, kHeadDim, head, r0, r1);
       g = head / group, d0 = int(r0 - int64_t(head) * kHeadDim);
       if (warp == 0 && ph.q_norm != nullptr)
         qk_w = __ldg(
@@ -522,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     if (prefetch) {
       int nh;
       int64_t n0, n1;
-      attend_rows(block, grid, heads, nh, n0, n1);
+      attend_rows(block, grid, heads, kHeadDim, nh, n0, n1);
       next_g = nh / group;
       const int nd0 = int(n0 - int64_t(nh) * kHeadDim);
       next_dims = int(n1 - n0);
@@ -639,46 +470,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid == 0 && length > 0) mbar_wait(kbar, uint32_t(attend_uses) & 1);
       ++attend_uses;
       sync();
-      const float scale = a.scale;
-      float m = -INFINITY;
-      for (int t = tid; t < cache_t; t += kConsumers) {
-        const unsigned char* krow = kbuf + t * kHeadDim * 2;
-        float sc[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-          const int piece = (i + t) & 15;  // a rotated order: no bank conflicts in a quarter warp
-          const uint4 kq = *reinterpret_cast<const uint4*>(krow + piece * 16);
-          const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&kq);
-          const float4 qa = *reinterpret_cast<const float4*>(qs + piece * 8);
-          const float4 qb = *reinterpret_cast<const float4*>(qs + piece * 8 + 4);
-          const float2 k0 = __bfloat1622float2(e[0]), k1 = __bfloat1622float2(e[1]);
-          const float2 k2 = __bfloat1622float2(e[2]), k3 = __bfloat1622float2(e[3]);
-          sc[i & 1] += qa.x * k0.x + qa.y * k0.y + qa.z * k1.x + qa.w * k1.y;
-          sc[i & 1] += qb.x * k2.x + qb.y * k2.y + qb.z * k3.x + qb.w * k3.y;
-        }
-        const float sv = t < key_start ? -INFINITY : (sc[0] + sc[1]) * scale;
-        scores[t] = sv;
-        m = fmaxf(m, sv);
-      }
-      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-      if (lane == 0) reduce[warp] = m;
-      sync();
-      m = reduce[0];
-      for (int w = 1; w < kConsumerWarps; ++w) m = fmaxf(m, reduce[w]);
-      float l = 0;
-      for (int t = tid; t < cache_t; t += kConsumers) l += (scores[t] = __expf(scores[t] - m));
-      for (int o = 16; o > 0; o /= 2) l += __shfl_xor_sync(0xffffffffu, l, o);
-      if (lane == 0) reduce[kConsumerWarps + warp] = l;
-      sync();
-      l = 0;
-      for (int w = 0; w < kConsumerWarps; ++w) l += reduce[kConsumerWarps + w];
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
-      for (int d = warp; d < rows; d += kConsumerWarps) {
-        float o = 0;
-        for (int t = lane; t < cache_t; t += 32) o += scores[t] * vbuf[d * kMaxCache + t];
-        for (int s = 16; s > 0; s /= 2) o += __shfl_xor_sync(0xffffffffu, o, s);
-        if (lane == 0) xc[d] = bf(o / l);
-      }
+      attend_dims<kHeadDim, kConsumerWarps>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t,
+                                            key_start, a.scale, rows, xc, nullptr, sync);
       sync();
       split_k(rows, ph.acc_out);
     } else {
