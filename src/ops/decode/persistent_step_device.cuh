@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "hk/kernel_sdk_sm90.cuh"
+
 namespace hk::decode::persistent {
 
 using bf16 = __nv_bfloat16;
@@ -25,6 +27,11 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
 // (seconds; a real wait is microseconds), so a launch fails instead of hanging the GPU.
 __device__ __forceinline__ void count_tries(uint32_t& tries) {
   if (++tries > (1u << 22)) __trap();
+}
+// An mbarrier phase, with the same watchdog (the SDK's mbar_wait allows 2^24 tries, each of which
+// may suspend the thread for a while: minutes, were a persistent step's protocol broken).
+__device__ __forceinline__ void wait_phase(uint32_t bar, uint32_t parity) {
+  for (uint32_t tries = 0; !hk::sdk::cuda::sm90::mbar_try_wait(bar, parity);) count_tries(tries);
 }
 __device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
   for (uint32_t tries = 0; load_acquire(c) < target;) count_tries(tries);

@@ -217,11 +217,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     uint32_t use = 0, old_use = 0;
     for (; next.valid(); next.advance()) {
       const uint32_t bytes = next.bytes();
-      if (use > 0) mbar_wait(empty(slot), (use - 1) & 1);
+      if (use > 0) wait_phase(empty(slot), (use - 1) & 1);
       // during the layers at most `inflight` copies outstanding (the copy that many back has
       // landed); lm_head streams uncapped (nothing synchronises behind it)
       if (a.inflight > 0 && issued >= a.inflight && next.p < a.n_phases - 1) {
-        mbar_wait(full(old_slot), old_use & 1);
+        wait_phase(full(old_slot), old_use & 1);
         if (++old_slot == slots) old_slot = 0, ++old_use;
       }
       mbar_expect_tx(full(slot), bytes);
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     for (int i = 0; i < chunks; i += 2) {
       const bool two = i + 1 < chunks;
       const RingPos pa = next, pb = two ? next.after(slots) : next;
-      mbar_wait(full(pa.slot), pa.parity());
-      if (two) mbar_wait(full(pb.slot), pb.parity());
+      wait_phase(full(pa.slot), pa.parity());
+      if (two) wait_phase(full(pb.slot), pb.parity());
       if ((first_warp + i / 2) % kConsumerWarps == warp) {
         float ya, yb;
         rows_mma<kHidden>(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     for (int i = 0; i < chunks; ++i) {
       const RingPos pa = next;
       next = next.after(slots);
-      mbar_wait(full(pa.slot), pa.parity());
+      wait_phase(full(pa.slot), pa.parity());
       // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
       // hold earlier weights, finite), so no branch
       const unsigned char* w = ring_ptr + pa.slot * kSlotBytes + tid * 8;
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid >= 32 && tid - 32 < rows)
         ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] =
             __float2bfloat16_rn(vbuf[(tid - 32) * kMaxCache + length]);
-      if (tid == 0 && length > 0) mbar_wait(kbar, uint32_t(attend_uses) & 1);
+      if (tid == 0 && length > 0) wait_phase(kbar, uint32_t(attend_uses) & 1);
       ++attend_uses;
       sync();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
