@@ -684,8 +684,13 @@ int l2_lead() {
 int cache_rows(const PersistentStepParams& p) {
   return static_cast<int>(std::min<int64_t>(p.capacity, kMaxCache));
 }
+// Ring slots: as many as shared memory holds beside the K rows (10 for caches of up to 153
+// positions, 9 up to 217, 8 at 256 — the 16 + 128 bucket), or fewer with
+// HK_DECODE_PERSISTENT_SLOTS=S (≥ 4), for measuring what slots are worth.
 int slots_for(const PersistentStepParams& p) {
-  return std::min(kMaxSlots, (kMaxSmem - ring_offset(cache_rows(p))) / kSlotBytes);
+  const int fit = std::min(kMaxSlots, (kMaxSmem - ring_offset(cache_rows(p))) / kSlotBytes);
+  static const int asked = env_count("HK_DECODE_PERSISTENT_SLOTS", 0, kMaxSlots);
+  return asked >= kMinSlots ? std::min(asked, fit) : fit;
 }
 
 }  // namespace
