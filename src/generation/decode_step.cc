@@ -255,6 +255,68 @@ struct DecodeStep::Plan {
     return qkv.slice(2, from, to);
   }
 
+  // Plans the one-launch step (decode::persistent_step) and prepares its workspace: "" when it
+  // will run, else why not.
+  std::string plan_persistent(DecoderLM& lm, bool deterministic, float* logits_f32_out) {
+    if (std::string why = persistent_model_refusal(lm, b); !why.empty()) return why;
+    decode::PersistentStepParams& pp = persistent_params;
+    pp.hidden = hidden, pp.heads_q = hq, pp.heads_kv = hkv, pp.head_dim = d;
+    pp.inter = inter, pp.vocab = vocab, pp.capacity = cache->max_length();
+    pp.embed = lm.model->embed_tokens->weight().view().ptr();
+    pp.lm_head = lm.lm_head->weight().view().ptr();
+    pp.final_norm = lm.model->norm->weight().view().ptr();
+    pp.eps = static_cast<float>(lm.model->norm->eps());
+    pp.scale = lm.model->layers[0]->self_attn->scaling();
+    pp.inv_freq = inv_freq.data_as<float>();
+    pp.rope_theta = rope_theta;
+    pp.deterministic = deterministic;
+    for (size_t i = 0; i < lm.model->layers.size(); ++i) {
+      const DecoderLayer& layer = *lm.model->layers[i];
+      const nn::Attention& at = *layer.self_attn;
+      decode::PersistentLayer w;
+      w.qkv = at.q_proj->weight().view().ptr();
+      w.gate = layer.mlp->gate_proj->weight().view().ptr();
+      w.up = layer.mlp->up_proj->weight().view().ptr();
+      w.input_norm = layer.input_layernorm->weight().view().ptr();
+      w.post_norm = layer.post_attention_layernorm->weight().view().ptr();
+      if (at.q_norm) {
+        w.q_norm = at.q_norm->weight().view().ptr();
+        w.k_norm = at.k_norm->weight().view().ptr();
+        pp.qk_eps = static_cast<float>(at.q_norm->eps());
+      }
+      w.k_cache = cache->keys(static_cast<int64_t>(i)).view().ptr();
+      w.v_cache = cache->values(static_cast<int64_t>(i)).view().ptr();
+      // (16-byte aligned stand-ins for the transposed weights while the shapes are checked)
+      w.o_t = w.down_t = w.qkv;
+      pp.layers.push_back(w);
+    }
+    pp.tokens = state->tokens.data_as<int64_t>();
+    pp.positions = state->positions.data_as<int32_t>();
+    pp.lengths = state->lengths.data_as<int32_t>();
+    pp.key_start = state->key_start.data_as<int32_t>();
+    pp.done = state->done.data_as<int32_t>();
+    pp.eos = state->eos.data_as<int64_t>();
+    pp.num_eos = state->num_eos;
+    pp.pad_id = state->pad_id;
+    pp.logits_f32 = logits_f32_out;
+    if (std::string why = decode::persistent_step_unsupported(pp); !why.empty()) return why;
+    // o_proj and down are split over the blocks by their inputs: their rows are the weights'
+    // columns, so the step streams transposed copies (the plan's; the layers keep theirs)
+    for (size_t i = 0; i < lm.model->layers.size(); ++i) {
+      const DecoderLayer& layer = *lm.model->layers[i];
+      transposed.push_back(layer.self_attn->o_proj->weight().transpose(0, 1).contiguous());
+      pp.layers[i].o_t = transposed.back().view().ptr();
+      transposed.push_back(layer.mlp->down_proj->weight().transpose(0, 1).contiguous());
+      pp.layers[i].down_t = transposed.back().view().ptr();
+    }
+    persistent_workspace = Tensor::empty(
+        {static_cast<int64_t>(decode::persistent_step_workspace_bytes(pp))}, DType::U8, lm.device);
+    pp.workspace = persistent_workspace.view().ptr();
+    decode::persistent_step_prepare(pp, Stream{});
+    persistent = true;
+    return "";
+  }
+
   // normed = norm(h[cur] (+= delta when pending)), the unfused residual step.
   void residual_norm(const nn::RMSNorm& norm, int cur, bool& pending, Stream stream) const {
     if (!pending)
@@ -439,71 +501,13 @@ std::unique_ptr<DecodeStep> DecodeStep::plan(const DecoderLM& lm_const, KVCache&
   }
 
   // The whole step in one launch, where asked for and the model, cache and device fit it.
-  std::string persistent_note;
   const PersistentRequest request = persistent_request();
   p.persistent_request = static_cast<int>(request);
-  if (request != PersistentRequest::Off) {
-    persistent_note = persistent_model_refusal(lm, b);
-    decode::PersistentStepParams& pp = p.persistent_params;
-    if (persistent_note.empty()) {
-      pp.hidden = p.hidden, pp.heads_q = p.hq, pp.heads_kv = p.hkv, pp.head_dim = p.d;
-      pp.inter = p.inter, pp.vocab = p.vocab, pp.capacity = cache.max_length();
-      pp.embed = lm.model->embed_tokens->weight().view().ptr();
-      pp.lm_head = lm.lm_head->weight().view().ptr();
-      pp.final_norm = lm.model->norm->weight().view().ptr();
-      pp.eps = static_cast<float>(lm.model->norm->eps());
-      pp.scale = lm.model->layers[0]->self_attn->scaling();
-      pp.inv_freq = p.inv_freq.data_as<float>();
-      pp.rope_theta = p.rope_theta;
-      pp.deterministic = request == PersistentRequest::Deterministic;
-      for (size_t i = 0; i < lm.model->layers.size(); ++i) {
-        const DecoderLayer& layer = *lm.model->layers[i];
-        const nn::Attention& at = *layer.self_attn;
-        decode::PersistentLayer w;
-        w.qkv = at.q_proj->weight().view().ptr();
-        w.gate = layer.mlp->gate_proj->weight().view().ptr();
-        w.up = layer.mlp->up_proj->weight().view().ptr();
-        w.input_norm = layer.input_layernorm->weight().view().ptr();
-        w.post_norm = layer.post_attention_layernorm->weight().view().ptr();
-        if (at.q_norm) {
-          w.q_norm = at.q_norm->weight().view().ptr();
-          w.k_norm = at.k_norm->weight().view().ptr();
-          pp.qk_eps = static_cast<float>(at.q_norm->eps());
-        }
-        w.k_cache = cache.keys(static_cast<int64_t>(i)).view().ptr();
-        w.v_cache = cache.values(static_cast<int64_t>(i)).view().ptr();
-        pp.layers.push_back(w);  // o_t and down_t once the shapes are known to fit
-      }
-      pp.tokens = state.tokens.data_as<int64_t>();
-      pp.positions = state.positions.data_as<int32_t>();
-      pp.lengths = state.lengths.data_as<int32_t>();
-      pp.key_start = state.key_start.data_as<int32_t>();
-      pp.done = state.done.data_as<int32_t>();
-      pp.eos = state.eos.data_as<int64_t>();
-      pp.num_eos = state.num_eos;
-      pp.pad_id = state.pad_id;
-      pp.logits_f32 = greedy ? nullptr : step->logits_f32_.data_as<float>();
-      // (16-byte aligned stand-ins for the transposed weights while the shapes are checked)
-      for (decode::PersistentLayer& w : pp.layers) w.o_t = w.down_t = w.qkv;
-      persistent_note = decode::persistent_step_unsupported(pp);
-    }
-    if (persistent_note.empty()) {
-      // o_proj and down are split over the blocks by their inputs: their rows are the weights'
-      // columns, so the step streams transposed copies (the plan's; the layers keep theirs)
-      for (size_t i = 0; i < lm.model->layers.size(); ++i) {
-        const DecoderLayer& layer = *lm.model->layers[i];
-        p.transposed.push_back(layer.self_attn->o_proj->weight().transpose(0, 1).contiguous());
-        pp.layers[i].o_t = p.transposed.back().view().ptr();
-        p.transposed.push_back(layer.mlp->down_proj->weight().transpose(0, 1).contiguous());
-        pp.layers[i].down_t = p.transposed.back().view().ptr();
-      }
-      p.persistent_workspace = Tensor::empty(
-          {static_cast<int64_t>(decode::persistent_step_workspace_bytes(pp))}, DType::U8, dev);
-      pp.workspace = p.persistent_workspace.view().ptr();
-      decode::persistent_step_prepare(pp, Stream{});
-      p.persistent = true;
-    }
-  }
+  const std::string persistent_note =
+      request == PersistentRequest::Off
+          ? ""
+          : p.plan_persistent(lm, request == PersistentRequest::Deterministic,
+                              greedy ? nullptr : step->logits_f32_.data_as<float>());
 
   // Per-layer choices. Fused products need the built-in implementations of every layer they
   // replace and shapes the gemv serves (16-bit or f32 weights, M ≤ 16, aligned rows).
