@@ -765,8 +765,16 @@ std::string write_persistent_step_model(const std::string& type, int layers, int
 // The models the persistent step is tested on: two generated ones (3 layers, Qwen3 and Llama
 // forms, 4,000 ids) and HK_DECODE_TEST_MODEL (gpu-test's random Qwen3-0.6B checkpoint) when set.
 std::vector<std::string> persistent_step_models() {
-  std::vector<std::string> out = {write_persistent_step_model("qwen3", 3, 4000),
-                                  write_persistent_step_model("llama", 3, 4000)};
+  // written once, removed when the process ends (~110 MB each)
+  static const struct Generated {
+    std::vector<std::string> dirs = {write_persistent_step_model("qwen3", 3, 4000),
+                                     write_persistent_step_model("llama", 3, 4000)};
+    ~Generated() {
+      std::error_code ignored;
+      for (const std::string& d : dirs) fs::remove_all(d, ignored);
+    }
+  } generated;
+  std::vector<std::string> out = generated.dirs;
   if (const char* dir = std::getenv("HK_DECODE_TEST_MODEL"); dir && *dir) out.push_back(dir);
   return out;
 }
