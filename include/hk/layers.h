@@ -169,6 +169,9 @@ class LinearGroupImpl {
                         const Tensor* dx, bool accumulate_dx, Stream stream) const;
 };
 void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, Stream stream = {});
+// True when `b`'s weight rows directly follow `a`'s in one buffer, both contiguous (how the loader
+// stores siblings on CUDA): then the two weights can be read as one matrix.
+bool weights_adjacent(const Linear& a, const Linear& b);
 void forward_train_linears(const Tensor& x, const std::vector<LinearCall>& calls, LayerContext& ctx,
                            Stream stream = {});
 // dx written by the first call and added to by the others.

@@ -106,15 +106,8 @@ std::string persistent_model_refusal(DecoderLM& lm, int64_t batch) {
              "' (it computes the sdpa form; eager rounds the probabilities)";
     if (layer.input_layernorm->eps() != eps || layer.post_attention_layernorm->eps() != eps)
       return where + "norms with different eps";
-    auto follows = [](const nn::Linear& a, const nn::Linear& b) {
-      const TensorView& wa = a.weight().view();
-      return wa.is_contiguous() && static_cast<const char*>(wa.ptr()) + a.out_features() *
-                                                                            a.in_features() *
-                                                                            dtype_size(wa.dtype) ==
-                                       b.weight().view().ptr();
-    };
-    if (!follows(*at.q_proj, *at.k_proj) || !follows(*at.k_proj, *at.v_proj) ||
-        !at.v_proj->weight().view().is_contiguous())
+    if (!nn::weights_adjacent(*at.q_proj, *at.k_proj) ||
+        !nn::weights_adjacent(*at.k_proj, *at.v_proj))
       return where + "q/k/v weights not stored adjacently";
     for (const nn::Linear* w : {at.o_proj.get(), mlp.gate_proj.get(), mlp.up_proj.get(),
                                 mlp.down_proj.get(), lm.lm_head.get()})

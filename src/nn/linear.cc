@@ -116,11 +116,9 @@ size_t fusable_run(const std::vector<LinearCall>& calls, size_t i) {
     const TensorView& y = calls[j].y.view();
     bool ok = cur.uses_builtin() && cur.in_features() == first.in_features() &&
               cur.has_bias() == first.has_bias() && cur.weight().dtype() == w0.dtype &&
-              cur.weight().view().is_contiguous() &&
-              follows(prev.weight().view(), prev.out_features() * prev.in_features(),
-                      cur.weight().view()) &&
-              y.ndim == yp.ndim && y.dtype == yp.dtype && y.strides[y.ndim - 1] == 1 &&
-              yp.strides[yp.ndim - 1] == 1 && follows(yp, prev.out_features(), y);
+              weights_adjacent(prev, cur) && y.ndim == yp.ndim && y.dtype == yp.dtype &&
+              y.strides[y.ndim - 1] == 1 && yp.strides[yp.ndim - 1] == 1 &&
+              follows(yp, prev.out_features(), y);
     for (int d = 0; ok && d + 1 < y.ndim; ++d)
       ok = y.shape[d] == yp.shape[d] && y.strides[d] == yp.strides[d];
     if (ok && first.has_bias())
@@ -131,6 +129,12 @@ size_t fusable_run(const std::vector<LinearCall>& calls, size_t i) {
 }
 
 }  // namespace
+
+bool weights_adjacent(const Linear& a, const Linear& b) {
+  const TensorView& wa = a.weight().view();
+  return wa.is_contiguous() && b.weight().view().is_contiguous() &&
+         follows(wa, a.out_features() * a.in_features(), b.weight().view());
+}
 
 void forward_linears(const TensorView& x, const std::vector<LinearCall>& calls, Stream stream) {
   for (size_t i = 0; i < calls.size();) {

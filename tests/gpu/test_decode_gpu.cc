@@ -682,11 +682,23 @@ TEST(DeviceDecode, NonCaptureKernelFallsBackWithItsReasonAndDecodesTheSameIds) {
 // CUDA context, and the tests above have run by then
 // -------------------------------------------------
 
-// HK_DECODE_PERSISTENT for the scope of one test (the plan reads it when a session is made).
+// HK_DECODE_PERSISTENT for a scope (the plan reads it when a session is made), then as it was.
 class PersistentStepEnv {
  public:
-  explicit PersistentStepEnv(const char* value) { setenv("HK_DECODE_PERSISTENT", value, 1); }
-  ~PersistentStepEnv() { unsetenv("HK_DECODE_PERSISTENT"); }
+  explicit PersistentStepEnv(const char* value) {
+    if (const char* v = std::getenv("HK_DECODE_PERSISTENT")) before_ = v, had_ = true;
+    setenv("HK_DECODE_PERSISTENT", value, 1);
+  }
+  ~PersistentStepEnv() {
+    if (had_)
+      setenv("HK_DECODE_PERSISTENT", before_.c_str(), 1);
+    else
+      unsetenv("HK_DECODE_PERSISTENT");
+  }
+
+ private:
+  std::string before_;
+  bool had_ = false;
 };
 
 // A random checkpoint of the shape the persistent step serves (hidden 1024, head dim 128, 16 q and
@@ -849,7 +861,6 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
   PersistentStepEnv env("1");
   for (const std::string& dir : persistent_step_models()) {
     SCOPED_TRACE(name_of(dir));
-    setenv("HK_DECODE_PERSISTENT", "1", 1);
     CausalLM model = load(dir, DType::BF16, {}, "sdpa");
     auto prompts = random_prompts(model.config().vocab_size, 1, 16, 16, 3);
     GenerateOptions o{.max_new_tokens = 48, .eos_token_ids = std::vector<int64_t>{}};
@@ -878,7 +889,6 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
         << sequence.timings.decode_note;
     EXPECT_EQ(sequence.sequences[0].size(), row.size());
   }
-  setenv("HK_DECODE_PERSISTENT", "1", 1);
   CausalLM tiny = load(fixture("qwen3-tiny-bf16"), DType::BF16, {}, "sdpa");
   GenerateOptions o{.max_new_tokens = 8, .eos_token_ids = std::vector<int64_t>{}};
   GenerateOutput out = tiny.generate(random_prompts(tiny.config().vocab_size, 1, 5, 5, 1), o);

@@ -93,21 +93,39 @@ inline cudaStream_t native(Stream s) {
   return static_cast<cudaStream_t>(s.handle);
 }
 
-// Launches `kernel` with the PDL attribute when pdl_enabled().
+// Launches `kernel` with `attribute` (none when null).
 template <class... KernelArgs, class... Args>
-void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
-            Args&&... args) {
+void launch_with(const cudaLaunchAttribute* attribute, void (*kernel)(KernelArgs...), dim3 grid,
+                 dim3 block, size_t smem, Stream stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = native(stream);
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl_enabled() ? 1 : 0;
+  cudaLaunchAttribute attributes[1];
+  if (attribute != nullptr) attributes[0] = *attribute;
+  config.attrs = attributes;
+  config.numAttrs = attribute != nullptr ? 1 : 0;
   HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+// Launches `kernel` with the PDL attribute when pdl_enabled().
+template <class... KernelArgs, class... Args>
+void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Stream stream,
+            Args&&... args) {
+  cudaLaunchAttribute pdl;
+  pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  pdl.val.programmaticStreamSerializationAllowed = 1;
+  launch_with(pdl_enabled() ? &pdl : nullptr, kernel, grid, block, smem, stream,
+              std::forward<Args>(args)...);
+}
+// Launches `kernel` cooperatively: every block resident at once (blocks that wait on each other).
+template <class... KernelArgs, class... Args>
+void launch_cooperative(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+                        Stream stream, Args&&... args) {
+  cudaLaunchAttribute cooperative;
+  cooperative.id = cudaLaunchAttributeCooperative;
+  cooperative.val.cooperative = 1;
+  launch_with(&cooperative, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 // The shared-memory-staged gemv (gemv_bulk_sm90.cu): its 8-row groups a block for `p` (0 when it

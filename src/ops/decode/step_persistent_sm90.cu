@@ -705,7 +705,6 @@ std::string persistent_step_unsupported(const PersistentStepParams& p) {
   if (p.heads_kv <= 0 || p.heads_q % p.heads_kv != 0)
     return "q heads are not a multiple of kv heads";
   const int grid = device_sm_count();
-  if (grid > kConsumers) return "it serves up to 256 SMs";
   if (grid < p.heads_q * (kHeadDim / kMaxDims))
     return "a q head needs at least " + std::to_string(kHeadDim / kMaxDims) + " SMs (" +
            std::to_string(p.heads_q) + " heads, " + std::to_string(grid) + " SMs)";
@@ -822,18 +821,8 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   void (*kernel)(const StepArgs) =
       p.deterministic ? persistent_step_kernel<true> : persistent_step_kernel<false>;
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>(l.grid));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = native(stream);
-  // cooperative: every block resident at once (blocks wait on each other's sums)
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeCooperative;
-  attribute[0].val.cooperative = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  HK_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a));
+  // blocks wait on each other's sums: all must be resident at once
+  launch_cooperative(kernel, dim3(static_cast<unsigned>(l.grid)), dim3(kThreads), smem, stream, a);
 }
 
 }  // namespace hk::decode
