@@ -818,11 +818,15 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
       return next;
     };
     std::string why;
-    auto sequence = DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
-    ASSERT_TRUE(sequence) << why;
-    EXPECT_EQ(sequence->summary().find("persistent"), std::string::npos) << sequence->summary();
     for (const char* form : {"deterministic", "f32"}) {
-      std::unique_ptr<DecodeSession> persistent;
+      // a fresh pair a form: a prefill appends to what a session's cache already holds
+      std::unique_ptr<DecodeSession> sequence, persistent;
+      {
+        PersistentStepEnv env("0");
+        sequence = DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
+      }
+      ASSERT_TRUE(sequence) << why;
+      EXPECT_EQ(sequence->summary().find("persistent"), std::string::npos) << sequence->summary();
       {
         PersistentStepEnv env(form);
         persistent = DecodeSession::create(lm, 1, 256, false, false, why);
@@ -888,6 +892,17 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
     EXPECT_EQ(sequence.timings.decode_note.find("persistent"), std::string::npos)
         << sequence.timings.decode_note;
     EXPECT_EQ(sequence.sequences[0].size(), row.size());
+    // unset (the default): the deterministic step at batch 1, and no note at a batch it never
+    // serves
+    PersistentStepEnv unset("");
+    GenerateOutput by_default = model.generate(prompts, o);
+    EXPECT_NE(by_default.timings.decode_note.find("one persistent launch (deterministic"),
+              std::string::npos)
+        << by_default.timings.decode_note;
+    EXPECT_EQ(by_default.sequences, eager.sequences);
+    GenerateOutput two = model.generate(random_prompts(model.config().vocab_size, 2, 16, 16, 3), o);
+    EXPECT_EQ(two.timings.decode_note.find("persistent"), std::string::npos)
+        << two.timings.decode_note;
   }
   CausalLM tiny = load(fixture("qwen3-tiny-bf16"), DType::BF16, {}, "sdpa");
   GenerateOptions o{.max_new_tokens = 8, .eos_token_ids = std::vector<int64_t>{}};
