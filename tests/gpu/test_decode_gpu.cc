@@ -791,6 +791,49 @@ std::vector<std::string> persistent_step_models() {
   return out;
 }
 
+// Prefills `prompt` into `session`'s cache; the prompt's last logits, on the host.
+std::vector<double> prefill(DecoderLM& lm, DecodeSession& session,
+                            const std::vector<int64_t>& prompt) {
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  ForwardOptions fwd;
+  fwd.cache = &session.cache();
+  fwd.logits_to_keep = 1;
+  fwd.stream = session.stream();
+  fwd.key_start = Tensor::from_ints({0}, {1}, DType::I64);
+  Tensor logits = lm.forward(Tensor::from_ints(prompt, {1, len}), fwd).logits;
+  return to_cpu(logits, session.stream()).to_doubles();
+}
+
+// Greedy ids checked teacher-forced against the kernel sequence's logits: each id's logit within
+// 0.03·(1 + max|logit|) of its step's largest. Not the argmax itself — a random model's top logits
+// sit within a bf16 step of each other — but an id the pick got wrong lands far below (the
+// step-by-step test finds the two steps' logits within ~0.012·(1 + max|logit|)).
+void expect_ids_near_the_sequence_argmax(DecoderLM& lm, const std::vector<int64_t>& prompt,
+                                         const std::vector<int64_t>& ids) {
+  std::unique_ptr<DecodeSession> sequence;
+  std::string why;
+  {
+    PersistentStepEnv env("0");
+    sequence = DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
+  }
+  ASSERT_TRUE(sequence) << why;
+  ASSERT_FALSE(ids.empty());
+  const int64_t vocab = lm.config.vocab_size, len = static_cast<int64_t>(prompt.size());
+  std::vector<double> logits = prefill(lm, *sequence, prompt);
+  sequence->start({ids[0]}, {len}, len, {0}, {0}, {}, 0);
+  for (size_t k = 0; k < ids.size(); ++k) {
+    if (k > 0) {
+      const float* step = sequence->sample_step({ids[k - 1]});
+      logits.assign(step, step + vocab);
+    }
+    double top = -1e30, scale = 0;
+    for (double v : logits) top = std::max(top, v), scale = std::max(scale, std::abs(v));
+    ASSERT_TRUE(ids[k] >= 0 && ids[k] < vocab) << "step " << k << ": id " << ids[k];
+    EXPECT_GE(logits[static_cast<size_t>(ids[k])], top - 0.03 * (1 + scale))
+        << "step " << k << ": id " << ids[k];
+  }
+}
+
 // The one-launch step against the kernel sequence, step by step over one prompt: both sessions fed
 // the same ids (the sequence's greedy pick), so their caches hold the same positions; logits within
 // the fused step's tolerance at every step, in both accumulator forms.
@@ -805,15 +848,9 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
     const int64_t len = static_cast<int64_t>(prompt.size());
     // prefill into a session's cache, the first id from its logits
     auto start = [&](DecodeSession& session) {
-      ForwardOptions fwd;
-      fwd.cache = &session.cache();
-      fwd.logits_to_keep = 1;
-      fwd.stream = session.stream();
-      fwd.key_start = Tensor::from_ints({0}, {1}, DType::I64);
-      Tensor logits = lm.forward(Tensor::from_ints(prompt, {1, len}), fwd).logits;
-      Tensor first = Tensor::empty({1}, DType::I64, lm.device, session.stream());
-      ops::argmax(logits.reshape({1, vocab}), first, session.stream());
-      std::vector<int64_t> next = to_cpu(first, session.stream()).to_int64s();
+      const std::vector<double> logits = prefill(lm, session, prompt);
+      const std::vector<int64_t> next = {
+          static_cast<int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
       session.start(next, {len}, len, {0}, {0}, {}, 0);
       return next;
     };
@@ -866,6 +903,7 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
   for (const std::string& dir : persistent_step_models()) {
     SCOPED_TRACE(name_of(dir));
     CausalLM model = load(dir, DType::BF16, {}, "sdpa");
+    DecoderLM& lm = model.impl();
     auto prompts = random_prompts(model.config().vocab_size, 1, 16, 16, 3);
     GenerateOptions o{.max_new_tokens = 48, .eos_token_ids = std::vector<int64_t>{}};
     o.cuda_graphs = false;
@@ -878,6 +916,7 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
     EXPECT_EQ(graph.timings.decode_path, "cuda-graph") << graph.timings.decode_note;
     EXPECT_EQ(graph.sequences, eager.sequences);
     EXPECT_EQ(model.generate(prompts, o).sequences, eager.sequences) << "(replay)";
+    expect_ids_near_the_sequence_argmax(lm, prompts[0], eager.sequences[0]);
     const std::vector<int64_t>& row = eager.sequences[0];
     o.eos_token_ids = std::vector<int64_t>{row[row.size() - 20]};
     auto stopped = model.generate(prompts, o).sequences;
