@@ -57,7 +57,7 @@ class DecodeSession {
   std::string path() const { return exec_ ? "cuda-graph" : "device"; }
   // Why the step does not run as a graph ("" when it does or graphs were not asked for).
   const std::string& graph_note() const { return graph_note_; }
-  const std::string& summary() const { return step_->summary(); }
+  std::string summary() const { return step_->summary(stream_.get()); }
 
  private:
   DecodeSession() = default;

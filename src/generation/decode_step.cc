@@ -37,6 +37,9 @@ void DecodeStep::enqueue(Stream) const {}
 bool DecodeStep::matches(const DecoderLM&) const {
   return false;
 }
+std::string DecodeStep::summary(Stream) const {
+  return summary_;
+}
 
 #else
 
@@ -73,6 +76,16 @@ PersistentRequest persistent_request() {
   if (s == "f32") return PersistentRequest::F32;
   throw InvalidArgument("HK_DECODE_PERSISTENT is '" + s +
                         "'; use 1 (or deterministic), f32, or 0 for the kernel sequence");
+}
+
+// HK_DECODE_PERSISTENT_PROFILE=1: the persistent step's profile build, its cycles a phase in the
+// session's summary (DecodeStep::summary); "0" or unset: the plain build.
+bool persistent_profile() {
+  const char* v = std::getenv("HK_DECODE_PERSISTENT_PROFILE");
+  const std::string s = v ? v : "";
+  if (s.empty() || s == "0") return false;
+  if (s == "1") return true;
+  throw InvalidArgument("HK_DECODE_PERSISTENT_PROFILE is '" + s + "'; use 1 or 0");
 }
 
 // Why the persistent step cannot run this model's step ("" when the model's side fits; the kernel
@@ -266,6 +279,7 @@ struct DecodeStep::Plan {
     pp.inv_freq = inv_freq.data_as<float>();
     pp.rope_theta = rope_theta;
     pp.deterministic = deterministic;
+    pp.profile = persistent_profile();
     for (size_t i = 0; i < lm.model->layers.size(); ++i) {
       const DecoderLayer& layer = *lm.model->layers[i];
       const nn::Attention& at = *layer.self_attn;
@@ -597,9 +611,16 @@ bool DecodeStep::matches(const DecoderLM& lm_const) const {
   if (i != p.impls.size()) return false;
   // a session planned before HK_DECODE_PERSISTENT changed is planned again
   if (static_cast<int>(persistent_request()) != p.persistent_request) return false;
+  if (p.persistent && p.persistent_params.profile != persistent_profile()) return false;
   for (size_t l = 0; l < lm.model->layers.size(); ++l)
     if (lm.model->layers[l]->self_attn->attn_implementation() != p.attention_names[l]) return false;
   return true;
+}
+
+std::string DecodeStep::summary(Stream stream) const {
+  if (!plan_->persistent || !plan_->persistent_params.profile) return summary_;
+  const std::string profile = decode::persistent_step_profile(plan_->persistent_params, stream);
+  return profile.empty() ? summary_ : summary_ + "; " + profile;
 }
 
 void DecodeStep::enqueue(Stream stream) const {

@@ -53,8 +53,10 @@ class DecodeStep {
   const std::string& capture_refusal() const { return capture_refusal_; }
   // f32 [B, V] logits of the last step (sampling steps only).
   const Tensor& logits_f32() const { return logits_f32_; }
-  // Which parts run fused kernels and which go through layer implementations (for reports).
-  const std::string& summary() const { return summary_; }
+  // Which parts run fused kernels and which go through layer implementations (for reports); with
+  // HK_DECODE_PERSISTENT_PROFILE=1, the persistent step's cycle profile of the steps so far
+  // (synchronises `stream`, the one the steps ran on).
+  std::string summary(Stream stream) const;
   // True while the model's layer bindings are those the step was planned with.
   bool matches(const DecoderLM& lm) const;
 

@@ -682,21 +682,24 @@ TEST(DeviceDecode, NonCaptureKernelFallsBackWithItsReasonAndDecodesTheSameIds) {
 // CUDA context, and the tests above have run by then
 // -------------------------------------------------
 
-// HK_DECODE_PERSISTENT for a scope (the plan reads it when a session is made), then as it was.
+// An environment variable (HK_DECODE_PERSISTENT by default) for a scope (the plan reads it when a
+// session is made), then as it was.
 class PersistentStepEnv {
  public:
-  explicit PersistentStepEnv(const char* value) {
-    if (const char* v = std::getenv("HK_DECODE_PERSISTENT")) before_ = v, had_ = true;
-    setenv("HK_DECODE_PERSISTENT", value, 1);
+  explicit PersistentStepEnv(const char* value, const char* name = "HK_DECODE_PERSISTENT")
+      : name_(name) {
+    if (const char* v = std::getenv(name)) before_ = v, had_ = true;
+    setenv(name, value, 1);
   }
   ~PersistentStepEnv() {
     if (had_)
-      setenv("HK_DECODE_PERSISTENT", before_.c_str(), 1);
+      setenv(name_.c_str(), before_.c_str(), 1);
     else
-      unsetenv("HK_DECODE_PERSISTENT");
+      unsetenv(name_.c_str());
   }
 
  private:
+  std::string name_;
   std::string before_;
   bool had_ = false;
 };
@@ -942,6 +945,12 @@ TEST(PersistentStep, GraphGivesTheIdsOfEagerStepsAndRefusalsSayWhy) {
     GenerateOutput two = model.generate(random_prompts(model.config().vocab_size, 2, 16, 16, 3), o);
     EXPECT_EQ(two.timings.decode_note.find("persistent"), std::string::npos)
         << two.timings.decode_note;
+    // the profile build: the same ids, and its cycles a phase in the note
+    PersistentStepEnv profile("1", "HK_DECODE_PERSISTENT_PROFILE");
+    GenerateOutput profiled = model.generate(prompts, o);
+    EXPECT_EQ(profiled.sequences, eager.sequences);
+    EXPECT_NE(profiled.timings.decode_note.find("persistent profile ("), std::string::npos)
+        << profiled.timings.decode_note;
   }
   CausalLM tiny = load(fixture("qwen3-tiny-bf16"), DType::BF16, {}, "sdpa");
   GenerateOptions o{.max_new_tokens = 8, .eos_token_ids = std::vector<int64_t>{}};

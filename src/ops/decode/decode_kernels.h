@@ -236,6 +236,10 @@ struct PersistentStepParams {
   // bits whatever the order blocks add in: graph replays give the ids of eager steps); false: f32
   // vector reductions behind grid-wide counters (faster, the last bits vary run to run)
   bool deterministic = true;
+  // true: a second build of the kernel also adds each block's clock cycles a phase into the
+  // workspace (waiting for its inputs, waiting for weight chunks, the whole phase), read by
+  // persistent_step_profile (for finding where a step's time goes; the default build has none)
+  bool profile = false;
   void* workspace =
       nullptr;  // persistent_step_workspace_bytes(), prepared by persistent_step_prepare
 };
@@ -246,5 +250,11 @@ size_t persistent_step_workspace_bytes(const PersistentStepParams& p);
 // (synchronous; once, before the first step and outside any capture).
 void persistent_step_prepare(const PersistentStepParams& p, Stream stream);
 void persistent_step(const PersistentStepParams& p, Stream stream);
+// With p.profile, the cycles the steps since persistent_step_prepare spent, a line per phase kind
+// (q/k/v, attention + o_proj, MLP, lm_head): per block and step, mean over blocks and the slowest
+// block — waiting for the phase's inputs (the grid-wide dependency), waiting for weight chunks
+// (the stream) and the rest (work) — with µs at the device's clock. "" without p.profile or steps.
+// Synchronises `stream`.
+std::string persistent_step_profile(const PersistentStepParams& p, Stream stream);
 
 }  // namespace hk::decode

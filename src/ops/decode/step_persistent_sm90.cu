@@ -38,6 +38,7 @@
 // semantics, biases (decode_step.cc plans the kernel sequence for those).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -101,6 +102,7 @@ struct StepArgs {
   int num_eos;
   int64_t pad;
   float* logits_f32;
+  unsigned long long* profile;  // [grid][n_phases][3] cycles (profile build): inputs, chunks, all
 };
 
 // ---- shared memory: fixed regions, then the K rows (capacity), then the ring ----------------
@@ -145,7 +147,7 @@ __device__ __forceinline__ int unpack_index(unsigned long long key) {
   return int(0xffffffffu - unsigned(key & 0xffffffffu));
 }
 
-template <bool kDeterministic>
+template <bool kDeterministic, bool kProfile>
 __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const StepArgs a) {
   using namespace hk::sdk::cuda::sm90;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -237,6 +239,20 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   }
 
   auto sync = [] { named_sync(1, kConsumers); };
+  // profile build: thread 0's cycles waiting for weight chunks this phase (its warp waits on
+  // every chunk the block streams)
+  long long chunk_wait = 0;
+  auto wait_chunk = [&](const RingPos& pos) {
+    if constexpr (kProfile) {
+      if (tid == 0) {
+        const long long t = clock64();
+        wait_phase(full(pos.slot), pos.parity());
+        chunk_wait += clock64() - t;
+        return;
+      }
+    }
+    wait_phase(full(pos.slot), pos.parity());
+  };
   RingPos next{0, 0};
   // `rows` rows of the next chunks times x, a warp a pair of chunks (pair p to warp (first_warp +
   // p) % 8); sink(row, y) on lanes q == 0. Every warp waits on and arrives at every chunk, in
@@ -246,8 +262,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     for (int i = 0; i < chunks; i += 2) {
       const bool two = i + 1 < chunks;
       const RingPos pa = next, pb = two ? next.after(slots) : next;
-      wait_phase(full(pa.slot), pa.parity());
-      if (two) wait_phase(full(pb.slot), pb.parity());
+      wait_chunk(pa);
+      if (two) wait_chunk(pb);
       if ((first_warp + i / 2) % kConsumerWarps == warp) {
         float ya, yb;
         rows_mma<kHidden>(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
@@ -273,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     for (int i = 0; i < chunks; ++i) {
       const RingPos pa = next;
       next = next.after(slots);
-      wait_phase(full(pa.slot), pa.parity());
+      wait_chunk(pa);
       // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
       // hold earlier weights, finite), so no branch
       const unsigned char* w = ring_ptr + pa.slot * kSlotBytes + tid * 8;
@@ -329,6 +345,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   for (int p = 0; p < a.n_phases; ++p) {
     const Phase ph = ph_next;
     if (p + 1 < a.n_phases) ph_next = a.phases[p + 1];
+    long long t_start = 0, t_inputs = 0;  // profile build
+    if constexpr (kProfile) t_start = clock64();
     int64_t r0, r1;
     phase_rows(ph, block, grid, heads, r0, r1);
     const int rows = int(r1 - r0);
@@ -470,6 +488,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid == 0 && length > 0) wait_phase(kbar, uint32_t(attend_uses) & 1);
       ++attend_uses;
       sync();
+      if constexpr (kProfile) t_inputs = clock64();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
       attend_dims<kHeadDim, kConsumerWarps>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t,
                                             key_start, a.scale, rows, xc, nullptr, sync);
@@ -526,6 +545,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       for (int o = 16; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
       if (lane == 0) reduce[warp] = ss;
       sync();
+      if constexpr (kProfile) t_inputs = clock64();
       float total = 0;
       for (int w = 0; w < kConsumerWarps; ++w) total += reduce[w];
       const float r = rsqrtf(total / float(kHidden) + a.eps);
@@ -576,6 +596,15 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         if (d < next_dims)
           vbuf[d * kMaxCache + tid] = __bfloat162float(__ushort_as_bfloat16(vpre[d]));
     sync();
+    if constexpr (kProfile) {
+      if (tid == 0) {
+        unsigned long long* at = a.profile + (int64_t(block) * a.n_phases + p) * 3;
+        at[0] += static_cast<unsigned long long>(t_inputs - t_start);
+        at[1] += static_cast<unsigned long long>(chunk_wait);
+        at[2] += static_cast<unsigned long long>(clock64() - t_start);
+      }
+      chunk_wait = 0;
+    }
     // (the barrier above ordered the block's reductions and stores before the release)
     if (!kDeterministic && tid == 0 && p + 1 < a.n_phases) release_add(a.counters + p);
   }
@@ -633,6 +662,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
 // ---- host ------------------------------------------------------------------------------------
 struct Layout {  // the workspace
   size_t phases = 0, counters = 0, epoch = 0, finish = 0, best = 0, tagged = 0, qkv = 0, acc = 0;
+  size_t profile = 0;
   size_t total = 0;
   int n_phases = 0, grid = 0;
   int64_t acc_half = 0;  // elements a parity set
@@ -656,6 +686,7 @@ Layout layout_of(const PersistentStepParams& p) {
   l.qkv = take(p.deterministic ? 0 : 2 * qkv_width);
   l.acc_half = int64_t(2 * p.layers.size()) * kCopies * kHidden;  // o and down, each layer
   l.acc = take(size_t(2 * l.acc_half) * (p.deterministic ? 8 : 4));
+  l.profile = take(p.profile ? sizeof(unsigned long long) * 3 * l.grid * l.n_phases : 0);
   return l;
 }
 // A count from the environment (unset or empty: `fallback`), 0 … `most`; else InvalidArgument.
@@ -817,12 +848,62 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.num_eos = p.num_eos;
   a.pad = p.pad_id;
   a.logits_f32 = p.logits_f32;
+  a.profile = p.profile ? reinterpret_cast<unsigned long long*>(ws + l.profile) : nullptr;
   const size_t smem = static_cast<size_t>(a.ring_offset) + size_t(a.slots) * kSlotBytes;
-  void (*kernel)(const StepArgs) =
-      p.deterministic ? persistent_step_kernel<true> : persistent_step_kernel<false>;
+  void (*kernel)(const StepArgs) = p.profile
+                                       ? (p.deterministic ? persistent_step_kernel<true, true>
+                                                          : persistent_step_kernel<false, true>)
+                                       : (p.deterministic ? persistent_step_kernel<true, false>
+                                                          : persistent_step_kernel<false, false>);
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   // blocks wait on each other's sums: all must be resident at once
   launch_cooperative(kernel, dim3(static_cast<unsigned>(l.grid)), dim3(kThreads), smem, stream, a);
+}
+
+std::string persistent_step_profile(const PersistentStepParams& p, Stream stream) {
+  if (!p.profile || p.workspace == nullptr) return "";
+  const Layout l = layout_of(p);
+  const char* ws = static_cast<const char*>(p.workspace);
+  std::vector<unsigned long long> cycles(size_t(3) * l.grid * l.n_phases);
+  unsigned steps = 0;
+  const cudaStream_t s = native(stream);
+  HK_CUDA_CHECK(
+      cudaMemcpyAsync(cycles.data(), ws + l.profile, cycles.size() * 8, cudaMemcpyDeviceToHost, s));
+  HK_CUDA_CHECK(cudaMemcpyAsync(&steps, ws + l.epoch, sizeof(steps), cudaMemcpyDeviceToHost, s));
+  HK_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (steps == 0) return "";
+  int device = 0, khz = 0;
+  HK_CUDA_CHECK(cudaGetDevice(&device));
+  HK_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+  const double us = 1e3 / (double(khz) * steps);  // cycles summed over the steps → µs a step
+  const char* names[4] = {"q/k/v", "attention+o", "mlp", "lm_head"};
+  std::string out = "persistent profile (" + std::to_string(steps) + " steps, µs a step at " +
+                    std::to_string(khz / 1000) + " MHz; mean over blocks / slowest block):";
+  double step_mean = 0;
+  for (int kind = 0; kind < 4; ++kind) {
+    double mean[3] = {0, 0, 0}, slowest[3] = {0, 0, 0};
+    for (int b = 0; b < l.grid; ++b) {
+      double sum[3] = {0, 0, 0};
+      for (int ph = 0; ph < l.n_phases; ++ph) {
+        if ((ph == l.n_phases - 1 ? kHead : ph % 3) != kind) continue;
+        for (int k = 0; k < 3; ++k) sum[k] += double(cycles[(size_t(b) * l.n_phases + ph) * 3 + k]);
+      }
+      for (int k = 0; k < 3; ++k) mean[k] += sum[k] * us / l.grid;
+      if (sum[2] * us > slowest[2])
+        for (int k = 0; k < 3; ++k) slowest[k] = sum[k] * us;
+    }
+    step_mean += mean[2];
+    char line[256];
+    std::snprintf(line, sizeof(line),
+                  " %s inputs %.1f/%.1f, chunks %.1f/%.1f, work %.1f/%.1f, all %.1f/%.1f;",
+                  names[kind], mean[0], slowest[0], mean[1], slowest[1],
+                  mean[2] - mean[0] - mean[1], slowest[2] - slowest[0] - slowest[1], mean[2],
+                  slowest[2]);
+    out += line;
+  }
+  char total[64];
+  std::snprintf(total, sizeof(total), " phases %.1f", step_mean);
+  return out + total;
 }
 
 }  // namespace hk::decode
