@@ -808,9 +808,10 @@ std::vector<double> prefill(DecoderLM& lm, DecodeSession& session,
 }
 
 // Greedy ids checked teacher-forced against the kernel sequence's logits: each id's logit within
-// 0.03·(1 + max|logit|) of its step's largest. Not the argmax itself — a random model's top logits
-// sit within a bf16 step of each other — but an id the pick got wrong lands far below (the
-// step-by-step test finds the two steps' logits within ~0.012·(1 + max|logit|)).
+// 0.05·(1 + max|logit|) of its step's largest. Not the argmax itself — a random model's top logits
+// sit within a bf16 step of each other — but an id the pick got wrong lands far below, about the
+// top's distance from the mean. (The step-by-step test finds the two steps' logits within
+// ~0.012·(1 + max|logit|), so a right pick is within about twice that.)
 void expect_ids_near_the_sequence_argmax(DecoderLM& lm, const std::vector<int64_t>& prompt,
                                          const std::vector<int64_t>& ids) {
   std::unique_ptr<DecodeSession> sequence;
@@ -832,7 +833,7 @@ void expect_ids_near_the_sequence_argmax(DecoderLM& lm, const std::vector<int64_
     double top = -1e30, scale = 0;
     for (double v : logits) top = std::max(top, v), scale = std::max(scale, std::abs(v));
     ASSERT_TRUE(ids[k] >= 0 && ids[k] < vocab) << "step " << k << ": id " << ids[k];
-    EXPECT_GE(logits[static_cast<size_t>(ids[k])], top - 0.03 * (1 + scale))
+    EXPECT_GE(logits[static_cast<size_t>(ids[k])], top - 0.05 * (1 + scale))
         << "step " << k << ": id " << ids[k];
   }
 }
