@@ -379,10 +379,7 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
         float ya, yb;
         rows_mma<kHidden>(smem + a.slot * kSlotBytes, smem + b.slot * kSlotBytes,
                           reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
-        const int g = lane / 4;
-        if (lane % 4 == 0 && i * kRowsPerSlot + g < rows) sink(i * kRowsPerSlot + g, ya);
-        if (lane % 4 == 0 && two && (i + 1) * kRowsPerSlot + g < rows)
-          sink((i + 1) * kRowsPerSlot + g, yb);
+        sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb, sink);
       }
       __syncwarp();  // the pair's reads are done before the warp's arrival
       if (lane == 0 && mode != kResident) {
@@ -404,16 +401,9 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
         if (mode != kResident) mbar_wait(full(a.slot), a.parity());
         // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
         // hold earlier weights, finite), so no branch
-        if (tid < kSplitThreads) {
-          const unsigned char* w = smem + a.slot * kSlotBytes + tid * 8;
-#pragma unroll
-          for (int r = 0; r < kRowsPerSlot; ++r) {
-            float f[4];
-            bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
-            const float c = xc[i * kRowsPerSlot + r];
-            for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c, acc[e]);
-          }
-        }
+        if (tid < kSplitThreads)
+          add_chunk_columns<kRowsPerSlot, kRowBytes>(smem + a.slot * kSlotBytes + tid * 8,
+                                                     xc + i * kRowsPerSlot, acc);
         __syncwarp();
         if (lane == 0 && mode != kResident) mbar_arrive(empty(a.slot));
       }

@@ -160,6 +160,28 @@ __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const uns
   ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
   yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
 }
+// rows_mma's results for chunks i and i + 1 (`two`) of kRowsPerChunk rows each, handed to
+// sink(row, y) by lanes q == 0 for the rows below `rows`.
+template <int kRowsPerChunk, class Sink>
+__device__ __forceinline__ void sink_pair(int lane, int i, int rows, bool two, float ya, float yb,
+                                          Sink&& sink) {
+  const int g = lane / 4;
+  if (lane % 4 == 0 && i * kRowsPerChunk + g < rows) sink(i * kRowsPerChunk + g, ya);
+  if (lane % 4 == 0 && two && (i + 1) * kRowsPerChunk + g < rows)
+    sink((i + 1) * kRowsPerChunk + g, yb);
+}
+// Split-K: a thread's 4 columns of every row of a chunk (`w` at the thread's columns, rows
+// kRowBytes apart) times that row's input c[r], added into acc.
+template <int kRowsPerChunk, int kRowBytes>
+__device__ __forceinline__ void add_chunk_columns(const unsigned char* w, const float* c,
+                                                  float (&acc)[4]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerChunk; ++r) {
+    float f[4];
+    bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
+    for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c[r], acc[e]);
+  }
+}
 
 // ---- the weight stream
 // ---------------------------------------------------------------------------- A block's weight

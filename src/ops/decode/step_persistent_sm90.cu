@@ -268,10 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float ya, yb;
         rows_mma<kHidden>(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
                           reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
-        const int g = lane / 4;
-        if (lane % 4 == 0 && i * kRowsPerSlot + g < rows) sink(i * kRowsPerSlot + g, ya);
-        if (lane % 4 == 0 && two && (i + 1) * kRowsPerSlot + g < rows)
-          sink((i + 1) * kRowsPerSlot + g, yb);
+        sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb, sink);
       }
       __syncwarp();
       if (lane == 0) {
@@ -292,14 +289,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       wait_chunk(pa);
       // every row of the slot: xc is zero past the phase's rows (rows of a part-filled slot
       // hold earlier weights, finite), so no branch
-      const unsigned char* w = ring_ptr + pa.slot * kSlotBytes + tid * 8;
-#pragma unroll
-      for (int r = 0; r < kRowsPerSlot; ++r) {
-        float f[4];
-        bf16x4(*reinterpret_cast<const uint2*>(w + r * kRowBytes), f);
-        const float c = xc[i * kRowsPerSlot + r];
-        for (int e = 0; e < 4; ++e) acc[e] = fmaf(f[e], c, acc[e]);
-      }
+      add_chunk_columns<kRowsPerSlot, kRowBytes>(ring_ptr + pa.slot * kSlotBytes + tid * 8,
+                                                 xc + i * kRowsPerSlot, acc);
       __syncwarp();
       if (lane == 0) mbar_arrive(empty(pa.slot));
     }
