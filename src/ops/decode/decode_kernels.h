@@ -237,7 +237,7 @@ struct PersistentStepParams {
   // vector reductions behind grid-wide counters (faster, the last bits vary run to run)
   bool deterministic = true;
   // true: a second build of the kernel also adds each block's clock cycles a phase into the
-  // workspace (waiting for its inputs, waiting for weight chunks, the whole phase), read by
+  // workspace (its inputs, its products, weight-chunk waits, the whole phase), read by
   // persistent_step_profile (for finding where a step's time goes; the default build has none)
   bool profile = false;
   void* workspace =
@@ -250,11 +250,12 @@ size_t persistent_step_workspace_bytes(const PersistentStepParams& p);
 // (synchronous; once, before the first step and outside any capture).
 void persistent_step_prepare(const PersistentStepParams& p, Stream stream);
 void persistent_step(const PersistentStepParams& p, Stream stream);
-// With p.profile, the cycles the steps since persistent_step_prepare spent, a line per phase kind
-// (q/k/v, attention + o_proj, MLP, lm_head): per block and step, mean over blocks and the slowest
-// block — waiting for the phase's inputs (the grid-wide dependency), waiting for weight chunks
-// (the stream) and the rest (work) — with µs at the device's clock. "" without p.profile or steps.
-// Synchronises `stream`.
+// With p.profile, where the steps since persistent_step_prepare spent their time, a line per phase
+// kind (q/k/v, attention + o_proj, MLP, lm_head), per block and step, mean over blocks and the
+// slowest block: waiting for the phase's inputs (the grid-wide dependency), up to its products,
+// the products to the first and to the last warp done (and the weight-chunk waits among them),
+// the block's closing barrier; and the launch's prologue and epilogue — in µs at the clock the
+// cycles ran at (from %globaltimer). "" without p.profile or steps. Synchronises `stream`.
 std::string persistent_step_profile(const PersistentStepParams& p, Stream stream);
 
 }  // namespace hk::decode

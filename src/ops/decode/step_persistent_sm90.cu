@@ -102,8 +102,21 @@ struct StepArgs {
   int num_eos;
   int64_t pad;
   float* logits_f32;
-  unsigned long long* profile;  // [grid][n_phases][3] cycles (profile build): inputs, chunks, all
+  unsigned long long* profile;  // profile build: [grid][n_phases][kPhaseMarks], [grid][kBlockMarks]
 };
+
+// The profile build's marks, thread 0's clock64 cycles summed over steps. A phase's, from its
+// start: its inputs ready, the chunk waits (a duration), ready to multiply, the first and the last
+// warp done with its products, the phase's end (after the block's barrier).
+enum PhaseMark : int { kInputs, kChunks, kReady, kFirstDone, kLastDone, kEnd, kPhaseMarks };
+// A block's: launch → first phase, last phase → exit (the last block: the pick), and the whole
+// block in cycles and in %globaltimer ns (the clock the cycles ran at).
+enum BlockMark : int { kPrologue, kEpilogue, kBlockCycles, kBlockNs, kBlockMarks };
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
 
 // ---- shared memory: fixed regions, then the K rows (capacity), then the ring ----------------
 constexpr int kOffX = 0;                                      // the phase's normed x, bf16
@@ -117,7 +130,8 @@ constexpr int kOffRed = kOffReduce + 4 * kConsumerWarps * 8;  // split-K staging
 constexpr int kOffBars = kOffRed + kHidden * 8;               // full, empty, K
 constexpr int kOffV = kOffBars + 256;                    // the block's V dims, f32 [dim][position]
 constexpr int kOffK = kOffV + kMaxDims * kMaxCache * 4;  // K rows, bf16
-static_assert(kOffBars + (2 * kMaxSlots + 1) * 8 <= kOffV, "mbarriers fit their region");
+constexpr int kOffWarpDone = kOffBars + (2 * kMaxSlots + 1) * 8;  // profile build: a clock a warp
+static_assert(kOffWarpDone + kConsumerWarps * 8 <= kOffV, "mbarriers and warp clocks fit");
 int ring_offset(int cache_rows) {
   return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
 }
@@ -168,6 +182,19 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   const uint32_t kbar = base + kOffBars + 16 * kMaxSlots;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int grid = gridDim.x, block = blockIdx.x;
+  long long t_launch = 0, t_loop_end = 0;  // profile build
+  unsigned long long ns_launch = 0;
+  if constexpr (kProfile) t_launch = clock64(), ns_launch = global_ns();
+  unsigned long long* block_marks =
+      kProfile ? a.profile + (int64_t(grid) * a.n_phases * kPhaseMarks + block * kBlockMarks)
+               : nullptr;
+  auto mark_exit = [&] {  // thread 0, as the block leaves
+    if constexpr (kProfile) {
+      block_marks[kEpilogue] += static_cast<unsigned long long>(clock64() - t_loop_end);
+      block_marks[kBlockCycles] += static_cast<unsigned long long>(clock64() - t_launch);
+      block_marks[kBlockNs] += global_ns() - ns_launch;
+    }
+  };
   const int slots = a.slots, heads = a.heads_q, group = a.heads_q / a.heads_kv;
   // the step's state: every block reads it here, and the last block to finish changes it (after
   // every block's arrival, so after these reads)
@@ -336,8 +363,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   for (int p = 0; p < a.n_phases; ++p) {
     const Phase ph = ph_next;
     if (p + 1 < a.n_phases) ph_next = a.phases[p + 1];
-    long long t_start = 0, t_inputs = 0;  // profile build
-    if constexpr (kProfile) t_start = clock64();
+    long long t_start = 0, t_inputs = 0, t_ready = 0;  // profile build
+    if constexpr (kProfile) {
+      t_start = clock64();
+      if (p == 0 && tid == 0)
+        block_marks[kPrologue] += static_cast<unsigned long long>(t_start - t_launch);
+    }
     int64_t r0, r1;
     phase_rows(ph, block, grid, heads, r0, r1);
     const int rows = int(r1 - r0);
@@ -484,6 +515,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       attend_dims<kHeadDim, kConsumerWarps>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t,
                                             key_start, a.scale, rows, xc, nullptr, sync);
       sync();
+      if constexpr (kProfile) t_ready = clock64();
       split_k(rows, ph.acc_out);
     } else {
       // v: 4 elements a thread — the embedding row (phase 0), else the residual from registers
@@ -548,6 +580,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         bulk_load(base + kOffK + tid * kHeadDim * 2,
                   ph_next.k_cache + (int64_t(tid) * a.heads_kv + next_g) * kHeadDim, kHeadDim * 2,
                   kbar);
+      if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
         if constexpr (kDeterministic) {
           unsigned* out = ph.tagged + r0;
@@ -586,13 +619,24 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       for (int d = 0; d < kMaxDims; ++d)
         if (d < next_dims)
           vbuf[d * kMaxCache + tid] = __bfloat162float(__ushort_as_bfloat16(vpre[d]));
+    if constexpr (kProfile)
+      if (lane == 0) reinterpret_cast<long long*>(smem + kOffWarpDone)[warp] = clock64();
     sync();
     if constexpr (kProfile) {
       if (tid == 0) {
-        unsigned long long* at = a.profile + (int64_t(block) * a.n_phases + p) * 3;
-        at[0] += static_cast<unsigned long long>(t_inputs - t_start);
-        at[1] += static_cast<unsigned long long>(chunk_wait);
-        at[2] += static_cast<unsigned long long>(clock64() - t_start);
+        const long long t_end = clock64();
+        const long long* done = reinterpret_cast<const long long*>(smem + kOffWarpDone);
+        long long first = done[0], last = done[0];
+        for (int w = 1; w < kConsumerWarps; ++w)
+          first = min(first, done[w]), last = max(last, done[w]);
+        unsigned long long* at = a.profile + (int64_t(block) * a.n_phases + p) * kPhaseMarks;
+        at[kInputs] += static_cast<unsigned long long>(t_inputs - t_start);
+        at[kChunks] += static_cast<unsigned long long>(chunk_wait);
+        at[kReady] += static_cast<unsigned long long>(t_ready - t_start);
+        at[kFirstDone] += static_cast<unsigned long long>(first - t_start);
+        at[kLastDone] += static_cast<unsigned long long>(last - t_start);
+        at[kEnd] += static_cast<unsigned long long>(t_end - t_start);
+        t_loop_end = t_end;
       }
       chunk_wait = 0;
     }
@@ -625,7 +669,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     *is_last = atomicAdd(a.finish, 1u) == target - 1;
   }
   sync();
-  if (!*is_last) return;
+  if (!*is_last) {
+    if (tid == 0) mark_exit();
+    return;
+  }
   __threadfence();
   unsigned long long key = 0;
   if (greedy) {
@@ -647,6 +694,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   }
   *a.positions += 1;
   *a.lengths += 1;
+  mark_exit();
   *a.epoch = epoch + 1;
 }
 
@@ -677,7 +725,9 @@ Layout layout_of(const PersistentStepParams& p) {
   l.qkv = take(p.deterministic ? 0 : 2 * qkv_width);
   l.acc_half = int64_t(2 * p.layers.size()) * kCopies * kHidden;  // o and down, each layer
   l.acc = take(size_t(2 * l.acc_half) * (p.deterministic ? 8 : 4));
-  l.profile = take(p.profile ? sizeof(unsigned long long) * 3 * l.grid * l.n_phases : 0);
+  l.profile = take(p.profile ? sizeof(unsigned long long) * l.grid *
+                                   (size_t(kPhaseMarks) * l.n_phases + kBlockMarks)
+                             : 0);
   return l;
 }
 // A count from the environment (unset or empty: `fallback`), 0 … `most`; else InvalidArgument.
@@ -855,7 +905,8 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
   if (!p.profile || p.workspace == nullptr) return "";
   const Layout l = layout_of(p);
   const char* ws = static_cast<const char*>(p.workspace);
-  std::vector<unsigned long long> cycles(size_t(3) * l.grid * l.n_phases);
+  const size_t phase_values = size_t(kPhaseMarks) * l.grid * l.n_phases;
+  std::vector<unsigned long long> cycles(phase_values + size_t(kBlockMarks) * l.grid);
   unsigned steps = 0;
   const cudaStream_t s = native(stream);
   HK_CUDA_CHECK(
@@ -863,33 +914,58 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
   HK_CUDA_CHECK(cudaMemcpyAsync(&steps, ws + l.epoch, sizeof(steps), cudaMemcpyDeviceToHost, s));
   HK_CUDA_CHECK(cudaStreamSynchronize(s));
   if (steps == 0) return "";
-  int device = 0, khz = 0;
-  HK_CUDA_CHECK(cudaGetDevice(&device));
-  HK_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
-  const double us = 1e3 / (double(khz) * steps);  // cycles summed over the steps → µs a step
+  const unsigned long long* blocks = cycles.data() + phase_values;
+  // the clock the cycles ran at (the blocks' cycles over their %globaltimer ns), not the rated one:
+  // under a memory-bound load the SM clock sits below it
+  double block_cycles = 0, block_ns = 0, prologue = 0, epilogue = 0, epilogue_slowest = 0;
+  for (int b = 0; b < l.grid; ++b) {
+    const unsigned long long* m = blocks + size_t(b) * kBlockMarks;
+    block_cycles += double(m[kBlockCycles]), block_ns += double(m[kBlockNs]);
+    prologue += double(m[kPrologue]) / l.grid, epilogue += double(m[kEpilogue]) / l.grid;
+    epilogue_slowest = std::max(epilogue_slowest, double(m[kEpilogue]));
+  }
+  const double mhz = block_ns > 0 ? 1e3 * block_cycles / block_ns : 0;
+  if (mhz <= 0) return "";
+  const double us = 1.0 / (mhz * steps);  // cycles summed over the steps → µs a step
+  char head[192];
+  std::snprintf(head, sizeof(head),
+                "persistent profile (%u steps at %.0f MHz, µs a step, mean over blocks / the block "
+                "slowest in the phase kind): kernel %.1f, before the first phase %.1f, after the "
+                "last %.1f/%.1f;",
+                steps, mhz, block_cycles / l.grid * us, prologue * us, epilogue * us,
+                epilogue_slowest * us);
+  std::string out = head;
   const char* names[4] = {"q/k/v", "attention+o", "mlp", "lm_head"};
-  std::string out = "persistent profile (" + std::to_string(steps) + " steps, µs a step at " +
-                    std::to_string(khz / 1000) + " MHz; mean over blocks / slowest block):";
   double step_mean = 0;
   for (int kind = 0; kind < 4; ++kind) {
-    double mean[3] = {0, 0, 0}, slowest[3] = {0, 0, 0};
+    // per block, summed over the kind's phases: the marks' durations
+    double mean[kPhaseMarks] = {}, slowest[kPhaseMarks] = {};
     for (int b = 0; b < l.grid; ++b) {
-      double sum[3] = {0, 0, 0};
+      double sum[kPhaseMarks] = {};
       for (int ph = 0; ph < l.n_phases; ++ph) {
         if ((ph == l.n_phases - 1 ? kHead : ph % 3) != kind) continue;
-        for (int k = 0; k < 3; ++k) sum[k] += double(cycles[(size_t(b) * l.n_phases + ph) * 3 + k]);
+        for (int k = 0; k < kPhaseMarks; ++k)
+          sum[k] += double(cycles[(size_t(b) * l.n_phases + ph) * kPhaseMarks + k]) * us;
       }
-      for (int k = 0; k < 3; ++k) mean[k] += sum[k] * us / l.grid;
-      if (sum[2] * us > slowest[2])
-        for (int k = 0; k < 3; ++k) slowest[k] = sum[k] * us;
+      for (int k = 0; k < kPhaseMarks; ++k) mean[k] += sum[k] / l.grid;
+      if (sum[kEnd] > slowest[kEnd])
+        for (int k = 0; k < kPhaseMarks; ++k) slowest[k] = sum[k];
     }
-    step_mean += mean[2];
-    char line[256];
+    step_mean += mean[kEnd];
+    char line[320];
+    auto part = [&](const double(&m)[kPhaseMarks], PhaseMark to, PhaseMark from) {
+      return to == kInputs ? m[kInputs] : m[to] - m[from];
+    };
     std::snprintf(line, sizeof(line),
-                  " %s inputs %.1f/%.1f, chunks %.1f/%.1f, work %.1f/%.1f, all %.1f/%.1f;",
-                  names[kind], mean[0], slowest[0], mean[1], slowest[1],
-                  mean[2] - mean[0] - mean[1], slowest[2] - slowest[0] - slowest[1], mean[2],
-                  slowest[2]);
+                  " %s inputs %.1f/%.1f, to the products %.1f/%.1f, products to the first warp "
+                  "done %.1f/%.1f (chunk waits %.1f/%.1f), to the last %.1f/%.1f, barrier "
+                  "%.1f/%.1f, all %.1f/%.1f;",
+                  names[kind], mean[kInputs], slowest[kInputs], part(mean, kReady, kInputs),
+                  part(slowest, kReady, kInputs), part(mean, kFirstDone, kReady),
+                  part(slowest, kFirstDone, kReady), mean[kChunks], slowest[kChunks],
+                  part(mean, kLastDone, kFirstDone), part(slowest, kLastDone, kFirstDone),
+                  part(mean, kEnd, kLastDone), part(slowest, kEnd, kLastDone), mean[kEnd],
+                  slowest[kEnd]);
     out += line;
   }
   char total[64];
