@@ -86,6 +86,18 @@ __device__ __forceinline__ void load_relaxed_2x64(const void* p, unsigned long l
                : "memory");
 }
 
+// ---- per-thread asynchronous copies (sm_80 form): 16 bytes global → shared, waited for by the
+// issuing thread (cp.async.wait_all), then visible to the block after its barrier ---------------
+__device__ __forceinline__ void copy_async16(uint32_t dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void copy_async_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
 // ---- bf16 ---------------------------------------------------------------------------------------
 __device__ __forceinline__ void bf16x4(uint2 v, float (&f)[4]) {
   const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v.x));

@@ -83,9 +83,11 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
-  unsigned* counters;  // [n_phases] (f32 form)
-  unsigned* epoch;     // steps done
-  unsigned* finish;    // blocks finished, all steps
+  int k_rows_by_threads;  // 1: the next B's K rows by 16-byte cp.async from every thread, not a
+                          // bulk copy a position from 144 threads
+  unsigned* counters;     // [n_phases] (f32 form)
+  unsigned* epoch;        // steps done
+  unsigned* finish;       // blocks finished, all steps
   unsigned long long* best;
   char* acc;
   int64_t acc_half;  // elements a parity set
@@ -397,7 +399,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       next_g = nh / group;
       const int nd0 = int(n0 - int64_t(nh) * kHeadDim);
       next_dims = int(n1 - n0);
-      if (tid == 0 && length > 0) mbar_expect_tx(kbar, uint32_t(length) * kHeadDim * 2);
+      if (!a.k_rows_by_threads && tid == 0 && length > 0)
+        mbar_expect_tx(kbar, uint32_t(length) * kHeadDim * 2);
       const unsigned short* vrow = reinterpret_cast<const unsigned short*>(ph_next.v_cache) +
                                    (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + nd0;
 #pragma unroll
@@ -507,8 +510,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid >= 32 && tid - 32 < rows)
         ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] =
             __float2bfloat16_rn(vbuf[(tid - 32) * kMaxCache + length]);
-      if (tid == 0 && length > 0) wait_phase(kbar, uint32_t(attend_uses) & 1);
-      ++attend_uses;
+      if (a.k_rows_by_threads) {
+        copy_async_wait_all();
+      } else {
+        if (tid == 0 && length > 0) wait_phase(kbar, uint32_t(attend_uses) & 1);
+        ++attend_uses;
+      }
       sync();
       if constexpr (kProfile) t_inputs = clock64();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
@@ -576,10 +583,19 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       sync();
       // the next B's K rows (a position a thread; thread 0 armed the barrier before the wait):
       // issued after this barrier, so the previous B is done reading them
-      if (prefetch && tid < length)
+      if (prefetch && a.k_rows_by_threads) {
+        constexpr int kPieces = kHeadDim * 2 / 16;
+        for (int i = tid; i < length * kPieces; i += kConsumers) {
+          const int t = i / kPieces, piece = i % kPieces;
+          copy_async16(base + kOffK + t * kHeadDim * 2 + piece * 16,
+                       ph_next.k_cache + (int64_t(t) * a.heads_kv + next_g) * kHeadDim + piece * 8);
+        }
+        copy_async_commit();
+      } else if (prefetch && tid < length) {
         bulk_load(base + kOffK + tid * kHeadDim * 2,
                   ph_next.k_cache + (int64_t(tid) * a.heads_kv + next_g) * kHeadDim, kHeadDim * 2,
                   kbar);
+      }
       if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
         if constexpr (kDeterministic) {
@@ -747,6 +763,19 @@ int inflight_cap() {
   static const int cap = env_count("HK_DECODE_PERSISTENT_INFLIGHT", 1, kMaxSlots);
   return cap;
 }
+// How the next B's K rows reach shared memory: a bulk copy a position (default) or
+// HK_DECODE_PERSISTENT_K_ROWS=threads, 16-byte cp.async from every consumer thread (for measuring
+// whether 144 bulk copies a q/k/v phase hold up the SM's copy unit).
+int k_rows_by_threads() {
+  static const int by_threads = [] {
+    const char* v = std::getenv("HK_DECODE_PERSISTENT_K_ROWS");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "bulk") == 0) return 0;
+    if (std::strcmp(v, "threads") == 0) return 1;
+    throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_K_ROWS is '") + v +
+                          "'; use bulk or threads");
+  }();
+  return by_threads;
+}
 // Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
 // HK_DECODE_PERSISTENT_L2_LEAD=N (up to 64) to measure it.
 int l2_lead() {
@@ -863,6 +892,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_offset = ring_offset(cache_rows(p));
   a.inflight = inflight_cap();
   a.l2_lead = l2_lead();
+  a.k_rows_by_threads = k_rows_by_threads();
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
