@@ -982,20 +982,31 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
         for (int k = 0; k < kPhaseMarks; ++k) slowest[k] = sum[k];
     }
     step_mean += mean[kEnd];
-    char line[320];
+    // a phase's least wait for its inputs, over blocks: about the block that finished last, whose
+    // wait is the propagation alone (the others' adds the skew between blocks)
+    double least_wait = 0;
+    for (int ph = 0; ph < l.n_phases; ++ph) {
+      if ((ph == l.n_phases - 1 ? kHead : ph % 3) != kind) continue;
+      double least = 1e300;
+      for (int b = 0; b < l.grid; ++b)
+        least = std::min(least, double(cycles[(size_t(b) * l.n_phases + ph) * kPhaseMarks]) * us);
+      least_wait += least;
+    }
+    char line[360];
     auto part = [&](const double(&m)[kPhaseMarks], PhaseMark to, PhaseMark from) {
       return to == kInputs ? m[kInputs] : m[to] - m[from];
     };
     std::snprintf(line, sizeof(line),
-                  " %s inputs %.1f/%.1f, to the products %.1f/%.1f, products to the first warp "
+                  " %s inputs %.1f/%.1f (least a phase %.1f), to the products %.1f/%.1f, products "
+                  "to the first warp "
                   "done %.1f/%.1f (chunk waits %.1f/%.1f), to the last %.1f/%.1f, barrier "
                   "%.1f/%.1f, all %.1f/%.1f;",
-                  names[kind], mean[kInputs], slowest[kInputs], part(mean, kReady, kInputs),
-                  part(slowest, kReady, kInputs), part(mean, kFirstDone, kReady),
-                  part(slowest, kFirstDone, kReady), mean[kChunks], slowest[kChunks],
-                  part(mean, kLastDone, kFirstDone), part(slowest, kLastDone, kFirstDone),
-                  part(mean, kEnd, kLastDone), part(slowest, kEnd, kLastDone), mean[kEnd],
-                  slowest[kEnd]);
+                  names[kind], mean[kInputs], slowest[kInputs], least_wait,
+                  part(mean, kReady, kInputs), part(slowest, kReady, kInputs),
+                  part(mean, kFirstDone, kReady), part(slowest, kFirstDone, kReady), mean[kChunks],
+                  slowest[kChunks], part(mean, kLastDone, kFirstDone),
+                  part(slowest, kLastDone, kFirstDone), part(mean, kEnd, kLastDone),
+                  part(slowest, kEnd, kLastDone), mean[kEnd], slowest[kEnd]);
     out += line;
   }
   char total[64];
