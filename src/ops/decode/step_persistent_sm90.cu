@@ -83,6 +83,8 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
+  int lazy_staging;       // 1: a phase's bulk reduction is not waited for at its end: the next
+                          // phase's start waits for its read of the staging buffer (long done)
   int k_rows_by_threads;  // 1: the next B's K rows by 16-byte cp.async from every thread, not a
                           // bulk copy a position from 144 threads
   unsigned* counters;     // [n_phases] (f32 form)
@@ -338,7 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid == 0) {
         bulk_reduce_add_u64(dst, base + kOffRed, kHidden * 8);
         bulk_commit();
-        bulk_wait_read_all();  // the staging buffer is free again; the adds land on their own
+        // the staging buffer is free again once read; the adds land on their own
+        if (!a.lazy_staging) bulk_wait_read_all();
       }
     }
   };
@@ -365,6 +368,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   for (int p = 0; p < a.n_phases; ++p) {
     const Phase ph = ph_next;
     if (p + 1 < a.n_phases) ph_next = a.phases[p + 1];
+    // lazy staging: the last phase's reduction has read the staging buffer before this phase's
+    // writes it (a barrier lies between this wait and those writes, and the pick's)
+    if (kDeterministic && a.lazy_staging && tid == 0) bulk_wait_read_all();
     long long t_start = 0, t_inputs = 0, t_ready = 0;  // profile build
     if constexpr (kProfile) {
       t_start = clock64();
@@ -776,6 +782,19 @@ int k_rows_by_threads() {
   }();
   return by_threads;
 }
+// HK_DECODE_PERSISTENT_STAGING=lazy: a phase's bulk reduction's read of its staging buffer is
+// waited for at the next phase's start, not before the phase's closing barrier (measuring whether
+// that read queues behind the weight copy in flight); eager (default) otherwise.
+int lazy_staging() {
+  static const int lazy = [] {
+    const char* v = std::getenv("HK_DECODE_PERSISTENT_STAGING");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "eager") == 0) return 0;
+    if (std::strcmp(v, "lazy") == 0) return 1;
+    throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_STAGING is '") + v +
+                          "'; use eager or lazy");
+  }();
+  return lazy;
+}
 // Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
 // HK_DECODE_PERSISTENT_L2_LEAD=N (up to 64) to measure it.
 int l2_lead() {
@@ -893,6 +912,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.inflight = inflight_cap();
   a.l2_lead = l2_lead();
   a.k_rows_by_threads = k_rows_by_threads();
+  a.lazy_staging = lazy_staging();
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
