@@ -150,18 +150,21 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
 // alike, so the sum is unchanged; odd g take each 128-byte pair's blocks in the other order, so a
 // quarter warp's two rows fall in different banks (column n = g & 1 of the result is then the one
 // whose orders match). Row g's sums: chunk a's in ya, chunk b's in yb (lanes q == 0).
-template <int kK>
-__device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
-                                         const unsigned char* x, int lane, float& ya, float& yb) {
-  constexpr int kRowBytes = kK * 2;
+// k blocks [j0, j0 + kSpan) of 32 elements (bytes [64·j0, 64·(j0 + kSpan)) of each row) of the
+// same product; j0 even, so each block's swizzle parity is that of its place in the span.
+template <int kRowBytes, int kSpan>
+__device__ __forceinline__ void rows_mma_span(const unsigned char* chunk_a,
+                                              const unsigned char* chunk_b, const unsigned char* x,
+                                              int lane, int j0, float& ya, float& yb) {
+  static_assert(kSpan % 2 == 0, "a span keeps the 128-byte pairs whole");
   const int g = lane / 4, q = lane % 4, odd = g & 1;
   const int sw = odd ? 64 : 0;  // block j at j·64 + sw (even j), j·64 − sw (odd j)
-  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16 + sw;
-  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16 + sw;
-  const unsigned char* xv = x + q * 16 + sw;
+  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16 + sw + j0 * 64;
+  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16 + sw + j0 * 64;
+  const unsigned char* xv = x + q * 16 + sw + j0 * 64;
   float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
 #pragma unroll
-  for (int j = 0; j < kK / 32; ++j) {
+  for (int j = 0; j < kSpan; ++j) {
     const int off = j * 64 - ((j & 1) ? 2 * sw : 0);
     const uint4 wa = *reinterpret_cast<const uint4*>(ra + off);
     const uint4 wb = *reinterpret_cast<const uint4*>(rb + off);
@@ -171,6 +174,11 @@ __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const uns
   }
   ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
   yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
+}
+template <int kK>
+__device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
+                                         const unsigned char* x, int lane, float& ya, float& yb) {
+  rows_mma_span<kK * 2, kK / 32>(chunk_a, chunk_b, x, lane, 0, ya, yb);
 }
 // rows_mma's results for chunks i and i + 1 (`two`) of kRowsPerChunk rows each, handed to
 // sink(row, y) by lanes q == 0 for the rows below `rows`.

@@ -83,6 +83,7 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
+  int sliced_products;    // 1: q/k/v and gate/up products a column slice a warp (then summed)
   int lazy_staging;       // 1: a phase's bulk reduction is not waited for at its end: the next
                           // phase's start waits for its read of the staging buffer (long done)
   int k_rows_by_threads;  // 1: the next B's K rows by 16-byte cp.async from every thread, not a
@@ -309,6 +310,41 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       next = pb.after(slots);
     }
   };
+  // the sliced form (a.sliced_products): every warp a 1024/8-column slice of every pair of chunks
+  // (a chain of 4 MMAs, not 32), its partial sums into part[warp][row]; sum_slices adds them up
+  // after a barrier, in warp order (deterministic)
+  auto rows_product_sliced = [&](int rows, float* part) {
+    constexpr int kSpan = kHidden / 32 / kConsumerWarps;
+    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+    for (int i = 0; i < chunks; i += 2) {
+      const bool two = i + 1 < chunks;
+      const RingPos pa = next, pb = two ? next.after(slots) : next;
+      wait_chunk(pa);
+      if (two) wait_chunk(pb);
+      float ya, yb;
+      rows_mma_span<kRowBytes, kSpan>(
+          ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
+          reinterpret_cast<const unsigned char*>(x), lane, warp * kSpan, ya, yb);
+      sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb,
+                              [&](int row, float y) { part[warp * kMaxSplitRows + row] = y; });
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(empty(pa.slot));
+        if (two) mbar_arrive(empty(pb.slot));
+      }
+      next = pb.after(slots);
+    }
+  };
+  auto sum_slices = [&](const float* part, int row) {
+    float y = 0;
+    for (int w = 0; w < kConsumerWarps; ++w) y += part[w * kMaxSplitRows + row];
+    return y;
+  };
+  // the staging region holds the slices' partial sums (its reduction read it before this phase's
+  // first barrier): 8 KB, two products' worth
+  float* part_a = reinterpret_cast<float*>(smem + kOffRed);
+  float* part_b = part_a + kConsumerWarps * kMaxSplitRows;
+  static_assert(2 * kConsumerWarps * kMaxSplitRows * 4 <= kHidden * 8, "slices fit the staging");
   // `rows` rows c of the next chunks times xc[c], every thread its 4 of the 1024 columns, added
   // into this block's accumulator copy
   auto split_k = [&](int rows, void* acc_out) {
@@ -604,20 +640,31 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       }
       if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
-        if constexpr (kDeterministic) {
-          unsigned* out = ph.tagged + r0;
-          rows_product(rows, 0, [&](int row, float y) {
-            out[row] = __bfloat16_as_ushort(__float2bfloat16_rn(y)) | (tag << 16);
-          });
+        auto store = [&](int row, float y) {
+          if constexpr (kDeterministic)
+            ph.tagged[r0 + row] = __bfloat16_as_ushort(__float2bfloat16_rn(y)) | (tag << 16);
+          else
+            ph.qkv[r0 + row] = __float2bfloat16_rn(y);
+        };
+        if (a.sliced_products) {
+          rows_product_sliced(rows, part_a);
+          sync();
+          if (tid < rows) store(tid, sum_slices(part_a, tid));
         } else {
-          bf16* out = ph.qkv + r0;
-          rows_product(rows, 0, [&](int row, float y) { out[row] = __float2bfloat16_rn(y); });
+          rows_product(rows, 0, store);
         }
       } else if (ph.kind == kMlp) {
-        // up's pairs on the warps after gate's, so its products need not wait for gate's
-        const int gate_pairs = (rows + 2 * kRowsPerSlot - 1) / (2 * kRowsPerSlot);
-        rows_product(rows, 0, [&](int row, float y) { gate[row] = y; });
-        rows_product(rows, gate_pairs, [&](int row, float y) { up[row] = y; });
+        if (a.sliced_products) {
+          rows_product_sliced(rows, part_a);
+          rows_product_sliced(rows, part_b);
+          sync();
+          if (tid < rows) gate[tid] = sum_slices(part_a, tid), up[tid] = sum_slices(part_b, tid);
+        } else {
+          // up's pairs on the warps after gate's, so its products need not wait for gate's
+          const int gate_pairs = (rows + 2 * kRowsPerSlot - 1) / (2 * kRowsPerSlot);
+          rows_product(rows, 0, [&](int row, float y) { gate[row] = y; });
+          rows_product(rows, gate_pairs, [&](int row, float y) { up[row] = y; });
+        }
         sync();
         if (tid < rows) {
           const float gg = bf(gate[tid]);
@@ -795,6 +842,20 @@ int lazy_staging() {
   }();
   return lazy;
 }
+// HK_DECODE_PERSISTENT_PRODUCTS=sliced: the q/k/v and gate/up products with every warp on a
+// 128-column slice of every pair of chunks (chains of 4 MMAs, then the 8 partial sums added), not a
+// warp a pair over all 1024 columns (chains of 32); pairs (default) otherwise. For measuring
+// whether the MMA chain's latency is on a phase's critical path.
+int sliced_products() {
+  static const int sliced = [] {
+    const char* v = std::getenv("HK_DECODE_PERSISTENT_PRODUCTS");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "pairs") == 0) return 0;
+    if (std::strcmp(v, "sliced") == 0) return 1;
+    throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_PRODUCTS is '") + v +
+                          "'; use pairs or sliced");
+  }();
+  return sliced;
+}
 // Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
 // HK_DECODE_PERSISTENT_L2_LEAD=N (up to 64) to measure it.
 int l2_lead() {
@@ -913,6 +974,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.l2_lead = l2_lead();
   a.k_rows_by_threads = k_rows_by_threads();
   a.lazy_staging = lazy_staging();
+  a.sliced_products = sliced_products();
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
