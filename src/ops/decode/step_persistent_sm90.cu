@@ -286,22 +286,17 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     wait_phase(full(pos.slot), pos.parity());
   };
   RingPos next{0, 0};
-  // `rows` rows of the next chunks times x, a warp a pair of chunks (pair p to warp (first_warp +
-  // p) % 8); sink(row, y) on lanes q == 0. Every warp waits on and arrives at every chunk, in
-  // order, so no warp falls a lap behind a slot.
-  auto rows_product = [&](int rows, int first_warp, auto&& sink) {
+  // The next chunks of `rows` rows a pair at a time: every warp waits on and arrives at every
+  // chunk, in order (so no warp falls a lap behind a slot), and between them calls
+  // pair(i, two, a, b) with the pair's first chunk index, whether it has a second, and the slots.
+  auto for_chunk_pairs = [&](int rows, auto&& pair) {
     const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
     for (int i = 0; i < chunks; i += 2) {
       const bool two = i + 1 < chunks;
       const RingPos pa = next, pb = two ? next.after(slots) : next;
       wait_chunk(pa);
       if (two) wait_chunk(pb);
-      if ((first_warp + i / 2) % kConsumerWarps == warp) {
-        float ya, yb;
-        rows_mma<kHidden>(ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
-                          reinterpret_cast<const unsigned char*>(x), lane, ya, yb);
-        sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb, sink);
-      }
+      pair(i, two, ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes);
       __syncwarp();
       if (lane == 0) {
         mbar_arrive(empty(pa.slot));
@@ -310,30 +305,28 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       next = pb.after(slots);
     }
   };
+  const unsigned char* x_bytes = reinterpret_cast<const unsigned char*>(x);
+  // `rows` rows of the next chunks times x, a warp a pair of chunks (pair p to warp (first_warp +
+  // p) % 8); sink(row, y) on lanes q == 0
+  auto rows_product = [&](int rows, int first_warp, auto&& sink) {
+    for_chunk_pairs(rows, [&](int i, bool two, const unsigned char* ca, const unsigned char* cb) {
+      if ((first_warp + i / 2) % kConsumerWarps != warp) return;
+      float ya, yb;
+      rows_mma<kHidden>(ca, cb, x_bytes, lane, ya, yb);
+      sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb, sink);
+    });
+  };
   // the sliced form (a.sliced_products): every warp a 1024/8-column slice of every pair of chunks
   // (a chain of 4 MMAs, not 32), its partial sums into part[warp][row]; sum_slices adds them up
   // after a barrier, in warp order (deterministic)
   auto rows_product_sliced = [&](int rows, float* part) {
     constexpr int kSpan = kHidden / 32 / kConsumerWarps;
-    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
-    for (int i = 0; i < chunks; i += 2) {
-      const bool two = i + 1 < chunks;
-      const RingPos pa = next, pb = two ? next.after(slots) : next;
-      wait_chunk(pa);
-      if (two) wait_chunk(pb);
+    for_chunk_pairs(rows, [&](int i, bool two, const unsigned char* ca, const unsigned char* cb) {
       float ya, yb;
-      rows_mma_span<kRowBytes, kSpan>(
-          ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
-          reinterpret_cast<const unsigned char*>(x), lane, warp * kSpan, ya, yb);
+      rows_mma_span<kRowBytes, kSpan>(ca, cb, x_bytes, lane, warp * kSpan, ya, yb);
       sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb,
                               [&](int row, float y) { part[warp * kMaxSplitRows + row] = y; });
-      __syncwarp();
-      if (lane == 0) {
-        mbar_arrive(empty(pa.slot));
-        if (two) mbar_arrive(empty(pb.slot));
-      }
-      next = pb.after(slots);
-    }
+    });
   };
   auto sum_slices = [&](const float* part, int row) {
     float y = 0;
@@ -816,30 +809,26 @@ int inflight_cap() {
   static const int cap = env_count("HK_DECODE_PERSISTENT_INFLIGHT", 1, kMaxSlots);
   return cap;
 }
+// A measuring switch from the environment: unset, empty or `off` → false, `on` → true, else
+// InvalidArgument naming both.
+bool env_switch(const char* name, const char* off, const char* on) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0' || std::strcmp(v, off) == 0) return false;
+  if (std::strcmp(v, on) == 0) return true;
+  throw InvalidArgument(std::string(name) + " is '" + v + "'; use " + off + " or " + on);
+}
 // How the next B's K rows reach shared memory: a bulk copy a position (default) or
 // HK_DECODE_PERSISTENT_K_ROWS=threads, 16-byte cp.async from every consumer thread (for measuring
 // whether 144 bulk copies a q/k/v phase hold up the SM's copy unit).
 int k_rows_by_threads() {
-  static const int by_threads = [] {
-    const char* v = std::getenv("HK_DECODE_PERSISTENT_K_ROWS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "bulk") == 0) return 0;
-    if (std::strcmp(v, "threads") == 0) return 1;
-    throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_K_ROWS is '") + v +
-                          "'; use bulk or threads");
-  }();
+  static const bool by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads");
   return by_threads;
 }
 // HK_DECODE_PERSISTENT_STAGING=lazy: a phase's bulk reduction's read of its staging buffer is
 // waited for at the next phase's start, not before the phase's closing barrier (measuring whether
 // that read queues behind the weight copy in flight); eager (default) otherwise.
 int lazy_staging() {
-  static const int lazy = [] {
-    const char* v = std::getenv("HK_DECODE_PERSISTENT_STAGING");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "eager") == 0) return 0;
-    if (std::strcmp(v, "lazy") == 0) return 1;
-    throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_STAGING is '") + v +
-                          "'; use eager or lazy");
-  }();
+  static const bool lazy = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   return lazy;
 }
 // HK_DECODE_PERSISTENT_PRODUCTS=sliced: the q/k/v and gate/up products with every warp on a
@@ -847,13 +836,7 @@ int lazy_staging() {
 // warp a pair over all 1024 columns (chains of 32); pairs (default) otherwise. For measuring
 // whether the MMA chain's latency is on a phase's critical path.
 int sliced_products() {
-  static const int sliced = [] {
-    const char* v = std::getenv("HK_DECODE_PERSISTENT_PRODUCTS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "pairs") == 0) return 0;
-    if (std::strcmp(v, "sliced") == 0) return 1;
-    throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_PRODUCTS is '") + v +
-                          "'; use pairs or sliced");
-  }();
+  static const bool sliced = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
   return sliced;
 }
 // Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
