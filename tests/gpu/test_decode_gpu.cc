@@ -838,8 +838,58 @@ void expect_ids_near_the_sequence_argmax(DecoderLM& lm, const std::vector<int64_
   }
 }
 
-// The one-launch step against the kernel sequence, step by step over one prompt: both sessions fed
-// the same ids (the sequence's greedy pick), so their caches hold the same positions; logits within
+// Prefills `prompt` into the session's cache and starts it with the greedy id of the prefill's
+// logits, which it returns.
+std::vector<int64_t> start_after_prefill(DecoderLM& lm, DecodeSession& session,
+                                         const std::vector<int64_t>& prompt) {
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  const std::vector<double> logits = prefill(lm, session, prompt);
+  const std::vector<int64_t> next = {
+      static_cast<int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
+  session.start(next, {len}, len, {0}, {0}, {}, 0);
+  return next;
+}
+
+// A started reference session and a candidate's step (`candidate(ids)`: its logits) fed the same
+// ids (the reference's greedy pick) for `steps` steps, so their caches hold the same positions:
+// each step's worst |logit diff| checked against the fused step's tolerance 0.06·(1 + max|logit|)
+// — or against 0 (`same_bits`) — and the worst as a fraction of the tolerance returned.
+template <class CandidateStep>
+double worst_over_steps(DecodeSession& reference, CandidateStep&& candidate, int64_t vocab,
+                        std::vector<int64_t> ids, int steps, const std::string& what,
+                        bool same_bits = false) {
+  double worst_ratio = 0;
+  for (int step = 0; step < steps; ++step) {
+    const float* a = reference.sample_step(ids);
+    std::vector<float> want(a, a + vocab);
+    const float* b = candidate(ids);
+    double scale = 0, worst = 0;
+    for (int64_t i = 0; i < vocab; ++i) {
+      scale = std::max(scale, std::abs(double(want[i])));
+      worst = std::max(worst, std::abs(double(b[i]) - want[i]));
+    }
+    const double tol = 0.06 * (1 + scale);
+    if (same_bits)
+      EXPECT_EQ(worst, 0.0) << what << " step " << step;
+    else
+      EXPECT_LE(worst, tol) << what << " step " << step << " (max |logit| " << scale << ")";
+    worst_ratio = std::max(worst_ratio, worst / tol);
+    ids = {static_cast<int64_t>(std::max_element(want.begin(), want.end()) - want.begin())};
+  }
+  return worst_ratio;
+}
+
+// A batch-1 session (no graphs, sampling logits) planned under HK_DECODE_PERSISTENT=`form`.
+std::unique_ptr<DecodeSession> session_with(DecoderLM& lm, const char* form) {
+  PersistentStepEnv env(form);
+  std::string why;
+  std::unique_ptr<DecodeSession> session =
+      DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
+  EXPECT_TRUE(session) << form << ": " << why;
+  return session;
+}
+
+// The one-launch step against the kernel sequence, step by step over one prompt: logits within
 // the fused step's tolerance at every step, in both accumulator forms.
 TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
   HK_REQUIRE_REAL_CUDA();
@@ -849,52 +899,62 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
     DecoderLM& lm = model.impl();
     const int64_t vocab = lm.config.vocab_size;
     const std::vector<int64_t> prompt = random_prompts(vocab, 1, 16, 16, 7)[0];
-    const int64_t len = static_cast<int64_t>(prompt.size());
-    // prefill into a session's cache, the first id from its logits
-    auto start = [&](DecodeSession& session) {
-      const std::vector<double> logits = prefill(lm, session, prompt);
-      const std::vector<int64_t> next = {
-          static_cast<int64_t>(std::max_element(logits.begin(), logits.end()) - logits.begin())};
-      session.start(next, {len}, len, {0}, {0}, {}, 0);
-      return next;
-    };
-    std::string why;
     for (const char* form : {"deterministic", "f32"}) {
       // a fresh pair a form: a prefill appends to what a session's cache already holds
-      std::unique_ptr<DecodeSession> sequence, persistent;
-      {
-        PersistentStepEnv env("0");
-        sequence = DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
-      }
-      ASSERT_TRUE(sequence) << why;
+      std::unique_ptr<DecodeSession> sequence = session_with(lm, "0");
+      std::unique_ptr<DecodeSession> persistent = session_with(lm, form);
+      ASSERT_TRUE(sequence && persistent);
       EXPECT_EQ(sequence->summary().find("persistent"), std::string::npos) << sequence->summary();
-      {
-        PersistentStepEnv env(form);
-        persistent = DecodeSession::create(lm, 1, 256, false, false, why);
-      }
-      ASSERT_TRUE(persistent) << form << ": " << why;
       ASSERT_NE(persistent->summary().find("one persistent launch"), std::string::npos)
           << form << ": " << persistent->summary();
-      std::vector<int64_t> ids = start(*sequence);
-      EXPECT_EQ(start(*persistent), ids) << form;
-      double worst_ratio = 0;
-      for (int step = 0; step < 12; ++step) {
-        const float* a = sequence->sample_step(ids);
-        std::vector<float> want(a, a + vocab);
-        const float* b = persistent->sample_step(ids);
-        double scale = 0, worst = 0;
-        for (int64_t i = 0; i < vocab; ++i) {
-          scale = std::max(scale, std::abs(double(want[i])));
-          worst = std::max(worst, std::abs(double(b[i]) - want[i]));
-        }
-        const double tol = 0.06 * (1 + scale);
-        EXPECT_LE(worst, tol) << form << " step " << step << " (max |logit| " << scale << ")";
-        worst_ratio = std::max(worst_ratio, worst / tol);
-        ids = {static_cast<int64_t>(std::max_element(want.begin(), want.end()) - want.begin())};
-      }
+      const std::vector<int64_t> ids = start_after_prefill(lm, *sequence, prompt);
+      EXPECT_EQ(start_after_prefill(lm, *persistent, prompt), ids) << form;
+      const double worst = worst_over_steps(
+          *sequence, [&](const std::vector<int64_t>& in) { return persistent->sample_step(in); },
+          vocab, ids, 12, form);
       std::printf(
           "[ persistent step ] %s %s: worst |logit diff| %.3g of the tolerance over 12 steps\n",
-          name_of(dir).c_str(), form, worst_ratio);
+          name_of(dir).c_str(), form, worst);
+    }
+  }
+}
+
+// The measuring switches (read at each eager launch) against the default deterministic step, step
+// by step: the K rows by cp.async and the lazy staging wait change no arithmetic, so the logits are
+// the same bits; the sliced products sum each row's columns in another order, so they are within
+// the tolerance.
+TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
+  HK_REQUIRE_REAL_CUDA();
+  struct Switch {
+    const char* name;
+    const char* value;
+    bool same_bits;
+  };
+  const Switch switches[] = {{"HK_DECODE_PERSISTENT_K_ROWS", "threads", true},
+                             {"HK_DECODE_PERSISTENT_STAGING", "lazy", true},
+                             {"HK_DECODE_PERSISTENT_PRODUCTS", "sliced", false}};
+  for (const std::string& dir : persistent_step_models()) {
+    SCOPED_TRACE(name_of(dir));
+    CausalLM model = load(dir, DType::BF16, {}, "sdpa");
+    DecoderLM& lm = model.impl();
+    const int64_t vocab = lm.config.vocab_size;
+    const std::vector<int64_t> prompt = random_prompts(vocab, 1, 16, 16, 11)[0];
+    for (const Switch& sw : switches) {
+      const std::string what = std::string(sw.name) + "=" + sw.value;
+      std::unique_ptr<DecodeSession> reference = session_with(lm, "deterministic");
+      std::unique_ptr<DecodeSession> candidate = session_with(lm, "deterministic");
+      ASSERT_TRUE(reference && candidate);
+      const std::vector<int64_t> ids = start_after_prefill(lm, *reference, prompt);
+      EXPECT_EQ(start_after_prefill(lm, *candidate, prompt), ids) << what;
+      const double worst = worst_over_steps(
+          *reference,
+          [&](const std::vector<int64_t>& in) {
+            PersistentStepEnv on(sw.value, sw.name);
+            return candidate->sample_step(in);  // the step has run: the switch was read
+          },
+          vocab, ids, 12, what, sw.same_bits);
+      std::printf("[ persistent step ] %s %s: worst |logit diff| %.3g of the tolerance\n",
+                  name_of(dir).c_str(), what.c_str(), worst);
     }
   }
 }

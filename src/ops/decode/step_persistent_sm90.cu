@@ -809,8 +809,9 @@ int inflight_cap() {
   static const int cap = env_count("HK_DECODE_PERSISTENT_INFLIGHT", 1, kMaxSlots);
   return cap;
 }
-// A measuring switch from the environment: unset, empty or `off` → false, `on` → true, else
-// InvalidArgument naming both.
+// A measuring switch from the environment, read at each launch (an eager step; a graph keeps what
+// its capture read), so one process can compare both settings: unset, empty or `off` → false,
+// `on` → true, else InvalidArgument naming both.
 bool env_switch(const char* name, const char* off, const char* on) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0' || std::strcmp(v, off) == 0) return false;
@@ -821,14 +822,14 @@ bool env_switch(const char* name, const char* off, const char* on) {
 // HK_DECODE_PERSISTENT_K_ROWS=threads, 16-byte cp.async from every consumer thread (for measuring
 // whether 144 bulk copies a q/k/v phase hold up the SM's copy unit).
 int k_rows_by_threads() {
-  static const bool by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads");
+  const bool by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads");
   return by_threads;
 }
 // HK_DECODE_PERSISTENT_STAGING=lazy: a phase's bulk reduction's read of its staging buffer is
 // waited for at the next phase's start, not before the phase's closing barrier (measuring whether
 // that read queues behind the weight copy in flight); eager (default) otherwise.
 int lazy_staging() {
-  static const bool lazy = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
+  const bool lazy = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   return lazy;
 }
 // HK_DECODE_PERSISTENT_PRODUCTS=sliced: the q/k/v and gate/up products with every warp on a
@@ -836,7 +837,7 @@ int lazy_staging() {
 // warp a pair over all 1024 columns (chains of 32); pairs (default) otherwise. For measuring
 // whether the MMA chain's latency is on a phase's critical path.
 int sliced_products() {
-  static const bool sliced = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
+  const bool sliced = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
   return sliced;
 }
 // Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
