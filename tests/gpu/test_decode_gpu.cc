@@ -920,9 +920,9 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 }
 
 // The measuring switches (read at each eager launch) against the default deterministic step, step
-// by step: the K rows by cp.async and the lazy staging wait change no arithmetic, so the logits are
-// the same bits; the sliced products sum each row's columns in another order, so they are within
-// the tolerance.
+// by step: the K rows by cp.async, the lazy staging wait and the ring sized by the step's length
+// change no arithmetic, so the logits are the same bits; the sliced products sum each row's columns
+// in another order, so they are within the tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
   struct Switch {
@@ -932,6 +932,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   };
   const Switch switches[] = {{"HK_DECODE_PERSISTENT_K_ROWS", "threads", true},
                              {"HK_DECODE_PERSISTENT_STAGING", "lazy", true},
+                             {"HK_DECODE_PERSISTENT_RING", "length", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "sliced", false}};
   for (const std::string& dir : persistent_step_models()) {
     SCOPED_TRACE(name_of(dir));

@@ -83,6 +83,8 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
+  int ring_by_length;     // 1: the ring starts after this step's K rows, not the bucket's
+  int smem_bytes;         // the launch's dynamic shared memory
   int sliced_products;    // 1: q/k/v and gate/up products a column slice a warp (then summed)
   int lazy_staging;       // 1: a phase's bulk reduction is not waited for at its end: the next
                           // phase's start waits for its read of the staging buffer (long done)
@@ -137,7 +139,7 @@ constexpr int kOffV = kOffBars + 256;                    // the block's V dims, 
 constexpr int kOffK = kOffV + kMaxDims * kMaxCache * 4;  // K rows, bf16
 constexpr int kOffWarpDone = kOffBars + (2 * kMaxSlots + 1) * 8;  // profile build: a clock a warp
 static_assert(kOffWarpDone + kConsumerWarps * 8 <= kOffV, "mbarriers and warp clocks fit");
-int ring_offset(int cache_rows) {
+__host__ __device__ inline int ring_offset(int cache_rows) {
   return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
 }
 
@@ -171,8 +173,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   using namespace hk::sdk::cuda::sm90;
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  const uint32_t ring = base + uint32_t(a.ring_offset);
-  const unsigned char* ring_ptr = smem + a.ring_offset;
   bf16* x = reinterpret_cast<bf16*>(smem + kOffX);
   float* xc = reinterpret_cast<float*>(smem + kOffXc);
   float* gate = reinterpret_cast<float*>(smem + kOffGate);
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       block_marks[kBlockNs] += global_ns() - ns_launch;
     }
   };
-  const int slots = a.slots, heads = a.heads_q, group = a.heads_q / a.heads_kv;
+  const int heads = a.heads_q, group = a.heads_q / a.heads_kv;
   // the step's state: every block reads it here, and the last block to finish changes it (after
   // every block's arrival, so after these reads)
   const unsigned epoch = *const_cast<volatile unsigned*>(a.epoch);
@@ -210,6 +210,13 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   const int position = *const_cast<volatile int32_t*>(a.positions);
   const int key_start = a.key_start != nullptr ? *const_cast<volatile int32_t*>(a.key_start) : 0;
   const int cache_t = length + 1;  // positions attended: the cache's and the step's own
+  // the ring after the K rows: of the bucket's positions, or (a.ring_by_length) of this step's,
+  // with as many slots as the rest of the launch's shared memory holds
+  const int ring_off = a.ring_by_length ? ring_offset(cache_t) : a.ring_offset;
+  const int slots =
+      a.ring_by_length ? min(kMaxSlots, (a.smem_bytes - ring_off) / kSlotBytes) : a.slots;
+  const uint32_t ring = base + uint32_t(ring_off);
+  const unsigned char* ring_ptr = smem + ring_off;
   constexpr int acc_bytes = kDeterministic ? 8 : 4;
   const int64_t parity_off = (epoch & 1) ? a.acc_half : 0;
   auto acc_at = [&](const void* acc, int c, int e) {
@@ -832,6 +839,14 @@ int lazy_staging() {
   const bool lazy = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   return lazy;
 }
+// HK_DECODE_PERSISTENT_RING=length: the ring starts after the K rows of the step's positions, not
+// of the cache bucket's, and the launch takes all the shared memory a block may have — 10 slots
+// rather than 8 at 16 + 128 in the 256-position bucket (the session's profile: 6 slots of 8 cost
+// 10 %); bucket (default) otherwise.
+int ring_by_length() {
+  const bool by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length");
+  return by_length;
+}
 // HK_DECODE_PERSISTENT_PRODUCTS=sliced: the q/k/v and gate/up products with every warp on a
 // 128-column slice of every pair of chunks (chains of 4 MMAs, then the 8 partial sums added), not a
 // warp a pair over all 1024 columns (chains of 32); pairs (default) otherwise. For measuring
@@ -959,6 +974,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.k_rows_by_threads = k_rows_by_threads();
   a.lazy_staging = lazy_staging();
   a.sliced_products = sliced_products();
+  a.ring_by_length = ring_by_length();
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
@@ -986,12 +1002,21 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.pad = p.pad_id;
   a.logits_f32 = p.logits_f32;
   a.profile = p.profile ? reinterpret_cast<unsigned long long*>(ws + l.profile) : nullptr;
-  const size_t smem = static_cast<size_t>(a.ring_offset) + size_t(a.slots) * kSlotBytes;
+  size_t smem = static_cast<size_t>(a.ring_offset) + size_t(a.slots) * kSlotBytes;
   void (*kernel)(const StepArgs) = p.profile
                                        ? (p.deterministic ? persistent_step_kernel<true, true>
                                                           : persistent_step_kernel<false, true>)
                                        : (p.deterministic ? persistent_step_kernel<true, false>
                                                           : persistent_step_kernel<false, false>);
+  if (a.ring_by_length) {  // all a block may have beside the kernel's static shared memory
+    int device = 0, optin = 0;
+    HK_CUDA_CHECK(cudaGetDevice(&device));
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes{};
+    HK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
+    smem = std::max(smem, std::min<size_t>(kMaxSmem, size_t(optin) - attributes.sharedSizeBytes));
+  }
+  a.smem_bytes = static_cast<int>(smem);
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   // blocks wait on each other's sums: all must be resident at once
   launch_cooperative(kernel, dim3(static_cast<unsigned>(l.grid)), dim3(kThreads), smem, stream, a);
