@@ -807,6 +807,16 @@ std::vector<double> prefill(DecoderLM& lm, DecodeSession& session,
   return to_cpu(logits, session.stream()).to_doubles();
 }
 
+// A batch-1 session (no graphs, sampling logits) planned under HK_DECODE_PERSISTENT=`form`.
+std::unique_ptr<DecodeSession> session_with(DecoderLM& lm, const char* form) {
+  PersistentStepEnv env(form);
+  std::string why;
+  std::unique_ptr<DecodeSession> session =
+      DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
+  EXPECT_TRUE(session) << form << ": " << why;
+  return session;
+}
+
 // Greedy ids checked teacher-forced against the kernel sequence's logits: each id's logit within
 // 0.05·(1 + max|logit|) of its step's largest. Not the argmax itself — a random model's top logits
 // sit within a bf16 step of each other — but an id the pick got wrong lands far below, about the
@@ -814,13 +824,8 @@ std::vector<double> prefill(DecoderLM& lm, DecodeSession& session,
 // ~0.012·(1 + max|logit|), so a right pick is within about twice that.)
 void expect_ids_near_the_sequence_argmax(DecoderLM& lm, const std::vector<int64_t>& prompt,
                                          const std::vector<int64_t>& ids) {
-  std::unique_ptr<DecodeSession> sequence;
-  std::string why;
-  {
-    PersistentStepEnv env("0");
-    sequence = DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
-  }
-  ASSERT_TRUE(sequence) << why;
+  std::unique_ptr<DecodeSession> sequence = session_with(lm, "0");
+  ASSERT_TRUE(sequence);
   ASSERT_FALSE(ids.empty());
   const int64_t vocab = lm.config.vocab_size, len = static_cast<int64_t>(prompt.size());
   std::vector<double> logits = prefill(lm, *sequence, prompt);
@@ -877,16 +882,6 @@ double worst_over_steps(DecodeSession& reference, CandidateStep&& candidate, int
     ids = {static_cast<int64_t>(std::max_element(want.begin(), want.end()) - want.begin())};
   }
   return worst_ratio;
-}
-
-// A batch-1 session (no graphs, sampling logits) planned under HK_DECODE_PERSISTENT=`form`.
-std::unique_ptr<DecodeSession> session_with(DecoderLM& lm, const char* form) {
-  PersistentStepEnv env(form);
-  std::string why;
-  std::unique_ptr<DecodeSession> session =
-      DecodeSession::create(lm, 1, 256, /*greedy=*/false, /*graphs=*/false, why);
-  EXPECT_TRUE(session) << form << ": " << why;
-  return session;
 }
 
 // The one-launch step against the kernel sequence, step by step over one prompt: logits within

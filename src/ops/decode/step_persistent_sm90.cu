@@ -41,6 +41,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "hk/error.h"
@@ -83,16 +85,23 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
-  int ring_by_length;     // 1: the ring starts after this step's K rows, not the bucket's
-  int smem_bytes;         // the launch's dynamic shared memory
-  int sliced_products;    // 1: q/k/v and gate/up products a column slice a warp (then summed)
-  int lazy_staging;       // 1: a phase's bulk reduction is not waited for at its end: the next
-                          // phase's start waits for its read of the staging buffer (long done)
-  int k_rows_by_threads;  // 1: the next B's K rows by 16-byte cp.async from every thread, not a
-                          // bulk copy a position from 144 threads
-  unsigned* counters;     // [n_phases] (f32 form)
-  unsigned* epoch;        // steps done
-  unsigned* finish;       // blocks finished, all steps
+  // Measuring switches (env_switch; docs/generation.md), defaults off:
+  // HK_DECODE_PERSISTENT_RING=length — the ring starts after this step's K rows, not the bucket's,
+  // in all the shared memory a block may have (10 slots rather than 8 at 16 + 128);
+  int ring_by_length;
+  int smem_bytes;  // the launch's dynamic shared memory
+  // HK_DECODE_PERSISTENT_PRODUCTS=sliced — the q/k/v and gate/up products a 128-column slice a warp
+  // of every pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed;
+  int sliced_products;
+  // HK_DECODE_PERSISTENT_STAGING=lazy — a phase's bulk reduction's read of its staging buffer
+  // waited for at the next phase's start, not before the closing barrier;
+  int lazy_staging;
+  // HK_DECODE_PERSISTENT_K_ROWS=threads — the next B's K rows by 16-byte cp.async from every
+  // thread, not a bulk copy a position from 144 threads.
+  int k_rows_by_threads;
+  unsigned* counters;  // [n_phases] (f32 form)
+  unsigned* epoch;     // steps done
+  unsigned* finish;    // blocks finished, all steps
   unsigned long long* best;
   char* acc;
   int64_t acc_half;  // elements a parity set
@@ -825,35 +834,22 @@ bool env_switch(const char* name, const char* off, const char* on) {
   if (std::strcmp(v, on) == 0) return true;
   throw InvalidArgument(std::string(name) + " is '" + v + "'; use " + off + " or " + on);
 }
-// How the next B's K rows reach shared memory: a bulk copy a position (default) or
-// HK_DECODE_PERSISTENT_K_ROWS=threads, 16-byte cp.async from every consumer thread (for measuring
-// whether 144 bulk copies a q/k/v phase hold up the SM's copy unit).
-int k_rows_by_threads() {
-  const bool by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads");
-  return by_threads;
-}
-// HK_DECODE_PERSISTENT_STAGING=lazy: a phase's bulk reduction's read of its staging buffer is
-// waited for at the next phase's start, not before the phase's closing barrier (measuring whether
-// that read queues behind the weight copy in flight); eager (default) otherwise.
-int lazy_staging() {
-  const bool lazy = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
-  return lazy;
-}
-// HK_DECODE_PERSISTENT_RING=length: the ring starts after the K rows of the step's positions, not
-// of the cache bucket's, and the launch takes all the shared memory a block may have — 10 slots
-// rather than 8 at 16 + 128 in the 256-position bucket (the session's profile: 6 slots of 8 cost
-// 10 %); bucket (default) otherwise.
-int ring_by_length() {
-  const bool by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length");
-  return by_length;
-}
-// HK_DECODE_PERSISTENT_PRODUCTS=sliced: the q/k/v and gate/up products with every warp on a
-// 128-column slice of every pair of chunks (chains of 4 MMAs, then the 8 partial sums added), not a
-// warp a pair over all 1024 columns (chains of 32); pairs (default) otherwise. For measuring
-// whether the MMA chain's latency is on a phase's critical path.
-int sliced_products() {
-  const bool sliced = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
-  return sliced;
+// The dynamic shared memory a block of `kernel` may have (the device's opt-in limit less the
+// kernel's static shared memory, at most kMaxSmem), asked once a process and kernel.
+size_t dynamic_smem_most(void (*kernel)(const StepArgs)) {
+  static std::mutex mutex;
+  static std::map<void (*)(const StepArgs), size_t> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto [at, added] = known.try_emplace(kernel, 0);
+  if (added) {
+    int device = 0, optin = 0;
+    HK_CUDA_CHECK(cudaGetDevice(&device));
+    HK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes{};
+    HK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
+    at->second = std::min<size_t>(kMaxSmem, size_t(optin) - attributes.sharedSizeBytes);
+  }
+  return at->second;
 }
 // Chunks a block fetches into L2 ahead of its copies: 0 by default (unmeasured with the cap);
 // HK_DECODE_PERSISTENT_L2_LEAD=N (up to 64) to measure it.
@@ -971,10 +967,10 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_offset = ring_offset(cache_rows(p));
   a.inflight = inflight_cap();
   a.l2_lead = l2_lead();
-  a.k_rows_by_threads = k_rows_by_threads();
-  a.lazy_staging = lazy_staging();
-  a.sliced_products = sliced_products();
-  a.ring_by_length = ring_by_length();
+  a.k_rows_by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads");
+  a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
+  a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
+  a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length");
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
@@ -1008,14 +1004,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
                                                           : persistent_step_kernel<false, true>)
                                        : (p.deterministic ? persistent_step_kernel<true, false>
                                                           : persistent_step_kernel<false, false>);
-  if (a.ring_by_length) {  // all a block may have beside the kernel's static shared memory
-    int device = 0, optin = 0;
-    HK_CUDA_CHECK(cudaGetDevice(&device));
-    HK_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes{};
-    HK_CUDA_CHECK(cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(kernel)));
-    smem = std::max(smem, std::min<size_t>(kMaxSmem, size_t(optin) - attributes.sharedSizeBytes));
-  }
+  if (a.ring_by_length) smem = std::max(smem, dynamic_smem_most(kernel));
   a.smem_bytes = static_cast<int>(smem);
   allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem);
   // blocks wait on each other's sums: all must be resident at once
@@ -1057,6 +1046,7 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
                 epilogue_slowest * us);
   std::string out = head;
   const char* names[4] = {"q/k/v", "attention+o", "mlp", "lm_head"};
+  auto kind_of = [&](int ph) { return ph == l.n_phases - 1 ? int(kHead) : ph % 3; };
   double step_mean = 0;
   for (int kind = 0; kind < 4; ++kind) {
     // per block, summed over the kind's phases: the marks' durations
@@ -1064,7 +1054,7 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
     for (int b = 0; b < l.grid; ++b) {
       double sum[kPhaseMarks] = {};
       for (int ph = 0; ph < l.n_phases; ++ph) {
-        if ((ph == l.n_phases - 1 ? kHead : ph % 3) != kind) continue;
+        if (kind_of(ph) != kind) continue;
         for (int k = 0; k < kPhaseMarks; ++k)
           sum[k] += double(cycles[(size_t(b) * l.n_phases + ph) * kPhaseMarks + k]) * us;
       }
@@ -1077,7 +1067,7 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
     // wait is the propagation alone (the others' adds the skew between blocks)
     double least_wait = 0;
     for (int ph = 0; ph < l.n_phases; ++ph) {
-      if ((ph == l.n_phases - 1 ? kHead : ph % 3) != kind) continue;
+      if (kind_of(ph) != kind) continue;
       double least = 1e300;
       for (int b = 0; b < l.grid; ++b)
         least = std::min(least, double(cycles[(size_t(b) * l.n_phases + ph) * kPhaseMarks]) * us);
@@ -1085,7 +1075,7 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
     }
     char line[360];
     auto part = [&](const double(&m)[kPhaseMarks], PhaseMark to, PhaseMark from) {
-      return to == kInputs ? m[kInputs] : m[to] - m[from];
+      return m[to] - m[from];
     };
     std::snprintf(line, sizeof(line),
                   " %s inputs %.1f/%.1f (least a phase %.1f), to the products %.1f/%.1f, products "
