@@ -99,6 +99,10 @@ struct StepArgs {
   // HK_DECODE_PERSISTENT_K_ROWS=threads — the next B's K rows by 16-byte cp.async from every
   // thread, not a bulk copy a position from 144 threads.
   int k_rows_by_threads;
+  // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
+  // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
+  // times the step's chain alone (the tokens are wrong)
+  int resident_weights;
   unsigned* counters;  // [n_phases] (f32 form)
   unsigned* epoch;     // steps done
   unsigned* finish;    // blocks finished, all steps
@@ -248,6 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
          i += kThreads)
       other[i] = make_uint4(0, 0, 0, 0);
   }
+  if (kProfile && a.resident_weights)  // the products' weights: zeros (finite sums, no NaN tags)
+    for (int i = tid; i < slots * kSlotBytes / 16; i += kThreads)
+      reinterpret_cast<uint4*>(smem + ring_off)[i] = make_uint4(0, 0, 0, 0);
   __syncthreads();
 
   if (warp == kConsumerWarps) {  // the producer
@@ -274,8 +281,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         wait_phase(full(old_slot), old_use & 1);
         if (++old_slot == slots) old_slot = 0, ++old_use;
       }
-      mbar_expect_tx(full(slot), bytes);
-      bulk_load(ring + slot * kSlotBytes, next.source(), bytes, full(slot));
+      if (kProfile && a.resident_weights) {
+        mbar_arrive(full(slot));
+      } else {
+        mbar_expect_tx(full(slot), bytes);
+        bulk_load(ring + slot * kSlotBytes, next.source(), bytes, full(slot));
+      }
       ++issued;
       if (++slot == slots) slot = 0, ++use;
       if (a.l2_lead > 0 && ahead.valid()) {
@@ -971,6 +982,11 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length");
+  a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
+  if (a.resident_weights && !p.profile)
+    throw InvalidArgument(
+        "HK_DECODE_PERSISTENT_WEIGHTS=resident times the step without its weights (wrong tokens) "
+        "and works in the profile build only; set HK_DECODE_PERSISTENT_PROFILE=1 too");
   a.counters = reinterpret_cast<unsigned*>(ws + l.counters);
   a.epoch = reinterpret_cast<unsigned*>(ws + l.epoch);
   a.finish = reinterpret_cast<unsigned*>(ws + l.finish);
