@@ -915,9 +915,9 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 }
 
 // The measuring switches (read at each eager launch) against the default deterministic step, step
-// by step: the K rows by cp.async, the lazy staging wait and the ring sized by the step's length
-// change no arithmetic, so the logits are the same bits; the sliced products sum each row's columns
-// in another order, so they are within the tolerance.
+// by step: the K rows by bulk copies, the lazy staging wait and the ring sized by the bucket change
+// no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum each
+// row's columns in another order than the default's slices, so they are within the tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
   struct Switch {
@@ -925,10 +925,10 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
     const char* value;
     bool same_bits;
   };
-  const Switch switches[] = {{"HK_DECODE_PERSISTENT_K_ROWS", "threads", true},
+  const Switch switches[] = {{"HK_DECODE_PERSISTENT_K_ROWS", "bulk", true},
                              {"HK_DECODE_PERSISTENT_STAGING", "lazy", true},
-                             {"HK_DECODE_PERSISTENT_RING", "length", true},
-                             {"HK_DECODE_PERSISTENT_PRODUCTS", "sliced", false}};
+                             {"HK_DECODE_PERSISTENT_RING", "bucket", true},
+                             {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false}};
   for (const std::string& dir : persistent_step_models()) {
     SCOPED_TRACE(name_of(dir));
     CausalLM model = load(dir, DType::BF16, {}, "sdpa");

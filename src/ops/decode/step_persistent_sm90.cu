@@ -85,20 +85,22 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
-  // Measuring switches (env_switch; docs/generation.md), defaults off:
-  // HK_DECODE_PERSISTENT_RING=length — the ring starts after this step's K rows, not the bucket's,
-  // in all the shared memory a block may have (10 slots rather than 8 at 16 + 128);
+  // Switches (env_switch; docs/generation.md). The first three are on by default since the
+  // thirty-sixth session (H200, 16 + 128: 1,781 tok/s with all three against 1,652–1,657 without);
+  // their old forms stay for measuring:
+  // RING=length (=bucket: the old form) — the ring starts after this step's K rows, not the
+  // bucket's, in all the shared memory a block may have (10 slots rather than 8 at 16 + 128);
   int ring_by_length;
   int smem_bytes;  // the launch's dynamic shared memory
-  // HK_DECODE_PERSISTENT_PRODUCTS=sliced — the q/k/v and gate/up products a 128-column slice a warp
-  // of every pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed;
+  // PRODUCTS=sliced (=pairs) — the q/k/v and gate/up products a 128-column slice a warp of every
+  // pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed in warp order;
   int sliced_products;
-  // HK_DECODE_PERSISTENT_STAGING=lazy — a phase's bulk reduction's read of its staging buffer
-  // waited for at the next phase's start, not before the closing barrier;
-  int lazy_staging;
-  // HK_DECODE_PERSISTENT_K_ROWS=threads — the next B's K rows by 16-byte cp.async from every
-  // thread, not a bulk copy a position from 144 threads.
+  // K_ROWS=threads (=bulk) — the next B's K rows by 16-byte cp.async from every thread, not a bulk
+  // copy a position from 144 threads;
   int k_rows_by_threads;
+  // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
+  // staging buffer waited for at the next phase's start, not before the closing barrier.
+  int lazy_staging;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -836,12 +838,13 @@ int inflight_cap() {
   static const int cap = env_count("HK_DECODE_PERSISTENT_INFLIGHT", 1, kMaxSlots);
   return cap;
 }
-// A measuring switch from the environment, read at each launch (an eager step; a graph keeps what
-// its capture read), so one process can compare both settings: unset, empty or `off` → false,
-// `on` → true, else InvalidArgument naming both.
-bool env_switch(const char* name, const char* off, const char* on) {
+// A switch from the environment, read at each launch (an eager step; a graph keeps what its
+// capture read), so one process can compare both settings: `off` → false, `on` → true, unset or
+// empty → `fallback`, else InvalidArgument naming both.
+bool env_switch(const char* name, const char* off, const char* on, bool fallback = false) {
   const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0' || std::strcmp(v, off) == 0) return false;
+  if (v == nullptr || *v == '\0') return fallback;
+  if (std::strcmp(v, off) == 0) return false;
   if (std::strcmp(v, on) == 0) return true;
   throw InvalidArgument(std::string(name) + " is '" + v + "'; use " + off + " or " + on);
 }
@@ -978,10 +981,10 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_offset = ring_offset(cache_rows(p));
   a.inflight = inflight_cap();
   a.l2_lead = l2_lead();
-  a.k_rows_by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads");
+  a.k_rows_by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads", true);
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
-  a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced");
-  a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length");
+  a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced", true);
+  a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
     throw InvalidArgument(
