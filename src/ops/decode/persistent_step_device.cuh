@@ -213,8 +213,9 @@ struct ChunkCursor {
   const Phase* phases;
   int n_phases;
   RowsOf rows_of;
-  int p = 0, seg = 0;
+  int p = 0, seg = 0, segments = 0;
   int64_t r = 0, r0 = 0, r1 = 0;
+  const bf16* w = nullptr;  // the matrix being streamed (read once a segment, not a chunk)
   __device__ ChunkCursor(const Phase* ph, int n, RowsOf rows)
       : phases(ph), n_phases(n), rows_of(rows) {
     enter();
@@ -226,17 +227,18 @@ struct ChunkCursor {
       ++p;
     }
     r = r0;
+    if (p < n_phases) segments = phases[p].segments, w = phases[p].w[seg];
   }
   __device__ bool valid() const { return p < n_phases; }
   __device__ uint32_t bytes() const {
     return uint32_t(min(int64_t(kRowsPerChunk), r1 - r)) * kRowElems * 2;
   }
-  __device__ const bf16* source() const { return phases[p].w[seg] + r * kRowElems; }
+  __device__ const bf16* source() const { return w + r * kRowElems; }
   __device__ void advance() {
     r += kRowsPerChunk;
     if (r < r1) return;
-    if (++seg < phases[p].segments) {
-      r = r0;
+    if (++seg < segments) {
+      r = r0, w = phases[p].w[seg];
       return;
     }
     seg = 0, ++p;

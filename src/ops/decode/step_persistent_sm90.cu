@@ -101,6 +101,9 @@ struct StepArgs {
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
+  // POLL=all (default) | incomplete (a split-K sum's copies once complete not read again) | sleep
+  // (and 64 ns between rounds) — how A and C wait for the sums.
+  int poll;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -158,14 +161,30 @@ __host__ __device__ inline int ring_offset(int cache_rows) {
   return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
 }
 
-__host__ __device__ inline void phase_rows(const Phase& ph, int block, int grid, int heads,
-                                           int64_t& r0, int64_t& r1) {
-  if (ph.kind == kAttendO) {
-    int head;
-    attend_rows(block, grid, heads, kHeadDim, head, r0, r1);
-  } else {
-    r0 = row_begin(ph.n, block, grid), r1 = row_begin(ph.n, block + 1, grid);
+// A block's rows in each phase kind — the same in every layer, so found once a launch rather than
+// by three divisions a phase (they were ~9 % of the instructions a step) — and, in B, its head and
+// that head's first output dim it owns.
+struct BlockRows {
+  int qkv0, qkv1, attend0, attend1, mlp0, mlp1, head0, head1;
+  int head, dim0;
+  __device__ void of(int kind, int64_t& r0, int64_t& r1) const {
+    r0 = kind == kQkv ? qkv0 : kind == kAttendO ? attend0 : kind == kMlp ? mlp0 : head0;
+    r1 = kind == kQkv ? qkv1 : kind == kAttendO ? attend1 : kind == kMlp ? mlp1 : head1;
   }
+};
+__device__ inline BlockRows block_rows(const Phase* phases, int n_phases, int block, int grid,
+                                       int heads) {
+  BlockRows b;
+  auto split = [&](const Phase& ph, int& r0, int& r1) {
+    r0 = int(row_begin(ph.n, block, grid)), r1 = int(row_begin(ph.n, block + 1, grid));
+  };
+  split(phases[0], b.qkv0, b.qkv1);
+  split(phases[2], b.mlp0, b.mlp1);
+  split(phases[n_phases - 1], b.head0, b.head1);
+  int64_t r0, r1;
+  attend_rows(block, grid, heads, kHeadDim, b.head, r0, r1);
+  b.attend0 = int(r0), b.attend1 = int(r1), b.dim0 = int(r0) - b.head * kHeadDim;
+  return b;
 }
 
 // The better of two (value, index) candidates: larger value, then smaller index; index -1 = none.
@@ -216,6 +235,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     }
   };
   const int heads = a.heads_q, group = a.heads_q / a.heads_kv;
+  const BlockRows mine = block_rows(a.phases, a.n_phases, block, grid, heads);
   // the step's state: every block reads it here, and the last block to finish changes it (after
   // every block's arrival, so after these reads)
   const unsigned epoch = *const_cast<volatile unsigned*>(a.epoch);
@@ -261,9 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
 
   if (warp == kConsumerWarps) {  // the producer
     if (lane != 0) return;
-    auto rows_of = [=](const Phase& ph, int64_t& r0, int64_t& r1) {
-      phase_rows(ph, block, grid, heads, r0, r1);
-    };
+    auto rows_of = [=](const Phase& ph, int64_t& r0, int64_t& r1) { mine.of(ph.kind, r0, r1); };
     using Cursor = ChunkCursor<Phase, decltype(rows_of), kRowsPerSlot, kHidden>;
     Cursor next{a.phases, a.n_phases, rows_of};
     // `ahead` runs l2_lead chunks in front of the copies, fetching them into L2 only (no shared
@@ -436,17 +454,15 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         block_marks[kPrologue] += static_cast<unsigned long long>(t_start - t_launch);
     }
     int64_t r0, r1;
-    phase_rows(ph, block, grid, heads, r0, r1);
+    mine.of(ph.kind, r0, r1);
     const int rows = int(r1 - r0);
     // before any wait: what no phase of this step writes — norm weights, q/k norm weights, and in
     // a q/k/v phase the cache rows of the B after it (K's by bulk copies issued below, the block's
     // dims of V into registers, stored after this phase's products)
-    int head = 0, g = 0, d0 = 0;
+    const int head = mine.head, g = head / group, d0 = mine.dim0;
     float gw[4] = {0, 0, 0, 0};
     uint4 qk_w = make_uint4(0, 0, 0, 0);
     if (ph.kind == kAttendO) {
-      attend_rows(block, grid, heads, kHeadDim, head, r0, r1);
-      g = head / group, d0 = int(r0 - int64_t(head) * kHeadDim);
       if (warp == 0 && ph.q_norm != nullptr)
         qk_w = __ldg(
             reinterpret_cast<const uint4*>((lane < 16 ? ph.q_norm : ph.k_norm) + (lane % 16) * 8));
@@ -455,14 +471,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     }
     const bool prefetch = p + 1 < a.n_phases && ph_next.kind == kAttendO;
     unsigned short vpre[kMaxDims];
-    int next_dims = 0, next_g = 0;
+    const int next_dims = prefetch ? mine.attend1 - mine.attend0 : 0, next_g = g, nd0 = d0;
     if (prefetch) {
-      int nh;
-      int64_t n0, n1;
-      attend_rows(block, grid, heads, kHeadDim, nh, n0, n1);
-      next_g = nh / group;
-      const int nd0 = int(n0 - int64_t(nh) * kHeadDim);
-      next_dims = int(n1 - n0);
       if (!a.k_rows_by_threads && tid == 0 && length > 0)
         mbar_expect_tx(kbar, uint32_t(length) * kHeadDim * 2);
       const unsigned short* vrow = reinterpret_cast<const unsigned short*>(ph_next.v_cache) +
@@ -600,20 +610,45 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4];
-          for (uint32_t tries = 0;;) {
-            bool complete = true;
+          if (a.poll == 0) {
+            for (uint32_t tries = 0;;) {
+              bool complete = true;
 #pragma unroll
-            for (int c = 0; c < kCopies; ++c) {
-              const char* at = acc_at(ph.acc_in, c, tid * 4);
-              load_relaxed_2x64(at, e[c][0], e[c][1]);
-              load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
+              for (int c = 0; c < kCopies; ++c) {
+                const char* at = acc_at(ph.acc_in, c, tid * 4);
+                load_relaxed_2x64(at, e[c][0], e[c][1]);
+                load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
+              }
+#pragma unroll
+              for (int c = 0; c < kCopies; ++c)
+                for (int k = 0; k < 4; ++k)
+                  complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
+              if (complete) break;
+              count_tries(tries);
             }
+          } else {
+            // a copy once complete is not read again, and (poll == 2) a short sleep between
+            // rounds: 132 blocks reading 32 KB a round otherwise load L2 while it takes the sums
+            unsigned pending = (1u << kCopies) - 1;
+            for (uint32_t tries = 0;;) {
 #pragma unroll
-            for (int c = 0; c < kCopies; ++c)
-              for (int k = 0; k < 4; ++k)
-                complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
-            if (complete) break;
-            count_tries(tries);
+              for (int c = 0; c < kCopies; ++c)
+                if (pending & (1u << c)) {
+                  const char* at = acc_at(ph.acc_in, c, tid * 4);
+                  load_relaxed_2x64(at, e[c][0], e[c][1]);
+                  load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
+                }
+#pragma unroll
+              for (int c = 0; c < kCopies; ++c) {
+                bool complete = true;
+                for (int k = 0; k < 4; ++k)
+                  complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
+                if (complete) pending &= ~(1u << c);
+              }
+              if (pending == 0) break;
+              count_tries(tries);
+              if (a.poll == 2) __nanosleep(64);
+            }
           }
           long long isum[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -848,6 +883,15 @@ bool env_switch(const char* name, const char* off, const char* on, bool fallback
   if (std::strcmp(v, on) == 0) return true;
   throw InvalidArgument(std::string(name) + " is '" + v + "'; use " + off + " or " + on);
 }
+// HK_DECODE_PERSISTENT_POLL: all (unset) → 0, incomplete → 1, sleep → 2, read at each launch.
+int env_poll() {
+  const char* v = std::getenv("HK_DECODE_PERSISTENT_POLL");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "all") == 0) return 0;
+  if (std::strcmp(v, "incomplete") == 0) return 1;
+  if (std::strcmp(v, "sleep") == 0) return 2;
+  throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_POLL is '") + v +
+                        "'; use all, incomplete or sleep");
+}
 // The dynamic shared memory a block of `kernel` may have (the device's opt-in limit less the
 // kernel's static shared memory, at most kMaxSmem), asked once a process and kernel.
 size_t dynamic_smem_most(void (*kernel)(const StepArgs)) {
@@ -985,6 +1029,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced", true);
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
+  a.poll = env_poll();
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
     throw InvalidArgument(
