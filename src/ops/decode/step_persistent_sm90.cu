@@ -133,7 +133,19 @@ struct StepArgs {
 // The profile build's marks, thread 0's clock64 cycles summed over steps. A phase's, from its
 // start: its inputs ready, the chunk waits (a duration), ready to multiply, the first and the last
 // warp done with its products, the phase's end (after the block's barrier).
-enum PhaseMark : int { kInputs, kChunks, kReady, kFirstDone, kLastDone, kEnd, kPhaseMarks };
+// In B and C also: the split-K product's start and its chunks done (before the staging and the
+// reduction).
+enum PhaseMark : int {
+  kInputs,
+  kChunks,
+  kReady,
+  kFirstDone,
+  kLastDone,
+  kEnd,
+  kSplitStart,
+  kSplitChunks,
+  kPhaseMarks
+};
 // A block's: launch → first phase, last phase → exit (the last block: the pick), and the whole
 // block in cycles and in %globaltimer ns (the clock the cycles ran at).
 enum BlockMark : int { kPrologue, kEpilogue, kBlockCycles, kBlockNs, kBlockMarks };
@@ -321,6 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   // profile build: thread 0's cycles waiting for weight chunks this phase (its warp waits on
   // every chunk the block streams)
   long long chunk_wait = 0;
+  long long t_split = 0, t_split_chunks = 0;  // profile build: thread 0's clocks in split_k
   auto wait_chunk = [&](const RingPos& pos) {
     if constexpr (kProfile) {
       if (tid == 0) {
@@ -388,6 +401,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   // `rows` rows c of the next chunks times xc[c], every thread its 4 of the 1024 columns, added
   // into this block's accumulator copy
   auto split_k = [&](int rows, void* acc_out) {
+    if constexpr (kProfile) t_split = clock64();
     const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
     float acc[4] = {0, 0, 0, 0};
     for (int i = 0; i < chunks; ++i) {
@@ -401,6 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       __syncwarp();
       if (lane == 0) mbar_arrive(empty(pa.slot));
     }
+    if constexpr (kProfile) t_split_chunks = clock64();
     char* dst = const_cast<char*>(acc_at(acc_out, block % kCopies, 0));
     if constexpr (!kDeterministic) {
       asm volatile(
@@ -762,6 +777,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         at[kFirstDone] += static_cast<unsigned long long>(first - t_start);
         at[kLastDone] += static_cast<unsigned long long>(last - t_start);
         at[kEnd] += static_cast<unsigned long long>(t_end - t_start);
+        if (t_split != 0) {
+          at[kSplitStart] += static_cast<unsigned long long>(t_split - t_start);
+          at[kSplitChunks] += static_cast<unsigned long long>(t_split_chunks - t_start);
+        }
+        t_split = 0;
         t_loop_end = t_end;
       }
       chunk_wait = 0;
@@ -1152,6 +1172,23 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
                   slowest[kChunks], part(mean, kLastDone, kFirstDone),
                   part(slowest, kLastDone, kFirstDone), part(mean, kEnd, kLastDone),
                   part(slowest, kEnd, kLastDone), mean[kEnd], slowest[kEnd]);
+    out += line;
+  }
+  // where B's and C's products go: from the products' start to the split-K's, then its chunks
+  for (int kind : {int(kAttendO), int(kMlp)}) {
+    double ready = 0, start = 0, chunks = 0;
+    for (int b = 0; b < l.grid; ++b)
+      for (int ph = 0; ph < l.n_phases; ++ph) {
+        if (kind_of(ph) != kind) continue;
+        const unsigned long long* m = cycles.data() + (size_t(b) * l.n_phases + ph) * kPhaseMarks;
+        ready += double(m[kReady]) * us / l.grid, start += double(m[kSplitStart]) * us / l.grid;
+        chunks += double(m[kSplitChunks]) * us / l.grid;
+      }
+    char line[160];
+    std::snprintf(line, sizeof(line),
+                  " %s products to the split-K %.1f, its chunks %.1f, its staging on to the first "
+                  "warp done the rest;",
+                  names[kind], start - ready, chunks - start);
     out += line;
   }
   char total[64];
