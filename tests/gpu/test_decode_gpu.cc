@@ -915,8 +915,8 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 }
 
 // The measuring switches (read at each eager launch) against the default deterministic step, step
-// by step: the K rows by bulk copies, the lazy staging wait, the ring sized by the bucket and the
-// ways of polling the sums change no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum each
+// by step: the lazy staging wait, the ring sized by the bucket and the ways of polling the sums
+// change no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum each
 // row's columns in another order than the default's slices, so they are within the tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
@@ -925,8 +925,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
     const char* value;
     bool same_bits;
   };
-  const Switch switches[] = {{"HK_DECODE_PERSISTENT_K_ROWS", "bulk", true},
-                             {"HK_DECODE_PERSISTENT_STAGING", "lazy", true},
+  const Switch switches[] = {{"HK_DECODE_PERSISTENT_STAGING", "lazy", true},
                              {"HK_DECODE_PERSISTENT_RING", "bucket", true},
                              {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},

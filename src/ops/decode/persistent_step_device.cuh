@@ -261,11 +261,13 @@ struct RingPos {
 // ------------------------------------------------------ The scores of q (f32, shared memory)
 // against cache_t K rows (bf16, kHeadDim each, in shared memory; positions before key_start masked)
 // a thread a position, each thread reading its row's 16-byte pieces in a rotated order (no bank
-// conflicts within a quarter warp); the softmax; and the output dims d < rows from V (f32 in shared
+// conflicts within a quarter warp) — or, kSwizzled, rows whose piece i lies at piece i ^ (t & 7),
+// read in the same order by every thread, so q's pieces are broadcasts (a third of the shared
+// memory wavefronts: q's rotated reads conflict two ways); the softmax; and the output dims d < rows from V (f32 in shared
 // memory, dim d's positions at vbuf + d·v_stride) a warp a dim: dims[d] = bf16(o / l) as f32, and
 // out[d] as bf16 when out is not null. `scores` holds cache_t floats, `reduce` 2·kWarps; the
 // kWarps·32 threads call it together (`sync` their barrier).
-template <int kHeadDim, int kWarps, class Sync>
+template <int kHeadDim, int kWarps, bool kSwizzled = false, class Sync>
 __device__ void attend_dims(const unsigned char* kbuf, const float* qs, const float* vbuf,
                             int v_stride, float* scores, float* reduce, int cache_t, int key_start,
                             float scale, int rows, float* dims, bf16* out, Sync sync) {
@@ -278,8 +280,9 @@ __device__ void attend_dims(const unsigned char* kbuf, const float* qs, const fl
     float sc[2] = {0, 0};
 #pragma unroll
     for (int i = 0; i < kPieces; ++i) {
-      const int piece = (i + t) & (kPieces - 1);
-      const uint4 kq = *reinterpret_cast<const uint4*>(krow + piece * 16);
+      const int piece = kSwizzled ? i : (i + t) & (kPieces - 1);
+      const int at = kSwizzled ? i ^ (t & 7) : piece;
+      const uint4 kq = *reinterpret_cast<const uint4*>(krow + at * 16);
       const __nv_bfloat162* e = reinterpret_cast<const __nv_bfloat162*>(&kq);
       const float4 qa = *reinterpret_cast<const float4*>(qs + piece * 8);
       const float4 qb = *reinterpret_cast<const float4*>(qs + piece * 8 + 4);

@@ -85,9 +85,9 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
-  // Switches (env_switch; docs/generation.md). The first three are on by default since the
-  // thirty-sixth session (H200, 16 + 128: 1,781 tok/s with all three against 1,652–1,657 without);
-  // their old forms stay for measuring:
+  // Switches (env_switch; docs/generation.md). The next two are on by default since the
+  // thirty-sixth session (H200, 16 + 128, with the K rows by cp.async from every thread: 1,781
+  // tok/s against 1,652–1,657 with none of the three); their old forms stay for measuring:
   // RING=length (=bucket: the old form) — the ring starts after this step's K rows, not the
   // bucket's, in all the shared memory a block may have (10 slots rather than 8 at 16 + 128);
   int ring_by_length;
@@ -95,9 +95,6 @@ struct StepArgs {
   // PRODUCTS=sliced (=pairs) — the q/k/v and gate/up products a 128-column slice a warp of every
   // pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed in warp order;
   int sliced_products;
-  // K_ROWS=threads (=bulk) — the next B's K rows by 16-byte cp.async from every thread, not a bulk
-  // copy a position from 144 threads;
-  int k_rows_by_threads;
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
@@ -164,11 +161,18 @@ constexpr int kOffQ = kOffUp + kMaxSplitRows * 4;             // q, f32
 constexpr int kOffScores = kOffQ + kHeadDim * 4;              // f32
 constexpr int kOffReduce = kOffScores + kMaxCache * 4;        // warp partials
 constexpr int kOffRed = kOffReduce + 4 * kConsumerWarps * 8;  // split-K staging, i64 or f32
-constexpr int kOffBars = kOffRed + kHidden * 8;               // full, empty, K
+constexpr int kOffBars = kOffRed + kHidden * 8;               // full, empty
 constexpr int kOffV = kOffBars + 256;                    // the block's V dims, f32 [dim][position]
 constexpr int kOffK = kOffV + kMaxDims * kMaxCache * 4;  // K rows, bf16
-constexpr int kOffWarpDone = kOffBars + (2 * kMaxSlots + 1) * 8;  // profile build: a clock a warp
+constexpr int kOffWarpDone = kOffBars + 2 * kMaxSlots * 8;  // profile build: a clock a warp
 static_assert(kOffWarpDone + kConsumerWarps * 8 <= kOffV, "mbarriers and warp clocks fit");
+// Where position t's 16-byte piece `piece` of its K row lies in the K rows: piece ^ (t & 7) within
+// the row, so the 8 rows a quarter warp reads the same piece of fall in 8 bank groups (attend_dims'
+// swizzled form: every thread then reads the same piece of q, a broadcast).
+constexpr int kKPieces = kHeadDim * 2 / 16;
+__device__ __forceinline__ int k_piece(int t, int piece) {
+  return t * kHeadDim * 2 + ((piece ^ (t & 7)) * 16);
+}
 __host__ __device__ inline int ring_offset(int cache_rows) {
   return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
 }
@@ -230,7 +234,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   unsigned char* kbuf = smem + kOffK;
   auto full = [&](int s) { return base + kOffBars + 8 * s; };
   auto empty = [&](int s) { return base + kOffBars + 8 * (kMaxSlots + s); };
-  const uint32_t kbar = base + kOffBars + 16 * kMaxSlots;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int grid = gridDim.x, block = blockIdx.x;
   long long t_launch = 0, t_loop_end = 0;  // profile build
@@ -276,7 +279,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       mbar_init(full(s), 1);
       mbar_init(empty(s), kConsumerWarps);
     }
-    mbar_init(kbar, 1);
     fence_barrier_init();
   }
   {  // the other parity's accumulators, for the next step (nobody reads them this step)
@@ -438,7 +440,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   };
 
   float vkeep[4] = {0, 0, 0, 0};  // this thread's 4 elements of the last v: the next residual
-  int attend_uses = 0;
   // warp 0's rotary factors in B: lane l holds elements 8·(l % 16) … + 7 of q (l < 16) or of the
   // step's k (l ≥ 16); the same position in every layer
   float rope_c[8], rope_s[8];
@@ -488,8 +489,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     unsigned short vpre[kMaxDims];
     const int next_dims = prefetch ? mine.attend1 - mine.attend0 : 0, next_g = g, nd0 = d0;
     if (prefetch) {
-      if (!a.k_rows_by_threads && tid == 0 && length > 0)
-        mbar_expect_tx(kbar, uint32_t(length) * kHeadDim * 2);
       const unsigned short* vrow = reinterpret_cast<const unsigned short*>(ph_next.v_cache) +
                                    (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + nd0;
 #pragma unroll
@@ -529,7 +528,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
             packed.y = (words[2] & 0xffffu) | (words[3] << 16);
             packed.z = (words[4] & 0xffffu) | (words[5] << 16);
             packed.w = (words[6] & 0xffffu) | (words[7] << 16);
-            *reinterpret_cast<uint4*>(kbuf + length * kHeadDim * 2 + (tid - 16) * 16) = packed;
+            *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16)) = packed;
           }
         } else if (tid - 32 < rows) {
           unsigned w;
@@ -549,7 +548,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           bf16x8(load_cg16(q + tid * 8), f);
           for (int i = 0; i < 8; ++i) qs[tid * 8 + i] = f[i];
         } else if (tid < 32) {
-          *reinterpret_cast<uint4*>(kbuf + length * kHeadDim * 2 + (tid - 16) * 16) =
+          *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16)) =
               load_cg16(k_new + (tid - 16) * 8);
         } else if (tid - 32 < rows) {
           vbuf[(tid - 32) * kMaxCache + length] = load_cg_bf16(v_new + d0 + tid - 32);
@@ -560,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         // each half warp one head vector: RMSNorm (f32; ×r rounded, ×w rounded), then the
         // rotation in f32 rounded once; rotate_half pairs element d with d ± 64: lane ± 8's slot
         float e[8];
-        unsigned char* krow = kbuf + length * kHeadDim * 2 + (lane % 16) * 16;
+        unsigned char* krow = kbuf + k_piece(length, lane % 16);
         if (lane < 16) {
           for (int i = 0; i < 8; ++i) e[i] = qs[lane * 8 + i];
         } else {
@@ -599,16 +598,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid >= 32 && tid - 32 < rows)
         ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] =
             __float2bfloat16_rn(vbuf[(tid - 32) * kMaxCache + length]);
-      if (a.k_rows_by_threads) {
-        copy_async_wait_all();
-      } else {
-        if (tid == 0 && length > 0) wait_phase(kbar, uint32_t(attend_uses) & 1);
-        ++attend_uses;
-      }
+      copy_async_wait_all();
       sync();
       if constexpr (kProfile) t_inputs = clock64();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
-      attend_dims<kHeadDim, kConsumerWarps>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t,
+      attend_dims<kHeadDim, kConsumerWarps, true>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t,
                                             key_start, a.scale, rows, xc, nullptr, sync);
       sync();
       if constexpr (kProfile) t_ready = clock64();
@@ -695,20 +689,15 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       const float r = rsqrtf(total / float(kHidden) + a.eps);
       for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
       sync();
-      // the next B's K rows (a position a thread; thread 0 armed the barrier before the wait):
-      // issued after this barrier, so the previous B is done reading them
-      if (prefetch && a.k_rows_by_threads) {
-        constexpr int kPieces = kHeadDim * 2 / 16;
-        for (int i = tid; i < length * kPieces; i += kConsumers) {
-          const int t = i / kPieces, piece = i % kPieces;
-          copy_async16(base + kOffK + t * kHeadDim * 2 + piece * 16,
+      // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece): issued after this
+      // barrier, so the previous B is done reading them
+      if (prefetch) {
+        for (int i = tid; i < length * kKPieces; i += kConsumers) {
+          const int t = i / kKPieces, piece = i % kKPieces;
+          copy_async16(base + kOffK + k_piece(t, piece),
                        ph_next.k_cache + (int64_t(t) * a.heads_kv + next_g) * kHeadDim + piece * 8);
         }
         copy_async_commit();
-      } else if (prefetch && tid < length) {
-        bulk_load(base + kOffK + tid * kHeadDim * 2,
-                  ph_next.k_cache + (int64_t(tid) * a.heads_kv + next_g) * kHeadDim, kHeadDim * 2,
-                  kbar);
       }
       if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
@@ -1045,7 +1034,6 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_offset = ring_offset(cache_rows(p));
   a.inflight = inflight_cap();
   a.l2_lead = l2_lead();
-  a.k_rows_by_threads = env_switch("HK_DECODE_PERSISTENT_K_ROWS", "bulk", "threads", true);
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced", true);
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
