@@ -917,7 +917,8 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 // The measuring switches (read at each eager launch) against the default deterministic step, step
 // by step: the lazy staging wait, the ring sized by the bucket and the ways of polling the sums
 // change no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum each
-// row's columns in another order than the default's slices, so they are within the tolerance.
+// row's columns in another order than the default's slices, and the rotated K reads each score's
+// pieces in another order, so they are within the tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
   struct Switch {
@@ -929,7 +930,8 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_RING", "bucket", true},
                              {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
-                             {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false}};
+                             {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
+                             {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};
   for (const std::string& dir : persistent_step_models()) {
     SCOPED_TRACE(name_of(dir));
     CausalLM model = load(dir, DType::BF16, {}, "sdpa");

@@ -85,7 +85,7 @@ struct Phase {
 struct StepArgs {
   const Phase* phases;
   int n_phases, slots, ring_offset, inflight, l2_lead;
-  // Switches (env_switch; docs/generation.md). The next two are on by default since the
+  // Switches (env_switch; docs/generation.md). The next three are on by default since the
   // thirty-sixth session (H200, 16 + 128, with the K rows by cp.async from every thread: 1,781
   // tok/s against 1,652–1,657 with none of the three); their old forms stay for measuring:
   // RING=length (=bucket: the old form) — the ring starts after this step's K rows, not the
@@ -95,6 +95,8 @@ struct StepArgs {
   // PRODUCTS=sliced (=pairs) — the q/k/v and gate/up products a 128-column slice a warp of every
   // pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed in warp order;
   int sliced_products;
+  // K_LAYOUT=swizzled (=rotated) — the K rows swizzled (k_piece), q read as broadcasts;
+  int k_swizzled;
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
@@ -170,8 +172,9 @@ static_assert(kOffWarpDone + kConsumerWarps * 8 <= kOffV, "mbarriers and warp cl
 // the row, so the 8 rows a quarter warp reads the same piece of fall in 8 bank groups (attend_dims'
 // swizzled form: every thread then reads the same piece of q, a broadcast).
 constexpr int kKPieces = kHeadDim * 2 / 16;
-__device__ __forceinline__ int k_piece(int t, int piece) {
-  return t * kHeadDim * 2 + ((piece ^ (t & 7)) * 16);
+// (HK_DECODE_PERSISTENT_K_LAYOUT=rotated: not swizzled, read in attend_dims' rotated order.)
+__device__ __forceinline__ int k_piece(int t, int piece, bool swizzled) {
+  return t * kHeadDim * 2 + ((piece ^ (swizzled ? t & 7 : 0)) * 16);
 }
 __host__ __device__ inline int ring_offset(int cache_rows) {
   return (kOffK + cache_rows * kHeadDim * 2 + 127) / 128 * 128;
@@ -528,7 +531,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
             packed.y = (words[2] & 0xffffu) | (words[3] << 16);
             packed.z = (words[4] & 0xffffu) | (words[5] << 16);
             packed.w = (words[6] & 0xffffu) | (words[7] << 16);
-            *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16)) = packed;
+            *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16, a.k_swizzled)) = packed;
           }
         } else if (tid - 32 < rows) {
           unsigned w;
@@ -548,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           bf16x8(load_cg16(q + tid * 8), f);
           for (int i = 0; i < 8; ++i) qs[tid * 8 + i] = f[i];
         } else if (tid < 32) {
-          *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16)) =
+          *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16, a.k_swizzled)) =
               load_cg16(k_new + (tid - 16) * 8);
         } else if (tid - 32 < rows) {
           vbuf[(tid - 32) * kMaxCache + length] = load_cg_bf16(v_new + d0 + tid - 32);
@@ -559,7 +562,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         // each half warp one head vector: RMSNorm (f32; ×r rounded, ×w rounded), then the
         // rotation in f32 rounded once; rotate_half pairs element d with d ± 64: lane ± 8's slot
         float e[8];
-        unsigned char* krow = kbuf + k_piece(length, lane % 16);
+        unsigned char* krow = kbuf + k_piece(length, lane % 16, a.k_swizzled);
         if (lane < 16) {
           for (int i = 0; i < 8; ++i) e[i] = qs[lane * 8 + i];
         } else {
@@ -602,8 +605,14 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       sync();
       if constexpr (kProfile) t_inputs = clock64();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
-      attend_dims<kHeadDim, kConsumerWarps, true>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t,
-                                            key_start, a.scale, rows, xc, nullptr, sync);
+      if (a.k_swizzled)
+        attend_dims<kHeadDim, kConsumerWarps, true>(kbuf, qs, vbuf, kMaxCache, scores, reduce,
+                                                    cache_t, key_start, a.scale, rows, xc, nullptr,
+                                                    sync);
+      else
+        attend_dims<kHeadDim, kConsumerWarps, false>(kbuf, qs, vbuf, kMaxCache, scores, reduce,
+                                                     cache_t, key_start, a.scale, rows, xc, nullptr,
+                                                     sync);
       sync();
       if constexpr (kProfile) t_ready = clock64();
       split_k(rows, ph.acc_out);
@@ -694,7 +703,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (prefetch) {
         for (int i = tid; i < length * kKPieces; i += kConsumers) {
           const int t = i / kKPieces, piece = i % kKPieces;
-          copy_async16(base + kOffK + k_piece(t, piece),
+          copy_async16(base + kOffK + k_piece(t, piece, a.k_swizzled),
                        ph_next.k_cache + (int64_t(t) * a.heads_kv + next_g) * kHeadDim + piece * 8);
         }
         copy_async_commit();
@@ -1038,6 +1047,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced", true);
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_poll();
+  a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
     throw InvalidArgument(
