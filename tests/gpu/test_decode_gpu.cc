@@ -928,7 +928,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   };
   const Switch switches[] = {{"HK_DECODE_PERSISTENT_STAGING", "lazy", true},
                              {"HK_DECODE_PERSISTENT_RING", "bucket", true},
-                             {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
+                             {"HK_DECODE_PERSISTENT_POLL", "all", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};

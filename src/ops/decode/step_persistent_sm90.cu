@@ -67,6 +67,7 @@ static_assert(kMaxCache <= kConsumers, "a consumer thread fetches one cache posi
 constexpr int kMaxSmem = 227 * 1024;
 
 enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
+enum Poll : int { kPollIncomplete = 0, kPollAll = 1, kPollSleep = 2 };  // StepArgs::poll
 
 struct Phase {
   int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
@@ -100,8 +101,9 @@ struct StepArgs {
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
-  // POLL=all (default) | incomplete (a split-K sum's copies once complete not read again) | sleep
-  // (and 64 ns between rounds) — how A and C wait for the sums.
+  // POLL=incomplete (default since the thirty-sixth session: 1,595–1,597 tok/s against 1,579–1,584
+  // on an H100) — a split-K sum's copies once complete are not read again; =all reads the four
+  // every round; =sleep as incomplete, 64 ns between rounds. How A and C wait for the sums.
   int poll;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
@@ -628,7 +630,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4];
-          if (a.poll == 0) {
+          if (a.poll == kPollAll) {
             for (uint32_t tries = 0;;) {
               bool complete = true;
 #pragma unroll
@@ -645,8 +647,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
               count_tries(tries);
             }
           } else {
-            // a copy once complete is not read again, and (poll == 2) a short sleep between
-            // rounds: 132 blocks reading 32 KB a round otherwise load L2 while it takes the sums
+            // a copy once complete is not read again (and, kPollSleep, a short sleep between
+            // rounds): 132 blocks reading 32 KB a round otherwise load L2 while it takes the sums
             unsigned pending = (1u << kCopies) - 1;
             for (uint32_t tries = 0;;) {
 #pragma unroll
@@ -665,7 +667,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
               }
               if (pending == 0) break;
               count_tries(tries);
-              if (a.poll == 2) __nanosleep(64);
+              if (a.poll == kPollSleep) __nanosleep(64);
             }
           }
           long long isum[4] = {0, 0, 0, 0};
@@ -901,12 +903,12 @@ bool env_switch(const char* name, const char* off, const char* on, bool fallback
   if (std::strcmp(v, on) == 0) return true;
   throw InvalidArgument(std::string(name) + " is '" + v + "'; use " + off + " or " + on);
 }
-// HK_DECODE_PERSISTENT_POLL: all (unset) → 0, incomplete → 1, sleep → 2, read at each launch.
+// HK_DECODE_PERSISTENT_POLL (unset: incomplete), read at each launch.
 int env_poll() {
   const char* v = std::getenv("HK_DECODE_PERSISTENT_POLL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "all") == 0) return 0;
-  if (std::strcmp(v, "incomplete") == 0) return 1;
-  if (std::strcmp(v, "sleep") == 0) return 2;
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "incomplete") == 0) return kPollIncomplete;
+  if (std::strcmp(v, "all") == 0) return kPollAll;
+  if (std::strcmp(v, "sleep") == 0) return kPollSleep;
   throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_POLL is '") + v +
                         "'; use all, incomplete or sleep");
 }
