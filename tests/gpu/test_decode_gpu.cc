@@ -916,9 +916,9 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 
 // The measuring switches (read at each eager launch) against the default deterministic step, step
 // by step: the lazy staging wait, the ring sized by the bucket and the ways of polling the sums
-// change no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum each
-// row's columns in another order than the default's slices, and the rotated K reads each score's
-// pieces in another order, so they are within the tolerance.
+// change no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum
+// each row's columns in another order than the default's slices, and the rotated K reads each
+// score's pieces in another order, so they are within the tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
   struct Switch {

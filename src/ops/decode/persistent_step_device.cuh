@@ -263,10 +263,10 @@ struct RingPos {
 // a thread a position, each thread reading its row's 16-byte pieces in a rotated order (no bank
 // conflicts within a quarter warp) — or, kSwizzled, rows whose piece i lies at piece i ^ (t & 7),
 // read in the same order by every thread, so q's pieces are broadcasts (a third of the shared
-// memory wavefronts: q's rotated reads conflict two ways); the softmax; and the output dims d < rows from V (f32 in shared
-// memory, dim d's positions at vbuf + d·v_stride) a warp a dim: dims[d] = bf16(o / l) as f32, and
-// out[d] as bf16 when out is not null. `scores` holds cache_t floats, `reduce` 2·kWarps; the
-// kWarps·32 threads call it together (`sync` their barrier).
+// memory wavefronts: q's rotated reads conflict two ways); the softmax; and the output dims d <
+// rows from V (f32 in shared memory, dim d's positions at vbuf + d·v_stride) a warp a dim: dims[d]
+// = bf16(o / l) as f32, and out[d] as bf16 when out is not null. `scores` holds cache_t floats,
+// `reduce` 2·kWarps; the kWarps·32 threads call it together (`sync` their barrier).
 template <int kHeadDim, int kWarps, bool kSwizzled = false, class Sync>
 __device__ void attend_dims(const unsigned char* kbuf, const float* qs, const float* vbuf,
                             int v_stride, float* scores, float* reduce, int cache_t, int key_start,
