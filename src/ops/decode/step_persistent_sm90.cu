@@ -145,6 +145,11 @@ enum PhaseMark : int {
   kEnd,
   kSplitStart,
   kSplitChunks,
+  // A and C's sliced products (thread 0's clocks): A — warp 0's own slices done, all warps' (the
+  // barrier), the rows stored; C — warp 0's gate slices, its up slices, all warps' (the barrier)
+  kStage1,
+  kStage2,
+  kStage3,
   kPhaseMarks
 };
 // A block's: launch → first phase, last phase → exit (the last block: the pick), and the whole
@@ -341,6 +346,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   // every chunk the block streams)
   long long chunk_wait = 0;
   long long t_split = 0, t_split_chunks = 0;  // profile build: thread 0's clocks in split_k
+  long long t_stage[3] = {0, 0, 0};           // and at kStage1 … kStage3
+  auto stage = [&](int i) {
+    if constexpr (kProfile)
+      if (tid == 0) t_stage[i] = clock64();
+  };
   auto wait_chunk = [&](const RingPos& pos) {
     if constexpr (kProfile) {
       if (tid == 0) {
@@ -720,16 +730,22 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         };
         if (a.sliced_products) {
           rows_product_sliced(rows, part_a);
+          stage(0);
           sync();
+          stage(1);
           if (tid < rows) store(tid, sum_slices(part_a, tid));
+          stage(2);
         } else {
           rows_product(rows, 0, store);
         }
       } else if (ph.kind == kMlp) {
         if (a.sliced_products) {
           rows_product_sliced(rows, part_a);
+          stage(0);
           rows_product_sliced(rows, part_b);
+          stage(1);
           sync();
+          stage(2);
           if (tid < rows) gate[tid] = sum_slices(part_a, tid), up[tid] = sum_slices(part_b, tid);
         } else {
           // up's pairs on the warps after gate's, so its products need not wait for gate's
@@ -782,6 +798,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           at[kSplitChunks] += static_cast<unsigned long long>(t_split_chunks - t_start);
         }
         t_split = 0;
+        if (t_stage[2] != 0)
+          for (int i = 0; i < 3; ++i) {
+            at[kStage1 + i] += static_cast<unsigned long long>(t_stage[i] - t_start);
+            t_stage[i] = 0;
+          }
         t_loop_end = t_end;
       }
       chunk_wait = 0;
@@ -1172,6 +1193,29 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
                   slowest[kChunks], part(mean, kLastDone, kFirstDone),
                   part(slowest, kLastDone, kFirstDone), part(mean, kEnd, kLastDone),
                   part(slowest, kEnd, kLastDone), mean[kEnd], slowest[kEnd]);
+    out += line;
+  }
+  // A's and C's sliced products by stage, from the products' start (kReady)
+  for (int kind : {int(kQkv), int(kMlp)}) {
+    double ready = 0, st[3] = {0, 0, 0};
+    for (int b = 0; b < l.grid; ++b)
+      for (int ph = 0; ph < l.n_phases; ++ph) {
+        if (kind_of(ph) != kind) continue;
+        const unsigned long long* m = cycles.data() + (size_t(b) * l.n_phases + ph) * kPhaseMarks;
+        ready += double(m[kReady]) * us / l.grid;
+        for (int i = 0; i < 3; ++i) st[i] += double(m[kStage1 + i]) * us / l.grid;
+      }
+    char line[200];
+    if (st[2] > 0)
+      std::snprintf(line, sizeof(line),
+                    kind == kQkv
+                        ? " q/k/v products: warp 0's slices %.1f, then all warps' %.1f, then "
+                          "the rows stored %.1f;"
+                        : " mlp products: warp 0's gate slices %.1f, then its up slices "
+                          "%.1f, then all warps' %.1f;",
+                    st[0] - ready, st[1] - st[0], st[2] - st[1]);
+    else
+      line[0] = '\0';
     out += line;
   }
   // where B's and C's products go: from the products' start to the split-K's, then its chunks
