@@ -204,6 +204,7 @@ __device__ inline BlockRows block_rows(const Phase* phases, int n_phases, int bl
   auto split = [&](const Phase& ph, int& r0, int& r1) {
     r0 = int(row_begin(ph.n, block, grid)), r1 = int(row_begin(ph.n, block + 1, grid));
   };
+  // persistent_step_prepare's order: a layer's q/k/v, attention + o and MLP phases, lm_head last
   split(phases[0], b.qkv0, b.qkv1);
   split(phases[2], b.mlp0, b.mlp1);
   split(phases[n_phases - 1], b.head0, b.head1);
