@@ -915,10 +915,11 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 }
 
 // The measuring switches (read at each eager launch) against the default deterministic step, step
-// by step: the lazy staging wait, the ring sized by the bucket and the ways of polling the sums
-// change no arithmetic, so the logits are the same bits; the products a warp a pair of chunks sum
-// each row's columns in another order than the default's slices, and the rotated K reads each
-// score's pieces in another order, so they are within the tolerance.
+// by step: the lazy staging wait, the ring sized by the bucket, the ways of polling the sums and
+// gate's and up's products batched change no arithmetic, so the logits are the same bits; the
+// products a warp a pair of chunks sum each row's columns in another order than the default's
+// slices, and the rotated K reads each score's pieces in another order, so they are within the
+// tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
   struct Switch {
@@ -930,6 +931,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_RING", "bucket", true},
                              {"HK_DECODE_PERSISTENT_POLL", "all", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
+                             {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};
   for (const std::string& dir : persistent_step_models()) {

@@ -175,6 +175,38 @@ __device__ __forceinline__ void rows_mma_span(const unsigned char* chunk_a,
   ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
   yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
 }
+// rows_mma_span for two pairs at once (a, b) and (c, d): four independent MMA chains, interleaved,
+// rather than two; each pair's sums are rows_mma_span's to the bit (the same MMAs in each chain).
+template <int kRowBytes, int kSpan>
+__device__ __forceinline__ void rows_mma_span2(const unsigned char* chunk_a,
+                                               const unsigned char* chunk_b,
+                                               const unsigned char* chunk_c,
+                                               const unsigned char* chunk_d, const unsigned char* x,
+                                               int lane, int j0, float (&y)[4]) {
+  static_assert(kSpan % 2 == 0, "a span keeps the 128-byte pairs whole");
+  const int g = lane / 4, q = lane % 4, odd = g & 1;
+  const int sw = odd ? 64 : 0;
+  const int at = g * kRowBytes + q * 16 + sw + j0 * 64;
+  const unsigned char* xv = x + q * 16 + sw + j0 * 64;
+  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0}, d2[4] = {0, 0, 0, 0}, d3[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int j = 0; j < kSpan; ++j) {
+    const int off = at + j * 64 - ((j & 1) ? 2 * sw : 0);
+    const uint4 wa = *reinterpret_cast<const uint4*>(chunk_a + off);
+    const uint4 wb = *reinterpret_cast<const uint4*>(chunk_b + off);
+    const uint4 wc = *reinterpret_cast<const uint4*>(chunk_c + off);
+    const uint4 wd = *reinterpret_cast<const uint4*>(chunk_d + off);
+    const uint4 xx = *reinterpret_cast<const uint4*>(xv + j * 64 - ((j & 1) ? 2 * sw : 0));
+    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, xx.x, xx.y);
+    mma_16816(d2, wc.x, wd.x, wc.y, wd.y, xx.x, xx.y);
+    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, xx.z, xx.w);
+    mma_16816(d3, wc.z, wd.z, wc.w, wd.w, xx.z, xx.w);
+  }
+  y[0] = odd ? d0[1] + d1[1] : d0[0] + d1[0];
+  y[1] = odd ? d0[3] + d1[3] : d0[2] + d1[2];
+  y[2] = odd ? d2[1] + d3[1] : d2[0] + d3[0];
+  y[3] = odd ? d2[3] + d3[3] : d2[2] + d3[2];
+}
 template <int kK>
 __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
                                          const unsigned char* x, int lane, float& ya, float& yb) {

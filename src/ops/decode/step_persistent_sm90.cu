@@ -41,6 +41,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -67,7 +68,9 @@ static_assert(kMaxCache <= kConsumers, "a consumer thread fetches one cache posi
 constexpr int kMaxSmem = 227 * 1024;
 
 enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
-enum Poll : int { kPollIncomplete = 0, kPollAll = 1, kPollSleep = 2 };  // StepArgs::poll
+// StepArgs::products and ::poll, in env_choice's order of their names
+enum Products : int { kProductsSliced = 0, kProductsPairs = 1, kProductsBatched = 2 };
+enum Poll : int { kPollIncomplete = 0, kPollAll = 1, kPollSleep = 2 };
 
 struct Phase {
   int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
@@ -95,7 +98,9 @@ struct StepArgs {
   int smem_bytes;  // the launch's dynamic shared memory
   // PRODUCTS=sliced (=pairs) — the q/k/v and gate/up products a 128-column slice a warp of every
   // pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed in warp order;
-  int sliced_products;
+  // =batched (not yet measured) as sliced, with gate's and up's pairs taken together (four MMA
+  // chains a warp, not two; the same bits) where the ring holds both pairs;
+  int products;
   // K_LAYOUT=swizzled (=rotated) — the K rows swizzled (k_piece), q read as broadcasts;
   int k_swizzled;
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
@@ -394,9 +399,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb, sink);
     });
   };
-  // the sliced form (a.sliced_products): every warp a 1024/8-column slice of every pair of chunks
-  // (a chain of 4 MMAs, not 32), its partial sums into part[warp][row]; sum_slices adds them up
-  // after a barrier, in warp order (deterministic)
+  // the sliced form (a.products, not pairs): every warp a 1024/8-column slice of every pair of
+  // chunks (a chain of 4 MMAs, not 32), its partial sums into part[warp][row]; sum_slices adds them
+  // up after a barrier, in warp order (deterministic)
   auto rows_product_sliced = [&](int rows, float* part) {
     constexpr int kSpan = kHidden / 32 / kConsumerWarps;
     for_chunk_pairs(rows, [&](int i, bool two, const unsigned char* ca, const unsigned char* cb) {
@@ -405,6 +410,42 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb,
                               [&](int row, float y) { part[warp * kMaxSplitRows + row] = y; });
     });
+  };
+  // the batched form (a.products == kProductsBatched): gate's and up's products together, gate's
+  // chunks next, up's after them; every warp waits on gate's pair i and up's pair i, then takes
+  // both (rows_mma_span2) — the ring must hold both pairs at once: slots ≥ chunks + 2
+  auto gate_up_batched = [&](int rows, float* gate_part, float* up_part) {
+    constexpr int kSpan = kHidden / 32 / kConsumerWarps;
+    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+    RingPos gp = next, up_pos = next;
+    for (int k = 0; k < chunks; ++k) up_pos = up_pos.after(slots);
+    for (int i = 0; i < chunks; i += 2) {
+      const bool two = i + 1 < chunks;
+      const RingPos ga = gp, gb = two ? gp.after(slots) : gp;
+      const RingPos ua = up_pos, ub = two ? up_pos.after(slots) : up_pos;
+      wait_chunk(ga);
+      if (two) wait_chunk(gb);
+      wait_chunk(ua);
+      if (two) wait_chunk(ub);
+      float y[4];
+      rows_mma_span2<kRowBytes, kSpan>(
+          ring_ptr + ga.slot * kSlotBytes, ring_ptr + gb.slot * kSlotBytes,
+          ring_ptr + ua.slot * kSlotBytes, ring_ptr + ub.slot * kSlotBytes, x_bytes, lane,
+          warp * kSpan, y);
+      sink_pair<kRowsPerSlot>(lane, i, rows, two, y[0], y[1],
+                              [&](int row, float v) { gate_part[warp * kMaxSplitRows + row] = v; });
+      sink_pair<kRowsPerSlot>(lane, i, rows, two, y[2], y[3],
+                              [&](int row, float v) { up_part[warp * kMaxSplitRows + row] = v; });
+      __syncwarp();
+      if (lane == 0) {
+        mbar_arrive(empty(ga.slot));
+        if (two) mbar_arrive(empty(gb.slot));
+        mbar_arrive(empty(ua.slot));
+        if (two) mbar_arrive(empty(ub.slot));
+      }
+      gp = gb.after(slots), up_pos = ub.after(slots);
+    }
+    next = up_pos;
   };
   auto sum_slices = [&](const float* part, int row) {
     float y = 0;
@@ -729,7 +770,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           else
             ph.qkv[r0 + row] = __float2bfloat16_rn(y);
         };
-        if (a.sliced_products) {
+        if (a.products != kProductsPairs) {
           rows_product_sliced(rows, part_a);
           stage(0);
           sync();
@@ -740,7 +781,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           rows_product(rows, 0, store);
         }
       } else if (ph.kind == kMlp) {
-        if (a.sliced_products) {
+        const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+        if (a.products == kProductsBatched && slots >= chunks + 2) {
+          gate_up_batched(rows, part_a, part_b);
+          stage(0);
+          stage(1);
+        } else if (a.products != kProductsPairs) {
           rows_product_sliced(rows, part_a);
           stage(0);
           rows_product_sliced(rows, part_b);
@@ -925,14 +971,18 @@ bool env_switch(const char* name, const char* off, const char* on, bool fallback
   if (std::strcmp(v, on) == 0) return true;
   throw InvalidArgument(std::string(name) + " is '" + v + "'; use " + off + " or " + on);
 }
-// HK_DECODE_PERSISTENT_POLL (unset: incomplete), read at each launch.
-int env_poll() {
-  const char* v = std::getenv("HK_DECODE_PERSISTENT_POLL");
-  if (v == nullptr || *v == '\0' || std::strcmp(v, "incomplete") == 0) return kPollIncomplete;
-  if (std::strcmp(v, "all") == 0) return kPollAll;
-  if (std::strcmp(v, "sleep") == 0) return kPollSleep;
-  throw InvalidArgument(std::string("HK_DECODE_PERSISTENT_POLL is '") + v +
-                        "'; use all, incomplete or sleep");
+// A choice from the environment among `names` (unset or empty: the first), read at each launch:
+// its index, else InvalidArgument naming them all.
+int env_choice(const char* name, std::initializer_list<const char*> names) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return 0;
+  int index = 0;
+  std::string all;
+  for (const char* n : names) {
+    if (std::strcmp(v, n) == 0) return index;
+    all += (index++ == 0 ? "" : ", ") + std::string(n);
+  }
+  throw InvalidArgument(std::string(name) + " is '" + v + "'; use one of " + all);
 }
 // The dynamic shared memory a block of `kernel` may have (the device's opt-in limit less the
 // kernel's static shared memory, at most kMaxSmem), asked once a process and kernel.
@@ -1068,9 +1118,9 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.inflight = inflight_cap();
   a.l2_lead = l2_lead();
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
-  a.sliced_products = env_switch("HK_DECODE_PERSISTENT_PRODUCTS", "pairs", "sliced", true);
+  a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
-  a.poll = env_poll();
+  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"incomplete", "all", "sleep"});
   a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
