@@ -98,8 +98,9 @@ struct StepArgs {
   int smem_bytes;  // the launch's dynamic shared memory
   // PRODUCTS=sliced (=pairs) — the q/k/v and gate/up products a 128-column slice a warp of every
   // pair of chunks (chains of 4 MMAs, not 32), the 8 partials then summed in warp order;
-  // =batched (not yet measured) as sliced, with gate's and up's pairs taken together (four MMA
-  // chains a warp, not two; the same bits) where the ring holds both pairs;
+  // =batched (not yet measured) as sliced, two pairs taken together — gate's and up's where the
+  // ring holds both, q/k/v's first two chunks' and the next two — four MMA chains a warp, not two
+  // (the same bits);
   int products;
   // K_LAYOUT=swizzled (=rotated) — the K rows swizzled (k_piece), q read as broadcasts;
   int k_swizzled;
@@ -411,41 +412,47 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
                               [&](int row, float y) { part[warp * kMaxSplitRows + row] = y; });
     });
   };
-  // the batched form (a.products == kProductsBatched): gate's and up's products together, gate's
-  // chunks next, up's after them; every warp waits on gate's pair i and up's pair i, then takes
-  // both (rows_mma_span2) — the ring must hold both pairs at once: slots ≥ chunks + 2
-  auto gate_up_batched = [&](int rows, float* gate_part, float* up_part) {
+  // the batched form (a.products == kProductsBatched): two row products in the sliced form, a pair
+  // of chunks of each at a time (four MMA chains a warp, rows_mma_span2; the same bits): P's rows_p
+  // rows in the next chunks into part_p, Q's rows_q (≤ rows_p) in the chunks after them into part_q
+  // from row q0. A warp waits on P's pair i and Q's pair i before taking either, so the ring must
+  // hold P's chunks from i on and Q's pair: slots ≥ chunks(P) + 2.
+  auto two_products_batched = [&](int rows_p, float* part_p, int rows_q, float* part_q, int q0) {
     constexpr int kSpan = kHidden / 32 / kConsumerWarps;
-    const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
-    RingPos gp = next, up_pos = next;
-    for (int k = 0; k < chunks; ++k) up_pos = up_pos.after(slots);
-    for (int i = 0; i < chunks; i += 2) {
-      const bool two = i + 1 < chunks;
-      const RingPos ga = gp, gb = two ? gp.after(slots) : gp;
-      const RingPos ua = up_pos, ub = two ? up_pos.after(slots) : up_pos;
-      wait_chunk(ga);
-      if (two) wait_chunk(gb);
-      wait_chunk(ua);
-      if (two) wait_chunk(ub);
+    const int chunks_p = (rows_p + kRowsPerSlot - 1) / kRowsPerSlot;
+    const int chunks_q = (rows_q + kRowsPerSlot - 1) / kRowsPerSlot;
+    RingPos pp = next, qp = next;
+    for (int k = 0; k < chunks_p; ++k) qp = qp.after(slots);
+    for (int i = 0; i < chunks_p; i += 2) {
+      const bool two_p = i + 1 < chunks_p, has_q = i < chunks_q, two_q = i + 1 < chunks_q;
+      const RingPos pa = pp, pb = two_p ? pp.after(slots) : pp;
+      const RingPos qa = has_q ? qp : pa, qb = two_q ? qp.after(slots) : qa;
+      wait_chunk(pa);
+      if (two_p) wait_chunk(pb);
+      if (has_q) wait_chunk(qa);
+      if (two_q) wait_chunk(qb);
       float y[4];
       rows_mma_span2<kRowBytes, kSpan>(
-          ring_ptr + ga.slot * kSlotBytes, ring_ptr + gb.slot * kSlotBytes,
-          ring_ptr + ua.slot * kSlotBytes, ring_ptr + ub.slot * kSlotBytes, x_bytes, lane,
+          ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
+          ring_ptr + qa.slot * kSlotBytes, ring_ptr + qb.slot * kSlotBytes, x_bytes, lane,
           warp * kSpan, y);
-      sink_pair<kRowsPerSlot>(lane, i, rows, two, y[0], y[1],
-                              [&](int row, float v) { gate_part[warp * kMaxSplitRows + row] = v; });
-      sink_pair<kRowsPerSlot>(lane, i, rows, two, y[2], y[3],
-                              [&](int row, float v) { up_part[warp * kMaxSplitRows + row] = v; });
+      sink_pair<kRowsPerSlot>(lane, i, rows_p, two_p, y[0], y[1],
+                              [&](int row, float v) { part_p[warp * kMaxSplitRows + row] = v; });
+      if (has_q)
+        sink_pair<kRowsPerSlot>(lane, i, rows_q, two_q, y[2], y[3], [&](int row, float v) {
+          part_q[warp * kMaxSplitRows + q0 + row] = v;
+        });
       __syncwarp();
       if (lane == 0) {
-        mbar_arrive(empty(ga.slot));
-        if (two) mbar_arrive(empty(gb.slot));
-        mbar_arrive(empty(ua.slot));
-        if (two) mbar_arrive(empty(ub.slot));
+        mbar_arrive(empty(pa.slot));
+        if (two_p) mbar_arrive(empty(pb.slot));
+        if (has_q) mbar_arrive(empty(qa.slot));
+        if (two_q) mbar_arrive(empty(qb.slot));
       }
-      gp = gb.after(slots), up_pos = ub.after(slots);
+      pp = pb.after(slots);
+      if (has_q) qp = qb.after(slots);
     }
-    next = up_pos;
+    next = chunks_q > 0 ? qp : pp;
   };
   auto sum_slices = [&](const float* part, int row) {
     float y = 0;
@@ -770,35 +777,45 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           else
             ph.qkv[r0 + row] = __float2bfloat16_rn(y);
         };
-        if (a.products != kProductsPairs) {
-          rows_product_sliced(rows, part_a);
+        const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
+        // batched: P the first half of the chunks rounded up to pairs (rows 0 … 15 of 31 or 32),
+        // Q the rest (never more chunks than P)
+        const int first_chunks = min(chunks, 2 * ((chunks + 3) / 4));
+        if (a.products == kProductsPairs) {
+          rows_product(rows, 0, store);
+        } else {
+          if (a.products == kProductsBatched && slots >= first_chunks + 2) {
+            const int first = min(rows, first_chunks * kRowsPerSlot);
+            two_products_batched(first, part_a, rows - first, part_a, first);
+          } else {
+            rows_product_sliced(rows, part_a);
+          }
           stage(0);
           sync();
           stage(1);
           if (tid < rows) store(tid, sum_slices(part_a, tid));
           stage(2);
-        } else {
-          rows_product(rows, 0, store);
         }
       } else if (ph.kind == kMlp) {
         const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
-        if (a.products == kProductsBatched && slots >= chunks + 2) {
-          gate_up_batched(rows, part_a, part_b);
-          stage(0);
-          stage(1);
-        } else if (a.products != kProductsPairs) {
-          rows_product_sliced(rows, part_a);
-          stage(0);
-          rows_product_sliced(rows, part_b);
-          stage(1);
-          sync();
-          stage(2);
-          if (tid < rows) gate[tid] = sum_slices(part_a, tid), up[tid] = sum_slices(part_b, tid);
-        } else {
+        if (a.products == kProductsPairs) {
           // up's pairs on the warps after gate's, so its products need not wait for gate's
           const int gate_pairs = (rows + 2 * kRowsPerSlot - 1) / (2 * kRowsPerSlot);
           rows_product(rows, 0, [&](int row, float y) { gate[row] = y; });
           rows_product(rows, gate_pairs, [&](int row, float y) { up[row] = y; });
+        } else {
+          if (a.products == kProductsBatched && slots >= chunks + 2) {
+            two_products_batched(rows, part_a, rows, part_b, 0);
+            stage(0);
+          } else {
+            rows_product_sliced(rows, part_a);
+            stage(0);
+            rows_product_sliced(rows, part_b);
+          }
+          stage(1);
+          sync();
+          stage(2);
+          if (tid < rows) gate[tid] = sum_slices(part_a, tid), up[tid] = sum_slices(part_b, tid);
         }
         sync();
         if (tid < rows) {
