@@ -144,73 +144,56 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// Two chunks' 8 rows of kK bf16 (rows g and g + 8 of the MMA's A) times x (bf16 in shared memory,
-// every B column a copy of it), kK / 16 MMAs. Lane (g = lane / 4, q = lane % 4) loads 16 bytes of
-// its row in each 64-byte block (and of x): fragment positions map to k in that order for A and B
-// alike, so the sum is unchanged; odd g take each 128-byte pair's blocks in the other order, so a
-// quarter warp's two rows fall in different banks (column n = g & 1 of the result is then the one
-// whose orders match). Row g's sums: chunk a's in ya, chunk b's in yb (lanes q == 0).
-// k blocks [j0, j0 + kSpan) of 32 elements (bytes [64·j0, 64·(j0 + kSpan)) of each row) of the
-// same product; j0 even, so each block's swizzle parity is that of its place in the span.
-template <int kRowBytes, int kSpan>
-__device__ __forceinline__ void rows_mma_span(const unsigned char* chunk_a,
-                                              const unsigned char* chunk_b, const unsigned char* x,
-                                              int lane, int j0, float& ya, float& yb) {
+// Two chunks' 8 rows of kRowBytes / 2 bf16 (rows g and g + 8 of the MMA's A) times x (bf16 in
+// shared memory, every B column a copy of it), an MMA a 16 of them. Lane (g = lane / 4, q = lane %
+// 4) loads 16 bytes of its row in each 64-byte block (and of x): fragment positions map to k in
+// that order for A and B alike, so the sum is unchanged; odd g take each 128-byte pair's blocks in
+// the other order, so a quarter warp's two rows fall in different banks (column n = g & 1 of the
+// result is then the one whose orders match). Row g's sums (lanes q == 0): the first chunk's, then
+// the second's. k blocks [j0, j0 + kSpan) of 32 elements (bytes [64·j0, 64·(j0 + kSpan)) of each
+// row) of the same product; j0 even, so each block's swizzle parity is that of its place in the
+// span. kPairs pairs of chunks (chunks[2p], chunks[2p + 1]) at once, their MMA chains interleaved
+// (2·kPairs independent chains; each pair's sums the same bits whatever kPairs): pair p's in y[2p],
+// y[2p + 1].
+template <int kRowBytes, int kSpan, int kPairs>
+__device__ __forceinline__ void rows_mma_pairs(const unsigned char* const (&chunks)[2 * kPairs],
+                                               const unsigned char* x, int lane, int j0,
+                                               float (&y)[2 * kPairs]) {
   static_assert(kSpan % 2 == 0, "a span keeps the 128-byte pairs whole");
   const int g = lane / 4, q = lane % 4, odd = g & 1;
   const int sw = odd ? 64 : 0;  // block j at j·64 + sw (even j), j·64 − sw (odd j)
-  const unsigned char* ra = chunk_a + g * kRowBytes + q * 16 + sw + j0 * 64;
-  const unsigned char* rb = chunk_b + g * kRowBytes + q * 16 + sw + j0 * 64;
+  const int row = g * kRowBytes + q * 16 + sw + j0 * 64;
   const unsigned char* xv = x + q * 16 + sw + j0 * 64;
-  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
+  float d[kPairs][2][4] = {};
 #pragma unroll
   for (int j = 0; j < kSpan; ++j) {
     const int off = j * 64 - ((j & 1) ? 2 * sw : 0);
-    const uint4 wa = *reinterpret_cast<const uint4*>(ra + off);
-    const uint4 wb = *reinterpret_cast<const uint4*>(rb + off);
     const uint4 xx = *reinterpret_cast<const uint4*>(xv + off);
-    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, xx.x, xx.y);
-    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, xx.z, xx.w);
-  }
-  ya = odd ? d0[1] + d1[1] : d0[0] + d1[0];
-  yb = odd ? d0[3] + d1[3] : d0[2] + d1[2];
-}
-// rows_mma_span for two pairs at once (a, b) and (c, d): four independent MMA chains, interleaved,
-// rather than two; each pair's sums are rows_mma_span's to the bit (the same MMAs in each chain).
-template <int kRowBytes, int kSpan>
-__device__ __forceinline__ void rows_mma_span2(const unsigned char* chunk_a,
-                                               const unsigned char* chunk_b,
-                                               const unsigned char* chunk_c,
-                                               const unsigned char* chunk_d, const unsigned char* x,
-                                               int lane, int j0, float (&y)[4]) {
-  static_assert(kSpan % 2 == 0, "a span keeps the 128-byte pairs whole");
-  const int g = lane / 4, q = lane % 4, odd = g & 1;
-  const int sw = odd ? 64 : 0;
-  const int at = g * kRowBytes + q * 16 + sw + j0 * 64;
-  const unsigned char* xv = x + q * 16 + sw + j0 * 64;
-  float d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0}, d2[4] = {0, 0, 0, 0}, d3[4] = {0, 0, 0, 0};
+    uint4 wa[kPairs], wb[kPairs];
 #pragma unroll
-  for (int j = 0; j < kSpan; ++j) {
-    const int off = at + j * 64 - ((j & 1) ? 2 * sw : 0);
-    const uint4 wa = *reinterpret_cast<const uint4*>(chunk_a + off);
-    const uint4 wb = *reinterpret_cast<const uint4*>(chunk_b + off);
-    const uint4 wc = *reinterpret_cast<const uint4*>(chunk_c + off);
-    const uint4 wd = *reinterpret_cast<const uint4*>(chunk_d + off);
-    const uint4 xx = *reinterpret_cast<const uint4*>(xv + j * 64 - ((j & 1) ? 2 * sw : 0));
-    mma_16816(d0, wa.x, wb.x, wa.y, wb.y, xx.x, xx.y);
-    mma_16816(d2, wc.x, wd.x, wc.y, wd.y, xx.x, xx.y);
-    mma_16816(d1, wa.z, wb.z, wa.w, wb.w, xx.z, xx.w);
-    mma_16816(d3, wc.z, wd.z, wc.w, wd.w, xx.z, xx.w);
+    for (int p = 0; p < kPairs; ++p) {
+      wa[p] = *reinterpret_cast<const uint4*>(chunks[2 * p] + row + off);
+      wb[p] = *reinterpret_cast<const uint4*>(chunks[2 * p + 1] + row + off);
+    }
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p)
+      mma_16816(d[p][0], wa[p].x, wb[p].x, wa[p].y, wb[p].y, xx.x, xx.y);
+#pragma unroll
+    for (int p = 0; p < kPairs; ++p)
+      mma_16816(d[p][1], wa[p].z, wb[p].z, wa[p].w, wb[p].w, xx.z, xx.w);
   }
-  y[0] = odd ? d0[1] + d1[1] : d0[0] + d1[0];
-  y[1] = odd ? d0[3] + d1[3] : d0[2] + d1[2];
-  y[2] = odd ? d2[1] + d3[1] : d2[0] + d3[0];
-  y[3] = odd ? d2[3] + d3[3] : d2[2] + d3[2];
+#pragma unroll
+  for (int p = 0; p < kPairs; ++p) {
+    y[2 * p] = odd ? d[p][0][1] + d[p][1][1] : d[p][0][0] + d[p][1][0];
+    y[2 * p + 1] = odd ? d[p][0][3] + d[p][1][3] : d[p][0][2] + d[p][1][2];
+  }
 }
 template <int kK>
 __device__ __forceinline__ void rows_mma(const unsigned char* chunk_a, const unsigned char* chunk_b,
                                          const unsigned char* x, int lane, float& ya, float& yb) {
-  rows_mma_span<kK * 2, kK / 32>(chunk_a, chunk_b, x, lane, 0, ya, yb);
+  float y[2];
+  rows_mma_pairs<kK * 2, kK / 32, 1>({chunk_a, chunk_b}, x, lane, 0, y);
+  ya = y[0], yb = y[1];
 }
 // rows_mma's results for chunks i and i + 1 (`two`) of kRowsPerChunk rows each, handed to
 // sink(row, y) by lanes q == 0 for the rows below `rows`.

@@ -406,14 +406,14 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   auto rows_product_sliced = [&](int rows, float* part) {
     constexpr int kSpan = kHidden / 32 / kConsumerWarps;
     for_chunk_pairs(rows, [&](int i, bool two, const unsigned char* ca, const unsigned char* cb) {
-      float ya, yb;
-      rows_mma_span<kRowBytes, kSpan>(ca, cb, x_bytes, lane, warp * kSpan, ya, yb);
-      sink_pair<kRowsPerSlot>(lane, i, rows, two, ya, yb,
+      float y[2];
+      rows_mma_pairs<kRowBytes, kSpan, 1>({ca, cb}, x_bytes, lane, warp * kSpan, y);
+      sink_pair<kRowsPerSlot>(lane, i, rows, two, y[0], y[1],
                               [&](int row, float y) { part[warp * kMaxSplitRows + row] = y; });
     });
   };
   // the batched form (a.products == kProductsBatched): two row products in the sliced form, a pair
-  // of chunks of each at a time (four MMA chains a warp, rows_mma_span2; the same bits): P's rows_p
+  // of chunks of each at a time (four MMA chains a warp, rows_mma_pairs; the same bits): P's rows_p
   // rows in the next chunks into part_p, Q's rows_q (≤ rows_p) in the chunks after them into part_q
   // from row q0. A warp waits on P's pair i and Q's pair i before taking either, so the ring must
   // hold P's chunks from i on and Q's pair: slots ≥ chunks(P) + 2.
@@ -432,10 +432,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (has_q) wait_chunk(qa);
       if (two_q) wait_chunk(qb);
       float y[4];
-      rows_mma_span2<kRowBytes, kSpan>(
-          ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
-          ring_ptr + qa.slot * kSlotBytes, ring_ptr + qb.slot * kSlotBytes, x_bytes, lane,
-          warp * kSpan, y);
+      rows_mma_pairs<kRowBytes, kSpan, 2>(
+          {ring_ptr + pa.slot * kSlotBytes, ring_ptr + pb.slot * kSlotBytes,
+           ring_ptr + qa.slot * kSlotBytes, ring_ptr + qb.slot * kSlotBytes},
+          x_bytes, lane, warp * kSpan, y);
       sink_pair<kRowsPerSlot>(lane, i, rows_p, two_p, y[0], y[1],
                               [&](int row, float v) { part_p[warp * kMaxSplitRows + row] = v; });
       if (has_q)
@@ -689,45 +689,30 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4];
-          if (a.poll == kPollAll) {
-            for (uint32_t tries = 0;;) {
-              bool complete = true;
+          // a copy once complete is not read again (kPollIncomplete, kPollSleep: 132 blocks reading
+          // 32 KB a round otherwise load L2 while it takes the sums; kPollSleep also 64 ns between
+          // rounds), or (kPollAll) every copy is read again until all are complete in one round
+          constexpr unsigned kAll = (1u << kCopies) - 1;
+          unsigned pending = kAll;
+          for (uint32_t tries = 0;;) {
 #pragma unroll
-              for (int c = 0; c < kCopies; ++c) {
+            for (int c = 0; c < kCopies; ++c)
+              if (pending & (1u << c)) {
                 const char* at = acc_at(ph.acc_in, c, tid * 4);
                 load_relaxed_2x64(at, e[c][0], e[c][1]);
                 load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
               }
 #pragma unroll
-              for (int c = 0; c < kCopies; ++c)
-                for (int k = 0; k < 4; ++k)
-                  complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
-              if (complete) break;
-              count_tries(tries);
+            for (int c = 0; c < kCopies; ++c) {
+              bool complete = true;
+              for (int k = 0; k < 4; ++k)
+                complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
+              if (complete) pending &= ~(1u << c);
             }
-          } else {
-            // a copy once complete is not read again (and, kPollSleep, a short sleep between
-            // rounds): 132 blocks reading 32 KB a round otherwise load L2 while it takes the sums
-            unsigned pending = (1u << kCopies) - 1;
-            for (uint32_t tries = 0;;) {
-#pragma unroll
-              for (int c = 0; c < kCopies; ++c)
-                if (pending & (1u << c)) {
-                  const char* at = acc_at(ph.acc_in, c, tid * 4);
-                  load_relaxed_2x64(at, e[c][0], e[c][1]);
-                  load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
-                }
-#pragma unroll
-              for (int c = 0; c < kCopies; ++c) {
-                bool complete = true;
-                for (int k = 0; k < 4; ++k)
-                  complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
-                if (complete) pending &= ~(1u << c);
-              }
-              if (pending == 0) break;
-              count_tries(tries);
-              if (a.poll == kPollSleep) __nanosleep(64);
-            }
+            if (pending == 0) break;
+            if (a.poll == kPollAll) pending = kAll;
+            count_tries(tries);
+            if (a.poll == kPollSleep) __nanosleep(64);
           }
           long long isum[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -1221,9 +1206,11 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
   const char* names[4] = {"q/k/v", "attention+o", "mlp", "lm_head"};
   auto kind_of = [&](int ph) { return ph == l.n_phases - 1 ? int(kHead) : ph % 3; };
   double step_mean = 0;
+  double means[4][kPhaseMarks] = {};  // a kind's marks, mean over blocks
   for (int kind = 0; kind < 4; ++kind) {
     // per block, summed over the kind's phases: the marks' durations
-    double mean[kPhaseMarks] = {}, slowest[kPhaseMarks] = {};
+    double(&mean)[kPhaseMarks] = means[kind];
+    double slowest[kPhaseMarks] = {};
     for (int b = 0; b < l.grid; ++b) {
       double sum[kPhaseMarks] = {};
       for (int ph = 0; ph < l.n_phases; ++ph) {
@@ -1265,42 +1252,26 @@ std::string persistent_step_profile(const PersistentStepParams& p, Stream stream
   }
   // A's and C's sliced products by stage, from the products' start (kReady)
   for (int kind : {int(kQkv), int(kMlp)}) {
-    double ready = 0, st[3] = {0, 0, 0};
-    for (int b = 0; b < l.grid; ++b)
-      for (int ph = 0; ph < l.n_phases; ++ph) {
-        if (kind_of(ph) != kind) continue;
-        const unsigned long long* m = cycles.data() + (size_t(b) * l.n_phases + ph) * kPhaseMarks;
-        ready += double(m[kReady]) * us / l.grid;
-        for (int i = 0; i < 3; ++i) st[i] += double(m[kStage1 + i]) * us / l.grid;
-      }
+    const double* m = means[kind];
+    if (m[kStage3] <= 0) continue;  // the pairs form: no stages
     char line[200];
-    if (st[2] > 0)
-      std::snprintf(line, sizeof(line),
-                    kind == kQkv
-                        ? " q/k/v products: warp 0's slices %.1f, then all warps' %.1f, then "
-                          "the rows stored %.1f;"
-                        : " mlp products: warp 0's gate slices %.1f, then its up slices "
-                          "%.1f, then all warps' %.1f;",
-                    st[0] - ready, st[1] - st[0], st[2] - st[1]);
-    else
-      line[0] = '\0';
+    std::snprintf(line, sizeof(line),
+                  kind == kQkv
+                      ? " q/k/v products: warp 0's slices %.1f, then all warps' %.1f, then "
+                        "the rows stored %.1f;"
+                      : " mlp products: warp 0's gate slices %.1f, then its up slices "
+                        "%.1f, then all warps' %.1f;",
+                  m[kStage1] - m[kReady], m[kStage2] - m[kStage1], m[kStage3] - m[kStage2]);
     out += line;
   }
   // where B's and C's products go: from the products' start to the split-K's, then its chunks
   for (int kind : {int(kAttendO), int(kMlp)}) {
-    double ready = 0, start = 0, chunks = 0;
-    for (int b = 0; b < l.grid; ++b)
-      for (int ph = 0; ph < l.n_phases; ++ph) {
-        if (kind_of(ph) != kind) continue;
-        const unsigned long long* m = cycles.data() + (size_t(b) * l.n_phases + ph) * kPhaseMarks;
-        ready += double(m[kReady]) * us / l.grid, start += double(m[kSplitStart]) * us / l.grid;
-        chunks += double(m[kSplitChunks]) * us / l.grid;
-      }
+    const double* m = means[kind];
     char line[160];
     std::snprintf(line, sizeof(line),
                   " %s products to the split-K %.1f, its chunks %.1f, its staging on to the first "
                   "warp done the rest;",
-                  names[kind], start - ready, chunks - start);
+                  names[kind], m[kSplitStart] - m[kReady], m[kSplitChunks] - m[kSplitStart]);
     out += line;
   }
   char total[64];
