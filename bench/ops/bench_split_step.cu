@@ -614,8 +614,9 @@ __global__ void __launch_bounds__(threads_of<kConsumerWarps>(), 1)
       ++attend_uses;
       sync();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
-      attend_dims<kHeadDim, kConsumerWarps>(kbuf, qs, vbuf, kMaxCache, scores, reduce, cache_t, 0,
-                                            rsqrtf(float(kHeadDim)), rows, xc, ph.out + r0, sync);
+      attend_dims<kHeadDim, kConsumerWarps>(
+          kbuf, qs, [&](int d, int t) { return vbuf[d * kMaxCache + t]; }, scores, reduce, cache_t,
+          0, rsqrtf(float(kHeadDim)), rows, xc, ph.out + r0, sync);
       sync();
       trace_point(p, 1);
       split_k(rows, ph.acc_out);

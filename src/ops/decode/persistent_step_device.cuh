@@ -279,13 +279,14 @@ struct RingPos {
 // conflicts within a quarter warp) — or, kSwizzled, rows whose piece i lies at piece i ^ (t & 7),
 // read in the same order by every thread, so q's pieces are broadcasts (a third of the shared
 // memory wavefronts: q's rotated reads conflict two ways); the softmax; and the output dims d <
-// rows from V (f32 in shared memory, dim d's positions at vbuf + d·v_stride) a warp a dim: dims[d]
-// = bf16(o / l) as f32, and out[d] as bf16 when out is not null. `scores` holds cache_t floats,
-// `reduce` 2·kWarps; the kWarps·32 threads call it together (`sync` their barrier).
-template <int kHeadDim, int kWarps, bool kSwizzled = false, class Sync>
-__device__ void attend_dims(const unsigned char* kbuf, const float* qs, const float* vbuf,
-                            int v_stride, float* scores, float* reduce, int cache_t, int key_start,
-                            float scale, int rows, float* dims, bf16* out, Sync sync) {
+// rows from V (in shared memory, v_at(d, t) position t's value of dim d as f32; the caller picks
+// the layout) a warp a dim: dims[d] = bf16(o / l) as f32, and out[d] as bf16 when out is not null.
+// `scores` holds cache_t floats, `reduce` 2·kWarps; the kWarps·32 threads call it together (`sync`
+// their barrier).
+template <int kHeadDim, int kWarps, bool kSwizzled = false, class VAt, class Sync>
+__device__ void attend_dims(const unsigned char* kbuf, const float* qs, VAt v_at, float* scores,
+                            float* reduce, int cache_t, int key_start, float scale, int rows,
+                            float* dims, bf16* out, Sync sync) {
   constexpr int kThreads = kWarps * 32, kPieces = kHeadDim / 8;
   static_assert((kPieces & (kPieces - 1)) == 0, "pieces rotate by a mask");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -324,7 +325,7 @@ __device__ void attend_dims(const unsigned char* kbuf, const float* qs, const fl
   for (int w = 0; w < kWarps; ++w) l += reduce[kWarps + w];
   for (int d = warp; d < rows; d += kWarps) {
     float o = 0;
-    for (int t = lane; t < cache_t; t += 32) o += scores[t] * vbuf[d * v_stride + t];
+    for (int t = lane; t < cache_t; t += 32) o += scores[t] * v_at(d, t);
     for (int s = 16; s > 0; s /= 2) o += __shfl_xor_sync(0xffffffffu, o, s);
     if (lane == 0) {
       dims[d] = bf(o / l);

@@ -104,6 +104,12 @@ struct StepArgs {
   int products;
   // K_LAYOUT=swizzled (=rotated) — the K rows swizzled (k_piece), q read as broadcasts;
   int k_swizzled;
+  // V_DIMS=copies (=registers: the old form; not yet measured) — the next B's dims of V fetched
+  // after A's norm by cp.async, with the K rows: a thread a cached position, the 16-byte pieces
+  // covering the block's dims (≤ 3), kept as bf16 [position][24] where the f32 dims were; not 16
+  // two-byte loads a thread into registers before A's polls (2,300 sector requests queued ahead of
+  // them), held through A's products and stored transposed at its end
+  int v_copies;
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
@@ -179,6 +185,11 @@ constexpr int kOffRed = kOffReduce + 4 * kConsumerWarps * 8;  // split-K staging
 constexpr int kOffBars = kOffRed + kHidden * 8;               // full, empty
 constexpr int kOffV = kOffBars + 256;                    // the block's V dims, f32 [dim][position]
 constexpr int kOffK = kOffV + kMaxDims * kMaxCache * 4;  // K rows, bf16
+// V_DIMS=copies: position t's pieces of V at kOffV + t·kVRowBytes, the block's dims from element
+// dim0 % 8 (a window of 16-byte pieces: dims ≤ 16 from any offset span at most 3)
+constexpr int kVRowBytes = 48, kVRowElems = kVRowBytes / 2;
+static_assert(kMaxCache * kVRowBytes <= kMaxDims * kMaxCache * 4, "V pieces fit the f32 dims");
+static_assert(7 + kMaxDims <= kVRowElems, "a block's dims fit a row's pieces");
 constexpr int kOffWarpDone = kOffBars + 2 * kMaxSlots * 8;  // profile build: a clock a warp
 static_assert(kOffWarpDone + kConsumerWarps * 8 <= kOffV, "mbarriers and warp clocks fit");
 // Where position t's 16-byte piece `piece` of its K row lies in the K rows: piece ^ (t & 7) within
@@ -552,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     const bool prefetch = p + 1 < a.n_phases && ph_next.kind == kAttendO;
     unsigned short vpre[kMaxDims];
     const int next_dims = prefetch ? mine.attend1 - mine.attend0 : 0, next_g = g, nd0 = d0;
-    if (prefetch) {
+    if (prefetch && !a.v_copies) {
       const unsigned short* vrow = reinterpret_cast<const unsigned short*>(ph_next.v_cache) +
                                    (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + nd0;
 #pragma unroll
@@ -567,6 +578,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       // the step's q, own k and the block's dims of its own v, then (warp 0) q/k norm and rotary
       // and the cache rows, the scores a thread a position, softmax, and the block's dims of the
       // output a warp a dim
+      bf16* vpieces = reinterpret_cast<bf16*>(smem + kOffV);  // V_DIMS=copies: [position][24]
+      const int voff = d0 % 8;
+      float own_v = 0.f;  // threads 32 … 32 + rows - 1: the step's v at their dim
       if constexpr (kDeterministic) {
         const unsigned* tq = ph.tagged + head * kHeadDim;
         const unsigned* tk = ph.tagged + heads * kHeadDim + g * kHeadDim;
@@ -601,7 +615,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
             if ((w >> 16) == tag) break;
             count_tries(tries);
           }
-          vbuf[(tid - 32) * kMaxCache + length] = __uint_as_float((w & 0xffffu) << 16);
+          own_v = __uint_as_float((w & 0xffffu) << 16);
         }
       } else {
         const bf16* q = ph.qkv + head * kHeadDim;
@@ -615,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           *reinterpret_cast<uint4*>(kbuf + k_piece(length, tid - 16, a.k_swizzled)) =
               load_cg16(k_new + (tid - 16) * 8);
         } else if (tid - 32 < rows) {
-          vbuf[(tid - 32) * kMaxCache + length] = load_cg_bf16(v_new + d0 + tid - 32);
+          own_v = load_cg_bf16(v_new + d0 + tid - 32);
         }
       }
       __syncwarp();
@@ -658,22 +672,30 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
                                       (lane - 16) * 8) = packed;
         }
       }
-      // the block's dims of the step's v row into the cache (the group's heads write the same)
-      if (tid >= 32 && tid - 32 < rows)
-        ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] =
-            __float2bfloat16_rn(vbuf[(tid - 32) * kMaxCache + length]);
+      // the block's dims of the step's v row beside the cached ones and into the cache (the
+      // group's heads write the same)
+      if (tid >= 32 && tid - 32 < rows) {
+        const bf16 v16 = __float2bfloat16_rn(own_v);  // exact: own_v was a bf16
+        if (a.v_copies)
+          vpieces[length * kVRowElems + voff + tid - 32] = v16;
+        else
+          vbuf[(tid - 32) * kMaxCache + length] = own_v;
+        ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] = v16;
+      }
       copy_async_wait_all();
       sync();
       if constexpr (kProfile) t_inputs = clock64();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
+      auto v_at = [&](int d, int t) {
+        return a.v_copies ? __bfloat162float(vpieces[t * kVRowElems + voff + d])
+                          : vbuf[d * kMaxCache + t];
+      };
       if (a.k_swizzled)
-        attend_dims<kHeadDim, kConsumerWarps, true>(kbuf, qs, vbuf, kMaxCache, scores, reduce,
-                                                    cache_t, key_start, a.scale, rows, xc, nullptr,
-                                                    sync);
+        attend_dims<kHeadDim, kConsumerWarps, true>(kbuf, qs, v_at, scores, reduce, cache_t,
+                                                    key_start, a.scale, rows, xc, nullptr, sync);
       else
-        attend_dims<kHeadDim, kConsumerWarps, false>(kbuf, qs, vbuf, kMaxCache, scores, reduce,
-                                                     cache_t, key_start, a.scale, rows, xc, nullptr,
-                                                     sync);
+        attend_dims<kHeadDim, kConsumerWarps, false>(kbuf, qs, v_at, scores, reduce, cache_t,
+                                                     key_start, a.scale, rows, xc, nullptr, sync);
       sync();
       if constexpr (kProfile) t_ready = clock64();
       split_k(rows, ph.acc_out);
@@ -747,6 +769,13 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece): issued after this
       // barrier, so the previous B is done reading them
       if (prefetch) {
+        if (a.v_copies && tid < length) {
+          const int first = nd0 / 8, pieces = (nd0 + next_dims + 7) / 8 - first;
+          const bf16* vrow =
+              ph_next.v_cache + (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + first * 8;
+          for (int c = 0; c < pieces; ++c)
+            copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
+        }
         for (int i = tid; i < length * kKPieces; i += kConsumers) {
           const int t = i / kKPieces, piece = i % kKPieces;
           copy_async16(base + kOffK + k_piece(t, piece, a.k_swizzled),
@@ -820,7 +849,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         });
       }
     }
-    if (prefetch && tid < length)
+    if (prefetch && !a.v_copies && tid < length)
 #pragma unroll
       for (int d = 0; d < kMaxDims; ++d)
         if (d < next_dims)
@@ -1124,6 +1153,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"incomplete", "all", "sleep"});
   a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
+  a.v_copies = env_switch("HK_DECODE_PERSISTENT_V_DIMS", "registers", "copies", true);
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
     throw InvalidArgument(
