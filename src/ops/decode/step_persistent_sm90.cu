@@ -104,12 +104,9 @@ struct StepArgs {
   int products;
   // K_LAYOUT=swizzled (=rotated) — the K rows swizzled (k_piece), q read as broadcasts;
   int k_swizzled;
-  // V_DIMS=copies (=registers: the old form; not yet measured) — the next B's dims of V fetched
-  // after A's norm by cp.async, with the K rows: a thread a cached position, the 16-byte pieces
-  // covering the block's dims (≤ 3), kept as bf16 [position][24] where the f32 dims were; not 16
-  // two-byte loads a thread into registers before A's polls (2,300 sector requests queued ahead of
-  // them), held through A's products and stored transposed at its end
-  int v_copies;
+  // V_COPIES=early (default late: after A's norm, with the K rows; not yet measured) — the next
+  // B's V dims copies issued at A's start, before its polls
+  int v_early;
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
@@ -183,13 +180,16 @@ constexpr int kOffScores = kOffQ + kHeadDim * 4;              // f32
 constexpr int kOffReduce = kOffScores + kMaxCache * 4;        // warp partials
 constexpr int kOffRed = kOffReduce + 4 * kConsumerWarps * 8;  // split-K staging, i64 or f32
 constexpr int kOffBars = kOffRed + kHidden * 8;               // full, empty
-constexpr int kOffV = kOffBars + 256;                    // the block's V dims, f32 [dim][position]
-constexpr int kOffK = kOffV + kMaxDims * kMaxCache * 4;  // K rows, bf16
-// V_DIMS=copies: position t's pieces of V at kOffV + t·kVRowBytes, the block's dims from element
-// dim0 % 8 (a window of 16-byte pieces: dims ≤ 16 from any offset span at most 3)
+constexpr int kOffV = kOffBars + 256;  // the block's V dims (kVRowBytes a position)
+// The next B's dims of V, fetched after A's norm by cp.async with the K rows, a thread a cached
+// position: the 16-byte pieces covering the block's dims (≤ 16 from any offset span at most 3), at
+// kOffV + t·kVRowBytes, dims from element dim0 % 8. (Before the thirty-seventh session: 16 two-byte
+// loads a thread into registers ahead of A's polls — ~2,300 sector requests queued before them —
+// kept through A's products and stored transposed as f32 at its end; A's input wait 101 → 48 µs
+// a step in the profile on an H100.)
 constexpr int kVRowBytes = 48, kVRowElems = kVRowBytes / 2;
-static_assert(kMaxCache * kVRowBytes <= kMaxDims * kMaxCache * 4, "V pieces fit the f32 dims");
 static_assert(7 + kMaxDims <= kVRowElems, "a block's dims fit a row's pieces");
+constexpr int kOffK = kOffV + kMaxCache * kVRowBytes;       // K rows, bf16
 constexpr int kOffWarpDone = kOffBars + 2 * kMaxSlots * 8;  // profile build: a clock a warp
 static_assert(kOffWarpDone + kConsumerWarps * 8 <= kOffV, "mbarriers and warp clocks fit");
 // Where position t's 16-byte piece `piece` of its K row lies in the K rows: piece ^ (t & 7) within
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   float* qs = reinterpret_cast<float*>(smem + kOffQ);
   float* scores = reinterpret_cast<float*>(smem + kOffScores);
   float* reduce = reinterpret_cast<float*>(smem + kOffReduce);
-  float* vbuf = reinterpret_cast<float*>(smem + kOffV);
+  bf16* vpieces = reinterpret_cast<bf16*>(smem + kOffV);
   unsigned char* kbuf = smem + kOffK;
   auto full = [&](int s) { return base + kOffBars + 8 * s; };
   auto empty = [&](int s) { return base + kOffBars + 8 * (kMaxSlots + s); };
@@ -547,9 +547,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     int64_t r0, r1;
     mine.of(ph.kind, r0, r1);
     const int rows = int(r1 - r0);
-    // before any wait: what no phase of this step writes — norm weights, q/k norm weights, and in
-    // a q/k/v phase the cache rows of the B after it (K's by bulk copies issued below, the block's
-    // dims of V into registers, stored after this phase's products)
+    // before any wait: what no phase of this step writes — norm weights, q/k norm weights (a q/k/v
+    // phase fetches the next B's cache rows after its norm)
     const int head = mine.head, g = head / group, d0 = mine.dim0;
     float gw[4] = {0, 0, 0, 0};
     uint4 qk_w = make_uint4(0, 0, 0, 0);
@@ -561,15 +560,16 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
     }
     const bool prefetch = p + 1 < a.n_phases && ph_next.kind == kAttendO;
-    unsigned short vpre[kMaxDims];
-    const int next_dims = prefetch ? mine.attend1 - mine.attend0 : 0, next_g = g, nd0 = d0;
-    if (prefetch && !a.v_copies) {
-      const unsigned short* vrow = reinterpret_cast<const unsigned short*>(ph_next.v_cache) +
-                                   (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + nd0;
-#pragma unroll
-      for (int d = 0; d < kMaxDims; ++d)
-        if (d < next_dims && tid < length) vpre[d] = __ldg(vrow + d);
-    }
+    // the next B's dims of V (kVRowBytes), a thread a cached position; committed with the K rows
+    auto fetch_v = [&](const Phase& next_b) {
+      if (tid >= length) return;
+      const int dims = mine.attend1 - mine.attend0;
+      const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
+      const bf16* vrow = next_b.v_cache + (int64_t(tid) * a.heads_kv + g) * kHeadDim + first * 8;
+      for (int c = 0; c < pieces; ++c)
+        copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
+    };
+    if (prefetch && a.v_early) fetch_v(ph_next);
     if (!kDeterministic && p > 0) {
       if (tid == 0) wait_count(a.counters + p - 1, target);
       sync();
@@ -578,9 +578,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       // the step's q, own k and the block's dims of its own v, then (warp 0) q/k norm and rotary
       // and the cache rows, the scores a thread a position, softmax, and the block's dims of the
       // output a warp a dim
-      bf16* vpieces = reinterpret_cast<bf16*>(smem + kOffV);  // V_DIMS=copies: [position][24]
-      const int voff = d0 % 8;
-      float own_v = 0.f;  // threads 32 … 32 + rows - 1: the step's v at their dim
+      const int voff = d0 % 8;  // the block's first dim in vpieces' rows
+      float own_v = 0.f;        // threads 32 … 32 + rows - 1: the step's v at their dim
       if constexpr (kDeterministic) {
         const unsigned* tq = ph.tagged + head * kHeadDim;
         const unsigned* tk = ph.tagged + heads * kHeadDim + g * kHeadDim;
@@ -676,10 +675,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       // group's heads write the same)
       if (tid >= 32 && tid - 32 < rows) {
         const bf16 v16 = __float2bfloat16_rn(own_v);  // exact: own_v was a bf16
-        if (a.v_copies)
-          vpieces[length * kVRowElems + voff + tid - 32] = v16;
-        else
-          vbuf[(tid - 32) * kMaxCache + length] = own_v;
+        vpieces[length * kVRowElems + voff + tid - 32] = v16;
         ph.v_cache[(int64_t(length) * a.heads_kv + g) * kHeadDim + d0 + tid - 32] = v16;
       }
       copy_async_wait_all();
@@ -687,8 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if constexpr (kProfile) t_inputs = clock64();
       if (tid >= rows && tid < kMaxSplitRows) xc[tid] = 0.f;  // split_k reads whole slots
       auto v_at = [&](int d, int t) {
-        return a.v_copies ? __bfloat162float(vpieces[t * kVRowElems + voff + d])
-                          : vbuf[d * kMaxCache + t];
+        return __bfloat162float(vpieces[t * kVRowElems + voff + d]);
       };
       if (a.k_swizzled)
         attend_dims<kHeadDim, kConsumerWarps, true>(kbuf, qs, v_at, scores, reduce, cache_t,
@@ -769,17 +764,11 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece): issued after this
       // barrier, so the previous B is done reading them
       if (prefetch) {
-        if (a.v_copies && tid < length) {
-          const int first = nd0 / 8, pieces = (nd0 + next_dims + 7) / 8 - first;
-          const bf16* vrow =
-              ph_next.v_cache + (int64_t(tid) * a.heads_kv + next_g) * kHeadDim + first * 8;
-          for (int c = 0; c < pieces; ++c)
-            copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
-        }
+        if (!a.v_early) fetch_v(ph_next);
         for (int i = tid; i < length * kKPieces; i += kConsumers) {
           const int t = i / kKPieces, piece = i % kKPieces;
           copy_async16(base + kOffK + k_piece(t, piece, a.k_swizzled),
-                       ph_next.k_cache + (int64_t(t) * a.heads_kv + next_g) * kHeadDim + piece * 8);
+                       ph_next.k_cache + (int64_t(t) * a.heads_kv + g) * kHeadDim + piece * 8);
         }
         copy_async_commit();
       }
@@ -849,11 +838,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         });
       }
     }
-    if (prefetch && !a.v_copies && tid < length)
-#pragma unroll
-      for (int d = 0; d < kMaxDims; ++d)
-        if (d < next_dims)
-          vbuf[d * kMaxCache + tid] = __bfloat162float(__ushort_as_bfloat16(vpre[d]));
     if constexpr (kProfile)
       if (lane == 0) reinterpret_cast<long long*>(smem + kOffWarpDone)[warp] = clock64();
     sync();
@@ -1153,7 +1137,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"incomplete", "all", "sleep"});
   a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
-  a.v_copies = env_switch("HK_DECODE_PERSISTENT_V_DIMS", "registers", "copies", true);
+  a.v_early = env_switch("HK_DECODE_PERSISTENT_V_COPIES", "late", "early");
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
     throw InvalidArgument(
