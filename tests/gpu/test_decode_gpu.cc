@@ -931,6 +931,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_RING", "bucket", true},
                              {"HK_DECODE_PERSISTENT_POLL", "all", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
+                             {"HK_DECODE_PERSISTENT_POLL", "counted", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_V_COPIES", "early", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},

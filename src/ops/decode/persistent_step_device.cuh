@@ -41,6 +41,11 @@ __device__ __forceinline__ void wait_count(const unsigned* c, unsigned target) {
 __device__ __forceinline__ void release_add(unsigned* c) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(c), "r"(1u) : "memory");
 }
+// An arrival that orders nothing: a count others may wait on before they check what they read by
+// other means (the deterministic sums' tags).
+__device__ __forceinline__ void relaxed_add(unsigned* c) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;\n" ::"l"(c), "r"(1u) : "memory");
+}
 
 // ---- loads of what other blocks write this launch -----------------------------------------------
 // Behind a counter: from L2 (.cg), volatile with a memory clobber so the compiler keeps them after

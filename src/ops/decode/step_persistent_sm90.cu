@@ -70,7 +70,7 @@ constexpr int kMaxSmem = 227 * 1024;
 enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
 // StepArgs::products and ::poll, in env_choice's order of their names
 enum Products : int { kProductsSliced = 0, kProductsPairs = 1, kProductsBatched = 2 };
-enum Poll : int { kPollIncomplete = 0, kPollAll = 1, kPollSleep = 2 };
+enum Poll : int { kPollIncomplete = 0, kPollAll = 1, kPollSleep = 2, kPollCounted = 3 };
 
 struct Phase {
   int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
@@ -112,15 +112,19 @@ struct StepArgs {
   int lazy_staging;
   // POLL=incomplete (default since the thirty-sixth session: 1,595–1,597 tok/s against 1,579–1,584
   // on an H100) — a split-K sum's copies once complete are not read again; =all reads the four
-  // every round; =sleep as incomplete, 64 ns between rounds. How A and C wait for the sums.
+  // every round; =sleep as incomplete, 64 ns between rounds; =counted (not yet measured) as
+  // incomplete after thread 0 has seen every block pass the phase before (its counter, relaxed:
+  // the tags still say when a copy is complete), so the copies are read about once, not polled by
+  // 132 blocks × 32 KB a round. How A and C wait for the sums.
   int poll;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
   int resident_weights;
-  unsigned* counters;  // [n_phases] (f32 form)
-  unsigned* epoch;     // steps done
-  unsigned* finish;    // blocks finished, all steps
+  unsigned*
+      counters;      // [n_phases]: blocks past each phase, all steps (waited on: f32, POLL=counted)
+  unsigned* epoch;   // steps done
+  unsigned* finish;  // blocks finished, all steps
   unsigned long long* best;
   char* acc;
   int64_t acc_half;  // elements a parity set
@@ -706,6 +710,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4];
+          if (a.poll == kPollCounted) {
+            if (tid == 0) wait_count(a.counters + p - 1, target);
+            sync();
+          }
           // a copy once complete is not read again (kPollIncomplete, kPollSleep: 132 blocks reading
           // 32 KB a round otherwise load L2 while it takes the sums; kPollSleep also 64 ns between
           // rounds), or (kPollAll) every copy is read again until all are complete in one round
@@ -870,7 +878,14 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       chunk_wait = 0;
     }
     // (the barrier above ordered the block's reductions and stores before the release)
-    if (!kDeterministic && tid == 0 && p + 1 < a.n_phases) release_add(a.counters + p);
+    // (the deterministic form counts too, relaxed, in every poll form: the counters then keep
+    // pace with the steps whichever form a launch picks)
+    if (tid == 0 && p + 1 < a.n_phases) {
+      if constexpr (kDeterministic)
+        relaxed_add(a.counters + p);
+      else
+        release_add(a.counters + p);
+    }
   }
 
   // the pick: each block's best, then the last block to finish reduces them and keeps the books
@@ -1135,7 +1150,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
-  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"incomplete", "all", "sleep"});
+  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"incomplete", "all", "sleep", "counted"});
   a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
   a.v_early = env_switch("HK_DECODE_PERSISTENT_V_COPIES", "late", "early");
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
