@@ -931,9 +931,8 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_RING", "bucket", true},
                              {"HK_DECODE_PERSISTENT_POLL", "all", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
-                             {"HK_DECODE_PERSISTENT_POLL", "counted", true},
+                             {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
-                             {"HK_DECODE_PERSISTENT_V_COPIES", "early", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};
   for (const std::string& dir : persistent_step_models()) {

@@ -70,7 +70,7 @@ constexpr int kMaxSmem = 227 * 1024;
 enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
 // StepArgs::products and ::poll, in env_choice's order of their names
 enum Products : int { kProductsSliced = 0, kProductsPairs = 1, kProductsBatched = 2 };
-enum Poll : int { kPollIncomplete = 0, kPollAll = 1, kPollSleep = 2, kPollCounted = 3 };
+enum Poll : int { kPollCounted = 0, kPollIncomplete = 1, kPollAll = 2, kPollSleep = 3 };
 
 struct Phase {
   int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
@@ -104,18 +104,16 @@ struct StepArgs {
   int products;
   // K_LAYOUT=swizzled (=rotated) — the K rows swizzled (k_piece), q read as broadcasts;
   int k_swizzled;
-  // V_COPIES=early (default late: after A's norm, with the K rows; not yet measured) — the next
-  // B's V dims copies issued at A's start, before its polls
-  int v_early;
   // STAGING=lazy (default eager; measured 1 % slower) — a phase's bulk reduction's read of its
   // staging buffer waited for at the next phase's start, not before the closing barrier.
   int lazy_staging;
-  // POLL=incomplete (default since the thirty-sixth session: 1,595–1,597 tok/s against 1,579–1,584
-  // on an H100) — a split-K sum's copies once complete are not read again; =all reads the four
-  // every round; =sleep as incomplete, 64 ns between rounds; =counted (not yet measured) as
-  // incomplete after thread 0 has seen every block pass the phase before (its counter, relaxed:
-  // the tags still say when a copy is complete), so the copies are read about once, not polled by
-  // 132 blocks × 32 KB a round. How A and C wait for the sums.
+  // POLL=counted (default since the thirty-seventh session: 1,792–1,793 tok/s against 1,649–1,652
+  // on an H100, alternated) — thread 0 first waits until every block has passed the phase before
+  // (its counter, relaxed: the tags still say when a copy is complete), then the copies are read
+  // until each is complete (about once), not polled by 132 blocks × 32 KB a round while the sums
+  // land; =incomplete (the thirty-sixth session's) polls at once, a copy once complete not read
+  // again; =all reads the four every round; =sleep as incomplete, 64 ns between rounds. How A and
+  // C wait for the sums.
   int poll;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
@@ -564,16 +562,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       bf16x4(__ldg(reinterpret_cast<const uint2*>(ph.norm_w) + tid), gw);
     }
     const bool prefetch = p + 1 < a.n_phases && ph_next.kind == kAttendO;
-    // the next B's dims of V (kVRowBytes), a thread a cached position; committed with the K rows
-    auto fetch_v = [&](const Phase& next_b) {
-      if (tid >= length) return;
-      const int dims = mine.attend1 - mine.attend0;
-      const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
-      const bf16* vrow = next_b.v_cache + (int64_t(tid) * a.heads_kv + g) * kHeadDim + first * 8;
-      for (int c = 0; c < pieces; ++c)
-        copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
-    };
-    if (prefetch && a.v_early) fetch_v(ph_next);
     if (!kDeterministic && p > 0) {
       if (tid == 0) wait_count(a.counters + p - 1, target);
       sync();
@@ -714,9 +702,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
             if (tid == 0) wait_count(a.counters + p - 1, target);
             sync();
           }
-          // a copy once complete is not read again (kPollIncomplete, kPollSleep: 132 blocks reading
-          // 32 KB a round otherwise load L2 while it takes the sums; kPollSleep also 64 ns between
-          // rounds), or (kPollAll) every copy is read again until all are complete in one round
+          // a copy once complete is not read again (kPollCounted, kPollIncomplete, kPollSleep: 132
+          // blocks reading 32 KB a round otherwise load L2 while it takes the sums; kPollSleep also
+          // 64 ns between rounds), or (kPollAll) every copy is read again until all are complete in
+          // one round
           constexpr unsigned kAll = (1u << kCopies) - 1;
           unsigned pending = kAll;
           for (uint32_t tries = 0;;) {
@@ -772,7 +761,14 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece): issued after this
       // barrier, so the previous B is done reading them
       if (prefetch) {
-        if (!a.v_early) fetch_v(ph_next);
+        if (tid < length) {  // the next B's dims of V (kVRowBytes), a thread a cached position
+          const int dims = mine.attend1 - mine.attend0;
+          const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
+          const bf16* vrow =
+              ph_next.v_cache + (int64_t(tid) * a.heads_kv + g) * kHeadDim + first * 8;
+          for (int c = 0; c < pieces; ++c)
+            copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
+        }
         for (int i = tid; i < length * kKPieces; i += kConsumers) {
           const int t = i / kKPieces, piece = i % kKPieces;
           copy_async16(base + kOffK + k_piece(t, piece, a.k_swizzled),
@@ -1150,9 +1146,8 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
-  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"incomplete", "all", "sleep", "counted"});
+  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
   a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
-  a.v_early = env_switch("HK_DECODE_PERSISTENT_V_COPIES", "late", "early");
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
     throw InvalidArgument(
