@@ -932,6 +932,9 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_POLL", "all", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
                              {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
+                             {"HK_DECODE_PERSISTENT_COPIES", "3", true},
+                             {"HK_DECODE_PERSISTENT_COPIES", "2", true},
+                             {"HK_DECODE_PERSISTENT_KV_COPIES", "after-store", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};

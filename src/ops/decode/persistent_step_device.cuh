@@ -346,10 +346,21 @@ __device__ void attend_dims(const unsigned char* kbuf, const float* qs, VAt v_at
 constexpr float kFixedScale = 4294967296.f;  // 2^32
 constexpr int kTagShift = 58, kMaxTagCount = 63;
 constexpr long long kTagBias = 1ll << 50;
-__device__ __forceinline__ long long tagged_contribution(float v) {
+// The same with the count from bit `shift` for up to `most` contributions: 6 bits (the above) to
+// 63, 7 bits to 127 (count·2^57, biases 2^49, |v| < 2^17), fewer copies needing more.
+struct TagFormat {
+  int shift;
+  long long bias;
+};
+__host__ __device__ constexpr TagFormat tag_format(int most) {
+  return most <= kMaxTagCount ? TagFormat{kTagShift, kTagBias} : TagFormat{57, 1ll << 49};
+}
+constexpr int kMaxTagCountWide = 127;
+__device__ __forceinline__ long long tagged_contribution(float v,
+                                                         TagFormat t = {kTagShift, kTagBias}) {
   long long f = llrintf(v * kFixedScale);
-  f = max(-kTagBias + 1, min(kTagBias - 1, f));
-  return (1ll << kTagShift) + kTagBias + f;
+  f = max(-t.bias + 1, min(t.bias - 1, f));
+  return (1ll << t.shift) + t.bias + f;
 }
 // The tag of a step's (bf16, tag) words: 1 … 65535, never the 0 of zeroed memory.
 __device__ __forceinline__ unsigned step_tag(unsigned epoch) {

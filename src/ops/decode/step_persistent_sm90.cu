@@ -115,6 +115,14 @@ struct StepArgs {
   // again; =all reads the four every round; =sleep as incomplete, 64 ns between rounds. How A and
   // C wait for the sums.
   int poll;
+  // COPIES=4|3|2 (deterministic form; default 4, the others not yet measured) — the split-K sums'
+  // copies: fewer are less for 132 blocks to read after each split-K (32 → 24 or 16 KB a block),
+  // more contributions landing on each element (2: 66, with the count in 7 bits, tag_format)
+  int copies;
+  // KV_COPIES=after-store (default after-norm; not yet measured) — the next B's K rows and V dims
+  // copies issued after A's rows are stored, not between its norm and its products: ~2,700
+  // cp.async a block then queue neither the products' start nor the stores B waits for
+  int kv_after_store;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -302,7 +310,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   auto acc_at = [&](const void* acc, int c, int e) {
     return static_cast<const char*>(acc) + (parity_off + int64_t(c) * kHidden + e) * acc_bytes;
   };
-  auto copy_count = [&](int c) { return unsigned((grid - c + kCopies - 1) / kCopies); };
+  const int copies = kDeterministic ? a.copies : kCopies;
+  auto copy_count = [&](int c) { return unsigned((grid - c + copies - 1) / copies); };
+  const TagFormat tags = tag_format(int(copy_count(0)));
 
   if (tid == 0) {
     for (int s = 0; s < slots; ++s) {
@@ -495,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (lane == 0) mbar_arrive(empty(pa.slot));
     }
     if constexpr (kProfile) t_split_chunks = clock64();
-    char* dst = const_cast<char*>(acc_at(acc_out, block % kCopies, 0));
+    char* dst = const_cast<char*>(acc_at(acc_out, block % copies, 0));
     if constexpr (!kDeterministic) {
       asm volatile(
           "red.relaxed.gpu.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst + tid * 16),
@@ -504,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     } else {
       // one bulk reduction a block (the TMA unit adds the 8 KB at L2)
       long long* st = reinterpret_cast<long long*>(smem + kOffRed) + tid * 4;
-      for (int e = 0; e < 4; ++e) st[e] = tagged_contribution(acc[e]);
+      for (int e = 0; e < 4; ++e) st[e] = tagged_contribution(acc[e], tags);
       fence_proxy_async();
       sync();
       if (tid == 0) {
@@ -697,7 +707,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       } else {
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
-          unsigned long long e[kCopies][4];
+          unsigned long long e[kCopies][4] = {};
           if (a.poll == kPollCounted) {
             if (tid == 0) wait_count(a.counters + p - 1, target);
             sync();
@@ -706,8 +716,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           // blocks reading 32 KB a round otherwise load L2 while it takes the sums; kPollSleep also
           // 64 ns between rounds), or (kPollAll) every copy is read again until all are complete in
           // one round
-          constexpr unsigned kAll = (1u << kCopies) - 1;
-          unsigned pending = kAll;
+          const unsigned all = (1u << copies) - 1;
+          unsigned pending = all;
           for (uint32_t tries = 0;;) {
 #pragma unroll
             for (int c = 0; c < kCopies; ++c)
@@ -720,20 +730,20 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
             for (int c = 0; c < kCopies; ++c) {
               bool complete = true;
               for (int k = 0; k < 4; ++k)
-                complete = complete && unsigned(e[c][k] >> kTagShift) == copy_count(c);
+                complete = complete && unsigned(e[c][k] >> tags.shift) == copy_count(c);
               if (complete) pending &= ~(1u << c);
             }
             if (pending == 0) break;
-            if (a.poll == kPollAll) pending = kAll;
+            if (a.poll == kPollAll) pending = all;
             count_tries(tries);
             if (a.poll == kPollSleep) __nanosleep(64);
           }
           long long isum[4] = {0, 0, 0, 0};
 #pragma unroll
           for (int c = 0; c < kCopies; ++c)
-            for (int k = 0; k < 4; ++k)
-              isum[k] += static_cast<long long>(e[c][k] & ((1ull << kTagShift) - 1)) -
-                         static_cast<long long>(copy_count(c)) * kTagBias;
+            for (int k = 0; k < 4 && c < copies; ++k)
+              isum[k] += static_cast<long long>(e[c][k] & ((1ull << tags.shift) - 1)) -
+                         static_cast<long long>(copy_count(c)) * tags.bias;
           for (int k = 0; k < 4; ++k) sum[k] = float(double(isum[k]) * (1.0 / 4294967296.0));
         } else {
           uint4 part[kCopies];
@@ -758,9 +768,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       const float r = rsqrtf(total / float(kHidden) + a.eps);
       for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
       sync();
-      // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece): issued after this
-      // barrier, so the previous B is done reading them
-      if (prefetch) {
+      // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece), and its V dims:
+      // issued after this barrier (or a.kv_after_store, after this phase's rows are stored)
+      auto fetch_kv = [&] {
         if (tid < length) {  // the next B's dims of V (kVRowBytes), a thread a cached position
           const int dims = mine.attend1 - mine.attend0;
           const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
@@ -775,7 +785,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
                        ph_next.k_cache + (int64_t(t) * a.heads_kv + g) * kHeadDim + piece * 8);
         }
         copy_async_commit();
-      }
+      };
+      if (prefetch && !a.kv_after_store) fetch_kv();
       if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
         auto store = [&](int row, float y) {
@@ -803,6 +814,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           if (tid < rows) store(tid, sum_slices(part_a, tid));
           stage(2);
         }
+        if (prefetch && a.kv_after_store) fetch_kv();
       } else if (ph.kind == kMlp) {
         const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
         if (a.products == kProductsPairs) {
@@ -1147,6 +1159,13 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
+  a.kv_after_store = env_switch("HK_DECODE_PERSISTENT_KV_COPIES", "after-norm", "after-store");
+  a.copies = kCopies - env_choice("HK_DECODE_PERSISTENT_COPIES", {"4", "3", "2"});
+  if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
+    throw InvalidArgument("HK_DECODE_PERSISTENT_COPIES=" + std::to_string(a.copies) +
+                          " puts more than " + std::to_string(kMaxTagCountWide) +
+                          " contributions on an element on " + std::to_string(l.grid) +
+                          " SMs; use more copies");
   a.k_swizzled = env_switch("HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", "swizzled", true);
   a.resident_weights = env_switch("HK_DECODE_PERSISTENT_WEIGHTS", "stream", "resident");
   if (a.resident_weights && !p.profile)
