@@ -70,7 +70,13 @@ constexpr int kMaxSmem = 227 * 1024;
 enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
 // StepArgs::products and ::poll, in env_choice's order of their names
 enum Products : int { kProductsSliced = 0, kProductsPairs = 1, kProductsBatched = 2 };
-enum Poll : int { kPollCounted = 0, kPollIncomplete = 1, kPollAll = 2, kPollSleep = 3 };
+enum Poll : int {
+  kPollCounted = 0,
+  kPollIncomplete = 1,
+  kPollAll = 2,
+  kPollSleep = 3,
+  kPollCountedAcquire = 4
+};
 
 struct Phase {
   int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
@@ -113,16 +119,15 @@ struct StepArgs {
   // until each is complete (about once), not polled by 132 blocks × 32 KB a round while the sums
   // land; =incomplete (the thirty-sixth session's) polls at once, a copy once complete not read
   // again; =all reads the four every round; =sleep as incomplete, 64 ns between rounds. How A and
-  // C wait for the sums.
+  // C wait for the sums. The count is read relaxed (=counted-acquire: by acquire loads, as measured
+  // above; the relaxed form not yet measured): the tags, not the count, order what is read.
   int poll;
-  // COPIES=4|3|2 (deterministic form; default 4, the others not yet measured) — the split-K sums'
-  // copies: fewer are less for 132 blocks to read after each split-K (32 → 24 or 16 KB a block),
-  // more contributions landing on each element (2: 66, with the count in 7 bits, tag_format)
+  // COPIES=2|3|4 (deterministic form; 2 the default since the thirty-seventh session: 1,846–1,848
+  // tok/s against 1,835 with 3 and 1,794–1,797 with 4 on an H100, alternated, the same bits) — the
+  // split-K sums' copies: fewer are less for 132 blocks to read after each split-K (16 KB a block
+  // rather than 32), more contributions landing on each element (66, the count in 7 bits,
+  // tag_format)
   int copies;
-  // KV_COPIES=after-store (default after-norm; not yet measured) — the next B's K rows and V dims
-  // copies issued after A's rows are stored, not between its norm and its products: ~2,700
-  // cp.async a block then queue neither the products' start nor the stores B waits for
-  int kv_after_store;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -708,8 +713,13 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4] = {};
-          if (a.poll == kPollCounted) {
-            if (tid == 0) wait_count(a.counters + p - 1, target);
+          if (a.poll == kPollCounted || a.poll == kPollCountedAcquire) {
+            if (tid == 0) {
+              if (a.poll == kPollCounted)
+                wait_count_relaxed(a.counters + p - 1, target);
+              else
+                wait_count(a.counters + p - 1, target);
+            }
             sync();
           }
           // a copy once complete is not read again (kPollCounted, kPollIncomplete, kPollSleep: 132
@@ -769,8 +779,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
       sync();
       // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece), and its V dims:
-      // issued after this barrier (or a.kv_after_store, after this phase's rows are stored)
-      auto fetch_kv = [&] {
+      // issued after this barrier (after A's rows are stored instead they lost 3 %: the copies
+      // then queue ahead of B's reads)
+      if (prefetch) {
         if (tid < length) {  // the next B's dims of V (kVRowBytes), a thread a cached position
           const int dims = mine.attend1 - mine.attend0;
           const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
@@ -785,8 +796,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
                        ph_next.k_cache + (int64_t(t) * a.heads_kv + g) * kHeadDim + piece * 8);
         }
         copy_async_commit();
-      };
-      if (prefetch && !a.kv_after_store) fetch_kv();
+      }
       if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
         auto store = [&](int row, float y) {
@@ -814,7 +824,6 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           if (tid < rows) store(tid, sum_slices(part_a, tid));
           stage(2);
         }
-        if (prefetch && a.kv_after_store) fetch_kv();
       } else if (ph.kind == kMlp) {
         const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
         if (a.products == kProductsPairs) {
@@ -1079,7 +1088,7 @@ std::string persistent_step_unsupported(const PersistentStepParams& p) {
     return "it holds a cache of up to " + std::to_string(kMaxCache) + " positions, not " +
            std::to_string(p.capacity);
   if (p.vocab < 1 || p.vocab > (int64_t(1) << 30)) return "vocabulary size out of range";
-  if (p.deterministic && (grid + kCopies - 1) / kCopies > kMaxTagCount)
+  if (p.deterministic && (grid + 1) / 2 > kMaxTagCountWide)  // the default two copies
     return "too many SMs for the deterministic accumulators";
   for (const PersistentLayer& l : p.layers) {
     if ((l.q_norm == nullptr) != (l.k_norm == nullptr)) return "a layer has only one of q/k norm";
@@ -1158,9 +1167,9 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
-  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
-  a.kv_after_store = env_switch("HK_DECODE_PERSISTENT_KV_COPIES", "after-norm", "after-store");
-  a.copies = kCopies - env_choice("HK_DECODE_PERSISTENT_COPIES", {"4", "3", "2"});
+  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL",
+                      {"counted", "incomplete", "all", "sleep", "counted-acquire"});
+  a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
     throw InvalidArgument("HK_DECODE_PERSISTENT_COPIES=" + std::to_string(a.copies) +
                           " puts more than " + std::to_string(kMaxTagCountWide) +
