@@ -932,7 +932,6 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_POLL", "all", true},
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
                              {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
-                             {"HK_DECODE_PERSISTENT_POLL", "counted-acquire", true},
                              {"HK_DECODE_PERSISTENT_COPIES", "4", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},

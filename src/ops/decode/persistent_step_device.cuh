@@ -83,10 +83,6 @@ __device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-// wait_count by relaxed loads, where what follows checks what it reads by other means (tags).
-__device__ __forceinline__ void wait_count_relaxed(const unsigned* c, unsigned target) {
-  for (uint32_t tries = 0; load_relaxed(c) < target;) count_tries(tries);
-}
 __device__ __forceinline__ void load_relaxed_2x64(const void* p, unsigned long long& a,
                                                   unsigned long long& b) {
   asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];\n"

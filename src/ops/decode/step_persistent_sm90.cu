@@ -70,13 +70,7 @@ constexpr int kMaxSmem = 227 * 1024;
 enum Kind : int { kQkv = 0, kAttendO = 1, kMlp = 2, kHead = 3 };
 // StepArgs::products and ::poll, in env_choice's order of their names
 enum Products : int { kProductsSliced = 0, kProductsPairs = 1, kProductsBatched = 2 };
-enum Poll : int {
-  kPollCounted = 0,
-  kPollIncomplete = 1,
-  kPollAll = 2,
-  kPollSleep = 3,
-  kPollCountedAcquire = 4
-};
+enum Poll : int { kPollCounted = 0, kPollIncomplete = 1, kPollAll = 2, kPollSleep = 3 };
 
 struct Phase {
   int kind = 0, n = 0, segments = 0;  // n rows in each of `segments` streamed matrices [n × 1024]
@@ -115,12 +109,12 @@ struct StepArgs {
   int lazy_staging;
   // POLL=counted (default since the thirty-seventh session: 1,792–1,793 tok/s against 1,649–1,652
   // on an H100, alternated) — thread 0 first waits until every block has passed the phase before
-  // (its counter, relaxed: the tags still say when a copy is complete), then the copies are read
-  // until each is complete (about once), not polled by 132 blocks × 32 KB a round while the sums
-  // land; =incomplete (the thirty-sixth session's) polls at once, a copy once complete not read
-  // again; =all reads the four every round; =sleep as incomplete, 64 ns between rounds. How A and
-  // C wait for the sums. The count is read relaxed (=counted-acquire: by acquire loads, as measured
-  // above; the relaxed form not yet measured): the tags, not the count, order what is read.
+  // (its counter, which blocks add to relaxed: the tags say when a copy is complete), then the
+  // copies are read until each is complete (about once), not polled by 132 blocks × 32 KB a round
+  // while the sums land; =incomplete (the thirty-sixth session's) polls at once, a copy once
+  // complete not read again; =all reads the four every round; =sleep as incomplete, 64 ns between
+  // rounds. How A and C wait for the sums (the count read by acquire loads; relaxed ones measured
+  // the same).
   int poll;
   // COPIES=2|3|4 (deterministic form; 2 the default since the thirty-seventh session: 1,846–1,848
   // tok/s against 1,835 with 3 and 1,794–1,797 with 4 on an H100, alternated, the same bits) — the
@@ -713,13 +707,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         float sum[4] = {0, 0, 0, 0};
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4] = {};
-          if (a.poll == kPollCounted || a.poll == kPollCountedAcquire) {
-            if (tid == 0) {
-              if (a.poll == kPollCounted)
-                wait_count_relaxed(a.counters + p - 1, target);
-              else
-                wait_count(a.counters + p - 1, target);
-            }
+          if (a.poll == kPollCounted) {
+            if (tid == 0) wait_count(a.counters + p - 1, target);
             sync();
           }
           // a copy once complete is not read again (kPollCounted, kPollIncomplete, kPollSleep: 132
@@ -1167,8 +1156,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.lazy_staging = env_switch("HK_DECODE_PERSISTENT_STAGING", "eager", "lazy");
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
-  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL",
-                      {"counted", "incomplete", "all", "sleep", "counted-acquire"});
+  a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
   a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
     throw InvalidArgument("HK_DECODE_PERSISTENT_COPIES=" + std::to_string(a.copies) +
