@@ -122,6 +122,9 @@ struct StepArgs {
   // rather than 32), more contributions landing on each element (66, the count in 7 bits,
   // tag_format)
   int copies;
+  // COUNT=early (default late; not yet measured) — a split-K phase's block adds to its counter as
+  // soon as its bulk reduction is issued, not after the staging's read and the closing barrier
+  int count_early;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -488,7 +491,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
   static_assert(2 * kConsumerWarps * kMaxSplitRows * 4 <= kHidden * 8, "slices fit the staging");
   // `rows` rows c of the next chunks times xc[c], every thread its 4 of the 1024 columns, added
   // into this block's accumulator copy
-  auto split_k = [&](int rows, void* acc_out) {
+  auto split_k = [&](int rows, void* acc_out, unsigned* counter) {
     if constexpr (kProfile) t_split = clock64();
     const int chunks = (rows + kRowsPerSlot - 1) / kRowsPerSlot;
     float acc[4] = {0, 0, 0, 0};
@@ -519,6 +522,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if (tid == 0) {
         bulk_reduce_add_u64(dst, base + kOffRed, kHidden * 8);
         bulk_commit();
+        if (a.count_early) relaxed_add(counter);
         // the staging buffer is free again once read; the adds land on their own
         if (!a.lazy_staging) bulk_wait_read_all();
       }
@@ -694,7 +698,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
                                                      key_start, a.scale, rows, xc, nullptr, sync);
       sync();
       if constexpr (kProfile) t_ready = clock64();
-      split_k(rows, ph.acc_out);
+      split_k(rows, ph.acc_out, a.counters + p);
     } else {
       // v: 4 elements a thread — the embedding row (phase 0), else the residual from registers
       // plus the sums of the phase before (one round trip; polled in the deterministic form)
@@ -842,7 +846,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
           xc[tid] = 0.f;  // split_k reads whole slots
         }
         sync();
-        split_k(rows, ph.acc_out);
+        split_k(rows, ph.acc_out, a.counters + p);
       } else {  // lm_head: the logits as the kernel sequence rounds them
         float* logits = a.logits_f32;
         rows_product(rows, 0, [&](int row, float y) {
@@ -887,10 +891,12 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
     // (the deterministic form counts too, relaxed, in every poll form: the counters then keep
     // pace with the steps whichever form a launch picks)
     if (tid == 0 && p + 1 < a.n_phases) {
-      if constexpr (kDeterministic)
-        relaxed_add(a.counters + p);
-      else
+      if constexpr (kDeterministic) {
+        if (!(a.count_early && (ph.kind == kAttendO || ph.kind == kMlp)))
+          relaxed_add(a.counters + p);
+      } else {
         release_add(a.counters + p);
+      }
     }
   }
 
@@ -1157,6 +1163,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
+  a.count_early = env_switch("HK_DECODE_PERSISTENT_COUNT", "late", "early");
   a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
     throw InvalidArgument("HK_DECODE_PERSISTENT_COPIES=" + std::to_string(a.copies) +
