@@ -21,13 +21,13 @@
 // finish reduces them, writes the token, marks eos and advances positions and lengths.
 //
 // Accumulators: `deterministic` (default) keeps each element as fixed point in units of 2^-32 with
-// its count of contributions in the top six bits, added by one TMA bulk reduction a block; a
-// reader polls the elements themselves until every one holds all contributions (no counters, and
-// the integer sums do not depend on the order blocks arrive: graph replays decode the ids of eager
-// steps). The other form adds f32 by vector reductions and waits on a grid-wide counter a phase.
-// Four copies of each accumulator (block b adds into copy b % 4; a reader sums the four), two
-// parity sets (a step zeroes the set the next step uses). The step number lives on the device
-// (graph replays cannot change arguments): the last block advances it.
+// its count of contributions in the top bits, added by one TMA bulk reduction a block; a reader
+// waits until every block has passed the phase (a counter), then reads the elements until every
+// one holds all its contributions (the integer sums do not depend on the order blocks arrive:
+// graph replays decode the ids of eager steps). Two copies of each (block b adds into copy b % 2;
+// a reader sums both). The other form adds f32 by vector reductions into four copies and waits on
+// the counter alone. Two parity sets (a step zeroes the set the next step uses). The step number
+// lives on the device (graph replays cannot change arguments): the last block advances it.
 //
 // Rounding as the kernel sequence (ops): each product to bf16, the residual sum to bf16, the norm
 // output to bf16 before the weight and after, silu and the gate/up product each to bf16, rotary in
@@ -129,10 +129,9 @@ struct StepArgs {
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
   int resident_weights;
-  unsigned*
-      counters;      // [n_phases]: blocks past each phase, all steps (waited on: f32, POLL=counted)
-  unsigned* epoch;   // steps done
-  unsigned* finish;  // blocks finished, all steps
+  unsigned* counters;  // [n_phases]: blocks past each phase, all steps
+  unsigned* epoch;     // steps done
+  unsigned* finish;    // blocks finished, all steps
   unsigned long long* best;
   char* acc;
   int64_t acc_half;  // elements a parity set
