@@ -934,6 +934,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
                              {"HK_DECODE_PERSISTENT_COPIES", "4", true},
                              {"HK_DECODE_PERSISTENT_COUNT", "early", true},
+                             {"HK_DECODE_PERSISTENT_KV_ISSUE", "with-reads", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};

@@ -125,6 +125,10 @@ struct StepArgs {
   // COUNT=early (default late; not yet measured) — a split-K phase's block adds to its counter as
   // soon as its bulk reduction is issued, not after the staging's read and the closing barrier
   int count_early;
+  // KV_ISSUE=with-reads (default after-norm; not yet measured) — A issues the next B's K/V copies
+  // right behind its first round of loads of the sums (their ~0.4 µs of issue then overlaps the
+  // loads' round trip), not between its norm and its products
+  int kv_with_reads;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -699,6 +703,24 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       if constexpr (kProfile) t_ready = clock64();
       split_k(rows, ph.acc_out, a.counters + p);
     } else {
+      // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece), and its V dims
+      // (kVRowBytes, a thread a cached position); the previous B is done reading them
+      auto fetch_kv = [&] {
+        if (tid < length) {
+          const int dims = mine.attend1 - mine.attend0;
+          const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
+          const bf16* vrow =
+              ph_next.v_cache + (int64_t(tid) * a.heads_kv + g) * kHeadDim + first * 8;
+          for (int c = 0; c < pieces; ++c)
+            copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
+        }
+        for (int i = tid; i < length * kKPieces; i += kConsumers) {
+          const int t = i / kKPieces, piece = i % kKPieces;
+          copy_async16(base + kOffK + k_piece(t, piece, a.k_swizzled),
+                       ph_next.k_cache + (int64_t(t) * a.heads_kv + g) * kHeadDim + piece * 8);
+        }
+        copy_async_commit();
+      };
       // v: 4 elements a thread — the embedding row (phase 0), else the residual from registers
       // plus the sums of the phase before (one round trip; polled in the deterministic form)
       float v[4];
@@ -728,6 +750,8 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
                 load_relaxed_2x64(at, e[c][0], e[c][1]);
                 load_relaxed_2x64(at + 16, e[c][2], e[c][3]);
               }
+            // (KV_ISSUE=with-reads: the K/V copies issued behind the first round's loads)
+            if (tries == 0 && prefetch && a.kv_with_reads) fetch_kv();
 #pragma unroll
             for (int c = 0; c < kCopies; ++c) {
               bool complete = true;
@@ -770,25 +794,9 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
       const float r = rsqrtf(total / float(kHidden) + a.eps);
       for (int e = 0; e < 4; ++e) x[tid * 4 + e] = __float2bfloat16_rn(bf(v[e] * r) * gw[e]);
       sync();
-      // the next B's K rows, 16 bytes a thread at a time (swizzled: k_piece), and its V dims:
-      // issued after this barrier (after A's rows are stored instead they lost 3 %: the copies
-      // then queue ahead of B's reads)
-      if (prefetch) {
-        if (tid < length) {  // the next B's dims of V (kVRowBytes), a thread a cached position
-          const int dims = mine.attend1 - mine.attend0;
-          const int first = d0 / 8, pieces = (d0 + dims + 7) / 8 - first;
-          const bf16* vrow =
-              ph_next.v_cache + (int64_t(tid) * a.heads_kv + g) * kHeadDim + first * 8;
-          for (int c = 0; c < pieces; ++c)
-            copy_async16(base + kOffV + tid * kVRowBytes + c * 16, vrow + c * 8);
-        }
-        for (int i = tid; i < length * kKPieces; i += kConsumers) {
-          const int t = i / kKPieces, piece = i % kKPieces;
-          copy_async16(base + kOffK + k_piece(t, piece, a.k_swizzled),
-                       ph_next.k_cache + (int64_t(t) * a.heads_kv + g) * kHeadDim + piece * 8);
-        }
-        copy_async_commit();
-      }
+      // the next B's K and V copies after this barrier (after A's rows are stored instead they
+      // lost 3 %: the copies then queue ahead of B's reads), or with the sums' reads above
+      if (prefetch && !(kDeterministic && a.kv_with_reads && ph.acc_in != nullptr)) fetch_kv();
       if constexpr (kProfile) t_ready = clock64();
       if (ph.kind == kQkv) {
         auto store = [&](int row, float y) {
@@ -1163,6 +1171,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
   a.count_early = env_switch("HK_DECODE_PERSISTENT_COUNT", "late", "early");
+  a.kv_with_reads = env_switch("HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", "with-reads");
   a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
     throw InvalidArgument("HK_DECODE_PERSISTENT_COPIES=" + std::to_string(a.copies) +
