@@ -915,11 +915,11 @@ TEST(PersistentStep, GivesTheLogitsOfTheKernelSequenceStepByStep) {
 }
 
 // The measuring switches (read at each eager launch) against the default deterministic step, step
-// by step: the lazy staging wait, the ring sized by the bucket, the ways of polling the sums and
-// gate's and up's products batched change no arithmetic, so the logits are the same bits; the
-// products a warp a pair of chunks sum each row's columns in another order than the default's
-// slices, and the rotated K reads each score's pieces in another order, so they are within the
-// tolerance.
+// by step: the lazy staging wait, the ring sized by the bucket, the ways of polling and counting
+// the sums, their copies (integer sums), when the K/V copies are issued and gate's and up's
+// products batched change no arithmetic, so the logits are the same bits; the products a warp a
+// pair of chunks sum each row's columns in another order than the default's slices, and the rotated
+// K reads each score's pieces in another order, so they are within the tolerance.
 TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
   HK_REQUIRE_REAL_CUDA();
   struct Switch {
@@ -933,8 +933,8 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_POLL", "sleep", true},
                              {"HK_DECODE_PERSISTENT_POLL", "incomplete", true},
                              {"HK_DECODE_PERSISTENT_COPIES", "4", true},
-                             {"HK_DECODE_PERSISTENT_COUNT", "early", true},
-                             {"HK_DECODE_PERSISTENT_KV_ISSUE", "with-reads", true},
+                             {"HK_DECODE_PERSISTENT_COUNT", "late", true},
+                             {"HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};

@@ -122,12 +122,14 @@ struct StepArgs {
   // rather than 32), more contributions landing on each element (66, the count in 7 bits,
   // tag_format)
   int copies;
-  // COUNT=early (default late; not yet measured) — a split-K phase's block adds to its counter as
-  // soon as its bulk reduction is issued, not after the staging's read and the closing barrier
+  // COUNT=early (default) — a split-K phase's block adds to its counter as soon as its bulk
+  // reduction is issued (=late: after the staging's read and the closing barrier); and
+  // KV_ISSUE=with-reads (default) — A issues the next B's K/V copies right behind its first round
+  // of loads of the sums, their ~0.4 µs of issue then overlapping the loads' round trip
+  // (=after-norm: between its norm and its products). The same bits; on an H100, alternated over
+  // three rounds, both 1,845–1,855 tok/s against 1,825–1,835 with neither, with-reads alone
+  // 1,838–1,847 over five, early alone 1,832–1,838 over two (thirty-seventh session).
   int count_early;
-  // KV_ISSUE=with-reads (default after-norm; not yet measured) — A issues the next B's K/V copies
-  // right behind its first round of loads of the sums (their ~0.4 µs of issue then overlaps the
-  // loads' round trip), not between its norm and its products
   int kv_with_reads;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
@@ -1170,8 +1172,8 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.products = env_choice("HK_DECODE_PERSISTENT_PRODUCTS", {"sliced", "pairs", "batched"});
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
-  a.count_early = env_switch("HK_DECODE_PERSISTENT_COUNT", "late", "early");
-  a.kv_with_reads = env_switch("HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", "with-reads");
+  a.count_early = env_switch("HK_DECODE_PERSISTENT_COUNT", "late", "early", true);
+  a.kv_with_reads = env_switch("HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", "with-reads", true);
   a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
     throw InvalidArgument("HK_DECODE_PERSISTENT_COPIES=" + std::to_string(a.copies) +
