@@ -131,6 +131,10 @@ struct StepArgs {
   // 1,838–1,847 over five, early alone 1,832–1,838 over two (thirty-seventh session).
   int count_early;
   int kv_with_reads;
+  // COUNT_SLACK=N (default 0; not yet measured) — A and C start reading the sums once all but N
+  // blocks have passed the phase before, so the read's round trip overlaps the last arrivals (the
+  // tags still say when a copy is complete; an incomplete one is read again)
+  int count_slack;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -735,7 +739,7 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         if constexpr (kDeterministic) {
           unsigned long long e[kCopies][4] = {};
           if (a.poll == kPollCounted) {
-            if (tid == 0) wait_count(a.counters + p - 1, target);
+            if (tid == 0) wait_count(a.counters + p - 1, target - a.count_slack);
             sync();
           }
           // a copy once complete is not read again (kPollCounted, kPollIncomplete, kPollSleep: 132
@@ -1173,6 +1177,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.ring_by_length = env_switch("HK_DECODE_PERSISTENT_RING", "bucket", "length", true);
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
   a.count_early = env_switch("HK_DECODE_PERSISTENT_COUNT", "late", "early", true);
+  a.count_slack = std::min(env_count("HK_DECODE_PERSISTENT_COUNT_SLACK", 0, 64), l.grid - 1);
   a.kv_with_reads = env_switch("HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", "with-reads", true);
   a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
