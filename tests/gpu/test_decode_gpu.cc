@@ -936,6 +936,7 @@ TEST(PersistentStep, MeasuringSwitchesGiveTheLogitsOfTheDefault) {
                              {"HK_DECODE_PERSISTENT_COUNT", "late", true},
                              {"HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", true},
                              {"HK_DECODE_PERSISTENT_COUNT_SLACK", "8", true},
+                             {"HK_DECODE_PERSISTENT_B_WAIT", "counted", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "batched", true},
                              {"HK_DECODE_PERSISTENT_PRODUCTS", "pairs", false},
                              {"HK_DECODE_PERSISTENT_K_LAYOUT", "rotated", false}};

@@ -135,6 +135,10 @@ struct StepArgs {
   // blocks have passed the phase before, so the read's round trip overlaps the last arrivals (the
   // tags still say when a copy is complete; an incomplete one is read again)
   int count_slack;
+  // B_WAIT=counted (default polled; not yet measured) — B reads its q/k/v words once thread 0 has
+  // seen the q/k/v phase's count (less COUNT_SLACK), rather than 48 threads polling them while A's
+  // rows are stored (its inputs come from ~12 blocks, so the count may wait on others)
+  int b_counted;
   // HK_DECODE_PERSISTENT_WEIGHTS=resident (the profile build only) — no weight is copied: the
   // producer marks each chunk landed at once and the products read a zeroed ring, so the profile
   // times the step's chain alone (the tokens are wrong)
@@ -598,6 +602,10 @@ __global__ void __launch_bounds__(kThreads, 1) persistent_step_kernel(const Step
         const unsigned* tq = ph.tagged + head * kHeadDim;
         const unsigned* tk = ph.tagged + heads * kHeadDim + g * kHeadDim;
         const unsigned* tv = tk + a.heads_kv * kHeadDim;
+        if (a.b_counted) {  // B_WAIT=counted: the q/k/v phase's count first (COUNT_SLACK applies)
+          if (tid == 0) wait_count(a.counters + p - 1, target - a.count_slack);
+          sync();
+        }
         if (tid < 32) {
           const unsigned* src = tid < 16 ? tq + tid * 8 : tk + (tid - 16) * 8;
           uint4 u, w;
@@ -1178,6 +1186,7 @@ void persistent_step(const PersistentStepParams& p, Stream stream) {
   a.poll = env_choice("HK_DECODE_PERSISTENT_POLL", {"counted", "incomplete", "all", "sleep"});
   a.count_early = env_switch("HK_DECODE_PERSISTENT_COUNT", "late", "early", true);
   a.count_slack = std::min(env_count("HK_DECODE_PERSISTENT_COUNT_SLACK", 0, 64), l.grid - 1);
+  a.b_counted = env_switch("HK_DECODE_PERSISTENT_B_WAIT", "polled", "counted");
   a.kv_with_reads = env_switch("HK_DECODE_PERSISTENT_KV_ISSUE", "after-norm", "with-reads", true);
   a.copies = 2 + env_choice("HK_DECODE_PERSISTENT_COPIES", {"2", "3", "4"});
   if (p.deterministic && (l.grid + a.copies - 1) / a.copies > kMaxTagCountWide)
