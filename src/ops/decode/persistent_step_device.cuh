@@ -356,6 +356,16 @@ __host__ __device__ constexpr TagFormat tag_format(int most) {
   return most <= kMaxTagCount ? TagFormat{kTagShift, kTagBias} : TagFormat{57, 1ll << 49};
 }
 constexpr int kMaxTagCountWide = 127;
+// `most` contributions, each in (0, 2·bias), never carry into the count, and the count fits above
+// `shift`: the integer sum is exact and a reader reads completeness off the element itself
+constexpr bool tag_format_holds(int most) {
+  const TagFormat t = tag_format(most);
+  const unsigned long long sum_bound =
+      static_cast<unsigned long long>(most) * 2ull * static_cast<unsigned long long>(t.bias);
+  return sum_bound <= (1ull << t.shift) && most < (1 << (64 - t.shift));
+}
+static_assert(tag_format_holds(kMaxTagCount) && tag_format_holds(kMaxTagCountWide),
+              "tagged sums carry into their count");
 __device__ __forceinline__ long long tagged_contribution(float v,
                                                          TagFormat t = {kTagShift, kTagBias}) {
   long long f = llrintf(v * kFixedScale);
