@@ -60,7 +60,9 @@ constexpr int kHidden = 1024, kHeadDim = 128;
 constexpr int kConsumerWarps = 8, kConsumers = kConsumerWarps * 32, kThreads = kConsumers + 32;
 static_assert(kConsumers * 4 == kHidden, "a consumer thread owns 4 of the hidden columns");
 constexpr int kRowBytes = kHidden * 2, kRowsPerSlot = 8, kSlotBytes = kRowsPerSlot * kRowBytes;
-constexpr int kMaxSlots = 10, kMinSlots = 4, kCopies = 4;
+constexpr int kMaxSlots = 10, kMinSlots = 4;
+// the most copies of a split-K sum (the f32 form uses all four; the deterministic StepArgs::copies)
+constexpr int kCopies = 4;
 constexpr int kMaxCache = 256;     // positions a block holds in shared memory (a thread each)
 constexpr int kMaxSplitRows = 64;  // a block's rows in B and C
 constexpr int kMaxDims = 16;       // B's output dims a block (≥ 8 blocks a head)
@@ -112,7 +114,7 @@ struct StepArgs {
   // (its counter, which blocks add to relaxed: the tags say when a copy is complete), then the
   // copies are read until each is complete (about once), not polled by 132 blocks × 32 KB a round
   // while the sums land; =incomplete (the thirty-sixth session's) polls at once, a copy once
-  // complete not read again; =all reads the four every round; =sleep as incomplete, 64 ns between
+  // complete not read again; =all reads them all every round; =sleep as incomplete, 64 ns between
   // rounds. How A and C wait for the sums (the count read by acquire loads; relaxed ones measured
   // the same).
   int poll;
