@@ -367,7 +367,7 @@ constexpr bool tag_format_holds(int most) {
 static_assert(tag_format_holds(kMaxTagCount) && tag_format_holds(kMaxTagCountWide),
               "tagged sums carry into their count");
 __device__ __forceinline__ long long tagged_contribution(float v,
-                                                         TagFormat t = {kTagShift, kTagBias}) {
+                                                         TagFormat t = tag_format(kMaxTagCount)) {
   long long f = llrintf(v * kFixedScale);
   f = max(-t.bias + 1, min(t.bias - 1, f));
   return (1ll << t.shift) + t.bias + f;
